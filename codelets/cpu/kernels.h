@@ -1,0 +1,102 @@
+/* CPU kernels: forward and backward of every op, in float32, row-major.
+ * Convention (llm.c): outputs first, then inputs, then sizes. Size letters: N rows
+ * (flattened leading dims, B*T for a sequence model), C channels, B batch, T sequence,
+ * NH heads, V classes/vocabulary, M/K/Nc matmul sizes.
+ * Gradient rule: every backward function takes `acc`: 0 assigns (=) the gradient,
+ * 1 accumulates (+=) into it. Parameter gradients are always called with acc=1 by the
+ * graph executor; activation gradients with acc=0 for the first contribution.
+ * These functions are pure and single-threaded (OpenBLAS must be set to one thread by the
+ * caller); results are deterministic: the same inputs give the same bits. */
+#ifndef STARPIPE_CPU_KERNELS_H
+#define STARPIPE_CPU_KERNELS_H
+
+#include <stdint.h>
+
+/* out (M,Nc) = op(a) @ op(b) [+ out if acc]; op(a) is (M,K), op(b) is (K,Nc).
+ * ta: a is stored (K,M) and transposed; tb: b is stored (Nc,K) and transposed. */
+void sp_matmul_forward(float *out, const float *a, const float *b,
+                       int M, int Nc, int K, int ta, int tb, int acc);
+/* da (shape of a as stored) from dout (M,Nc) and b. */
+void sp_matmul_backward_a(float *da, const float *dout, const float *b,
+                          int M, int Nc, int K, int ta, int tb, int acc);
+/* db (shape of b as stored) from dout (M,Nc) and a. */
+void sp_matmul_backward_b(float *db, const float *dout, const float *a,
+                          int M, int Nc, int K, int ta, int tb, int acc);
+
+/* out (N,C) = x (N,C) + bias (C). */
+void sp_bias_add_forward(float *out, const float *x, const float *bias, int N, int C);
+/* dbias (C) from dout (N,C): sum over rows. (dx is dout itself: use sp_copy_grad.) */
+void sp_bias_add_backward_bias(float *dbias, const float *dout, int N, int C, int acc);
+
+/* out (n) = a + b. */
+void sp_add_forward(float *out, const float *a, const float *b, int64_t n);
+/* out (n) = s * x. */
+void sp_scale_forward(float *out, const float *x, float s, int64_t n);
+/* dx (n) = s * dout (acc: +=). s = 1 is the plain copy used by add and bias_add. */
+void sp_scale_backward(float *dx, const float *dout, float s, int64_t n, int acc);
+
+/* GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+void sp_gelu_forward(float *out, const float *x, int64_t n);
+void sp_gelu_backward(float *dx, const float *x, const float *dout, int64_t n, int acc);
+
+void sp_relu_forward(float *out, const float *x, int64_t n);
+/* Uses the input x: the gradient is dout where x > 0, else 0. */
+void sp_relu_backward(float *dx, const float *x, const float *dout, int64_t n, int acc);
+
+/* LayerNorm over the last dim, eps = 1e-5. out (N,C); saves mean (N) and rstd (N). */
+void sp_layernorm_forward(float *out, float *mean, float *rstd, const float *x,
+                          const float *gamma, const float *beta, int N, int C);
+void sp_layernorm_backward_x(float *dx, const float *dout, const float *x,
+                             const float *mean, const float *rstd, const float *gamma,
+                             int N, int C, int acc);
+/* dgamma, dbeta (C) from dout, x, mean, rstd. */
+void sp_layernorm_backward_params(float *dgamma, float *dbeta, const float *dout,
+                                  const float *x, const float *mean, const float *rstd,
+                                  int N, int C, int acc);
+
+/* out (B,T,C) = wte[tokens[b,t]] + wpe[t]. tokens (B,T) in [0,V). wpe has >= T rows. */
+void sp_embed_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                      int B, int T, int C);
+/* dwte (V,C) += scatter of dout by token; dwpe (T,C) += sum over b. Always accumulates:
+ * rows in token order b, t ascending, so the result is deterministic. */
+void sp_embed_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                       int B, int T, int C);
+
+/* Causal multi-head self-attention. qkv (B,T,3C) holds q, k, v side by side per token;
+ * out (B,T,C); att (B,NH,T,T) saves the softmax probabilities (upper triangle zero).
+ * Scale 1/sqrt(C/NH). C must be divisible by NH. */
+void sp_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+/* dqkv (B,T,3C) from dout (B,T,C), qkv and att. scratch holds at least B*NH*T*T floats. */
+void sp_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                           const float *att, int B, int T, int C, int NH, int acc);
+/* Floats of scratch sp_attention_backward needs. */
+int64_t sp_attention_scratch_floats(int B, int T, int C, int NH);
+
+/* Softmax cross-entropy, mean over the N rows. logits (N,V), targets (N) in [0,V).
+ * probs (N,V) saves the softmax; *loss gets the mean of -log p[target]. Returns the
+ * number of out-of-range targets (0 when all are valid; then loss is NaN). */
+int sp_cross_entropy_forward(float *loss, float *probs, const float *logits,
+                             const int32_t *targets, int N, int V);
+/* dlogits (N,V) = dloss * (probs - onehot(target)) / N. */
+void sp_cross_entropy_backward(float *dlogits, const float *probs, const int32_t *targets,
+                               float dloss, int N, int V, int acc);
+
+/* *out = sum of x (n), summed in double for accuracy, rounded once. */
+void sp_sum_forward(float *out, const float *x, int64_t n);
+/* dx (n) = dout broadcast (times s: 1 for sum, 1/n for mean). */
+void sp_sum_backward(float *dx, float dout_times_s, int64_t n, int acc);
+
+/* AdamW on a flat array of n parameters, step t >= 1 (bias correction). weight_decay is
+ * decoupled (applied as p -= lr * wd * p). grad_scale multiplies each gradient first
+ * (1 when no clipping). m and v are the moment buffers. */
+void sp_adamw_update(float *param, float *m, float *v, const float *grad, int64_t n,
+                     float lr, float beta1, float beta2, float eps, float weight_decay,
+                     float grad_scale, int t);
+
+/* Sum of squares of x (n) in double: for the global gradient norm. */
+double sp_sum_squares(const float *x, int64_t n);
+
+/* Sets OpenBLAS to one thread: the runtime owns the cores. Idempotent. */
+void sp_kernels_init(void);
+
+#endif

@@ -1,0 +1,1 @@
+/* placeholder */ typedef int sp_placeholder_autodiff;

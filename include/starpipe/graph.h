@@ -1,0 +1,107 @@
+/* The graph API: build a model once, mark stage boundaries with sp_pipeline_yield.
+ *
+ *   sp_graph *g = sp_graph_create();
+ *   sp_tensor x = sp_input_f32(g, "x", 2, (int64_t[]){B, D});
+ *   sp_tensor y = sp_input_i32(g, "y", 1, (int64_t[]){B});
+ *   sp_tensor w = sp_param(g, "w0", 2, (int64_t[]){D, H}, SP_INIT_NORMAL, 0.02f);
+ *   sp_tensor h = sp_relu(g, sp_matmul(g, x, w, 0, 0));
+ *   h = sp_pipeline_yield(g, h);                 // stage 0 ends here
+ *   ...
+ *   sp_graph_set_loss(g, sp_cross_entropy(g, logits, y));
+ *
+ * Tensors are ids (>= 0). An op given a bad input returns a negative id and records a
+ * message (sp_last_error); an op given a negative id returns it unchanged, so a chain of
+ * ops can be checked once at the end. Shapes are checked when an op is added; nothing
+ * broadcasts silently. Every shape is that of ONE microbatch. */
+#ifndef STARPIPE_GRAPH_H
+#define STARPIPE_GRAPH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "starpipe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sp_graph sp_graph;
+typedef int sp_tensor;
+
+#define SP_MAX_DIMS 4
+
+typedef enum { SP_F32 = 0, SP_I32 = 1 } sp_dtype;
+
+typedef enum { SP_INIT_NORMAL = 0, SP_INIT_ZEROS = 1, SP_INIT_ONES = 2 } sp_init;
+
+sp_graph *sp_graph_create(void);
+void sp_graph_free(sp_graph *g);
+
+/* Per-microbatch inputs: f32 activations or i32 ids (tokens, class targets). */
+sp_tensor sp_input_f32(sp_graph *g, const char *name, int ndim, const int64_t *shape);
+sp_tensor sp_input_i32(sp_graph *g, const char *name, int ndim, const int64_t *shape);
+
+/* A named parameter. NORMAL draws from N(0, std^2) with a generator keyed by (seed,
+ * name), so every process computes the same values without communicating.
+ * Parameters with two or more dims get weight decay; vectors (biases, norms) do not. */
+sp_tensor sp_param(sp_graph *g, const char *name, int ndim, const int64_t *shape, sp_init init,
+                   float std);
+
+/* out = op(a) @ op(b). a may have leading dims (flattened into rows unless ta); b is 2-D.
+ * ta / tb transpose the (last two dims of the) operand. */
+sp_tensor sp_matmul(sp_graph *g, sp_tensor a, sp_tensor b, int ta, int tb);
+sp_tensor sp_bias_add(sp_graph *g, sp_tensor x, sp_tensor bias); /* bias: last dim of x */
+sp_tensor sp_add(sp_graph *g, sp_tensor a, sp_tensor b);         /* same shapes */
+sp_tensor sp_scale(sp_graph *g, sp_tensor x, float s);
+sp_tensor sp_gelu(sp_graph *g, sp_tensor x);
+sp_tensor sp_relu(sp_graph *g, sp_tensor x);
+sp_tensor sp_layernorm(sp_graph *g, sp_tensor x, sp_tensor gamma, sp_tensor beta);
+/* tokens (B,T) i32, wte (V,C), wpe (Tmax,C) with Tmax >= T -> (B,T,C). */
+sp_tensor sp_embed(sp_graph *g, sp_tensor tokens, sp_tensor wte, sp_tensor wpe);
+/* qkv (B,T,3C) -> (B,T,C), causal, heads must divide C. */
+sp_tensor sp_attention(sp_graph *g, sp_tensor qkv, int heads);
+/* logits (...,V), targets (...) i32 with the same leading dims -> scalar mean loss. */
+sp_tensor sp_cross_entropy(sp_graph *g, sp_tensor logits, sp_tensor targets);
+sp_tensor sp_sum(sp_graph *g, sp_tensor x);  /* -> scalar */
+sp_tensor sp_mean(sp_graph *g, sp_tensor x); /* -> scalar */
+sp_tensor sp_reshape(sp_graph *g, sp_tensor x, int ndim, const int64_t *shape);
+
+/* Ends the current stage: x is handed to the next stage. The identity in the forward
+ * pass; in the backward pass its transpose is again a marker, so the gradient of stage
+ * s+1's input is handed back to stage s, and backward stage s is the VJP of forward
+ * stage s. Ops added after it belong to the next stage. */
+sp_tensor sp_pipeline_yield(sp_graph *g, sp_tensor x);
+
+/* The scalar the step minimises; its microbatch values are averaged over the step. */
+sp_status sp_graph_set_loss(sp_graph *g, sp_tensor loss);
+
+/* Queries. */
+int sp_graph_num_stages(const sp_graph *g);
+int sp_graph_num_tensors(const sp_graph *g);
+int sp_tensor_ndim(const sp_graph *g, sp_tensor t);
+const int64_t *sp_tensor_shape(const sp_graph *g, sp_tensor t);
+int64_t sp_tensor_numel(const sp_graph *g, sp_tensor t);
+sp_dtype sp_tensor_dtype(const sp_graph *g, sp_tensor t);
+const char *sp_tensor_name(const sp_graph *g, sp_tensor t); /* params and inputs; else "" */
+int sp_tensor_is_param(const sp_graph *g, sp_tensor t);
+int sp_tensor_is_input(const sp_graph *g, sp_tensor t);
+/* Stage of the op producing t; -1 for params and inputs. */
+int sp_tensor_stage(const sp_graph *g, sp_tensor t);
+/* Finds a param or input by name; -1 if none. */
+sp_tensor sp_graph_find(const sp_graph *g, const char *name);
+
+/* Parameters in creation order. */
+int sp_graph_num_params(const sp_graph *g);
+sp_tensor sp_graph_param(const sp_graph *g, int i);
+int64_t sp_graph_param_count(const sp_graph *g); /* total scalars over all params */
+
+/* Fills dst (numel floats) with the parameter's initial values for this seed. */
+sp_status sp_param_init_values(const sp_graph *g, sp_tensor p, uint64_t seed, float *dst);
+
+/* Writes a readable listing of the graph (ops, shapes, stages). */
+void sp_graph_print(const sp_graph *g, void *FILE_stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

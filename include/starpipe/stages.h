@@ -1,0 +1,68 @@
+/* What the planner knows about a pipelined model: its stages' sizes, costs and the edges
+ * between them, and nothing of their ops. Built from a graph's stage programs
+ * (sp_program_describe in program.h) or by hand, for synthetic studies at any scale.
+ * Pure C: no StarPU, no MPI. */
+#ifndef STARPIPE_STAGES_H
+#define STARPIPE_STAGES_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* F forward; B backward for the stage's inputs; W backward for its weights; BW both,
+ * fused. A schedule uses either BW, or B and W, for each (microbatch, stage). */
+typedef enum { SP_TASK_F = 0, SP_TASK_B = 1, SP_TASK_W = 2, SP_TASK_BW = 3 } sp_task_kind;
+#define SP_NUM_TASK_KINDS 4
+
+/* A tensor produced by F of src_stage and read by F of dst_stage (dst > src), per
+ * microbatch. When needs_grad, B (or BW) of dst sends its gradient back to B (or BW) of
+ * src, same size. Non-adjacent stages (skip connections) are allowed. */
+typedef struct {
+    int src_stage;
+    int dst_stage;
+    size_t bytes;
+    int needs_grad;
+} sp_stage_edge;
+
+/* One stage's sizes (bytes) and costs (seconds or any unit; the simulator does not care). */
+typedef struct {
+    double cost[SP_NUM_TASK_KINDS]; /* per microbatch, indexed by sp_task_kind */
+    size_t act_bytes;   /* saved by F for B/W of the same microbatch (freed after W/BW) */
+    size_t bgrad_bytes; /* kept by B for W of the same microbatch (freed after W) */
+    size_t param_bytes; /* parameters held by the stage; gradient accumulators are as big */
+    size_t opt_bytes;   /* optimizer state (AdamW: 2 x param_bytes) */
+} sp_stage_info;
+
+/* A parameter used by several stages (the GPT's tied token embedding). Each stage keeps
+ * its own gradient accumulator; the partial gradients are combined once per step, on
+ * the lowest stage (the owner), which updates the parameter and sends it back.
+ * single_use: each partial gradient is used by nothing but that sum, the precondition
+ * for moving the combine out of the microbatch loop; when 0 the planner keeps the
+ * per-microbatch combine. */
+typedef struct {
+    size_t bytes;
+    int nstages;
+    int stages[8]; /* ascending */
+    int single_use;
+} sp_stage_shared;
+
+typedef struct {
+    int nstages;
+    sp_stage_info *stage;   /* nstages entries */
+    int nedges;
+    sp_stage_edge *edge;
+    int nshared;
+    sp_stage_shared *shared;
+} sp_stage_model;
+
+/* A chain of n identical stages: edge s -> s+1 of `bytes`, each stage's cost F, B, W
+ * (BW = B + W), act_bytes = 1, everything else 0. Caller frees with sp_stage_model_free. */
+sp_stage_model *sp_stage_model_chain(int n, double f, double b, double w, size_t bytes);
+void sp_stage_model_free(sp_stage_model *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

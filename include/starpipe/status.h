@@ -1,0 +1,41 @@
+/* starpipe status codes and the last-error message.
+ * Library functions return an sp_status (or a negative id) and never exit; the message
+ * of the most recent failure on this thread is kept for sp_last_error(). */
+#ifndef STARPIPE_STATUS_H
+#define STARPIPE_STATUS_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    SP_OK = 0,
+    SP_ERR_ARG = 1,     /* a bad argument: unknown name, out-of-range number */
+    SP_ERR_SHAPE = 2,   /* tensor shapes do not fit the op */
+    SP_ERR_GRAPH = 3,   /* the graph is malformed: no loss, a cycle, an unused stage */
+    SP_ERR_SCHEDULE = 4,/* the schedule is invalid (a task missing, a cycle, ...) */
+    SP_ERR_IO = 5,      /* a file could not be read or written */
+    SP_ERR_NOMEM = 6,   /* an allocation failed */
+    SP_ERR_RUNTIME = 7, /* StarPU, MPI, CUDA or NCCL reported a failure */
+    SP_ERR_FORMAT = 8   /* a file is malformed (schedule text, checkpoint) */
+} sp_status;
+
+/* Message of the last failure on this thread ("" if none). */
+const char *sp_last_error(void);
+
+/* Records a failure: formats the message, returns code. For library internals. */
+sp_status sp_set_error(sp_status code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+void sp_clear_error(void);
+
+/* Short name of a status ("SP_ERR_SHAPE"). */
+const char *sp_status_name(sp_status s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

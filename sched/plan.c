@@ -1,0 +1,1 @@
+/* placeholder: the planner lands here */ typedef int sp_placeholder_plan;
