@@ -1,1 +1,126 @@
-/* placeholder */ typedef int sp_placeholder_data;
+/* Data sources: byte-level text windows and the MLP's synthetic teacher task. Both draw
+ * from a counter-based generator keyed by (seed, step, microbatch, row). */
+#include "starpipe/data.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sp_text {
+    uint8_t *bytes;
+    size_t n;
+};
+
+uint64_t sp_mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static uint64_t key4(uint64_t seed, uint64_t a, uint64_t b, uint64_t c)
+{
+    return sp_mix64(sp_mix64(sp_mix64(sp_mix64(seed) ^ a) ^ b) ^ c);
+}
+
+sp_text *sp_text_load(const char *path, int context, sp_status *status)
+{
+    sp_status st = SP_OK;
+    sp_text *t = NULL;
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    if (!f) {
+        st = sp_set_error(SP_ERR_IO, "cannot open data file '%s': %s", path ? path : "(null)",
+                          strerror(errno));
+        goto out;
+    }
+    t = calloc(1, sizeof *t);
+    size_t cap = 1 << 16;
+    if (t) t->bytes = malloc(cap);
+    if (!t || !t->bytes) {
+        st = sp_set_error(SP_ERR_NOMEM, "out of memory reading '%s'", path);
+        goto out;
+    }
+    for (;;) {
+        if (t->n == cap) {
+            uint8_t *nb = realloc(t->bytes, cap *= 2);
+            if (!nb) {
+                st = sp_set_error(SP_ERR_NOMEM, "out of memory reading '%s'", path);
+                goto out;
+            }
+            t->bytes = nb;
+        }
+        size_t got = fread(t->bytes + t->n, 1, cap - t->n, f);
+        t->n += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) {
+        st = sp_set_error(SP_ERR_IO, "error reading data file '%s'", path);
+        goto out;
+    }
+    if (context < 1 || t->n < (size_t)context + 2)
+        st = sp_set_error(SP_ERR_IO, "data file '%s' has %zu bytes; a context of %d needs at "
+                          "least %d", path, t->n, context, context + 2);
+out:
+    if (f) fclose(f);
+    if (st != SP_OK) {
+        sp_text_free(t);
+        t = NULL;
+    }
+    if (status) *status = st;
+    return t;
+}
+
+void sp_text_free(sp_text *t)
+{
+    if (!t) return;
+    free(t->bytes);
+    free(t);
+}
+
+size_t sp_text_size(const sp_text *t) { return t ? t->n : 0; }
+const uint8_t *sp_text_bytes(const sp_text *t) { return t ? t->bytes : NULL; }
+
+void sp_text_batch(const sp_text *t, uint64_t seed, int step, int mb, int B, int T,
+                   int32_t *tokens, int32_t *targets)
+{
+    size_t windows = t->n - (size_t)T; /* start offsets whose T+1 bytes fit */
+    for (int b = 0; b < B; b++) {
+        size_t off = (size_t)(key4(seed, (uint64_t)step, (uint64_t)mb, (uint64_t)b) % windows);
+        for (int j = 0; j < T; j++) {
+            tokens[b * T + j] = t->bytes[off + j];
+            targets[b * T + j] = t->bytes[off + j + 1];
+        }
+    }
+}
+
+static double normal01(uint64_t k)
+{
+    uint64_t r1 = sp_mix64(k), r2 = sp_mix64(k ^ 0x5bd1e995ULL);
+    double u1 = ((r1 >> 11) + 1.0) * 0x1.0p-53, u2 = (r2 >> 11) * 0x1.0p-53;
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+void sp_mlp_batch(uint64_t seed, int step, int mb, int B, int in_dim, int classes, float *x,
+                  int32_t *y)
+{
+    for (int b = 0; b < B; b++) {
+        uint64_t row = key4(seed, (uint64_t)step, (uint64_t)mb, (uint64_t)b);
+        for (int j = 0; j < in_dim; j++) x[b * in_dim + j] = (float)normal01(row + (uint64_t)j);
+        int best = 0;
+        double best_v = -INFINITY;
+        for (int c = 0; c < classes; c++) {
+            double v = 0.0;
+            for (int j = 0; j < in_dim; j++)
+                v += x[b * in_dim + j] *
+                     normal01(key4(seed, 0xfeedULL, (uint64_t)j, (uint64_t)c));
+            if (v > best_v) {
+                best_v = v;
+                best = c;
+            }
+        }
+        y[b] = best;
+    }
+}

@@ -1,1 +1,575 @@
-/* placeholder */ typedef int sp_placeholder_graph;
+/* The graph builder: ops, shape checks at creation, sp_pipeline_yield, param init.
+ * Every op checks its inputs and returns a negative id with a message naming the op and
+ * the shapes involved; a negative input id is passed through unchanged. */
+#include "graph/graph_impl.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const op_names[SP_OP_COUNT] = {
+    "input", "param", "matmul", "bias_add", "add", "scale", "gelu", "relu", "layernorm",
+    "embed", "attention", "cross_entropy", "sum", "mean", "reshape", "pipeline_yield",
+};
+
+const char *sp_opcode_name(sp_opcode op)
+{
+    return (op >= 0 && op < SP_OP_COUNT) ? op_names[op] : "?";
+}
+
+sp_graph *sp_graph_create(void)
+{
+    sp_graph *g = calloc(1, sizeof *g);
+    if (g) g->loss = -1;
+    return g;
+}
+
+void sp_graph_free(sp_graph *g)
+{
+    if (!g) return;
+    free(g->node);
+    free(g);
+}
+
+/* "(7,13)" */
+static const char *shape_str(const sp_node *n, char *buf, size_t len)
+{
+    size_t k = 0;
+    k += (size_t)snprintf(buf + k, len - k, "(");
+    for (int d = 0; d < n->ndim && k < len; d++)
+        k += (size_t)snprintf(buf + k, len - k, d ? ",%lld" : "%lld", (long long)n->shape[d]);
+    if (k < len) snprintf(buf + k, len - k, ")");
+    return buf;
+}
+
+static int valid_id(const sp_graph *g, sp_tensor t) { return g && t >= 0 && t < g->n; }
+
+static const sp_node *N(const sp_graph *g, sp_tensor t) { return &g->node[t]; }
+
+/* Follows pipeline_yield aliases to the tensor that holds the data. */
+static sp_tensor resolve(const sp_graph *g, sp_tensor t)
+{
+    while (g->node[t].op == SP_OP_YIELD) t = g->node[t].in[0];
+    return t;
+}
+
+static sp_tensor fail(sp_status code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static sp_tensor fail(sp_status code, const char *fmt, ...)
+{
+    char msg[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    sp_set_error(code, "%s", msg);
+    return -(int)code;
+}
+
+static sp_node *push(sp_graph *g, sp_opcode op, sp_dtype dt, int ndim, const int64_t *shape)
+{
+    if (g->n == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 64;
+        sp_node *nn = realloc(g->node, (size_t)cap * sizeof *nn);
+        if (!nn) return NULL;
+        g->node = nn;
+        g->cap = cap;
+    }
+    sp_node *n = &g->node[g->n++];
+    memset(n, 0, sizeof *n);
+    n->op = op;
+    n->dtype = dt;
+    n->ndim = ndim;
+    n->numel = 1;
+    for (int d = 0; d < ndim; d++) {
+        n->shape[d] = shape[d];
+        n->numel *= shape[d];
+    }
+    n->stage = (op == SP_OP_INPUT || op == SP_OP_PARAM) ? -1 : g->cur_stage;
+    n->in[0] = n->in[1] = n->in[2] = -1;
+    return n;
+}
+
+static int check_shape_arg(int ndim, const int64_t *shape)
+{
+    if (ndim < 1 || ndim > SP_MAX_DIMS || !shape) return 0;
+    for (int d = 0; d < ndim; d++)
+        if (shape[d] < 1) return 0;
+    return 1;
+}
+
+/* Checks ids and dtype of an op's inputs; resolves yields. Returns 0 or a negative id. */
+static int take_inputs(sp_graph *g, const char *op, int nin, sp_tensor *in)
+{
+    if (!g) return fail(SP_ERR_ARG, "%s: graph is NULL", op);
+    for (int k = 0; k < nin; k++) {
+        if (in[k] < 0) return in[k];
+        if (!valid_id(g, in[k]))
+            return fail(SP_ERR_ARG, "%s: input %d is not a tensor of this graph (id %d)", op, k,
+                        in[k]);
+        in[k] = resolve(g, in[k]);
+    }
+    return 0;
+}
+
+static sp_tensor add_leaf(sp_graph *g, sp_opcode op, sp_dtype dt, const char *name, int ndim,
+                          const int64_t *shape)
+{
+    const char *what = op == SP_OP_PARAM ? "sp_param" : "sp_input";
+    if (!g) return fail(SP_ERR_ARG, "%s: graph is NULL", what);
+    if (!name || !name[0] || strlen(name) >= sizeof g->node[0].name)
+        return fail(SP_ERR_ARG, "%s: a name of 1 to 63 characters is needed", what);
+    if (!check_shape_arg(ndim, shape))
+        return fail(SP_ERR_SHAPE, "%s '%s': shape must have 1..%d dims, each >= 1", what, name,
+                    SP_MAX_DIMS);
+    if (sp_graph_find(g, name) >= 0)
+        return fail(SP_ERR_ARG, "%s: the name '%s' is already used", what, name);
+    sp_node *n = push(g, op, dt, ndim, shape);
+    if (!n) return fail(SP_ERR_NOMEM, "%s: out of memory", what);
+    snprintf(n->name, sizeof n->name, "%s", name);
+    return g->n - 1;
+}
+
+sp_tensor sp_input_f32(sp_graph *g, const char *name, int ndim, const int64_t *shape)
+{
+    return add_leaf(g, SP_OP_INPUT, SP_F32, name, ndim, shape);
+}
+
+sp_tensor sp_input_i32(sp_graph *g, const char *name, int ndim, const int64_t *shape)
+{
+    return add_leaf(g, SP_OP_INPUT, SP_I32, name, ndim, shape);
+}
+
+sp_tensor sp_param(sp_graph *g, const char *name, int ndim, const int64_t *shape, sp_init init,
+                   float std)
+{
+    if (init != SP_INIT_NORMAL && init != SP_INIT_ZEROS && init != SP_INIT_ONES)
+        return fail(SP_ERR_ARG, "sp_param '%s': unknown initializer %d", name ? name : "", init);
+    if (init == SP_INIT_NORMAL && !(std >= 0.0f && std < 1e6f))
+        return fail(SP_ERR_ARG, "sp_param '%s': std must be finite and >= 0", name ? name : "");
+    sp_tensor t = add_leaf(g, SP_OP_PARAM, SP_F32, name, ndim, shape);
+    if (t >= 0) {
+        g->node[t].init = init;
+        g->node[t].init_std = std;
+    }
+    return t;
+}
+
+static int need_f32(const sp_graph *g, const char *op, sp_tensor t, const char *what)
+{
+    if (N(g, t)->dtype != SP_F32)
+        return fail(SP_ERR_SHAPE, "%s: %s must be f32, got i32", op, what);
+    return 0;
+}
+
+sp_tensor sp_matmul(sp_graph *g, sp_tensor a, sp_tensor b, int ta, int tb)
+{
+    sp_tensor in[2] = { a, b };
+    int r = take_inputs(g, "sp_matmul", 2, in);
+    if (r < 0) return r;
+    if ((r = need_f32(g, "sp_matmul", in[0], "a")) < 0) return r;
+    if ((r = need_f32(g, "sp_matmul", in[1], "b")) < 0) return r;
+    const sp_node *A = N(g, in[0]), *B = N(g, in[1]);
+    char sa[64], sb[64];
+    if (B->ndim != 2 || (ta && A->ndim != 2))
+        return fail(SP_ERR_SHAPE, "sp_matmul: b%s must be 2-D (and a%s too when transposed)",
+                    shape_str(B, sb, 64), shape_str(A, sa, 64));
+    int64_t k_a = ta ? A->shape[0] : A->shape[A->ndim - 1];
+    int64_t k_b = tb ? B->shape[1] : B->shape[0];
+    int64_t ncols = tb ? B->shape[0] : B->shape[1];
+    if (k_a != k_b)
+        return fail(SP_ERR_SHAPE,
+                    "sp_matmul: inner dimensions differ: a%s%s has %lld, b%s%s has %lld",
+                    shape_str(A, sa, 64), ta ? "^T" : "", (long long)k_a, shape_str(B, sb, 64),
+                    tb ? "^T" : "", (long long)k_b);
+    int64_t shape[SP_MAX_DIMS];
+    int ndim = A->ndim;
+    if (ta) {
+        shape[0] = A->shape[1];
+        shape[1] = ncols;
+    } else {
+        memcpy(shape, A->shape, sizeof shape);
+        shape[ndim - 1] = ncols;
+    }
+    sp_node *n = push(g, SP_OP_MATMUL, SP_F32, ndim, shape);
+    if (!n) return fail(SP_ERR_NOMEM, "sp_matmul: out of memory");
+    n->nin = 2;
+    n->in[0] = in[0];
+    n->in[1] = in[1];
+    n->ta = ta != 0;
+    n->tb = tb != 0;
+    return g->n - 1;
+}
+
+sp_tensor sp_bias_add(sp_graph *g, sp_tensor x, sp_tensor bias)
+{
+    sp_tensor in[2] = { x, bias };
+    int r = take_inputs(g, "sp_bias_add", 2, in);
+    if (r < 0) return r;
+    if ((r = need_f32(g, "sp_bias_add", in[0], "x")) < 0) return r;
+    if ((r = need_f32(g, "sp_bias_add", in[1], "bias")) < 0) return r;
+    const sp_node *X = N(g, in[0]), *Bn = N(g, in[1]);
+    char sx[64], sb[64];
+    if (Bn->ndim != 1 || Bn->shape[0] != X->shape[X->ndim - 1])
+        return fail(SP_ERR_SHAPE,
+                    "sp_bias_add: bias%s must be 1-D with the last dim of x%s (no broadcasting)",
+                    shape_str(Bn, sb, 64), shape_str(X, sx, 64));
+    sp_node *n = push(g, SP_OP_BIAS_ADD, SP_F32, X->ndim, X->shape);
+    if (!n) return fail(SP_ERR_NOMEM, "sp_bias_add: out of memory");
+    n->nin = 2;
+    n->in[0] = in[0];
+    n->in[1] = in[1];
+    return g->n - 1;
+}
+
+static int same_shape(const sp_node *a, const sp_node *b)
+{
+    if (a->ndim != b->ndim) return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d]) return 0;
+    return 1;
+}
+
+sp_tensor sp_add(sp_graph *g, sp_tensor a, sp_tensor b)
+{
+    sp_tensor in[2] = { a, b };
+    int r = take_inputs(g, "sp_add", 2, in);
+    if (r < 0) return r;
+    if ((r = need_f32(g, "sp_add", in[0], "a")) < 0) return r;
+    if ((r = need_f32(g, "sp_add", in[1], "b")) < 0) return r;
+    const sp_node *A = N(g, in[0]), *B = N(g, in[1]);
+    char sa[64], sb[64];
+    if (!same_shape(A, B))
+        return fail(SP_ERR_SHAPE, "sp_add: shapes differ: a%s vs b%s (no broadcasting)",
+                    shape_str(A, sa, 64), shape_str(B, sb, 64));
+    sp_node *n = push(g, SP_OP_ADD, SP_F32, A->ndim, A->shape);
+    if (!n) return fail(SP_ERR_NOMEM, "sp_add: out of memory");
+    n->nin = 2;
+    n->in[0] = in[0];
+    n->in[1] = in[1];
+    return g->n - 1;
+}
+
+static sp_tensor unary(sp_graph *g, sp_opcode op, const char *name, sp_tensor x)
+{
+    sp_tensor in[1] = { x };
+    int r = take_inputs(g, name, 1, in);
+    if (r < 0) return r;
+    if ((r = need_f32(g, name, in[0], "x")) < 0) return r;
+    const sp_node *X = N(g, in[0]);
+    sp_node *n = push(g, op, SP_F32, X->ndim, X->shape);
+    if (!n) return fail(SP_ERR_NOMEM, "%s: out of memory", name);
+    n->nin = 1;
+    n->in[0] = in[0];
+    return g->n - 1;
+}
+
+sp_tensor sp_scale(sp_graph *g, sp_tensor x, float s)
+{
+    if (!isfinite(s)) return fail(SP_ERR_ARG, "sp_scale: factor must be finite");
+    sp_tensor t = unary(g, SP_OP_SCALE, "sp_scale", x);
+    if (t >= 0) g->node[t].s = s;
+    return t;
+}
+
+sp_tensor sp_gelu(sp_graph *g, sp_tensor x) { return unary(g, SP_OP_GELU, "sp_gelu", x); }
+sp_tensor sp_relu(sp_graph *g, sp_tensor x) { return unary(g, SP_OP_RELU, "sp_relu", x); }
+
+static int need_param(const sp_graph *g, const char *op, sp_tensor t, const char *what)
+{
+    if (N(g, t)->op != SP_OP_PARAM)
+        return fail(SP_ERR_GRAPH, "%s: %s must be a parameter (sp_param)", op, what);
+    return 0;
+}
+
+sp_tensor sp_layernorm(sp_graph *g, sp_tensor x, sp_tensor gamma, sp_tensor beta)
+{
+    sp_tensor in[3] = { x, gamma, beta };
+    int r = take_inputs(g, "sp_layernorm", 3, in);
+    if (r < 0) return r;
+    if ((r = need_f32(g, "sp_layernorm", in[0], "x")) < 0) return r;
+    if ((r = need_param(g, "sp_layernorm", in[1], "gamma")) < 0) return r;
+    if ((r = need_param(g, "sp_layernorm", in[2], "beta")) < 0) return r;
+    const sp_node *X = N(g, in[0]), *G = N(g, in[1]), *Bt = N(g, in[2]);
+    int64_t C = X->shape[X->ndim - 1];
+    char sx[64], sg[64], sb[64];
+    if (G->ndim != 1 || Bt->ndim != 1 || G->shape[0] != C || Bt->shape[0] != C)
+        return fail(SP_ERR_SHAPE,
+                    "sp_layernorm: gamma%s and beta%s must be 1-D with the last dim of x%s",
+                    shape_str(G, sg, 64), shape_str(Bt, sb, 64), shape_str(X, sx, 64));
+    sp_node *n = push(g, SP_OP_LAYERNORM, SP_F32, X->ndim, X->shape);
+    if (!n) return fail(SP_ERR_NOMEM, "sp_layernorm: out of memory");
+    n->nin = 3;
+    memcpy(n->in, in, sizeof in);
+    n->aux = 2 * (n->numel / C); /* mean and rstd per row */
+    return g->n - 1;
+}
+
+sp_tensor sp_embed(sp_graph *g, sp_tensor tokens, sp_tensor wte, sp_tensor wpe)
+{
+    sp_tensor in[3] = { tokens, wte, wpe };
+    int r = take_inputs(g, "sp_embed", 3, in);
+    if (r < 0) return r;
+    const sp_node *Tk = N(g, in[0]), *E = N(g, in[1]), *P = N(g, in[2]);
+    char st[64], se[64], sp[64];
+    if (Tk->dtype != SP_I32 || Tk->op != SP_OP_INPUT || Tk->ndim != 2)
+        return fail(SP_ERR_SHAPE, "sp_embed: tokens%s must be an i32 input of shape (B,T)",
+                    shape_str(Tk, st, 64));
+    if ((r = need_param(g, "sp_embed", in[1], "wte")) < 0) return r;
+    if ((r = need_param(g, "sp_embed", in[2], "wpe")) < 0) return r;
+    if (E->ndim != 2 || P->ndim != 2 || E->shape[1] != P->shape[1] || P->shape[0] < Tk->shape[1])
+        return fail(SP_ERR_SHAPE,
+                    "sp_embed: wte%s (V,C) and wpe%s (Tmax,C) must share C, with Tmax >= T of "
+                    "tokens%s",
+                    shape_str(E, se, 64), shape_str(P, sp, 64), shape_str(Tk, st, 64));
+    int64_t shape[3] = { Tk->shape[0], Tk->shape[1], E->shape[1] };
+    sp_node *n = push(g, SP_OP_EMBED, SP_F32, 3, shape);
+    if (!n) return fail(SP_ERR_NOMEM, "sp_embed: out of memory");
+    n->nin = 3;
+    memcpy(n->in, in, sizeof in);
+    return g->n - 1;
+}
+
+sp_tensor sp_attention(sp_graph *g, sp_tensor qkv, int heads)
+{
+    sp_tensor in[1] = { qkv };
+    int r = take_inputs(g, "sp_attention", 1, in);
+    if (r < 0) return r;
+    if ((r = need_f32(g, "sp_attention", in[0], "qkv")) < 0) return r;
+    const sp_node *Q = N(g, in[0]);
+    char sq[64];
+    if (Q->ndim != 3 || Q->shape[2] % 3 != 0)
+        return fail(SP_ERR_SHAPE, "sp_attention: qkv%s must be (B,T,3C)", shape_str(Q, sq, 64));
+    int64_t C = Q->shape[2] / 3;
+    if (heads < 1 || C % heads != 0)
+        return fail(SP_ERR_SHAPE, "sp_attention: %d heads do not divide C=%lld of qkv%s", heads,
+                    (long long)C, shape_str(Q, sq, 64));
+    int64_t shape[3] = { Q->shape[0], Q->shape[1], C };
+    sp_node *n = push(g, SP_OP_ATTENTION, SP_F32, 3, shape);
+    if (!n) return fail(SP_ERR_NOMEM, "sp_attention: out of memory");
+    n->nin = 1;
+    n->in[0] = in[0];
+    n->heads = heads;
+    n->aux = Q->shape[0] * heads * Q->shape[1] * Q->shape[1]; /* probabilities */
+    return g->n - 1;
+}
+
+sp_tensor sp_cross_entropy(sp_graph *g, sp_tensor logits, sp_tensor targets)
+{
+    sp_tensor in[2] = { logits, targets };
+    int r = take_inputs(g, "sp_cross_entropy", 2, in);
+    if (r < 0) return r;
+    if ((r = need_f32(g, "sp_cross_entropy", in[0], "logits")) < 0) return r;
+    const sp_node *L = N(g, in[0]), *T = N(g, in[1]);
+    char sl[64], stg[64];
+    int ok = T->dtype == SP_I32 && T->ndim == L->ndim - 1;
+    for (int d = 0; ok && d < T->ndim; d++) ok = T->shape[d] == L->shape[d];
+    if (!ok)
+        return fail(SP_ERR_SHAPE,
+                    "sp_cross_entropy: targets%s must be i32 with the leading dims of logits%s",
+                    shape_str(T, stg, 64), shape_str(L, sl, 64));
+    int64_t one = 1;
+    sp_node *n = push(g, SP_OP_CROSS_ENTROPY, SP_F32, 1, &one);
+    if (!n) return fail(SP_ERR_NOMEM, "sp_cross_entropy: out of memory");
+    n->nin = 2;
+    n->in[0] = in[0];
+    n->in[1] = in[1];
+    n->aux = L->numel; /* softmax probabilities */
+    return g->n - 1;
+}
+
+static sp_tensor reduce(sp_graph *g, sp_opcode op, const char *name, sp_tensor x)
+{
+    sp_tensor in[1] = { x };
+    int r = take_inputs(g, name, 1, in);
+    if (r < 0) return r;
+    if ((r = need_f32(g, name, in[0], "x")) < 0) return r;
+    int64_t one = 1;
+    sp_node *n = push(g, op, SP_F32, 1, &one);
+    if (!n) return fail(SP_ERR_NOMEM, "%s: out of memory", name);
+    n->nin = 1;
+    n->in[0] = in[0];
+    return g->n - 1;
+}
+
+sp_tensor sp_sum(sp_graph *g, sp_tensor x) { return reduce(g, SP_OP_SUM, "sp_sum", x); }
+sp_tensor sp_mean(sp_graph *g, sp_tensor x) { return reduce(g, SP_OP_MEAN, "sp_mean", x); }
+
+sp_tensor sp_reshape(sp_graph *g, sp_tensor x, int ndim, const int64_t *shape)
+{
+    sp_tensor in[1] = { x };
+    int r = take_inputs(g, "sp_reshape", 1, in);
+    if (r < 0) return r;
+    if ((r = need_f32(g, "sp_reshape", in[0], "x")) < 0) return r;
+    const sp_node *X = N(g, in[0]);
+    char sx[64];
+    if (!check_shape_arg(ndim, shape))
+        return fail(SP_ERR_SHAPE, "sp_reshape: new shape must have 1..%d dims, each >= 1",
+                    SP_MAX_DIMS);
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++) numel *= shape[d];
+    if (numel != X->numel)
+        return fail(SP_ERR_SHAPE, "sp_reshape: x%s has %lld elements, the new shape %lld",
+                    shape_str(X, sx, 64), (long long)X->numel, (long long)numel);
+    sp_node *n = push(g, SP_OP_RESHAPE, SP_F32, ndim, shape);
+    if (!n) return fail(SP_ERR_NOMEM, "sp_reshape: out of memory");
+    n->nin = 1;
+    n->in[0] = in[0];
+    return g->n - 1;
+}
+
+sp_tensor sp_pipeline_yield(sp_graph *g, sp_tensor x)
+{
+    sp_tensor in[1] = { x };
+    int r = take_inputs(g, "sp_pipeline_yield", 1, in);
+    if (r < 0) return r;
+    const sp_node *X = N(g, in[0]);
+    if (X->op == SP_OP_PARAM || X->op == SP_OP_INPUT)
+        return fail(SP_ERR_GRAPH, "sp_pipeline_yield: '%s' is a %s; only a computed tensor "
+                    "can be handed to the next stage", X->name, sp_opcode_name(X->op));
+    if (X->stage != g->cur_stage)
+        return fail(SP_ERR_GRAPH, "sp_pipeline_yield: the tensor comes from stage %d, but "
+                    "stage %d is being closed", X->stage, g->cur_stage);
+    sp_node *n = push(g, SP_OP_YIELD, X->dtype, X->ndim, X->shape);
+    if (!n) return fail(SP_ERR_NOMEM, "sp_pipeline_yield: out of memory");
+    n->nin = 1;
+    n->in[0] = in[0];
+    g->cur_stage++;
+    return g->n - 1;
+}
+
+sp_status sp_graph_set_loss(sp_graph *g, sp_tensor loss)
+{
+    if (!g) return sp_set_error(SP_ERR_ARG, "sp_graph_set_loss: graph is NULL");
+    if (loss < 0)
+        return sp_set_error(SP_ERR_GRAPH, "sp_graph_set_loss: the loss tensor is invalid "
+                            "(an earlier op failed: %s)", sp_last_error());
+    if (!valid_id(g, loss)) return sp_set_error(SP_ERR_ARG, "sp_graph_set_loss: bad tensor id");
+    loss = resolve(g, loss);
+    const sp_node *L = N(g, loss);
+    if (L->numel != 1 || L->dtype != SP_F32 || L->stage < 0)
+        return sp_set_error(SP_ERR_GRAPH, "sp_graph_set_loss: the loss must be a computed f32 "
+                            "scalar");
+    if (L->stage != g->cur_stage)
+        return sp_set_error(SP_ERR_GRAPH, "sp_graph_set_loss: the loss must be computed in the "
+                            "last stage (%d), not in stage %d", g->cur_stage, L->stage);
+    g->loss = loss;
+    return SP_OK;
+}
+
+int sp_graph_num_stages(const sp_graph *g) { return g ? g->cur_stage + 1 : 0; }
+int sp_graph_num_tensors(const sp_graph *g) { return g ? g->n : 0; }
+int sp_tensor_ndim(const sp_graph *g, sp_tensor t) { return valid_id(g, t) ? N(g, t)->ndim : 0; }
+const int64_t *sp_tensor_shape(const sp_graph *g, sp_tensor t)
+{
+    return valid_id(g, t) ? N(g, t)->shape : NULL;
+}
+int64_t sp_tensor_numel(const sp_graph *g, sp_tensor t)
+{
+    return valid_id(g, t) ? N(g, t)->numel : 0;
+}
+sp_dtype sp_tensor_dtype(const sp_graph *g, sp_tensor t)
+{
+    return valid_id(g, t) ? N(g, t)->dtype : SP_F32;
+}
+const char *sp_tensor_name(const sp_graph *g, sp_tensor t)
+{
+    return valid_id(g, t) ? N(g, t)->name : "";
+}
+int sp_tensor_is_param(const sp_graph *g, sp_tensor t)
+{
+    return valid_id(g, t) && N(g, t)->op == SP_OP_PARAM;
+}
+int sp_tensor_is_input(const sp_graph *g, sp_tensor t)
+{
+    return valid_id(g, t) && N(g, t)->op == SP_OP_INPUT;
+}
+int sp_tensor_stage(const sp_graph *g, sp_tensor t) { return valid_id(g, t) ? N(g, t)->stage : -1; }
+
+sp_tensor sp_graph_find(const sp_graph *g, const char *name)
+{
+    if (!g || !name) return -1;
+    for (int i = 0; i < g->n; i++)
+        if ((g->node[i].op == SP_OP_PARAM || g->node[i].op == SP_OP_INPUT) &&
+            strcmp(g->node[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+int sp_graph_num_params(const sp_graph *g)
+{
+    int k = 0;
+    for (int i = 0; g && i < g->n; i++) k += g->node[i].op == SP_OP_PARAM;
+    return k;
+}
+
+sp_tensor sp_graph_param(const sp_graph *g, int idx)
+{
+    for (int i = 0; g && i < g->n; i++)
+        if (g->node[i].op == SP_OP_PARAM && idx-- == 0) return i;
+    return -1;
+}
+
+int64_t sp_graph_param_count(const sp_graph *g)
+{
+    int64_t k = 0;
+    for (int i = 0; g && i < g->n; i++)
+        if (g->node[i].op == SP_OP_PARAM) k += g->node[i].numel;
+    return k;
+}
+
+/* splitmix64: a counter-based generator, so element j of a parameter has the same value
+ * in every process, whatever else was initialised before it. */
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ULL;
+    return h;
+}
+
+sp_status sp_param_init_values(const sp_graph *g, sp_tensor p, uint64_t seed, float *dst)
+{
+    if (!sp_tensor_is_param(g, p) || !dst)
+        return sp_set_error(SP_ERR_ARG, "sp_param_init_values: not a parameter");
+    const sp_node *n = N(g, p);
+    if (n->init != SP_INIT_NORMAL) {
+        float v = n->init == SP_INIT_ONES ? 1.0f : 0.0f;
+        for (int64_t j = 0; j < n->numel; j++) dst[j] = v;
+        return SP_OK;
+    }
+    uint64_t key = splitmix64(seed ^ fnv1a(n->name));
+    for (int64_t j = 0; j < n->numel; j += 2) {
+        /* Box-Muller on two uniforms in (0,1]. */
+        uint64_t r1 = splitmix64(key + (uint64_t)j), r2 = splitmix64(key + (uint64_t)j + 1);
+        double u1 = ((r1 >> 11) + 1.0) * 0x1.0p-53, u2 = (r2 >> 11) * 0x1.0p-53;
+        double rad = sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
+        dst[j] = (float)(n->init_std * rad * cos(th));
+        if (j + 1 < n->numel) dst[j + 1] = (float)(n->init_std * rad * sin(th));
+    }
+    return SP_OK;
+}
+
+void sp_graph_print(const sp_graph *g, void *stream)
+{
+    FILE *f = stream ? (FILE *)stream : stdout;
+    char s[64];
+    for (int i = 0; g && i < g->n; i++) {
+        const sp_node *n = &g->node[i];
+        fprintf(f, "%4d stage %2d %-14s %-12s", i, n->stage, sp_opcode_name(n->op),
+                shape_str(n, s, 64));
+        for (int k = 0; k < n->nin; k++) fprintf(f, " %d", n->in[k]);
+        if (n->name[0]) fprintf(f, "  '%s'", n->name);
+        fputc('\n', f);
+    }
+}

@@ -1,1 +1,213 @@
-/* placeholder */ typedef int sp_placeholder_interp;
+/* The reference interpreter: a whole training step in one process, in the plainest
+ * order (microbatch by microbatch: F of every stage, then BW in reverse), on the same
+ * stage programs and kernels the runtime uses. */
+#include "starpipe/reference.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "codelets/cpu/kernels.h"
+#include "graph/program_impl.h"
+
+struct sp_reference {
+    const sp_program *p;
+    int m;
+    sp_adamw_config opt;
+    int steps;
+    double grad_norm;
+    int S, E;
+    float **params, **grads, **mom_m, **mom_v, **act, **bgrad, **scratch;
+    float **efwd, **egrad;
+    float *losses;
+};
+
+static float *zalloc(size_t bytes) { return calloc(bytes ? bytes : 1, 1); }
+
+void sp_reference_free(sp_reference *r)
+{
+    if (!r) return;
+    float **all[] = { r->params, r->grads, r->mom_m, r->mom_v, r->act, r->bgrad, r->scratch };
+    for (size_t a = 0; a < sizeof all / sizeof *all; a++) {
+        for (int s = 0; all[a] && s < r->S; s++) free(all[a][s]);
+        free(all[a]);
+    }
+    for (int e = 0; e < r->E; e++) {
+        if (r->efwd) free(r->efwd[e]);
+        if (r->egrad) free(r->egrad[e]);
+    }
+    free(r->efwd);
+    free(r->egrad);
+    free(r->losses);
+    free(r);
+}
+
+sp_reference *sp_reference_create(const sp_program *p, int microbatches,
+                                  const sp_adamw_config *opt, uint64_t seed, sp_status *status)
+{
+    sp_status st = SP_OK;
+    sp_reference *r = NULL;
+    if (!p || microbatches < 1) {
+        st = sp_set_error(SP_ERR_ARG, "sp_reference_create: need a program and >= 1 microbatch");
+        goto out;
+    }
+    r = calloc(1, sizeof *r);
+    if (!r) goto nomem;
+    r->p = p;
+    r->m = microbatches;
+    if (opt) r->opt = *opt;
+    else sp_adamw_defaults(&r->opt);
+    r->S = p->nstages;
+    r->E = p->nedges;
+    float ***slabs[] = { &r->params, &r->grads, &r->mom_m, &r->mom_v, &r->act, &r->bgrad,
+                         &r->scratch };
+    for (size_t a = 0; a < sizeof slabs / sizeof *slabs; a++)
+        if (!(*slabs[a] = calloc((size_t)r->S, sizeof(float *)))) goto nomem;
+    for (int s = 0; s < r->S; s++) {
+        size_t pb = sp_program_buf_bytes(p, SP_BUF_PARAMS, s);
+        if (!(r->params[s] = zalloc(pb)) || !(r->grads[s] = zalloc(pb)) ||
+            !(r->mom_m[s] = zalloc(pb)) || !(r->mom_v[s] = zalloc(pb)) ||
+            !(r->act[s] = zalloc(sp_program_buf_bytes(p, SP_BUF_ACT, s))) ||
+            !(r->bgrad[s] = zalloc(sp_program_buf_bytes(p, SP_BUF_BGRAD, s))) ||
+            !(r->scratch[s] = zalloc(sp_program_buf_bytes(p, SP_BUF_SCRATCH, s))))
+            goto nomem;
+    }
+    r->efwd = calloc((size_t)(r->E ? r->E : 1), sizeof(float *));
+    r->egrad = calloc((size_t)(r->E ? r->E : 1), sizeof(float *));
+    if (!r->efwd || !r->egrad) goto nomem;
+    for (int e = 0; e < r->E; e++)
+        if (!(r->efwd[e] = zalloc(sp_program_buf_bytes(p, SP_BUF_EDGE_FWD, e))) ||
+            !(r->egrad[e] = zalloc(sp_program_buf_bytes(p, SP_BUF_EDGE_GRAD, e))))
+            goto nomem;
+    if (!(r->losses = zalloc((size_t)r->m * sizeof(float)))) goto nomem;
+    for (int i = 0; i < sp_graph_num_params(p->g); i++) {
+        sp_tensor t = sp_graph_param(p->g, i);
+        for (int s = 0; s < r->S; s++) {
+            int64_t off = p->param_off[s][t];
+            if (off >= 0 && (st = sp_param_init_values(p->g, t, seed, r->params[s] + off)))
+                goto out;
+        }
+    }
+    sp_kernels_init();
+    goto out;
+nomem:
+    st = sp_set_error(SP_ERR_NOMEM, "sp_reference_create: out of memory");
+out:
+    if (st != SP_OK) {
+        sp_reference_free(r);
+        r = NULL;
+    }
+    if (status) *status = st;
+    return r;
+}
+
+static sp_status run(sp_reference *r, int s, sp_task_kind kind, int i, const void *const *inputs)
+{
+    const sp_program *p = r->p;
+    int nb = sp_program_num_bufs(p, s, kind);
+    void *bufs[64];
+    void **b = nb <= 64 ? bufs : malloc((size_t)nb * sizeof(void *));
+    if (!b) return sp_set_error(SP_ERR_NOMEM, "reference: out of memory");
+    for (int j = 0; j < nb; j++) {
+        sp_buf_ref ref = sp_program_buf(p, s, kind, j);
+        switch (ref.cls) {
+        case SP_BUF_PARAMS: b[j] = r->params[ref.index]; break;
+        case SP_BUF_GRADS: b[j] = r->grads[ref.index]; break;
+        case SP_BUF_ACT: b[j] = r->act[ref.index]; break;
+        case SP_BUF_BGRAD: b[j] = r->bgrad[ref.index]; break;
+        case SP_BUF_SCRATCH: b[j] = r->scratch[ref.index]; break;
+        case SP_BUF_EDGE_FWD: b[j] = r->efwd[ref.index]; break;
+        case SP_BUF_EDGE_GRAD: b[j] = r->egrad[ref.index]; break;
+        case SP_BUF_INPUT: b[j] = (void *)inputs[i * p->ninputs + ref.index]; break;
+        case SP_BUF_LOSS: b[j] = &r->losses[i]; break;
+        default: b[j] = NULL;
+        }
+    }
+    sp_run_args args = { .dloss = 1.0f / (float)r->m };
+    sp_status st = sp_program_run(p, s, kind, b, &args);
+    if (b != bufs) free(b);
+    return st;
+}
+
+sp_status sp_reference_forward_backward(sp_reference *r, const void *const *inputs, float *loss)
+{
+    if (!r || !inputs) return sp_set_error(SP_ERR_ARG, "sp_reference_forward_backward: NULL");
+    const sp_program *p = r->p;
+    for (int s = 0; s < r->S; s++)
+        memset(r->grads[s], 0, sp_program_buf_bytes(p, SP_BUF_GRADS, s));
+    sp_status st;
+    for (int i = 0; i < r->m; i++) {
+        for (int s = 0; s < r->S; s++)
+            if ((st = run(r, s, SP_TASK_F, i, inputs))) return st;
+        for (int s = r->S - 1; s >= 0; s--)
+            if ((st = run(r, s, SP_TASK_BW, i, inputs))) return st;
+    }
+    /* tied parameters: each owner adds the other stages' partial gradients, ascending */
+    for (int s = 1; s < r->S; s++)
+        for (int o = 0; o < s; o++)
+            if (sp_optim_stages_share(p, o, s)) sp_optim_combine(p, o, r->grads[o], s, r->grads[s]);
+    double total = 0.0;
+    for (int i = 0; i < r->m; i++) total += r->losses[i];
+    if (loss) *loss = (float)(total / r->m);
+    return SP_OK;
+}
+
+sp_status sp_reference_step(sp_reference *r, const void *const *inputs, float *loss)
+{
+    sp_status st = sp_reference_forward_backward(r, inputs, loss);
+    if (st) return st;
+    const sp_program *p = r->p;
+    double sumsq[r->S];
+    for (int s = 0; s < r->S; s++) sumsq[s] = sp_optim_sumsq(p, s, r->grads[s]);
+    float scale = sp_optim_clip_scale(&r->opt, sumsq, r->S, &r->grad_norm);
+    r->steps++;
+    for (int s = 0; s < r->S; s++)
+        sp_optim_update(p, s, r->params[s], r->grads[s], r->mom_m[s], r->mom_v[s], &r->opt, scale,
+                        r->steps);
+    for (int s = 1; s < r->S; s++)
+        for (int o = 0; o < s; o++)
+            if (sp_optim_stages_share(p, o, s))
+                sp_optim_copy_shared(p, o, r->params[o], s, r->params[s]);
+    return SP_OK;
+}
+
+const float *sp_reference_param(const sp_reference *r, sp_tensor t)
+{
+    int o = r ? sp_program_param_owner(r->p, t) : -1;
+    return o < 0 ? NULL : r->params[o] + r->p->param_off[o][t];
+}
+
+const float *sp_reference_grad(const sp_reference *r, sp_tensor t)
+{
+    int o = r ? sp_program_param_owner(r->p, t) : -1;
+    return o < 0 ? NULL : r->grads[o] + r->p->param_off[o][t];
+}
+
+sp_status sp_reference_set_param(sp_reference *r, sp_tensor t, const float *values)
+{
+    if (!r || !sp_tensor_is_param(r->p->g, t) || !values)
+        return sp_set_error(SP_ERR_ARG, "sp_reference_set_param: not a parameter");
+    int64_t n = sp_tensor_numel(r->p->g, t);
+    for (int s = 0; s < r->S; s++) {
+        int64_t off = r->p->param_off[s][t];
+        if (off >= 0) memcpy(r->params[s] + off, values, (size_t)n * sizeof(float));
+    }
+    return SP_OK;
+}
+
+const float *sp_reference_microbatch_losses(const sp_reference *r) { return r ? r->losses : NULL; }
+double sp_reference_grad_norm(const sp_reference *r) { return r ? r->grad_norm : 0.0; }
+int sp_reference_steps_done(const sp_reference *r) { return r ? r->steps : 0; }
+
+float *sp_reference_slab(sp_reference *r, sp_buf_class cls, int stage)
+{
+    if (!r || stage < 0 || stage >= r->S) return NULL;
+    if (cls == SP_BUF_PARAMS) return r->params[stage];
+    if (cls == SP_BUF_GRADS) return r->grads[stage];
+    return NULL;
+}
+
+float *sp_reference_moment(sp_reference *r, int which, int stage)
+{
+    if (!r || stage < 0 || stage >= r->S) return NULL;
+    return which ? r->mom_v[stage] : r->mom_m[stage];
+}

@@ -1,1 +1,115 @@
-/* placeholder */ typedef int sp_placeholder_models;
+/* Model builders: GPT-2-style decoder and MLP over the graph API (include/starpipe/models.h). */
+#include "starpipe/models.h"
+
+#include <math.h>
+#include <stdio.h>
+
+/* Stage of layer i of n when n layers are split evenly over S stages. */
+static int stage_of(int i, int n, int S) { return (int)((long long)i * S / n); }
+
+static sp_tensor param(sp_graph *g, const char *fmt, int l, int ndim, int64_t d0, int64_t d1,
+                       sp_init init, float std)
+{
+    char name[64];
+    snprintf(name, sizeof name, fmt, l);
+    int64_t shape[2] = { d0, d1 };
+    return sp_param(g, name, ndim, shape, init, std);
+}
+
+static sp_graph *finish(sp_graph *g, sp_tensor loss, sp_status *status)
+{
+    sp_status st = sp_graph_set_loss(g, loss);
+    if (status) *status = st;
+    if (st != SP_OK) {
+        sp_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+sp_graph *sp_model_gpt(const sp_gpt_config *c, sp_status *status)
+{
+    sp_status st = SP_OK;
+    if (!c || c->vocab < 2 || c->context < 1 || c->layers < 1 || c->heads < 1 ||
+        c->channels < 1 || c->batch < 1 || c->stages < 1)
+        st = sp_set_error(SP_ERR_ARG, "sp_model_gpt: every size must be >= 1 (vocab >= 2)");
+    else if (c->channels % c->heads)
+        st = sp_set_error(SP_ERR_ARG, "sp_model_gpt: %d heads do not divide %d channels",
+                          c->heads, c->channels);
+    else if (c->stages > c->layers)
+        st = sp_set_error(SP_ERR_ARG, "sp_model_gpt: %d stages need at least as many layers "
+                          "(have %d)", c->stages, c->layers);
+    sp_graph *g = st ? NULL : sp_graph_create();
+    if (!st && !g) st = sp_set_error(SP_ERR_NOMEM, "sp_model_gpt: out of memory");
+    if (st) {
+        if (status) *status = st;
+        return NULL;
+    }
+    const int64_t B = c->batch, T = c->context, C = c->channels, V = c->vocab;
+    const float std = 0.02f, std_res = 0.02f / sqrtf(2.0f * c->layers);
+    sp_tensor tokens = sp_input_i32(g, "tokens", 2, (int64_t[]){ B, T });
+    sp_tensor targets = sp_input_i32(g, "targets", 2, (int64_t[]){ B, T });
+    sp_tensor wte = param(g, "wte", 0, 2, V, C, SP_INIT_NORMAL, std);
+    sp_tensor wpe = param(g, "wpe", 0, 2, T, C, SP_INIT_NORMAL, std);
+    sp_tensor x = sp_embed(g, tokens, wte, wpe);
+    for (int l = 0; l < c->layers; l++) {
+        if (l > 0 && stage_of(l, c->layers, c->stages) != stage_of(l - 1, c->layers, c->stages))
+            x = sp_pipeline_yield(g, x);
+        sp_tensor h = sp_layernorm(g, x, param(g, "h%d.ln1.g", l, 1, C, 0, SP_INIT_ONES, 0),
+                                   param(g, "h%d.ln1.b", l, 1, C, 0, SP_INIT_ZEROS, 0));
+        h = sp_matmul(g, h, param(g, "h%d.attn.w", l, 2, C, 3 * C, SP_INIT_NORMAL, std), 0, 0);
+        h = sp_bias_add(g, h, param(g, "h%d.attn.b", l, 1, 3 * C, 0, SP_INIT_ZEROS, 0));
+        h = sp_attention(g, h, c->heads);
+        h = sp_matmul(g, h, param(g, "h%d.proj.w", l, 2, C, C, SP_INIT_NORMAL, std_res), 0, 0);
+        h = sp_bias_add(g, h, param(g, "h%d.proj.b", l, 1, C, 0, SP_INIT_ZEROS, 0));
+        x = sp_add(g, x, h);
+        h = sp_layernorm(g, x, param(g, "h%d.ln2.g", l, 1, C, 0, SP_INIT_ONES, 0),
+                         param(g, "h%d.ln2.b", l, 1, C, 0, SP_INIT_ZEROS, 0));
+        h = sp_matmul(g, h, param(g, "h%d.fc.w", l, 2, C, 4 * C, SP_INIT_NORMAL, std), 0, 0);
+        h = sp_bias_add(g, h, param(g, "h%d.fc.b", l, 1, 4 * C, 0, SP_INIT_ZEROS, 0));
+        h = sp_gelu(g, h);
+        h = sp_matmul(g, h, param(g, "h%d.fcproj.w", l, 2, 4 * C, C, SP_INIT_NORMAL, std_res),
+                      0, 0);
+        h = sp_bias_add(g, h, param(g, "h%d.fcproj.b", l, 1, C, 0, SP_INIT_ZEROS, 0));
+        x = sp_add(g, x, h);
+    }
+    x = sp_layernorm(g, x, param(g, "lnf.g", 0, 1, C, 0, SP_INIT_ONES, 0),
+                     param(g, "lnf.b", 0, 1, C, 0, SP_INIT_ZEROS, 0));
+    sp_tensor logits = sp_matmul(g, x, wte, 0, 1); /* tied: (B,T,C) x (V,C)^T */
+    return finish(g, sp_cross_entropy(g, logits, targets), status);
+}
+
+sp_graph *sp_model_mlp(const sp_mlp_config *c, sp_status *status)
+{
+    sp_status st = SP_OK;
+    if (!c || c->in_dim < 1 || c->width < 1 || c->depth < 1 || c->classes < 2 || c->batch < 1 ||
+        c->stages < 1)
+        st = sp_set_error(SP_ERR_ARG, "sp_model_mlp: every size must be >= 1 (classes >= 2)");
+    else if (c->stages > c->depth)
+        st = sp_set_error(SP_ERR_ARG, "sp_model_mlp: %d stages need at least as many hidden "
+                          "layers (have %d)", c->stages, c->depth);
+    sp_graph *g = st ? NULL : sp_graph_create();
+    if (!st && !g) st = sp_set_error(SP_ERR_NOMEM, "sp_model_mlp: out of memory");
+    if (st) {
+        if (status) *status = st;
+        return NULL;
+    }
+    sp_tensor h = sp_input_f32(g, "x", 2, (int64_t[]){ c->batch, c->in_dim });
+    sp_tensor y = sp_input_i32(g, "y", 1, (int64_t[]){ c->batch });
+    int64_t fan_in = c->in_dim;
+    for (int l = 0; l < c->depth; l++) {
+        if (l > 0 && stage_of(l, c->depth, c->stages) != stage_of(l - 1, c->depth, c->stages))
+            h = sp_pipeline_yield(g, h);
+        sp_tensor w = param(g, "l%d.w", l, 2, fan_in, c->width, SP_INIT_NORMAL,
+                            sqrtf(2.0f / (float)fan_in));
+        h = sp_matmul(g, h, w, 0, 0);
+        h = sp_bias_add(g, h, param(g, "l%d.b", l, 1, c->width, 0, SP_INIT_ZEROS, 0));
+        h = sp_relu(g, h);
+        fan_in = c->width;
+    }
+    sp_tensor w = param(g, "head.w", 0, 2, fan_in, c->classes, SP_INIT_NORMAL,
+                        sqrtf(1.0f / (float)fan_in));
+    h = sp_bias_add(g, sp_matmul(g, h, w, 0, 0),
+                    param(g, "head.b", 0, 1, c->classes, 0, SP_INIT_ZEROS, 0));
+    return finish(g, sp_cross_entropy(g, h, y), status);
+}

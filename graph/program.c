@@ -1,1 +1,737 @@
-/* placeholder */ typedef int sp_placeholder_program;
+/* Stage programs: the memory layout of every buffer class, the forward programs, the
+ * stage model handed to the planner, and the interpreter loop that runs a program on
+ * buffers (the same loop runs in the reference and inside every StarPU task). */
+#include "graph/program_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codelets/cpu/kernels.h"
+
+static const char *const buf_names[SP_NUM_BUF_CLASSES] = {
+    "PARAMS", "GRADS", "ACT", "BGRAD", "EDGE_FWD", "EDGE_GRAD", "INPUT", "LOSS", "SCRATCH",
+};
+
+const char *sp_buf_class_name(sp_buf_class c)
+{
+    return (c >= 0 && c < SP_NUM_BUF_CLASSES) ? buf_names[c] : "?";
+}
+
+const char *sp_task_kind_name(sp_task_kind k)
+{
+    static const char *const names[] = { "F", "B", "W", "BW" };
+    return (k >= 0 && k < SP_NUM_TASK_KINDS) ? names[k] : "?";
+}
+
+sp_kprog *sp_prog_of(const sp_program *p, int stage, sp_task_kind kind)
+{
+    if (!p || stage < 0 || stage >= p->nstages || kind < 0 || kind >= SP_NUM_TASK_KINDS)
+        return NULL;
+    return &p->prog[stage * SP_NUM_TASK_KINDS + kind];
+}
+
+int sp_edge_index(const sp_program *p, int src, int dst)
+{
+    for (int e = 0; e < p->nedges; e++)
+        if (p->edge[e].src == src && p->edge[e].dst == dst) return e;
+    return -1;
+}
+
+static int64_t edge_offset(const sp_edge_layout *e, int t)
+{
+    for (int j = 0; j < e->ntensors; j++)
+        if (e->tensor[j] == t) return e->off[j];
+    return -1;
+}
+
+int sp_prog_buf(sp_kprog *kp, sp_buf_class cls, int index, size_t bytes, sp_buf_mode mode)
+{
+    for (int j = 0; j < kp->nbufs; j++)
+        if (kp->bufs[j].cls == cls && kp->bufs[j].index == index) {
+            kp->bufs[j].mode |= mode;
+            return j;
+        }
+    if (kp->nbufs == kp->capbufs) {
+        int cap = kp->capbufs ? 2 * kp->capbufs : 8;
+        sp_buf_ref *nb = realloc(kp->bufs, (size_t)cap * sizeof *nb);
+        if (!nb) abort(); /* a few dozen bytes: treat as fatal like malloc in libc */
+        kp->bufs = nb;
+        kp->capbufs = cap;
+    }
+    kp->bufs[kp->nbufs] = (sp_buf_ref){ .cls = cls, .index = index, .bytes = bytes, .mode = mode };
+    return kp->nbufs++;
+}
+
+sp_instr *sp_prog_emit(sp_kprog *kp, sp_icode code, int node)
+{
+    if (kp->nins == kp->capins) {
+        int cap = kp->capins ? 2 * kp->capins : 32;
+        sp_instr *ni = realloc(kp->ins, (size_t)cap * sizeof *ni);
+        if (!ni) abort();
+        kp->ins = ni;
+        kp->capins = cap;
+    }
+    sp_instr *in = &kp->ins[kp->nins++];
+    memset(in, 0, sizeof *in);
+    in->code = code;
+    in->node = node;
+    return in;
+}
+
+size_t sp_program_buf_bytes(const sp_program *p, sp_buf_class cls, int index)
+{
+    if (!p) return 0;
+    switch (cls) {
+    case SP_BUF_PARAMS:
+    case SP_BUF_GRADS:
+        return (index >= 0 && index < p->nstages) ? (size_t)p->param_floats[index] * 4 : 0;
+    case SP_BUF_ACT:
+        return (index >= 0 && index < p->nstages) ? (size_t)p->act_floats[index] * 4 : 0;
+    case SP_BUF_BGRAD:
+        return (index >= 0 && index < p->nstages) ? (size_t)p->bgrad_floats[index] * 4 : 0;
+    case SP_BUF_SCRATCH:
+        return (index >= 0 && index < p->nstages) ? (size_t)p->scratch_floats[index] * 4 : 0;
+    case SP_BUF_EDGE_FWD:
+    case SP_BUF_EDGE_GRAD:
+        return (index >= 0 && index < p->nedges) ? (size_t)p->edge[index].floats * 4 : 0;
+    case SP_BUF_INPUT:
+        return (index >= 0 && index < p->ninputs)
+                   ? (size_t)p->g->node[p->input[index]].numel * 4 : 0;
+    case SP_BUF_LOSS:
+        return 4;
+    default:
+        return 0;
+    }
+}
+
+sp_loc sp_loc_value(sp_program *p, sp_kprog *kp, int s, int t, sp_buf_mode mode)
+{
+    const sp_node *n = &p->g->node[t];
+    if (n->op == SP_OP_PARAM)
+        return (sp_loc){ sp_prog_buf(kp, SP_BUF_PARAMS, s, sp_program_buf_bytes(p, SP_BUF_PARAMS, s),
+                                     mode),
+                         p->param_off[s][t] };
+    if (n->op == SP_OP_INPUT) {
+        int k = 0;
+        while (p->input[k] != t) k++;
+        return (sp_loc){ sp_prog_buf(kp, SP_BUF_INPUT, k, sp_program_buf_bytes(p, SP_BUF_INPUT, k),
+                                     mode), 0 };
+    }
+    if (n->stage == s)
+        return (sp_loc){ sp_prog_buf(kp, SP_BUF_ACT, s, sp_program_buf_bytes(p, SP_BUF_ACT, s), mode),
+                         p->act_off[t] };
+    int e = sp_edge_index(p, n->stage, s);
+    return (sp_loc){ sp_prog_buf(kp, SP_BUF_EDGE_FWD, e, sp_program_buf_bytes(p, SP_BUF_EDGE_FWD, e),
+                                 mode),
+                     edge_offset(&p->edge[e], t) };
+}
+
+sp_loc sp_loc_aux(sp_program *p, sp_kprog *kp, int t, sp_buf_mode mode)
+{
+    int s = p->g->node[t].stage;
+    return (sp_loc){ sp_prog_buf(kp, SP_BUF_ACT, s, sp_program_buf_bytes(p, SP_BUF_ACT, s), mode),
+                     p->act_off[t] + p->g->node[t].numel };
+}
+
+sp_loc sp_loc_grad(sp_program *p, sp_kprog *kp, int s, int t, sp_buf_mode mode)
+{
+    const sp_node *n = &p->g->node[t];
+    if (n->op == SP_OP_PARAM)
+        return (sp_loc){ sp_prog_buf(kp, SP_BUF_GRADS, s, sp_program_buf_bytes(p, SP_BUF_GRADS, s),
+                                     mode),
+                         p->param_off[s][t] };
+    if (n->stage == s)
+        return (sp_loc){ sp_prog_buf(kp, SP_BUF_BGRAD, s, sp_program_buf_bytes(p, SP_BUF_BGRAD, s),
+                                     mode),
+                         p->bgrad_off[t] };
+    int e = sp_edge_index(p, n->stage, s);
+    return (sp_loc){ sp_prog_buf(kp, SP_BUF_EDGE_GRAD, e,
+                                 sp_program_buf_bytes(p, SP_BUF_EDGE_GRAD, e), mode),
+                     edge_offset(&p->edge[e], t) };
+}
+
+/* --- layout ------------------------------------------------------------------------ */
+
+static sp_status layout(sp_program *p)
+{
+    const sp_graph *g = p->g;
+    int S = p->nstages, T = g->n;
+    p->act_off = malloc((size_t)T * sizeof *p->act_off);
+    p->bgrad_off = malloc((size_t)T * sizeof *p->bgrad_off);
+    p->param_off = calloc((size_t)S, sizeof *p->param_off);
+    p->param_floats = calloc((size_t)S, sizeof(int64_t));
+    p->act_floats = calloc((size_t)S, sizeof(int64_t));
+    p->bgrad_floats = calloc((size_t)S, sizeof(int64_t));
+    p->scratch_floats = calloc((size_t)S, sizeof(int64_t));
+    p->input = malloc((size_t)T * sizeof *p->input);
+    if (!p->act_off || !p->bgrad_off || !p->param_off || !p->param_floats || !p->act_floats ||
+        !p->bgrad_floats || !p->scratch_floats || !p->input)
+        return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
+    for (int s = 0; s < S; s++) {
+        p->param_off[s] = malloc((size_t)T * sizeof(int64_t));
+        if (!p->param_off[s]) return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
+        for (int t = 0; t < T; t++) p->param_off[s][t] = -1;
+    }
+    int *ops_in_stage = calloc((size_t)S, sizeof(int));
+    /* edge_of[src*S + dst] marks which stage pairs exchange tensors */
+    uint8_t *pair = calloc((size_t)S * (size_t)S, 1);
+    if (!ops_in_stage || !pair) {
+        free(ops_in_stage);
+        free(pair);
+        return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
+    }
+    for (int t = 0; t < T; t++) {
+        const sp_node *n = &g->node[t];
+        p->act_off[t] = p->bgrad_off[t] = -1;
+        if (n->op == SP_OP_INPUT) p->input[p->ninputs++] = t;
+        if (n->op == SP_OP_INPUT || n->op == SP_OP_PARAM || n->op == SP_OP_YIELD) continue;
+        int s = n->stage;
+        ops_in_stage[s]++;
+        p->act_off[t] = p->act_floats[s];
+        p->act_floats[s] += n->numel + n->aux;
+        if (p->needs_grad[t]) {
+            p->bgrad_off[t] = p->bgrad_floats[s];
+            p->bgrad_floats[s] += n->numel;
+        }
+        for (int k = 0; k < n->nin; k++) {
+            const sp_node *x = &g->node[n->in[k]];
+            if (x->op == SP_OP_PARAM && p->param_off[s][n->in[k]] < 0) {
+                p->param_off[s][n->in[k]] = p->param_floats[s];
+                p->param_floats[s] += x->numel;
+            } else if (x->stage >= 0 && x->stage != s) {
+                pair[x->stage * S + s] = 1;
+            }
+        }
+    }
+    for (int s = 0; s < S; s++)
+        if (!ops_in_stage[s]) {
+            free(ops_in_stage);
+            free(pair);
+            return sp_set_error(SP_ERR_GRAPH, "sp_program_build: stage %d has no ops (two "
+                                "sp_pipeline_yield in a row, or one after the loss?)", s);
+        }
+    free(ops_in_stage);
+    for (int a = 0; a < S; a++)
+        for (int b = 0; b < S; b++) p->nedges += pair[a * S + b];
+    p->edge = calloc((size_t)(p->nedges ? p->nedges : 1), sizeof *p->edge);
+    if (!p->edge) {
+        free(pair);
+        return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
+    }
+    int e = 0;
+    for (int a = 0; a < S; a++)
+        for (int b = 0; b < S; b++) {
+            if (!pair[a * S + b]) continue;
+            sp_edge_layout *E = &p->edge[e++];
+            E->src = a;
+            E->dst = b;
+            E->tensor = malloc((size_t)T * sizeof(int));
+            E->off = malloc((size_t)T * sizeof(int64_t));
+            if (!E->tensor || !E->off) {
+                free(pair);
+                return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
+            }
+            /* every tensor of stage a read by an op of stage b, each once, ascending */
+            for (int t = 0; t < T; t++) {
+                if (g->node[t].stage != a || g->node[t].op == SP_OP_YIELD) continue;
+                int used = 0;
+                for (int u = t + 1; u < T && !used; u++) {
+                    const sp_node *c = &g->node[u];
+                    if (c->stage != b || c->op == SP_OP_YIELD) continue;
+                    for (int k = 0; k < c->nin; k++) used |= c->in[k] == t;
+                }
+                if (!used) continue;
+                E->tensor[E->ntensors] = t;
+                E->off[E->ntensors++] = E->floats;
+                E->floats += g->node[t].numel;
+                E->needs_grad |= p->needs_grad[t];
+            }
+        }
+    free(pair);
+    return SP_OK;
+}
+
+/* --- forward ------------------------------------------------------------------------- */
+
+static int64_t rows_of(const sp_node *n) { return n->numel / n->shape[n->ndim - 1]; }
+
+static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t)
+{
+    const sp_graph *g = p->g;
+    const sp_node *n = &g->node[t];
+    sp_instr *I;
+    sp_loc out = sp_loc_value(p, kp, s, t, SP_MODE_W);
+    sp_loc x0 = n->nin > 0 ? sp_loc_value(p, kp, s, n->in[0], SP_MODE_R) : (sp_loc){ 0, 0 };
+    sp_loc x1 = n->nin > 1 ? sp_loc_value(p, kp, s, n->in[1], SP_MODE_R) : (sp_loc){ 0, 0 };
+    sp_loc x2 = n->nin > 2 ? sp_loc_value(p, kp, s, n->in[2], SP_MODE_R) : (sp_loc){ 0, 0 };
+    const sp_node *A = n->nin > 0 ? &g->node[n->in[0]] : NULL;
+    const sp_node *B = n->nin > 1 ? &g->node[n->in[1]] : NULL;
+    switch (n->op) {
+    case SP_OP_MATMUL: {
+        int64_t M = n->numel / n->shape[n->ndim - 1], Nc = n->shape[n->ndim - 1];
+        int64_t K = n->ta ? A->shape[0] : A->shape[A->ndim - 1];
+        (void)B;
+        I = sp_prog_emit(kp, SP_I_MATMUL, t);
+        I->o[0] = out;
+        I->i[0] = x0;
+        I->i[1] = x1;
+        I->n[0] = M;
+        I->n[1] = Nc;
+        I->n[2] = K;
+        I->flag[0] = n->ta;
+        I->flag[1] = n->tb;
+        return 2.0 * M * Nc * K;
+    }
+    case SP_OP_BIAS_ADD:
+        I = sp_prog_emit(kp, SP_I_BIAS_ADD, t);
+        I->o[0] = out;
+        I->i[0] = x0;
+        I->i[1] = x1;
+        I->n[0] = rows_of(n);
+        I->n[1] = n->shape[n->ndim - 1];
+        return (double)n->numel;
+    case SP_OP_ADD:
+        I = sp_prog_emit(kp, SP_I_ADD, t);
+        I->o[0] = out;
+        I->i[0] = x0;
+        I->i[1] = x1;
+        I->n[0] = n->numel;
+        return (double)n->numel;
+    case SP_OP_SCALE:
+    case SP_OP_RESHAPE:
+        I = sp_prog_emit(kp, SP_I_SCALE, t);
+        I->o[0] = out;
+        I->i[0] = x0;
+        I->n[0] = n->numel;
+        I->f = n->op == SP_OP_SCALE ? n->s : 1.0f;
+        return (double)n->numel;
+    case SP_OP_GELU:
+    case SP_OP_RELU:
+        I = sp_prog_emit(kp, n->op == SP_OP_GELU ? SP_I_GELU : SP_I_RELU, t);
+        I->o[0] = out;
+        I->i[0] = x0;
+        I->n[0] = n->numel;
+        return 8.0 * n->numel;
+    case SP_OP_LAYERNORM:
+        I = sp_prog_emit(kp, SP_I_LAYERNORM, t);
+        I->o[0] = out;
+        I->o[1] = sp_loc_aux(p, kp, t, SP_MODE_W);
+        I->i[0] = x0;
+        I->i[1] = x1;
+        I->i[2] = x2;
+        I->n[0] = rows_of(n);
+        I->n[1] = n->shape[n->ndim - 1];
+        return 8.0 * n->numel;
+    case SP_OP_EMBED:
+        I = sp_prog_emit(kp, SP_I_EMBED, t);
+        I->o[0] = out;
+        I->i[0] = x0;
+        I->i[1] = x1;
+        I->i[2] = x2;
+        I->n[0] = n->shape[0];
+        I->n[1] = n->shape[1];
+        I->n[2] = n->shape[2];
+        I->n[3] = B->shape[0]; /* V, for the token range check */
+        return (double)n->numel;
+    case SP_OP_ATTENTION:
+        I = sp_prog_emit(kp, SP_I_ATTENTION, t);
+        I->o[0] = out;
+        I->o[1] = sp_loc_aux(p, kp, t, SP_MODE_W);
+        I->i[0] = x0;
+        I->n[0] = n->shape[0];
+        I->n[1] = n->shape[1];
+        I->n[2] = n->shape[2];
+        I->n[3] = n->heads;
+        return 2.0 * n->shape[0] * n->shape[1] * n->shape[1] * n->shape[2];
+    case SP_OP_CROSS_ENTROPY:
+        I = sp_prog_emit(kp, SP_I_CE, t);
+        I->o[0] = out;
+        I->o[1] = sp_loc_aux(p, kp, t, SP_MODE_W);
+        I->i[0] = x0;
+        I->i[1] = x1;
+        I->n[0] = rows_of(A);
+        I->n[1] = A->shape[A->ndim - 1];
+        return 6.0 * A->numel;
+    case SP_OP_SUM:
+    case SP_OP_MEAN:
+        I = sp_prog_emit(kp, SP_I_SUM, t);
+        I->o[0] = out;
+        I->i[0] = x0;
+        I->n[0] = A->numel;
+        I->f = n->op == SP_OP_MEAN ? 1.0f / (float)A->numel : 1.0f;
+        return (double)A->numel;
+    default:
+        return 0.0;
+    }
+}
+
+static void emit_forward(sp_program *p, int s)
+{
+    const sp_graph *g = p->g;
+    sp_kprog *kp = sp_prog_of(p, s, SP_TASK_F);
+    for (int t = 0; t < g->n; t++) {
+        const sp_node *n = &g->node[t];
+        if (n->stage != s || n->op == SP_OP_YIELD) continue;
+        kp->flops += emit_forward_op(p, kp, s, t);
+    }
+    /* hand the boundary tensors to later stages: one copy per edge slab */
+    for (int e = 0; e < p->nedges; e++) {
+        const sp_edge_layout *E = &p->edge[e];
+        if (E->src != s) continue;
+        int b = sp_prog_buf(kp, SP_BUF_EDGE_FWD, e, (size_t)E->floats * 4, SP_MODE_W);
+        for (int j = 0; j < E->ntensors; j++) {
+            sp_instr *I = sp_prog_emit(kp, SP_I_SCALE, E->tensor[j]);
+            I->o[0] = (sp_loc){ b, E->off[j] };
+            I->i[0] = sp_loc_value(p, kp, s, E->tensor[j], SP_MODE_R);
+            I->n[0] = g->node[E->tensor[j]].numel;
+            I->f = 1.0f;
+        }
+    }
+    if (g->node[g->loss].stage == s) {
+        sp_instr *I = sp_prog_emit(kp, SP_I_SCALE, g->loss);
+        I->o[0] = (sp_loc){ sp_prog_buf(kp, SP_BUF_LOSS, 0, 4, SP_MODE_W), 0 };
+        I->i[0] = sp_loc_value(p, kp, s, g->loss, SP_MODE_R);
+        I->n[0] = 1;
+        I->f = 1.0f;
+    }
+}
+
+/* --- build, queries ------------------------------------------------------------------ */
+
+static void analyze(sp_program *p)
+{
+    const sp_graph *g = p->g;
+    uint8_t *req = calloc((size_t)g->n, 1), *reach = calloc((size_t)g->n, 1);
+    if (!req || !reach) abort();
+    for (int t = 0; t < g->n; t++) {
+        const sp_node *n = &g->node[t];
+        if (n->op == SP_OP_PARAM) req[t] = 1;
+        for (int k = 0; k < n->nin; k++) req[t] |= req[n->in[k]];
+    }
+    reach[g->loss] = 1;
+    for (int t = g->n - 1; t >= 0; t--) {
+        const sp_node *n = &g->node[t];
+        if (!reach[t] || n->op == SP_OP_YIELD) continue;
+        for (int k = 0; k < n->nin; k++) reach[n->in[k]] = 1;
+    }
+    for (int t = 0; t < g->n; t++)
+        p->needs_grad[t] = req[t] && reach[t] && g->node[t].dtype == SP_F32 &&
+                           g->node[t].op != SP_OP_YIELD;
+    free(req);
+    free(reach);
+}
+
+static sp_status build_model(sp_program *p)
+{
+    const sp_graph *g = p->g;
+    sp_stage_model *m = &p->model;
+    m->nstages = p->nstages;
+    m->stage = calloc((size_t)p->nstages, sizeof *m->stage);
+    m->nedges = p->nedges;
+    m->edge = calloc((size_t)(p->nedges ? p->nedges : 1), sizeof *m->edge);
+    if (!m->stage || !m->edge) return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
+    for (int s = 0; s < p->nstages; s++) {
+        sp_stage_info *st = &m->stage[s];
+        for (int k = 0; k < SP_NUM_TASK_KINDS; k++) st->cost[k] = sp_prog_of(p, s, k)->flops;
+        st->act_bytes = (size_t)p->act_floats[s] * 4;
+        st->bgrad_bytes = (size_t)p->bgrad_floats[s] * 4;
+        st->param_bytes = (size_t)p->param_floats[s] * 4;
+        st->opt_bytes = 2 * st->param_bytes;
+    }
+    for (int e = 0; e < p->nedges; e++)
+        m->edge[e] = (sp_stage_edge){ .src_stage = p->edge[e].src, .dst_stage = p->edge[e].dst,
+                                      .bytes = (size_t)p->edge[e].floats * 4,
+                                      .needs_grad = p->edge[e].needs_grad };
+    int nparams = sp_graph_num_params(g);
+    m->shared = calloc((size_t)(nparams ? nparams : 1), sizeof *m->shared);
+    if (!m->shared) return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
+    for (int i = 0; i < nparams; i++) {
+        int t = sp_graph_param(g, i), ns = 0;
+        sp_stage_shared sh = { .bytes = (size_t)g->node[t].numel * 4, .single_use = 1 };
+        for (int s = 0; s < p->nstages; s++) {
+            if (p->param_off[s][t] < 0) continue;
+            if (ns == 8)
+                return sp_set_error(SP_ERR_GRAPH, "sp_program_build: parameter '%s' is used by "
+                                    "more than 8 stages", g->node[t].name);
+            sh.stages[ns++] = s;
+        }
+        sh.nstages = ns;
+        /* A gradient in this IR is only ever read by the combine (no op takes a gradient
+         * as input), so the precondition of the out-of-loop combine always holds. */
+        if (ns > 1) m->shared[m->nshared++] = sh;
+    }
+    return SP_OK;
+}
+
+sp_program *sp_program_build(const sp_graph *g, sp_status *status)
+{
+    sp_status st = SP_OK;
+    sp_program *p = NULL;
+    if (!g) {
+        st = sp_set_error(SP_ERR_ARG, "sp_program_build: graph is NULL");
+        goto out;
+    }
+    if (g->loss < 0) {
+        st = sp_set_error(SP_ERR_GRAPH, "sp_program_build: no loss (call sp_graph_set_loss)");
+        goto out;
+    }
+    p = calloc(1, sizeof *p);
+    if (!p) {
+        st = sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
+        goto out;
+    }
+    p->g = g;
+    p->nstages = sp_graph_num_stages(g);
+    p->needs_grad = calloc((size_t)g->n, 1);
+    p->prog = calloc((size_t)p->nstages * SP_NUM_TASK_KINDS, sizeof *p->prog);
+    if (!p->needs_grad || !p->prog) {
+        st = sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
+        goto out;
+    }
+    analyze(p);
+    if ((st = layout(p)) != SP_OK) goto out;
+    for (int s = 0; s < p->nstages; s++) emit_forward(p, s);
+    if ((st = sp_autodiff_emit(p)) != SP_OK) goto out;
+    if ((st = build_model(p)) != SP_OK) goto out;
+out:
+    if (st != SP_OK) {
+        sp_program_free(p);
+        p = NULL;
+    }
+    if (status) *status = st;
+    return p;
+}
+
+void sp_program_free(sp_program *p)
+{
+    if (!p) return;
+    for (int i = 0; p->prog && i < p->nstages * SP_NUM_TASK_KINDS; i++) {
+        free(p->prog[i].bufs);
+        free(p->prog[i].ins);
+    }
+    free(p->prog);
+    for (int s = 0; p->param_off && s < p->nstages; s++) free(p->param_off[s]);
+    free(p->param_off);
+    for (int e = 0; p->edge && e < p->nedges; e++) {
+        free(p->edge[e].tensor);
+        free(p->edge[e].off);
+    }
+    free(p->edge);
+    free(p->needs_grad);
+    free(p->act_off);
+    free(p->bgrad_off);
+    free(p->param_floats);
+    free(p->act_floats);
+    free(p->bgrad_floats);
+    free(p->scratch_floats);
+    free(p->input);
+    free(p->model.stage);
+    free(p->model.edge);
+    free(p->model.shared);
+    free(p);
+}
+
+const sp_graph *sp_program_graph(const sp_program *p) { return p ? p->g : NULL; }
+int sp_program_num_stages(const sp_program *p) { return p ? p->nstages : 0; }
+const sp_stage_model *sp_program_stage_model(const sp_program *p) { return p ? &p->model : NULL; }
+
+int sp_program_num_bufs(const sp_program *p, int stage, sp_task_kind kind)
+{
+    const sp_kprog *kp = sp_prog_of(p, stage, kind);
+    return kp ? kp->nbufs : 0;
+}
+
+sp_buf_ref sp_program_buf(const sp_program *p, int stage, sp_task_kind kind, int j)
+{
+    const sp_kprog *kp = sp_prog_of(p, stage, kind);
+    if (!kp || j < 0 || j >= kp->nbufs) return (sp_buf_ref){ 0 };
+    return kp->bufs[j];
+}
+
+int sp_program_num_ops(const sp_program *p, int stage, sp_task_kind kind)
+{
+    const sp_kprog *kp = sp_prog_of(p, stage, kind);
+    return kp ? kp->nins : 0;
+}
+
+double sp_program_flops(const sp_program *p, int stage, sp_task_kind kind)
+{
+    const sp_kprog *kp = sp_prog_of(p, stage, kind);
+    return kp ? kp->flops : 0.0;
+}
+
+int sp_program_num_inputs(const sp_program *p) { return p ? p->ninputs : 0; }
+sp_tensor sp_program_input(const sp_program *p, int k)
+{
+    return (p && k >= 0 && k < p->ninputs) ? p->input[k] : -1;
+}
+
+int64_t sp_program_param_offset(const sp_program *p, int stage, sp_tensor param)
+{
+    if (!p || stage < 0 || stage >= p->nstages || param < 0 || param >= p->g->n) return -1;
+    return p->param_off[stage][param];
+}
+
+int sp_program_param_owner(const sp_program *p, sp_tensor param)
+{
+    for (int s = 0; p && s < p->nstages; s++)
+        if (p->param_off[s][param] >= 0) return s;
+    return -1;
+}
+
+/* --- execution ----------------------------------------------------------------------- */
+
+#define F32(l) ((float *)bufs[(l).buf] + (l).off)
+#define I32(l) ((int32_t *)bufs[(l).buf] + (l).off)
+
+sp_status sp_program_run(const sp_program *p, int stage, sp_task_kind kind, void *const *bufs,
+                         const sp_run_args *args)
+{
+    const sp_kprog *kp = sp_prog_of(p, stage, kind);
+    if (!kp) return sp_set_error(SP_ERR_ARG, "sp_program_run: no program %s of stage %d",
+                                 sp_task_kind_name(kind), stage);
+    float dloss = args ? args->dloss : 1.0f;
+    for (int j = 0; j < kp->nins; j++) {
+        const sp_instr *I = &kp->ins[j];
+        const int64_t *n = I->n;
+        switch (I->code) {
+        case SP_I_MATMUL:
+            sp_matmul_forward(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), (int)n[0], (int)n[1],
+                              (int)n[2], I->flag[0], I->flag[1], I->acc);
+            break;
+        case SP_I_BIAS_ADD:
+            sp_bias_add_forward(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), (int)n[0], (int)n[1]);
+            break;
+        case SP_I_ADD:
+            sp_add_forward(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), n[0]);
+            break;
+        case SP_I_SCALE:
+            sp_scale_backward(F32(I->o[0]), F32(I->i[0]), I->f, n[0], I->acc);
+            break;
+        case SP_I_GELU:
+            sp_gelu_forward(F32(I->o[0]), F32(I->i[0]), n[0]);
+            break;
+        case SP_I_RELU:
+            sp_relu_forward(F32(I->o[0]), F32(I->i[0]), n[0]);
+            break;
+        case SP_I_LAYERNORM: {
+            float *aux = F32(I->o[1]);
+            sp_layernorm_forward(F32(I->o[0]), aux, aux + n[0], F32(I->i[0]), F32(I->i[1]),
+                                 F32(I->i[2]), (int)n[0], (int)n[1]);
+            break;
+        }
+        case SP_I_EMBED: {
+            const int32_t *tok = I32(I->i[0]);
+            for (int64_t k = 0; k < n[0] * n[1]; k++)
+                if (tok[k] < 0 || tok[k] >= n[3])
+                    return sp_set_error(SP_ERR_ARG, "embed (node %d, stage %d): token %d at "
+                                        "position %lld is outside the vocabulary [0,%lld)",
+                                        I->node, stage, tok[k], (long long)k, (long long)n[3]);
+            sp_embed_forward(F32(I->o[0]), tok, F32(I->i[1]), F32(I->i[2]), (int)n[0],
+                             (int)n[1], (int)n[2]);
+            break;
+        }
+        case SP_I_ATTENTION:
+            sp_attention_forward(F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), (int)n[0], (int)n[1],
+                                 (int)n[2], (int)n[3]);
+            break;
+        case SP_I_CE: {
+            int bad = sp_cross_entropy_forward(F32(I->o[0]), F32(I->o[1]), F32(I->i[0]),
+                                               I32(I->i[1]), (int)n[0], (int)n[1]);
+            if (bad)
+                return sp_set_error(SP_ERR_ARG, "cross_entropy (node %d, stage %d): %d targets "
+                                    "outside [0,%lld)", I->node, stage, bad, (long long)n[1]);
+            break;
+        }
+        case SP_I_SUM:
+            sp_sum_forward(F32(I->o[0]), F32(I->i[0]), n[0]);
+            *F32(I->o[0]) *= I->f;
+            break;
+        case SP_I_MATMUL_DA:
+            sp_matmul_backward_a(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), (int)n[0], (int)n[1],
+                                 (int)n[2], I->flag[0], I->flag[1], I->acc);
+            break;
+        case SP_I_MATMUL_DB:
+            sp_matmul_backward_b(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), (int)n[0], (int)n[1],
+                                 (int)n[2], I->flag[0], I->flag[1], I->acc);
+            break;
+        case SP_I_BIAS_DB:
+            sp_bias_add_backward_bias(F32(I->o[0]), F32(I->i[0]), (int)n[0], (int)n[1], I->acc);
+            break;
+        case SP_I_GELU_DX:
+            sp_gelu_backward(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), n[0], I->acc);
+            break;
+        case SP_I_RELU_DX:
+            sp_relu_backward(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), n[0], I->acc);
+            break;
+        case SP_I_LN_DX: {
+            const float *aux = F32(I->i[2]);
+            sp_layernorm_backward_x(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), aux, aux + n[0],
+                                    F32(I->i[3]), (int)n[0], (int)n[1], I->acc);
+            break;
+        }
+        case SP_I_LN_DP: {
+            const float *aux = F32(I->i[2]);
+            sp_layernorm_backward_params(F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), F32(I->i[1]),
+                                         aux, aux + n[0], (int)n[0], (int)n[1], I->acc);
+            break;
+        }
+        case SP_I_EMBED_DP:
+            sp_embed_backward(F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), I32(I->i[1]), (int)n[0],
+                              (int)n[1], (int)n[2]);
+            break;
+        case SP_I_ATTN_DX:
+            sp_attention_backward(F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), F32(I->i[1]),
+                                  F32(I->i[2]), (int)n[0], (int)n[1], (int)n[2], (int)n[3],
+                                  I->acc);
+            break;
+        case SP_I_CE_DX:
+            sp_cross_entropy_backward(F32(I->o[0]), F32(I->i[0]), I32(I->i[1]), *F32(I->i[2]),
+                                      (int)n[0], (int)n[1], I->acc);
+            break;
+        case SP_I_SUM_DX:
+            sp_sum_backward(F32(I->o[0]), I->f * *F32(I->i[0]), n[0], I->acc);
+            break;
+        case SP_I_SEED:
+            *F32(I->o[0]) = dloss;
+            break;
+        case SP_I_ZERO:
+            memset(F32(I->o[0]), 0, (size_t)n[0] * sizeof(float));
+            break;
+        default:
+            return sp_set_error(SP_ERR_ARG, "sp_program_run: bad instruction %d", I->code);
+        }
+    }
+    return SP_OK;
+}
+
+static const char *const icode_names[SP_I_COUNT] = {
+    "matmul", "bias_add", "add", "gelu", "relu", "layernorm", "embed", "attention", "ce", "sum",
+    "scale", "matmul_da", "matmul_db", "bias_db", "gelu_dx", "relu_dx", "ln_dx", "ln_dparams",
+    "embed_dparams", "attn_dqkv", "ce_dlogits", "sum_dx", "seed", "zero",
+};
+
+void sp_program_print(const sp_program *p, void *stream)
+{
+    FILE *f = stream ? (FILE *)stream : stdout;
+    if (!p) return;
+    for (int s = 0; s < p->nstages; s++)
+        for (int k = 0; k < SP_NUM_TASK_KINDS; k++) {
+            const sp_kprog *kp = sp_prog_of(p, s, k);
+            fprintf(f, "%s%d: %d ops, %.3g flops, buffers:", sp_task_kind_name(k), s, kp->nins,
+                    kp->flops);
+            for (int j = 0; j < kp->nbufs; j++)
+                fprintf(f, " %s[%d]%s(%zu B)", sp_buf_class_name(kp->bufs[j].cls),
+                        kp->bufs[j].index,
+                        kp->bufs[j].mode == SP_MODE_R ? "r" : kp->bufs[j].mode == SP_MODE_W ? "w"
+                                                                                          : "rw",
+                        kp->bufs[j].bytes);
+            fputc('\n', f);
+            for (int j = 0; j < kp->nins; j++) {
+                const sp_instr *I = &kp->ins[j];
+                fprintf(f, "    %-13s node %-4d -> b%d+%lld%s\n", icode_names[I->code], I->node,
+                        I->o[0].buf, (long long)I->o[0].off, I->acc ? " (+=)" : "");
+            }
+        }
+}

@@ -1,0 +1,128 @@
+/* LayerNorm over the last dim (eps 1e-5): forward saving mean and rstd, backward for x,
+ * backward for gamma and beta. Row reductions use 8 fixed partial sums (see sum8). */
+#include "codelets/cpu/kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+#define LN_EPS 1e-5f
+
+/* Sum of x (n) with 8 interleaved partial sums combined in a fixed tree: the compiler
+ * may vectorize it without -ffast-math, and the bits do not depend on it. */
+static inline float sum8(const float *restrict x, int n)
+{
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            s[j] += x[i + j];
+    float r = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    for (; i < n; i++)
+        r += x[i];
+    return r;
+}
+
+/* Sum of (x - m)^2 and of a*b, same pattern as sum8. */
+static inline float sumsqdev8(const float *restrict x, float m, int n)
+{
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) {
+            float d = x[i + j] - m;
+            s[j] += d * d;
+        }
+    float r = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    for (; i < n; i++)
+        r += (x[i] - m) * (x[i] - m);
+    return r;
+}
+
+static inline float dot8(const float *restrict a, const float *restrict b, int n)
+{
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            s[j] += a[i + j] * b[i + j];
+    float r = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    for (; i < n; i++)
+        r += a[i] * b[i];
+    return r;
+}
+
+/* Two passes (mean, then squared deviations) rather than E[x^2] - E[x]^2: no
+ * cancellation when |mean| >> std. */
+void sp_layernorm_forward(float *restrict out, float *restrict mean, float *restrict rstd,
+                          const float *restrict x, const float *restrict gamma,
+                          const float *restrict beta, int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        const float *xr = x + (int64_t)n * C;
+        float *o = out + (int64_t)n * C;
+        float m = sum8(xr, C) / (float)C;
+        float var = sumsqdev8(xr, m, C) / (float)C;
+        float s = 1.0f / sqrtf(var + LN_EPS);
+        for (int c = 0; c < C; c++)
+            o[c] = (xr[c] - m) * s * gamma[c] + beta[c];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+/* dx = rstd (g - mean(g) - xhat mean(g xhat)), g = gamma * dout, xhat = (x - mean) rstd.
+ * g and xhat are staged in stack chunks so the row sums use the helpers above without
+ * any allocation. */
+#define LN_CHUNK 512
+void sp_layernorm_backward_x(float *restrict dx, const float *restrict dout,
+                             const float *restrict x, const float *restrict mean,
+                             const float *restrict rstd, const float *restrict gamma,
+                             int N, int C, int acc)
+{
+    float g[LN_CHUNK], xh[LN_CHUNK];
+    for (int n = 0; n < N; n++) {
+        const float *d = dout + (int64_t)n * C;
+        const float *xr = x + (int64_t)n * C;
+        float *o = dx + (int64_t)n * C;
+        float m = mean[n], s = rstd[n];
+        /* Both means are sums over the row, accumulated chunk by chunk in order. */
+        float sg = 0.0f, sgx = 0.0f;
+        for (int c0 = 0; c0 < C; c0 += LN_CHUNK) {
+            int len = C - c0 < LN_CHUNK ? C - c0 : LN_CHUNK;
+            for (int c = 0; c < len; c++) {
+                g[c] = gamma[c0 + c] * d[c0 + c];
+                xh[c] = (xr[c0 + c] - m) * s;
+            }
+            sg += sum8(g, len);
+            sgx += dot8(g, xh, len);
+        }
+        float mg = sg / (float)C, mgx = sgx / (float)C;
+        if (acc) {
+            for (int c = 0; c < C; c++)
+                o[c] += s * (gamma[c] * d[c] - mg - (xr[c] - m) * s * mgx);
+        } else {
+            for (int c = 0; c < C; c++)
+                o[c] = s * (gamma[c] * d[c] - mg - (xr[c] - m) * s * mgx);
+        }
+    }
+}
+
+void sp_layernorm_backward_params(float *restrict dgamma, float *restrict dbeta,
+                                  const float *restrict dout, const float *restrict x,
+                                  const float *restrict mean, const float *restrict rstd,
+                                  int N, int C, int acc)
+{
+    if (!acc && C > 0) {
+        memset(dgamma, 0, sizeof(float) * (size_t)C);
+        memset(dbeta, 0, sizeof(float) * (size_t)C);
+    }
+    for (int n = 0; n < N; n++) {
+        const float *d = dout + (int64_t)n * C;
+        const float *xr = x + (int64_t)n * C;
+        float m = mean[n], s = rstd[n];
+        for (int c = 0; c < C; c++) {
+            dgamma[c] += (xr[c] - m) * s * d[c];
+            dbeta[c] += d[c];
+        }
+    }
+}

@@ -1,1 +1,0 @@
-/* placeholder */ typedef int sp_placeholder_k;

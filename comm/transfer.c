@@ -1,0 +1,69 @@
+/* Point-to-point transfers over StarPU-MPI: detached sends and receives of a registered
+ * buffer, tagged so that every message of every step has its own tag. */
+#include <inttypes.h>
+
+#include <starpu_mpi.h>
+
+#include "runtime/exec_impl.h"
+
+/* A tag is (step << 32) | msg. The step keeps messages of consecutive steps apart even
+ * when a fast rank posts step k+1 while a slow one still drains step k; the msg is the
+ * plan's per-step message number. StarPU-MPI carries the tag in its own envelope (the
+ * MPI messages use fixed internal tags), so the bound is STARPU_MPI_TAG_UB, not
+ * MPI_TAG_UB; steps wrap after 2^31, far beyond any run. */
+#define SP_COMM_STEP_BITS 31
+
+int64_t sp_comm_tag(uint64_t step, uint32_t msg)
+{
+    uint64_t s = step & ((UINT64_C(1) << SP_COMM_STEP_BITS) - 1);
+    return (int64_t)((s << 32) | msg);
+}
+
+sp_status sp_comm_check_tag_space(void)
+{
+    int64_t *ub = NULL;
+    int flag = 0;
+    SP_STARPU_CHECK(starpu_mpi_comm_get_attr(MPI_COMM_WORLD, STARPU_MPI_TAG_UB, &ub, &flag));
+    int64_t need = sp_comm_tag((UINT64_C(1) << SP_COMM_STEP_BITS) - 1, UINT32_MAX);
+    if (!flag || !ub || *ub < need)
+        return sp_set_error(SP_ERR_RUNTIME, "%s:%d: StarPU-MPI tag bound %" PRId64
+                            " is below the %" PRId64 " starpipe needs", __FILE__, __LINE__,
+                            flag && ub ? *ub : (int64_t)-1, need);
+    return SP_OK;
+}
+
+static sp_status check_peer(const char *what, const sp_exec_buf *b, int peer)
+{
+    if (!b)
+        return sp_set_error(SP_ERR_ARG, "%s: NULL buffer", what);
+    if (peer < 0 || peer >= sp_exec_size_ || peer == sp_exec_rank_)
+        return sp_set_error(SP_ERR_ARG, "%s: rank %d cannot exchange with rank %d of %d",
+                            what, sp_exec_rank_, peer, sp_exec_size_);
+    return SP_OK;
+}
+
+/* The completion callback is what keeps StarPU-MPI's "cooperative sends" off: with a
+ * NULL callback, detached sends of one buffer to several ranks are merged and rerouted
+ * through a broadcast tree in which receivers forward the data. That would add messages
+ * the plan does not know about, breaking its single global message order. */
+static void transfer_done(void *arg) { (void)arg; }
+
+sp_status sp_exec_send(sp_exec_buf *b, int dst, uint32_t msg)
+{
+    sp_status st = check_peer("sp_exec_send", b, dst);
+    if (st)
+        return st;
+    SP_STARPU_CHECK(starpu_mpi_isend_detached(b->handle, dst, sp_comm_tag(sp_exec_step_, msg),
+                                              MPI_COMM_WORLD, transfer_done, NULL));
+    return SP_OK;
+}
+
+sp_status sp_exec_recv(sp_exec_buf *b, int src, uint32_t msg)
+{
+    sp_status st = check_peer("sp_exec_recv", b, src);
+    if (st)
+        return st;
+    SP_STARPU_CHECK(starpu_mpi_irecv_detached(b->handle, src, sp_comm_tag(sp_exec_step_, msg),
+                                              MPI_COMM_WORLD, transfer_done, NULL));
+    return SP_OK;
+}

@@ -1,0 +1,56 @@
+/* Internal layout of the graph IR, shared by graph.c, autodiff.c and program.c.
+ * A graph is a list of nodes in creation order, which is a topological order: an op can
+ * only name tensors that already exist. Tensor id = node index. */
+#ifndef STARPIPE_GRAPH_IMPL_H
+#define STARPIPE_GRAPH_IMPL_H
+
+#include "starpipe/graph.h"
+
+typedef enum {
+    SP_OP_INPUT,
+    SP_OP_PARAM,
+    SP_OP_MATMUL,
+    SP_OP_BIAS_ADD,
+    SP_OP_ADD,
+    SP_OP_SCALE,
+    SP_OP_GELU,
+    SP_OP_RELU,
+    SP_OP_LAYERNORM,
+    SP_OP_EMBED,
+    SP_OP_ATTENTION,
+    SP_OP_CROSS_ENTROPY,
+    SP_OP_SUM,
+    SP_OP_MEAN,
+    SP_OP_RESHAPE,
+    SP_OP_YIELD,
+    SP_OP_COUNT
+} sp_opcode;
+
+typedef struct {
+    sp_opcode op;
+    sp_dtype dtype;
+    int ndim;
+    int64_t shape[SP_MAX_DIMS];
+    int64_t numel;
+    int nin;
+    int in[3];        /* input tensor ids, yields already resolved to their source */
+    int stage;        /* stage of the op; -1 for params and inputs */
+    int ta, tb;       /* matmul transposes */
+    int heads;        /* attention */
+    float s;          /* scale */
+    sp_init init;     /* params */
+    float init_std;
+    int64_t aux;      /* floats the forward saves besides the output (mean/rstd, probs) */
+    char name[64];
+} sp_node;
+
+struct sp_graph {
+    sp_node *node;
+    int n, cap;
+    int cur_stage;
+    int loss;
+};
+
+const char *sp_opcode_name(sp_opcode op);
+
+#endif

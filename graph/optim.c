@@ -1,0 +1,85 @@
+/* The optimizer step on stage slabs (see include/starpipe/optim.h): combine of tied
+ * gradients, global-norm clipping and AdamW, in one fixed order of float operations. */
+#include "starpipe/optim.h"
+
+#include <math.h>
+
+#include "codelets/cpu/kernels.h"
+#include "graph/program_impl.h"
+
+void sp_adamw_defaults(sp_adamw_config *cfg)
+{
+    *cfg = (sp_adamw_config){ .lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                              .weight_decay = 0.1f, .grad_clip = 1.0f };
+}
+
+static int owner_of(const sp_program *p, int t) { return sp_program_param_owner(p, t); }
+
+void sp_optim_combine(const sp_program *p, int owner, float *owner_grads, int other,
+                      const float *other_grads)
+{
+    const sp_graph *g = p->g;
+    for (int t = 0; t < g->n; t++) {
+        int64_t a = p->param_off[owner][t], b = p->param_off[other][t];
+        if (g->node[t].op != SP_OP_PARAM || a < 0 || b < 0 || owner_of(p, t) != owner) continue;
+        float *dst = owner_grads + a;
+        const float *src = other_grads + b;
+        for (int64_t j = 0; j < g->node[t].numel; j++) dst[j] += src[j];
+    }
+}
+
+double sp_optim_sumsq(const sp_program *p, int s, const float *grads)
+{
+    const sp_graph *g = p->g;
+    double acc = 0.0;
+    for (int t = 0; t < g->n; t++) {
+        int64_t a = p->param_off[s][t];
+        if (g->node[t].op != SP_OP_PARAM || a < 0 || owner_of(p, t) != s) continue;
+        acc += sp_sum_squares(grads + a, g->node[t].numel);
+    }
+    return acc;
+}
+
+float sp_optim_clip_scale(const sp_adamw_config *cfg, const double *stage_sumsq, int nstages,
+                          double *norm)
+{
+    double total = 0.0;
+    for (int s = 0; s < nstages; s++) total += stage_sumsq[s];
+    double n = sqrt(total);
+    if (norm) *norm = n;
+    if (cfg->grad_clip > 0.0f && n > cfg->grad_clip) return (float)(cfg->grad_clip / n);
+    return 1.0f;
+}
+
+void sp_optim_update(const sp_program *p, int s, float *params, const float *grads, float *m,
+                     float *v, const sp_adamw_config *cfg, float grad_scale, int t)
+{
+    const sp_graph *g = p->g;
+    for (int k = 0; k < g->n; k++) {
+        int64_t a = p->param_off[s][k];
+        if (g->node[k].op != SP_OP_PARAM || a < 0 || owner_of(p, k) != s) continue;
+        float wd = g->node[k].ndim >= 2 ? cfg->weight_decay : 0.0f;
+        sp_adamw_update(params + a, m + a, v + a, grads + a, g->node[k].numel, cfg->lr,
+                        cfg->beta1, cfg->beta2, cfg->eps, wd, grad_scale, t);
+    }
+}
+
+void sp_optim_copy_shared(const sp_program *p, int owner, const float *owner_params, int other,
+                          float *other_params)
+{
+    const sp_graph *g = p->g;
+    for (int t = 0; t < g->n; t++) {
+        int64_t a = p->param_off[owner][t], b = p->param_off[other][t];
+        if (g->node[t].op != SP_OP_PARAM || a < 0 || b < 0 || owner_of(p, t) != owner) continue;
+        for (int64_t j = 0; j < g->node[t].numel; j++) other_params[b + j] = owner_params[a + j];
+    }
+}
+
+int sp_optim_stages_share(const sp_program *p, int a, int b)
+{
+    const sp_graph *g = p->g;
+    for (int t = 0; t < g->n; t++)
+        if (g->node[t].op == SP_OP_PARAM && p->param_off[a][t] >= 0 && p->param_off[b][t] >= 0)
+            return 1;
+    return 0;
+}

@@ -1,0 +1,88 @@
+/* Internal layout of stage programs, shared by program.c (memory layout, forward,
+ * execution) and autodiff.c (the backward: VJP rules and the B/W split). */
+#ifndef STARPIPE_PROGRAM_IMPL_H
+#define STARPIPE_PROGRAM_IMPL_H
+
+#include "graph/graph_impl.h"
+#include "starpipe/program.h"
+
+/* An operand: buffer number in the program's list, float offset inside it. */
+typedef struct {
+    int buf;
+    int64_t off;
+} sp_loc;
+
+typedef enum {
+    /* forward */
+    SP_I_MATMUL, SP_I_BIAS_ADD, SP_I_ADD, SP_I_GELU, SP_I_RELU, SP_I_LAYERNORM, SP_I_EMBED,
+    SP_I_ATTENTION, SP_I_CE, SP_I_SUM,
+    SP_I_SCALE,        /* o0 = f * i0 (n0 elements); acc adds; f = 1 is a copy */
+    /* backward */
+    SP_I_MATMUL_DA, SP_I_MATMUL_DB, SP_I_BIAS_DB, SP_I_GELU_DX, SP_I_RELU_DX, SP_I_LN_DX,
+    SP_I_LN_DP, SP_I_EMBED_DP, SP_I_ATTN_DX, SP_I_CE_DX,
+    SP_I_SUM_DX,       /* o0 = f * (*i0) broadcast */
+    SP_I_SEED,         /* *o0 = dloss of the run */
+    SP_I_ZERO,         /* o0 = 0 (n0 floats) */
+    SP_I_COUNT
+} sp_icode;
+
+typedef struct {
+    sp_icode code;
+    int acc;
+    int node;          /* graph node the instruction belongs to (for messages) */
+    sp_loc o[2];
+    sp_loc i[4];
+    int64_t n[4];      /* sizes, meaning per code */
+    int flag[2];       /* matmul transposes */
+    float f;
+} sp_instr;
+
+typedef struct {
+    int nbufs, capbufs;
+    sp_buf_ref *bufs;
+    int nins, capins;
+    sp_instr *ins;
+    double flops;
+} sp_kprog;
+
+typedef struct {
+    int src, dst;
+    int ntensors;
+    int *tensor;       /* ids, ascending */
+    int64_t *off;      /* float offset of each in the slab */
+    int64_t floats;
+    int needs_grad;
+} sp_edge_layout;
+
+struct sp_program {
+    const sp_graph *g;
+    int nstages;
+    uint8_t *needs_grad;     /* per tensor: requires grad and the loss depends on it */
+    int64_t *act_off;        /* per tensor computed in its stage: offset in ACT */
+    int64_t *bgrad_off;      /* per tensor needing grad: offset in BGRAD of its stage */
+    int64_t **param_off;     /* [stage][tensor] offset in PARAMS/GRADS, -1 if unused */
+    int64_t *param_floats;   /* per stage */
+    int64_t *act_floats, *bgrad_floats, *scratch_floats;
+    int nedges;
+    sp_edge_layout *edge;
+    int ninputs;
+    int *input;              /* tensor id of each input number */
+    sp_kprog *prog;          /* [stage * 4 + kind] */
+    sp_stage_model model;
+};
+
+sp_kprog *sp_prog_of(const sp_program *p, int stage, sp_task_kind kind);
+/* The operand for tensor t as read in stage s (params, inputs, ACT or an incoming edge). */
+sp_loc sp_loc_value(sp_program *p, sp_kprog *kp, int s, int t, sp_buf_mode mode);
+/* The operand holding t's auxiliary floats (saved statistics), in ACT of its stage. */
+sp_loc sp_loc_aux(sp_program *p, sp_kprog *kp, int t, sp_buf_mode mode);
+/* The operand for t's gradient as produced in stage s. */
+sp_loc sp_loc_grad(sp_program *p, sp_kprog *kp, int s, int t, sp_buf_mode mode);
+int sp_prog_buf(sp_kprog *kp, sp_buf_class cls, int index, size_t bytes, sp_buf_mode mode);
+sp_instr *sp_prog_emit(sp_kprog *kp, sp_icode code, int node);
+int sp_edge_index(const sp_program *p, int src, int dst);
+
+/* Emits B, W and BW of every stage. Returns SP_OK or an error. */
+sp_status sp_autodiff_emit(sp_program *p);
+
+#endif

@@ -1,0 +1,45 @@
+/* Training data: a byte-level text corpus for the GPT and a synthetic teacher task for
+ * the MLP. Batches are a pure function of (seed, step, microbatch), so every rank builds
+ * the same microbatch without communicating, and a resumed run sees the same data. */
+#ifndef STARPIPE_DATA_H
+#define STARPIPE_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "starpipe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The corpus used when --data is not given: the GNU GPL v3 text every Debian machine
+ * ships (package base-files). */
+#define SP_DEFAULT_CORPUS "/usr/share/common-licenses/GPL-3"
+
+typedef struct sp_text sp_text;
+
+/* Loads a file as bytes (UTF-8 text is read byte by byte: vocabulary 256). It must hold
+ * at least context + 2 bytes. */
+sp_text *sp_text_load(const char *path, int context, sp_status *status);
+void sp_text_free(sp_text *t);
+size_t sp_text_size(const sp_text *t);
+const uint8_t *sp_text_bytes(const sp_text *t);
+
+/* Microbatch `mb` of step `step`: B windows of T+1 bytes at pseudo-random offsets;
+ * tokens (B,T) and targets (B,T) = tokens shifted by one. */
+void sp_text_batch(const sp_text *t, uint64_t seed, int step, int mb, int B, int T,
+                   int32_t *tokens, int32_t *targets);
+
+/* The MLP task: x (B,in) ~ N(0,1), y = argmax of x W* (a fixed random teacher W* of
+ * (in, classes) drawn from seed). */
+void sp_mlp_batch(uint64_t seed, int step, int mb, int B, int in_dim, int classes, float *x,
+                  int32_t *y);
+
+/* splitmix64 mix of a 64-bit key: the counter-based generator behind both. */
+uint64_t sp_mix64(uint64_t x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,140 @@
+/* The low-level executor: one MPI rank = one pipeline actor, running its tasks on
+ * StarPU in the order the plan gives, with StarPU-MPI moving buffers between ranks.
+ *
+ *   sp_exec_init(&argc, &argv, NULL);
+ *   sp_exec_buf *x; sp_exec_buf_register(&x, host, n, sizeof(float));
+ *   for (each step) {
+ *       sp_exec_begin_step();
+ *       if (rank > 0) sp_exec_recv(x, rank - 1, msg);          // before its reader
+ *       sp_exec_submit(&(sp_exec_task){ .name = "F0", .cpu = fwd, .nbufs = 1,
+ *                      .bufs = &x, .modes = &rw, .seq = 0 });
+ *       if (rank + 1 < size) sp_exec_send(x, rank + 1, msg);
+ *       st = sp_exec_end_step();                               // same status on all ranks
+ *   }
+ *   sp_exec_buf_unregister(x); sp_exec_shutdown();
+ *
+ * Ordering: within a step, the tasks of a rank are handed to its workers strictly in
+ * increasing `seq` (0, 1, 2, ... without gaps), whatever order they were submitted or
+ * became ready in. Data dependencies follow submission order (StarPU's sequential
+ * consistency), so submit a recv before the tasks that read its buffer, and a send
+ * after the task that produces it. Functions are called from the main thread only. */
+#ifndef STARPIPE_EXEC_H
+#define STARPIPE_EXEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "starpipe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sp_exec_opts {
+    int ncpus;          /* CPU workers per rank; <= 0: 1 (an actor runs its tasks in order) */
+    int trace;          /* 1: record every task that runs, read with sp_exec_trace */
+    double watchdog_s;  /* > 0: abort every rank when tasks are pending and none has
+                           finished for this long (a lost message, a dead peer) */
+    int verbose;        /* 1: each rank prints its core set and progress-thread setup */
+} sp_exec_opts;
+
+/* Starts MPI (MPI_THREAD_MULTIPLE if available, SERIALIZED at least), StarPU with the
+ * "starpipe" ordered policy, and StarPU-MPI. Gives each rank on a host its own cores.
+ * Refuses (SP_ERR_ARG) when STARPU_SCHED names another policy. opts may be NULL. */
+sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts);
+/* Waits for everything, stops StarPU-MPI, StarPU and MPI. Collective. */
+sp_status sp_exec_shutdown(void);
+int sp_exec_rank(void);
+int sp_exec_size(void);
+
+/* Prints "starpipe: rank R: message" on stderr and makes every rank exit with a non-zero
+ * code promptly (MPI_Abort). For an error one rank cannot recover from, e.g. bad input
+ * seen by one rank only: the other ranks would otherwise wait for it forever. */
+_Noreturn void sp_exec_abort(int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* ---- buffers: a vector of count elements of elemsize bytes ---- */
+typedef struct sp_exec_buf sp_exec_buf;
+
+/* ptr: host memory that stays owned by the caller and valid until unregister; NULL lets
+ * StarPU allocate it on first use (a receive buffer, a scratch). */
+sp_status sp_exec_buf_register(sp_exec_buf **out, void *ptr, size_t count, size_t elemsize);
+/* Waits for the tasks and transfers using the buffer, brings the data back into ptr. */
+sp_status sp_exec_buf_unregister(sp_exec_buf *b);
+size_t sp_exec_buf_count(const sp_exec_buf *b);
+
+typedef enum {
+    SP_EXEC_R = 1,       /* read */
+    SP_EXEC_W = 2,       /* written entirely; previous contents undefined */
+    SP_EXEC_RW = 3,      /* read and written */
+    SP_EXEC_SCRATCH = 4  /* per-task temporary, contents undefined on entry */
+} sp_exec_mode;
+
+/* Host access between steps (or to inputs before the tasks that read them): waits for
+ * the pending tasks and transfers on b, gives a valid host pointer until release. */
+sp_status sp_exec_buf_acquire(sp_exec_buf *b, sp_exec_mode mode, void **ptr);
+sp_status sp_exec_buf_release(sp_exec_buf *b);
+
+/* ---- steps ---- */
+
+/* Starts a step: sequence numbers restart at 0, message tags move to a fresh range, the
+ * trace clock restarts. The previous step must have ended. */
+sp_status sp_exec_begin_step(void);
+/* Waits for all tasks and transfers of the step on every rank (collective), then agrees
+ * on the outcome: SP_OK on all ranks, or on all ranks the error of the lowest failing
+ * rank with its message. A failed task does not stop the step: later tasks on its rank
+ * skip their function, transfers still complete, so no peer waits forever. */
+sp_status sp_exec_end_step(void);
+
+/* ---- transfers (comm/) ----
+ * msg: the plan's message number, unique within a step for this (src, dst) pair or
+ * globally; both sides pass the same number. Sends and receives are detached: they
+ * start when the buffer's earlier tasks are done and hold the buffer until complete,
+ * so a later writer cannot overwrite data in flight. */
+sp_status sp_exec_send(sp_exec_buf *b, int dst, uint32_t msg);
+sp_status sp_exec_recv(sp_exec_buf *b, int src, uint32_t msg);
+
+/* ---- tasks ---- */
+
+/* A task's work. bufs[i] points to counts[i] elements of buffer i. Returns 0, or a
+ * non-zero code that fails the step (the message names the task and the code). */
+typedef int (*sp_exec_cpu_fn)(void *const *bufs, const size_t *counts, int nbufs,
+                              const void *args);
+/* The CUDA slot: same, plus the worker's cudaStream_t (as void *); launch asynchronously
+ * on it. Used only when StarPU is built with CUDA. */
+typedef int (*sp_exec_cuda_fn)(void *const *bufs, const size_t *counts, int nbufs,
+                               const void *args, void *stream);
+
+typedef struct sp_exec_task {
+    const char *name;           /* copied (first 31 bytes); in traces and errors */
+    sp_exec_cpu_fn cpu;         /* at least one of cpu, cuda */
+    sp_exec_cuda_fn cuda;
+    int nbufs;                  /* any number; the same buffer may appear once */
+    sp_exec_buf *const *bufs;
+    const sp_exec_mode *modes;
+    const void *args;           /* copied (args_size bytes) */
+    size_t args_size;
+    uint32_t seq;               /* position in this rank's order within the step */
+} sp_exec_task;
+
+sp_status sp_exec_submit(const sp_exec_task *t);
+
+/* ---- what ran ---- */
+typedef struct sp_exec_record {
+    char name[32];
+    uint32_t seq;
+    int worker;                 /* StarPU worker id */
+    double start_us, end_us;    /* since sp_exec_begin_step */
+} sp_exec_record;
+
+/* Records of the tasks that ran in the current (or last ended) step, in the order they
+ * started; valid until the next sp_exec_begin_step. Empty unless opts.trace was set. */
+sp_status sp_exec_trace(const sp_exec_record **records, size_t *n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,56 @@
+/* The optimizer step on stage slabs, shared by the reference interpreter and the runtime
+ * so that both perform the same float operations in the same order:
+ *   1. combine: a parameter used by several stages (tied weights) has one gradient
+ *      accumulator per stage; the owner (lowest stage) adds the others, ascending;
+ *   2. clip: the global gradient norm is the square root of the per-stage sums of
+ *      squares (double, over owned parameters), added in stage order;
+ *   3. AdamW on each owned parameter; copies in other stages then take the owner's values.
+ * Weight decay applies to parameters of two or more dims only (not biases, norms). */
+#ifndef STARPIPE_OPTIM_H
+#define STARPIPE_OPTIM_H
+
+#include "starpipe/program.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    float lr;           /* 3e-4 */
+    float beta1, beta2; /* 0.9, 0.95 */
+    float eps;          /* 1e-8 */
+    float weight_decay; /* 0.1 */
+    float grad_clip;    /* clip the global norm to this; 0 = off (default 1.0) */
+} sp_adamw_config;
+
+void sp_adamw_defaults(sp_adamw_config *cfg);
+
+/* owner_grads (GRADS of the owner stage) += other_grads (GRADS of stage `other`) for every
+ * parameter the two stages share. */
+void sp_optim_combine(const sp_program *p, int owner, float *owner_grads, int other,
+                      const float *other_grads);
+
+/* Sum of squares, in double, of the gradients of the parameters stage s owns. */
+double sp_optim_sumsq(const sp_program *p, int s, const float *grads);
+
+/* Scale for the gradients given the per-stage sums of squares (in stage order):
+ * min(1, clip / norm), 1 when clipping is off. *norm gets the global norm. */
+float sp_optim_clip_scale(const sp_adamw_config *cfg, const double *stage_sumsq, int nstages,
+                          double *norm);
+
+/* AdamW for the parameters stage s owns, at step t (1-based). m and v are laid out like
+ * params (2 slabs of the stage's PARAMS size). */
+void sp_optim_update(const sp_program *p, int s, float *params, const float *grads, float *m,
+                     float *v, const sp_adamw_config *cfg, float grad_scale, int t);
+
+/* Copies the owner's values of every parameter the two stages share into stage `other`. */
+void sp_optim_copy_shared(const sp_program *p, int owner, const float *owner_params, int other,
+                          float *other_params);
+
+/* 1 if stages a and b share a parameter. */
+int sp_optim_stages_share(const sp_program *p, int a, int b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,247 @@
+/* The pipeline planner: schedules as data, their validation, and the per-actor plan the
+ * runtime executes, plus a simulator that runs a plan on a cost model. Pure C: no StarPU,
+ * no MPI. Works on real stage models (sp_program_describe) and synthetic ones
+ * (sp_stage_model_chain) alike.
+ *
+ *   sp_stage_model *model = sp_stage_model_chain(8, 1.0, 1.0, 1.0, 4096);
+ *   sp_schedule *sch;
+ *   if (sp_schedule_builtin("interleaved-1f1b", 4, 16, 2, &sch)) die(sp_last_error());
+ *   sp_plan *plan;
+ *   if (sp_plan_build(model, sch, &plan)) die(sp_last_error());   // invalid -> message
+ *   for (int i = 0; i < plan->ninstr[actor]; i++) execute(&plan->instr[actor][i]);
+ *   sp_plan_free(plan); sp_schedule_free(sch); sp_stage_model_free(model);
+ *
+ * Words (shared/DESIGN.md): p actors, S stages, m microbatches, v chunks (stages) per
+ * actor. Task (kind, mb, stage) with kind F, B, W or BW (B and W fused). The text format,
+ * the validity rule and the deadlock-freedom argument are written in docs/planner.md. */
+#ifndef STARPIPE_PLAN_H
+#define STARPIPE_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "starpipe/stages.h"
+#include "starpipe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ schedules */
+
+typedef struct {
+    int kind;  /* sp_task_kind */
+    int mb;    /* microbatch, 0..m-1 */
+    int stage; /* 0..S-1 */
+} sp_task;
+
+/* For every actor an ordered task list, plus the stage -> actor placement. Plain data:
+ * build one with sp_schedule_create + sp_schedule_append, a built-in, or a text file. */
+typedef struct {
+    char name[64];
+    int nactors, nstages, nmicro;
+    int *stage_actor; /* [nstages] */
+    int *ntasks;      /* [nactors] */
+    sp_task **tasks;  /* [nactors][ntasks[a]] */
+    int *cap;         /* [nactors] allocated length of tasks[a] (internal) */
+} sp_schedule;
+
+/* Empty schedule; stage s placed on actor s % nactors until sp_schedule_place says
+ * otherwise. NULL (and a message) on bad sizes or no memory. */
+sp_schedule *sp_schedule_create(int nactors, int nstages, int nmicro);
+void sp_schedule_free(sp_schedule *s);
+sp_schedule *sp_schedule_clone(const sp_schedule *s);
+sp_status sp_schedule_place(sp_schedule *s, int stage, int actor);
+/* Appends (kind, mb, stage) to actor's list. Only range checks here: whether the whole
+ * is a valid schedule is sp_schedule_validate's job. */
+sp_status sp_schedule_append(sp_schedule *s, int actor, sp_task_kind kind, int mb, int stage);
+int sp_schedule_total_tasks(const sp_schedule *s);
+
+/* Built-in schedules. nchunks (v) matters to interleaved-1f1b (stage s on actor s % p,
+ * S = v p) and must be 2 for the V-shaped zb-v and dualpipe-v (stages s and S-1-s on one
+ * actor, S = 2p); the others have S = p and take v = 1 (or 0). */
+typedef struct {
+    const char *name;
+    const char *summary;    /* one line */
+    const char *constraint; /* e.g. "m >= 2p"; checked with a clear error */
+} sp_schedule_info;
+
+int sp_schedule_builtin_count(void);
+const sp_schedule_info *sp_schedule_builtin_info(int i);
+sp_status sp_schedule_builtin(const char *name, int nactors, int nmicro, int nchunks,
+                              sp_schedule **out);
+/* Stages a built-in needs for (p, v); -1 (and a message) if the name is unknown. */
+int sp_schedule_builtin_stages(const char *name, int nactors, int nchunks);
+/* One line per built-in, plus file:PATH; what STARPIPE_SCHEDULE=help prints. */
+const char *sp_schedule_help(void);
+
+/* The schedule the user asked for. Explicit arguments win (a flag overrides the
+ * environment): name (NULL: STARPIPE_SCHEDULE, default "1f1b"; "file:PATH" reads a text
+ * file), nmicro (<= 0: STARPIPE_MICROBATCHES, default 2p), nchunks (<= 0:
+ * STARPIPE_CHUNKS, default 2 for interleaved and V-shaped, else 1). Errors name the
+ * offending value: an unknown name lists the valid ones, "help" returns SP_ERR_ARG with
+ * the list as its message. */
+sp_status sp_schedule_from_env(const char *name, int nactors, int nmicro, int nchunks,
+                               sp_schedule **out);
+
+/* Text format (docs/planner.md). Errors are SP_ERR_FORMAT with "file:line: ... 'token'". */
+sp_status sp_schedule_parse(const char *text, const char *source, sp_schedule **out);
+sp_status sp_schedule_load(const char *path, sp_schedule **out);
+sp_status sp_schedule_write(const sp_schedule *s, FILE *f);
+sp_status sp_schedule_save(const sp_schedule *s, const char *path);
+
+/* "F(3,1)", "BW(0,7)": the notation of messages and of the text format. */
+const char *sp_task_kind_name(sp_task_kind k);
+char *sp_task_format(sp_task t, char *buf, size_t n);
+
+/* Validity (docs/planner.md): every task of the unrolled step exactly once, on the
+ * actor of its stage, each (mb, stage) either BW or B and W; dataflow edges plus each
+ * actor's order acyclic. SP_OK or SP_ERR_SCHEDULE with a message naming the problem;
+ * for a cycle, the chain of "task on actor a waits for task on actor b". */
+sp_status sp_schedule_validate(const sp_schedule *s, const sp_stage_model *model);
+/* The cycle behind an SP_ERR_SCHEDULE "cycle" failure, as tasks t0..t(n-1) where each
+ * waits for the next and t(n-1) waits for t0. Returns its length (copies up to cap), 0
+ * when the combined graph is acyclic, -1 when the schedule fails earlier checks. */
+int sp_schedule_find_cycle(const sp_schedule *s, const sp_stage_model *model,
+                           sp_task *cycle, int cap);
+
+/* ------------------------------------------------------------------ plans */
+
+/* Buffers are named structurally so the runtime can map them to data handles. */
+typedef enum {
+    SP_BUF_ACT = 0,         /* (mb, idx=stage): saved by F for B/W/BW */
+    SP_BUF_BGRAD = 1,       /* (mb, idx=stage): kept by B for W */
+    SP_BUF_EDGE_FWD = 2,    /* (mb, idx=edge): the tensor of stage edge idx */
+    SP_BUF_EDGE_GRAD = 3,   /* (mb, idx=edge): its gradient */
+    SP_BUF_PARAM = 4,       /* (idx=stage): the stage's own parameters */
+    SP_BUF_GRAD = 5,        /* (idx=stage): their gradient accumulator */
+    SP_BUF_OPT = 6,         /* (idx=stage): optimizer state */
+    SP_BUF_SHARED_PARAM = 7,/* (idx=k): shared parameter k, one copy per actor using it */
+    SP_BUF_SHARED_GRAD = 8, /* (idx=k, stage=s): partial gradient of k from stage s;
+                               mb = -1 the per-step accumulator, mb >= 0 one microbatch's */
+    SP_BUF_LOSS = 9         /* (mb, idx=last stage): the loss value, 0 bytes */
+} sp_buf_class;
+#define SP_NUM_BUF_CLASSES 10
+
+typedef struct {
+    int cls;   /* sp_buf_class */
+    int idx;   /* stage, edge or shared-parameter index, per class */
+    int mb;    /* microbatch; -1 for per-step buffers */
+    int stage; /* SHARED_GRAD: the contributing stage; else -1 */
+} sp_buf;
+
+typedef enum { SP_ACCESS_R = 1, SP_ACCESS_W = 2, SP_ACCESS_RW = 3 } sp_access_mode;
+typedef struct {
+    sp_buf buf;
+    int mode; /* sp_access_mode; accumulators (GRAD, SHARED_GRAD) are RW */
+} sp_access;
+
+typedef enum {
+    SP_OP_RUN = 0,      /* run task */
+    SP_OP_SEND = 1,     /* send buf to peer (non-blocking is fine: see docs) */
+    SP_OP_RECV = 2,     /* receive buf from peer; it exists on this actor afterwards */
+    SP_OP_FREE = 3,     /* buf is dead on this actor */
+    SP_OP_COMBINE = 4,  /* shared parameter buf.idx: SHARED_GRAD(k, owner) += partials,
+                           ascending stage order (its accesses list them) */
+    SP_OP_OPTIMIZER = 5 /* update stage `stage`'s parameters (and shared ones it owns) */
+} sp_op;
+#define SP_NUM_OPS 6
+
+/* One instruction of an actor's program, executed strictly in order. */
+typedef struct {
+    int op;         /* sp_op */
+    int peer;       /* SEND/RECV: the other actor; else -1 */
+    sp_task task;   /* RUN */
+    int stage;      /* RUN, OPTIMIZER: the stage; COMBINE: the owner stage; else -1 */
+    sp_buf buf;     /* SEND/RECV/FREE: the buffer; COMBINE: the owner's accumulator */
+    int64_t seq;    /* SEND/RECV: global message number, unique in a step (an MPI tag);
+                       both ends see all their messages in increasing seq; else -1 */
+    size_t bytes;   /* SEND/RECV/FREE: size of buf */
+    uint32_t acc;   /* RUN/COMBINE/OPTIMIZER: first entry in plan->access */
+    uint32_t nacc;  /* number of entries (reads and writes of the instruction) */
+} sp_instr;
+
+typedef struct {
+    size_t params, grads, opt, acts, boundary; /* each category's own peak */
+    size_t total;                              /* peak of the sum */
+    int act_units; /* peak count of live ACT buffers: one stage's activations for one
+                      microbatch, the unit of the closed forms */
+} sp_mem_peak;
+
+typedef struct {
+    int nactors, nstages, nmicro;
+    int *stage_actor;  /* [nstages] */
+    int *ninstr;       /* [nactors] */
+    sp_instr **instr;  /* [nactors][ninstr[a]] */
+    sp_access *access; /* shared pool indexed by sp_instr.acc */
+    size_t naccess;
+    int64_t nmessages; /* point-to-point messages per step: seq runs 0..nmessages-1 */
+    int ntasks;        /* RUN instructions in all */
+    int nshared;
+    int *shared_deferred; /* [nshared]: 1 if combined once per step, 0 per microbatch */
+    sp_mem_peak *peak;    /* [nactors], from the instruction order */
+} sp_plan;
+
+/* Validates the schedule against the model, then lowers it: RUNs in the schedule's
+ * order, SEND right after each producer, RECVs in one global message order, shared-weight
+ * combines, OPTIMIZER after each stage's last W, FREE after every transient buffer's last
+ * use, and per-actor memory peaks. SP_ERR_SCHEDULE on an invalid schedule. */
+sp_status sp_plan_build(const sp_stage_model *model, const sp_schedule *sched,
+                        sp_plan **out);
+void sp_plan_free(sp_plan *plan);
+
+/* Well-formedness, independent of how the plan was built: every SEND matched by one
+ * RECV (same seq, buffer, bytes, peers); per pair of actors the same message order on
+ * both ends; the program runs to completion with blocking rendezvous send AND receive
+ * (so no ordered channel can deadlock); every read buffer present on its actor, every
+ * FREE of a live buffer, no transient buffer left at the end. SP_ERR_SCHEDULE if not. */
+sp_status sp_plan_check(const sp_plan *plan);
+
+const char *sp_op_name(sp_op op);
+const char *sp_buf_class_name(sp_buf_class c);
+char *sp_buf_format(sp_buf b, char *buf, size_t n);    /* "EDGE_FWD(e=2,mb=3)" */
+char *sp_instr_format(const sp_instr *in, char *buf, size_t n);
+/* Writes the plan as readable text, one instruction per line. */
+sp_status sp_plan_write(const sp_plan *plan, FILE *f);
+
+/* ------------------------------------------------------------------ simulator */
+
+typedef struct {
+    /* Task time: flops[s * SP_NUM_TASK_KINDS + kind] / device_flops when both are given,
+     * else sp_stage_info.cost[kind]. */
+    const double *flops;
+    double device_flops;
+    double latency;     /* per message */
+    double bandwidth;   /* bytes per time unit; 0 = infinite */
+    double combine_time;   /* per COMBINE instruction */
+    double optimizer_time; /* per OPTIMIZER instruction */
+    int rendezvous;     /* 1: a SEND also blocks until its RECV is posted (NCCL-like) */
+} sp_sim_config;
+
+typedef struct {
+    int nactors;
+    double step_time;
+    double bubble_fraction; /* idle / (p * step_time) */
+    double *busy, *idle;    /* [nactors] */
+    sp_mem_peak *peak;      /* [nactors], recomputed while running */
+    double **start, **end;  /* [nactors][ninstr]: when each instruction ran */
+    int64_t nmessages;
+} sp_sim_result;
+
+/* Runs the plan with blocking, ordered (FIFO per pair of actors) channels. Fails with
+ * SP_ERR_SCHEDULE, naming the stuck actors, on a deadlock or a message out of order. */
+sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
+                      const sp_sim_config *cfg, sp_sim_result **out);
+void sp_sim_result_free(sp_sim_result *r);
+
+/* Chrome trace-event JSON (Perfetto, chrome://tracing): one thread per actor; times are
+ * read as seconds. And an SVG timeline like the figures of pipeline papers: a row per
+ * actor, a box per task coloured by kind, labelled with its microbatch. */
+sp_status sp_sim_write_trace(const sp_plan *plan, const sp_sim_result *r, const char *path);
+sp_status sp_sim_write_svg(const sp_plan *plan, const sp_sim_result *r, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

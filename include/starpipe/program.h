@@ -1,0 +1,101 @@
+/* Stage programs: a graph cut at its sp_pipeline_yield markers and differentiated, as
+ * the units the planner schedules and the runtime runs as one task each.
+ *
+ * For every stage s there are four programs: F (forward), B (the backward ops needed for
+ * the gradients handed to earlier stages), W (the rest of the backward: parameter
+ * gradients and whatever only they need) and BW (B and W fused, in plain reverse order).
+ * Running B then W gives bitwise the same buffers as BW.
+ *
+ * A program reads and writes a short list of buffers, each a contiguous slab of one
+ * class (see sp_buf_class); the same buffer of a microbatch is shared by the F, B and W
+ * of its stage. A runtime maps each (class, index, microbatch) to storage and passes
+ * the pointers in the program's order to sp_program_run. */
+#ifndef STARPIPE_PROGRAM_H
+#define STARPIPE_PROGRAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "starpipe/graph.h"
+#include "starpipe/stages.h"
+#include "starpipe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    SP_BUF_PARAMS,    /* index = stage: the parameters the stage uses (per step) */
+    SP_BUF_GRADS,     /* index = stage: its gradient accumulators, same layout (per step) */
+    SP_BUF_ACT,       /* index = stage: what F computes, kept for B and W (per microbatch) */
+    SP_BUF_BGRAD,     /* index = stage: activation gradients of B, kept for W (per mb) */
+    SP_BUF_EDGE_FWD,  /* index = edge of the stage model: tensors stage src hands to dst */
+    SP_BUF_EDGE_GRAD, /* index = edge: their gradients, handed back (per microbatch) */
+    SP_BUF_INPUT,     /* index = input number: a microbatch's slice of a graph input */
+    SP_BUF_LOSS,      /* index 0: the microbatch loss, one float, written by the last F */
+    SP_BUF_SCRATCH,   /* index = stage: temporary space of one task, contents not kept */
+    SP_NUM_BUF_CLASSES
+} sp_buf_class;
+
+typedef enum { SP_MODE_R = 1, SP_MODE_W = 2, SP_MODE_RW = 3 } sp_buf_mode;
+
+typedef struct {
+    sp_buf_class cls;
+    int index;
+    size_t bytes;
+    sp_buf_mode mode;
+} sp_buf_ref;
+
+typedef struct sp_program sp_program;
+
+/* Cuts and differentiates g. Fails with a message if the graph has no loss, a stage
+ * without ops, or an op of stage s that reads a tensor of a later stage. */
+sp_program *sp_program_build(const sp_graph *g, sp_status *status);
+void sp_program_free(sp_program *p);
+
+const sp_graph *sp_program_graph(const sp_program *p);
+int sp_program_num_stages(const sp_program *p);
+
+/* The sizes and edges the planner needs. Costs are FLOP counts (an F of 2 GFLOP costs
+ * 2e9); divide by a measured rate for seconds. Owned by p. */
+const sp_stage_model *sp_program_stage_model(const sp_program *p);
+
+/* The buffers program (stage, kind) takes, in the order sp_program_run wants them. */
+int sp_program_num_bufs(const sp_program *p, int stage, sp_task_kind kind);
+sp_buf_ref sp_program_buf(const sp_program *p, int stage, sp_task_kind kind, int j);
+/* Bytes of a buffer class and index (the same for every microbatch). */
+size_t sp_program_buf_bytes(const sp_program *p, sp_buf_class cls, int index);
+/* Number of ops of a program (0: the task has nothing to do, e.g. B of stage 0). */
+int sp_program_num_ops(const sp_program *p, int stage, sp_task_kind kind);
+/* FLOPs of one run of a program. */
+double sp_program_flops(const sp_program *p, int stage, sp_task_kind kind);
+
+/* Graph inputs, numbered as SP_BUF_INPUT indexes. */
+int sp_program_num_inputs(const sp_program *p);
+sp_tensor sp_program_input(const sp_program *p, int k);
+
+/* Where parameter `param` lives in SP_BUF_PARAMS/GRADS of `stage`: its float offset, or
+ * -1 when the stage does not use it. A parameter used by several stages has a copy in
+ * each; its owner is the lowest of them. */
+int64_t sp_program_param_offset(const sp_program *p, int stage, sp_tensor param);
+int sp_program_param_owner(const sp_program *p, sp_tensor param);
+
+/* Runs one program on buffers given in sp_program_buf order. dloss is the gradient that
+ * seeds the backward at the loss (1/m to average m microbatches). Returns SP_OK, or an
+ * error naming the op (an out-of-range token, say). */
+typedef struct {
+    float dloss;
+} sp_run_args;
+sp_status sp_program_run(const sp_program *p, int stage, sp_task_kind kind, void *const *bufs,
+                         const sp_run_args *args);
+
+/* A readable listing of every stage program (ops, buffers, sizes). */
+void sp_program_print(const sp_program *p, void *FILE_stream);
+
+const char *sp_buf_class_name(sp_buf_class c);
+const char *sp_task_kind_name(sp_task_kind k);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,51 @@
+/* The reference interpreter: one training step in one process, no StarPU. Microbatches
+ * run in order (F of every stage, then BW of every stage in reverse), gradients
+ * accumulate in microbatch order, then the optimizer step of optim.h. It is the ground
+ * truth every pipelined run is compared with, bit for bit. */
+#ifndef STARPIPE_REFERENCE_H
+#define STARPIPE_REFERENCE_H
+
+#include <stdint.h>
+
+#include "starpipe/optim.h"
+#include "starpipe/program.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sp_reference sp_reference;
+
+/* Parameters are initialised from seed (sp_param_init_values). */
+sp_reference *sp_reference_create(const sp_program *p, int microbatches,
+                                  const sp_adamw_config *opt, uint64_t seed, sp_status *status);
+void sp_reference_free(sp_reference *r);
+
+/* inputs[i * ninputs + k]: microbatch i's slice of graph input k (sp_program_input order).
+ * Computes the mean loss over the microbatches and the gradients, without updating. */
+sp_status sp_reference_forward_backward(sp_reference *r, const void *const *inputs,
+                                        float *loss);
+/* forward_backward, then the optimizer step. */
+sp_status sp_reference_step(sp_reference *r, const void *const *inputs, float *loss);
+
+/* The owner's copy of a parameter, and its combined gradient of the last step (after
+ * sp_reference_forward_backward; before clipping). numel floats each. */
+const float *sp_reference_param(const sp_reference *r, sp_tensor param);
+const float *sp_reference_grad(const sp_reference *r, sp_tensor param);
+/* Sets a parameter in every stage that holds a copy (for finite differences, loading). */
+sp_status sp_reference_set_param(sp_reference *r, sp_tensor param, const float *values);
+/* Losses of each microbatch of the last step. */
+const float *sp_reference_microbatch_losses(const sp_reference *r);
+/* The global gradient norm of the last optimizer step. */
+double sp_reference_grad_norm(const sp_reference *r);
+int sp_reference_steps_done(const sp_reference *r);
+
+/* Stage slabs, for comparisons with a pipelined run: PARAMS, GRADS (combined on the
+ * owner after a step), and the AdamW moments m and v. */
+float *sp_reference_slab(sp_reference *r, sp_buf_class cls, int stage);
+float *sp_reference_moment(sp_reference *r, int which /* 0 = m, 1 = v */, int stage);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,133 @@
+/* Where each rank's StarPU workers and StarPU-MPI progress thread run when several
+ * ranks share a host. Left alone, StarPU binds every rank's first worker to the same
+ * core and puts the MPI thread on the "next" core, which belongs to another rank. */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hwloc.h>
+
+#include "runtime/binding_impl.h"
+
+static int cpuset_count(const cpu_set_t *s) { return CPU_COUNT(s); }
+
+/* 1 when no two local ranks may run on the same CPU: the launcher already split them. */
+static int disjoint(const cpu_set_t *all, int n)
+{
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            cpu_set_t both;
+            CPU_AND(&both, &all[i], &all[j]);
+            if (CPU_COUNT(&both))
+                return 0;
+        }
+    return 1;
+}
+
+/* StarPU's binding ids are hwloc logical PU indexes, the kernel's are OS indexes. */
+static int to_logical(hwloc_topology_t topo, int os)
+{
+    hwloc_obj_t pu = hwloc_get_pu_obj_by_os_index(topo, (unsigned)os);
+    return pu ? (int)pu->logical_index : -1;
+}
+
+sp_status sp_binding_plan(MPI_Comm node, int want, sp_binding *b)
+{
+    memset(b, 0, sizeof *b);
+    b->mpi_cpu = -1;
+    int lrank, lsize;
+    SP_MPI_CHECK(MPI_Comm_rank(node, &lrank));
+    SP_MPI_CHECK(MPI_Comm_size(node, &lsize));
+    b->local_rank = lrank;
+    b->local_size = lsize;
+
+    cpu_set_t mine;
+    if (sched_getaffinity(0, sizeof mine, &mine) != 0)
+        return sp_set_error(SP_ERR_RUNTIME, "%s:%d: sched_getaffinity failed", __FILE__, __LINE__);
+    cpu_set_t *all = malloc((size_t)lsize * sizeof *all);
+    if (!all)
+        return sp_set_error(SP_ERR_NOMEM, "%s:%d: out of memory", __FILE__, __LINE__);
+    int rc = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, node);
+    if (rc != MPI_SUCCESS) {
+        free(all);
+        return sp_exec_mpi_error(__FILE__, __LINE__, "MPI_Allgather", rc);
+    }
+
+    /* The CPUs this rank may use, in OS numbering. */
+    int cpus[CPU_SETSIZE], ncpus = 0;
+    if (disjoint(all, lsize)) {
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &mine))
+                cpus[ncpus++] = c;
+    } else {
+        cpu_set_t uni;
+        CPU_ZERO(&uni);
+        for (int i = 0; i < lsize; i++)
+            CPU_OR(&uni, &uni, &all[i]);
+        int n = cpuset_count(&uni), per = n / lsize, k = 0;
+        for (int c = 0; c < CPU_SETSIZE && per > 0; c++)
+            if (CPU_ISSET(c, &uni)) {
+                if (k >= lrank * per && k < (lrank + 1) * per)
+                    cpus[ncpus++] = c;
+                k++;
+            }
+    }
+    free(all);
+
+    b->nworkers = want < 1 ? 1 : want;
+    if (ncpus == 0) {
+        /* More ranks than cores: any fixed binding would stack ranks unevenly; let the
+         * kernel balance one unbound worker per rank. */
+        b->nobind = 1;
+        b->nworkers = 1;
+        snprintf(b->desc, sizeof b->desc, "unbound (%d ranks share the host's cores)", lsize);
+        return SP_OK;
+    }
+    if (b->nworkers > ncpus)
+        b->nworkers = ncpus;
+    if (b->nworkers > STARPU_MAXCPUS)
+        b->nworkers = STARPU_MAXCPUS;
+    if (b->nworkers > SP_BINDING_MAXW)
+        b->nworkers = SP_BINDING_MAXW;
+
+    hwloc_topology_t topo;
+    if (hwloc_topology_init(&topo) != 0 || hwloc_topology_load(topo) != 0)
+        return sp_set_error(SP_ERR_RUNTIME, "%s:%d: hwloc topology discovery failed",
+                            __FILE__, __LINE__);
+    int len = snprintf(b->desc, sizeof b->desc, "cpus");
+    for (int i = 0; i < b->nworkers; i++) {
+        b->worker_cpus[i] = to_logical(topo, cpus[i]);
+        if (len < (int)sizeof b->desc)
+            len += snprintf(b->desc + len, sizeof b->desc - (size_t)len, " %d", cpus[i]);
+    }
+    /* The progress thread shares this rank's last worker core (see runtime/README.md). */
+    b->mpi_cpu = to_logical(topo, cpus[b->nworkers - 1]);
+    hwloc_topology_destroy(topo);
+    for (int i = 0; i < b->nworkers; i++)
+        if (b->worker_cpus[i] < 0)
+            return sp_set_error(SP_ERR_RUNTIME, "%s:%d: hwloc does not know CPU %d",
+                                __FILE__, __LINE__, cpus[i]);
+    return SP_OK;
+}
+
+/* Environment variables, not starpu_conf fields, so that a user who sets one by hand
+ * (STARPU_NCPU, STARPU_WORKERS_CPUID, STARPU_MPI_THREAD_CPUID, ...) keeps control. */
+void sp_binding_apply(const sp_binding *b)
+{
+    char v[16 * SP_BINDING_MAXW];
+    snprintf(v, sizeof v, "%d", b->nworkers);
+    setenv("STARPU_NCPU", v, 0);
+    if (b->nobind) {
+        setenv("STARPU_WORKERS_NOBIND", "1", 0);
+        setenv("STARPU_MPI_NOBIND", "1", 0);
+        return;
+    }
+    int len = 0;
+    for (int i = 0; i < b->nworkers; i++)
+        len += snprintf(v + len, sizeof v - (size_t)len, "%s%d", i ? " " : "", b->worker_cpus[i]);
+    setenv("STARPU_WORKERS_CPUID", v, 0);
+    snprintf(v, sizeof v, "%d", b->mpi_cpu);
+    setenv("STARPU_MPI_THREAD_CPUID", v, 0);
+}

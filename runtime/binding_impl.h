@@ -1,0 +1,23 @@
+/* Per-rank core sets for several ranks on one host (runtime/binding.c). */
+#ifndef STARPIPE_BINDING_IMPL_H
+#define STARPIPE_BINDING_IMPL_H
+
+#include "runtime/exec_impl.h"
+
+#define SP_BINDING_MAXW 64
+
+typedef struct sp_binding {
+    int local_rank, local_size;
+    int nworkers;                     /* CPU workers of this rank */
+    int nobind;                       /* 1: ranks outnumber cores, nothing is bound */
+    int worker_cpus[SP_BINDING_MAXW]; /* hwloc logical PU ids */
+    int mpi_cpu;                      /* where the StarPU-MPI progress thread goes */
+    char desc[256];                   /* for the verbose line */
+} sp_binding;
+
+/* Collective over node (the ranks of this host). want: CPU workers asked for. */
+sp_status sp_binding_plan(MPI_Comm node, int want, sp_binding *b);
+/* Exports the plan as StarPU variables; ones the user already set are kept. */
+void sp_binding_apply(const sp_binding *b);
+
+#endif

@@ -1,0 +1,559 @@
+/* The executor: MPI + StarPU + StarPU-MPI start-up, steps, the generic task wrapper,
+ * failure agreement and traces. Transfers are in comm/, the order in sched/policy.c. */
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <starpu_mpi.h>
+
+#include "runtime/binding_impl.h"
+#include "runtime/exec_impl.h"
+
+int sp_exec_rank_ = 0, sp_exec_size_ = 1;
+uint64_t sp_exec_step_ = 0;
+
+static struct {
+    int started;          /* sp_exec_init succeeded, no shutdown yet */
+    int mpi_ours;         /* we called MPI_Init_thread, so we finalize */
+    MPI_Comm comm;        /* our own duplicate of MPI_COMM_WORLD for agreement */
+    sp_exec_opts opts;
+    int in_step;
+    double step_t0;       /* starpu_timing_now() at begin_step */
+    /* Sequence numbers submitted in this step: seen[s] for duplicates, gaps at end. */
+    unsigned char *seen;
+    size_t seen_cap, nsubmitted;
+    uint32_t max_seq;
+} X;
+
+/* ---- failure of a task: first one wins, later tasks of the step skip their work ---- */
+static atomic_int step_failed;
+static starpu_pthread_mutex_t fail_lock = STARPU_PTHREAD_MUTEX_INITIALIZER;
+static char fail_msg[512];
+
+static void fail_step(const char *fmt, ...)
+{
+    STARPU_PTHREAD_MUTEX_LOCK(&fail_lock);
+    if (!atomic_load(&step_failed)) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(fail_msg, sizeof fail_msg, fmt, ap);
+        va_end(ap);
+        atomic_store(&step_failed, 1);
+    }
+    STARPU_PTHREAD_MUTEX_UNLOCK(&fail_lock);
+}
+
+/* ---- traces ---- */
+static starpu_pthread_mutex_t trace_lock = STARPU_PTHREAD_MUTEX_INITIALIZER;
+static sp_exec_record *trace_recs;
+static size_t trace_n, trace_cap, trace_dropped;
+
+static void trace_add(const char *name, uint32_t seq, double t0, double t1)
+{
+    STARPU_PTHREAD_MUTEX_LOCK(&trace_lock);
+    if (trace_n == trace_cap) {
+        size_t cap = trace_cap ? 2 * trace_cap : 256;
+        sp_exec_record *r = realloc(trace_recs, cap * sizeof *r);
+        if (r) {
+            trace_recs = r;
+            trace_cap = cap;
+        }
+    }
+    if (trace_n < trace_cap) {
+        sp_exec_record *r = &trace_recs[trace_n++];
+        snprintf(r->name, sizeof r->name, "%s", name);
+        r->seq = seq;
+        r->worker = starpu_worker_get_id();
+        r->start_us = t0 - X.step_t0;
+        r->end_us = t1 - X.step_t0;
+    } else {
+        trace_dropped++;
+    }
+    STARPU_PTHREAD_MUTEX_UNLOCK(&trace_lock);
+}
+
+static int by_start(const void *a, const void *b)
+{
+    double x = ((const sp_exec_record *)a)->start_us, y = ((const sp_exec_record *)b)->start_us;
+    return (x > y) - (x < y);
+}
+
+sp_status sp_exec_trace(const sp_exec_record **records, size_t *n)
+{
+    if (!records || !n)
+        return sp_set_error(SP_ERR_ARG, "sp_exec_trace: NULL argument");
+    STARPU_PTHREAD_MUTEX_LOCK(&trace_lock);
+    qsort(trace_recs, trace_n, sizeof *trace_recs, by_start);
+    *records = trace_recs;
+    *n = trace_n;
+    size_t dropped = trace_dropped;
+    STARPU_PTHREAD_MUTEX_UNLOCK(&trace_lock);
+    if (dropped)
+        return sp_set_error(SP_ERR_NOMEM, "sp_exec_trace: %zu records lost (out of memory)",
+                            dropped);
+    return SP_OK;
+}
+
+/* ---- the generic codelet ---- */
+
+/* cl_arg of every task: what to call, and a copy of the caller's argument struct. */
+struct task_args {
+    sp_exec_cpu_fn cpu;
+    sp_exec_cuda_fn cuda;
+    char name[32];
+    uint32_t seq;
+    _Alignas(max_align_t) unsigned char payload[];
+};
+
+/* Up to this many buffers the wrapper keeps its pointer arrays on the stack. */
+#define SP_STACK_BUFS 32
+
+typedef int (*impl_call)(const struct task_args *, void *const *, const size_t *, int);
+
+static void run_task(void *descr[], struct task_args *a, impl_call call)
+{
+    if (atomic_load(&step_failed))
+        return; /* the step is lost already: drain quickly, keep transfers flowing */
+    struct starpu_task *task = starpu_task_get_current();
+    int n = (int)STARPU_TASK_GET_NBUFFERS(task);
+    void *ptr_stack[SP_STACK_BUFS], **ptrs = ptr_stack;
+    size_t count_stack[SP_STACK_BUFS], *counts = count_stack;
+    if (n > SP_STACK_BUFS) {
+        ptrs = malloc((size_t)n * sizeof *ptrs);
+        counts = malloc((size_t)n * sizeof *counts);
+        if (!ptrs || !counts) {
+            free(ptrs);
+            free(counts);
+            fail_step("task '%s' (seq %u): out of memory for %d buffers", a->name, a->seq, n);
+            return;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        ptrs[i] = (void *)STARPU_VECTOR_GET_PTR(descr[i]);
+        counts[i] = STARPU_VECTOR_GET_NX(descr[i]);
+    }
+    double t0 = X.opts.trace ? starpu_timing_now() : 0;
+    int rc = call(a, ptrs, counts, n);
+    if (X.opts.trace)
+        trace_add(a->name, a->seq, t0, starpu_timing_now());
+    if (rc)
+        fail_step("rank %d: task '%s' (seq %u) failed with code %d", sp_exec_rank_, a->name,
+                  a->seq, rc);
+    if (ptrs != ptr_stack) {
+        free(ptrs);
+        free(counts);
+    }
+}
+
+static int call_cpu(const struct task_args *a, void *const *p, const size_t *c, int n)
+{
+    return a->cpu(p, c, n, a->payload);
+}
+
+static void run_cpu(void *descr[], void *cl_arg) { run_task(descr, cl_arg, call_cpu); }
+
+#ifdef STARPU_USE_CUDA
+static int call_cuda(const struct task_args *a, void *const *p, const size_t *c, int n)
+{
+    return a->cuda(p, c, n, a->payload, (void *)starpu_cuda_get_local_stream());
+}
+
+static void run_cuda(void *descr[], void *cl_arg) { run_task(descr, cl_arg, call_cuda); }
+#endif
+
+/* Per task, not per codelet: one codelet serves tasks with and without a CUDA kernel. */
+static int can_execute(unsigned worker, struct starpu_task *task, unsigned nimpl)
+{
+    const struct task_args *a = task->cl_arg;
+    switch (starpu_worker_get_type((int)worker)) {
+    case STARPU_CPU_WORKER: return a->cpu != NULL;
+    case STARPU_CUDA_WORKER: return a->cuda != NULL;
+    default: return 0;
+    }
+}
+
+static struct starpu_codelet sp_codelet = {
+    .can_execute = can_execute,
+    .cpu_funcs = {run_cpu},
+    .cpu_funcs_name = {"sp_exec_run_cpu"},
+#ifdef STARPU_USE_CUDA
+    .cuda_funcs = {run_cuda},
+    .cuda_flags = {STARPU_CUDA_ASYNC},
+#endif
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .name = "starpipe",
+};
+
+static enum starpu_data_access_mode starpu_mode(sp_exec_mode m)
+{
+    switch (m) {
+    case SP_EXEC_R: return STARPU_R;
+    case SP_EXEC_W: return STARPU_W;
+    case SP_EXEC_RW: return STARPU_RW;
+    case SP_EXEC_SCRATCH: return STARPU_SCRATCH;
+    }
+    return STARPU_NONE;
+}
+
+static sp_status check_task(const sp_exec_task *t)
+{
+    const char *name = t->name ? t->name : "(unnamed)";
+    if (!t->cpu && !t->cuda)
+        return sp_set_error(SP_ERR_ARG, "task '%s': no CPU or CUDA function", name);
+#ifndef STARPU_USE_CUDA
+    if (!t->cpu)
+        return sp_set_error(SP_ERR_ARG, "task '%s': CUDA only, but StarPU has no CUDA", name);
+#endif
+    if (t->nbufs < 0 || (t->nbufs > 0 && (!t->bufs || !t->modes)))
+        return sp_set_error(SP_ERR_ARG, "task '%s': bad buffer list (%d)", name, t->nbufs);
+    if (t->args_size && !t->args)
+        return sp_set_error(SP_ERR_ARG, "task '%s': args_size %zu but no args", name,
+                            t->args_size);
+    for (int i = 0; i < t->nbufs; i++) {
+        if (!t->bufs[i] || starpu_mode(t->modes[i]) == STARPU_NONE)
+            return sp_set_error(SP_ERR_ARG, "task '%s': buffer %d is NULL or has mode %d",
+                                name, i, (int)t->modes[i]);
+        for (int j = 0; j < i; j++)
+            if (t->bufs[j] == t->bufs[i])
+                return sp_set_error(SP_ERR_ARG, "task '%s': buffers %d and %d are the same",
+                                    name, j, i);
+    }
+    return SP_OK;
+}
+
+/* Records seq as submitted in this step; refuses a duplicate. */
+static sp_status claim_seq(uint32_t seq, const char *name)
+{
+    if (seq >= X.seen_cap) {
+        size_t cap = X.seen_cap ? X.seen_cap : 1024;
+        while (cap <= seq)
+            cap *= 2;
+        unsigned char *s = realloc(X.seen, cap);
+        if (!s)
+            return sp_set_error(SP_ERR_NOMEM, "%s:%d: out of memory", __FILE__, __LINE__);
+        memset(s + X.seen_cap, 0, cap - X.seen_cap);
+        X.seen = s;
+        X.seen_cap = cap;
+    }
+    if (X.seen[seq])
+        return sp_set_error(SP_ERR_ARG, "task '%s': seq %u used twice in step %llu", name, seq,
+                            (unsigned long long)sp_exec_step_);
+    X.seen[seq] = 1;
+    X.nsubmitted++;
+    if (seq > X.max_seq || X.nsubmitted == 1)
+        X.max_seq = seq;
+    return SP_OK;
+}
+
+sp_status sp_exec_submit(const sp_exec_task *t)
+{
+    if (!X.started || !X.in_step)
+        return sp_set_error(SP_ERR_ARG, "sp_exec_submit: not inside a step");
+    if (!t)
+        return sp_set_error(SP_ERR_ARG, "sp_exec_submit: NULL task");
+    sp_status st = check_task(t);
+    if (st)
+        return st;
+
+    struct task_args *a = malloc(sizeof *a + t->args_size);
+    struct starpu_task *task = starpu_task_create();
+    if (!a || !task) {
+        free(a);
+        if (task)
+            starpu_task_destroy(task);
+        return sp_set_error(SP_ERR_NOMEM, "%s:%d: out of memory", __FILE__, __LINE__);
+    }
+    a->cpu = t->cpu;
+    a->cuda = t->cuda;
+    a->seq = t->seq;
+    snprintf(a->name, sizeof a->name, "%s", t->name ? t->name : "task");
+    if (t->args_size)
+        memcpy(a->payload, t->args, t->args_size);
+
+    task->cl = &sp_codelet;
+    task->cl_arg = a;
+    task->cl_arg_size = sizeof *a + t->args_size;
+    task->cl_arg_free = 1;
+    task->name = a->name;
+    task->nbuffers = t->nbufs;
+    if (t->nbufs > STARPU_NMAXBUFS) {
+        /* StarPU frees these with the task. */
+        task->dyn_handles = malloc((size_t)t->nbufs * sizeof *task->dyn_handles);
+        task->dyn_modes = malloc((size_t)t->nbufs * sizeof *task->dyn_modes);
+        if (!task->dyn_handles || !task->dyn_modes) {
+            starpu_task_destroy(task);
+            return sp_set_error(SP_ERR_NOMEM, "%s:%d: out of memory", __FILE__, __LINE__);
+        }
+    }
+    for (int i = 0; i < t->nbufs; i++) {
+        STARPU_TASK_SET_HANDLE(task, t->bufs[i]->handle, i);
+        STARPU_TASK_SET_MODE(task, starpu_mode(t->modes[i]), i);
+    }
+
+    st = claim_seq(t->seq, a->name);
+    if (st) {
+        starpu_task_destroy(task);
+        return st;
+    }
+    sp_policy_set_seq(task, t->seq);
+    int rc = starpu_task_submit(task);
+    if (rc < 0) {
+        X.seen[t->seq] = 0;
+        X.nsubmitted--;
+        starpu_task_destroy(task);
+        return sp_set_error(SP_ERR_RUNTIME, "%s:%d: starpu_task_submit of '%s' failed: %s",
+                            __FILE__, __LINE__, t->name ? t->name : "task", strerror(-rc));
+    }
+    return SP_OK;
+}
+
+/* ---- buffers ---- */
+
+sp_status sp_exec_buf_register(sp_exec_buf **out, void *ptr, size_t count, size_t elemsize)
+{
+    if (!X.started)
+        return sp_set_error(SP_ERR_ARG, "sp_exec_buf_register: sp_exec_init first");
+    if (!out || count == 0 || elemsize == 0 || count > UINT32_MAX)
+        return sp_set_error(SP_ERR_ARG, "sp_exec_buf_register: bad arguments (count %zu, "
+                            "elemsize %zu)", count, elemsize);
+    sp_exec_buf *b = malloc(sizeof *b);
+    if (!b)
+        return sp_set_error(SP_ERR_NOMEM, "%s:%d: out of memory", __FILE__, __LINE__);
+    b->count = count;
+    b->elemsize = elemsize;
+    /* home node -1: no host copy until someone needs one. */
+    starpu_vector_data_register(&b->handle, ptr ? STARPU_MAIN_RAM : -1, (uintptr_t)ptr,
+                                (uint32_t)count, elemsize);
+    *out = b;
+    return SP_OK;
+}
+
+sp_status sp_exec_buf_unregister(sp_exec_buf *b)
+{
+    if (!b)
+        return SP_OK;
+    starpu_data_unregister(b->handle);
+    free(b);
+    return SP_OK;
+}
+
+size_t sp_exec_buf_count(const sp_exec_buf *b) { return b ? b->count : 0; }
+
+sp_status sp_exec_buf_acquire(sp_exec_buf *b, sp_exec_mode mode, void **ptr)
+{
+    if (!b || !ptr || (mode != SP_EXEC_R && mode != SP_EXEC_W && mode != SP_EXEC_RW))
+        return sp_set_error(SP_ERR_ARG, "sp_exec_buf_acquire: bad arguments");
+    SP_STARPU_CHECK(starpu_data_acquire(b->handle, starpu_mode(mode)));
+    *ptr = (void *)starpu_vector_get_local_ptr(b->handle);
+    return SP_OK;
+}
+
+sp_status sp_exec_buf_release(sp_exec_buf *b)
+{
+    if (!b)
+        return sp_set_error(SP_ERR_ARG, "sp_exec_buf_release: NULL buffer");
+    starpu_data_release(b->handle);
+    return SP_OK;
+}
+
+/* ---- steps ---- */
+
+sp_status sp_exec_begin_step(void)
+{
+    if (!X.started)
+        return sp_set_error(SP_ERR_ARG, "sp_exec_begin_step: sp_exec_init first");
+    if (X.in_step)
+        return sp_set_error(SP_ERR_ARG, "sp_exec_begin_step: step %llu has not ended",
+                            (unsigned long long)sp_exec_step_);
+    sp_status st = sp_policy_begin_step();
+    if (st)
+        return st;
+    sp_exec_step_++;
+    if (X.seen)
+        memset(X.seen, 0, X.seen_cap);
+    X.nsubmitted = 0;
+    X.max_seq = 0;
+    STARPU_PTHREAD_MUTEX_LOCK(&trace_lock);
+    trace_n = 0;
+    trace_dropped = 0;
+    STARPU_PTHREAD_MUTEX_UNLOCK(&trace_lock);
+    atomic_store(&step_failed, 0);
+    fail_msg[0] = '\0';
+    X.step_t0 = starpu_timing_now();
+    X.in_step = 1;
+    return SP_OK;
+}
+
+sp_status sp_exec_end_step(void)
+{
+    if (!X.started || !X.in_step)
+        return sp_set_error(SP_ERR_ARG, "sp_exec_end_step: not inside a step");
+    X.in_step = 0;
+
+    /* Seqs with a gap would be held forever: let them drain and report it. */
+    if (X.nsubmitted && (size_t)X.max_seq + 1 != X.nsubmitted) {
+        uint32_t hole = 0;
+        while (X.seen[hole])
+            hole++;
+        sp_policy_drain();
+        fail_step("rank %d: step %llu: %zu tasks submitted but the largest seq is %u "
+                  "(seq %u is missing)", sp_exec_rank_, (unsigned long long)sp_exec_step_,
+                  X.nsubmitted, X.max_seq, hole);
+    }
+
+    /* All tasks here, then all pending MPI requests everywhere (a barrier). */
+    SP_STARPU_CHECK(starpu_task_wait_for_all());
+    SP_STARPU_CHECK(starpu_mpi_wait_for_all(MPI_COMM_WORLD));
+
+    /* Agreement: every rank returns the error of the lowest failing rank. */
+    int failed = atomic_load(&step_failed);
+    int mine = failed ? sp_exec_rank_ : sp_exec_size_, lowest;
+    SP_MPI_CHECK(MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, X.comm));
+    if (lowest == sp_exec_size_)
+        return SP_OK;
+    char msg[sizeof fail_msg];
+    if (failed)
+        memcpy(msg, fail_msg, sizeof msg);
+    SP_MPI_CHECK(MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, lowest, X.comm));
+    msg[sizeof msg - 1] = '\0';
+    return sp_set_error(SP_ERR_RUNTIME, "step %llu failed: %s",
+                        (unsigned long long)sp_exec_step_, msg);
+}
+
+/* ---- start-up, shutdown, abort ---- */
+
+sp_status sp_exec_mpi_error(const char *file, int line, const char *call, int rc)
+{
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS)
+        snprintf(s, sizeof s, "MPI error %d", rc);
+    return sp_set_error(SP_ERR_RUNTIME, "%s:%d: %s failed: %s", file, line, call, s);
+}
+
+int sp_exec_rank(void) { return sp_exec_rank_; }
+int sp_exec_size(void) { return sp_exec_size_; }
+
+_Noreturn void sp_exec_abort(int code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "starpipe: rank %d: %s\n", sp_exec_rank_, msg);
+    fflush(stderr);
+    if (code == 0)
+        code = 1;
+    int up = 0, down = 0;
+    MPI_Initialized(&up);
+    MPI_Finalized(&down);
+    if (up && !down)
+        MPI_Abort(MPI_COMM_WORLD, code); /* the launcher then kills every rank */
+    exit(code);
+}
+
+static void watchdog_fired(void *arg)
+{
+    (void)arg;
+    sp_exec_abort(3, "no task finished for %.1f s while %d are pending in step %llu: a "
+                  "message that never arrives, or a peer that died",
+                  X.opts.watchdog_s, starpu_task_nsubmitted(),
+                  (unsigned long long)sp_exec_step_);
+}
+
+/* STARPU_SCHED naming a built-in policy would silently replace ours: StarPU prefers the
+ * variable to starpu_conf.sched_policy. Our order is a correctness property (the
+ * schedule's memory bound and message order rest on it), so refuse rather than run. */
+static sp_status check_sched_env(void)
+{
+    const char *s = getenv("STARPU_SCHED");
+    if (!s)
+        return SP_OK;
+    if (strcmp(s, sp_policy.policy_name) == 0) {
+        unsetenv("STARPU_SCHED"); /* StarPU does not know the name and would warn */
+        return SP_OK;
+    }
+    return sp_set_error(SP_ERR_ARG, "STARPU_SCHED=%s would replace starpipe's ordered "
+                        "scheduling policy; unset it or set it to \"starpipe\"", s);
+}
+
+sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
+{
+    if (X.started)
+        return sp_set_error(SP_ERR_ARG, "sp_exec_init: already initialized");
+    memset(&X, 0, sizeof X);
+    if (opts)
+        X.opts = *opts;
+    sp_status st = check_sched_env();
+    if (st)
+        return st;
+
+    int up = 0, level = 0;
+    SP_MPI_CHECK(MPI_Initialized(&up));
+    if (!up) {
+        /* StarPU-MPI needs SERIALIZED (its progress thread and ours call MPI); MULTIPLE
+         * also covers our agreement collectives while its thread is parked. */
+        SP_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &level));
+        X.mpi_ours = 1;
+    } else {
+        SP_MPI_CHECK(MPI_Query_thread(&level));
+    }
+    if (level < MPI_THREAD_SERIALIZED)
+        return sp_set_error(SP_ERR_RUNTIME, "%s:%d: MPI gives thread level %d, StarPU-MPI "
+                            "needs MPI_THREAD_SERIALIZED", __FILE__, __LINE__, level);
+    SP_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &sp_exec_rank_));
+    SP_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &sp_exec_size_));
+    SP_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &X.comm));
+
+    MPI_Comm node;
+    SP_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                                     &node));
+    sp_binding b;
+    st = sp_binding_plan(node, X.opts.ncpus, &b);
+    MPI_Comm_free(&node);
+    if (st)
+        return st;
+    sp_binding_apply(&b);
+    if (X.opts.verbose)
+        fprintf(stderr, "starpipe: rank %d (local %d of %d): %d CPU worker(s), %s, MPI "
+                "progress thread %s\n", sp_exec_rank_, b.local_rank, b.local_size,
+                b.nworkers, b.desc, getenv("STARPU_MPI_NOBIND") ? "unbound" : "on the "
+                "last worker's core");
+
+    if (X.opts.watchdog_s > 0) {
+        char us[32];
+        snprintf(us, sizeof us, "%lld", (long long)(X.opts.watchdog_s * 1e6));
+        setenv("STARPU_WATCHDOG_TIMEOUT", us, 1);
+        starpu_task_watchdog_set_hook(watchdog_fired, NULL);
+    }
+
+    struct starpu_conf conf;
+    SP_STARPU_CHECK(starpu_conf_init(&conf));
+    conf.sched_policy = &sp_policy;
+    SP_STARPU_CHECK(starpu_mpi_init_conf(argc, argv, 0, MPI_COMM_WORLD, &conf));
+    /* The cache only serves starpu_mpi_task_insert's implicit transfers, which starpipe
+     * never uses; with it off a stray use cannot serve stale data (tests/runtime). */
+    SP_STARPU_CHECK(starpu_mpi_cache_set(0));
+    X.started = 1;
+    return sp_comm_check_tag_space();
+}
+
+sp_status sp_exec_shutdown(void)
+{
+    if (!X.started)
+        return sp_set_error(SP_ERR_ARG, "sp_exec_shutdown: not initialized");
+    X.started = 0;
+    /* Waits for all tasks and MPI requests, then stops StarPU too (it started it). */
+    SP_STARPU_CHECK(starpu_mpi_shutdown());
+    free(X.seen);
+    X.seen = NULL;
+    free(trace_recs);
+    trace_recs = NULL;
+    trace_n = trace_cap = 0;
+    SP_MPI_CHECK(MPI_Comm_free(&X.comm));
+    if (X.mpi_ours)
+        SP_MPI_CHECK(MPI_Finalize());
+    return SP_OK;
+}

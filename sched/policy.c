@@ -1,0 +1,218 @@
+/* The "starpipe" StarPU scheduling policy: hands an actor's tasks to its workers strictly
+ * in plan order. A ready task is held until every task with a smaller sequence number
+ * of the step has been popped; tasks without a sequence number (StarPU-MPI's or any
+ * library's own) go through a FIFO that is always served first, so they never wait. */
+#include <stdint.h>
+
+#include <starpu_scheduler.h>
+
+#include "runtime/exec_impl.h"
+
+struct sp_policy_data {
+    starpu_pthread_mutex_t lock;
+    struct starpu_task_list bypass; /* unordered tasks, FIFO */
+    /* Ready ordered tasks sorted by seq, threaded through the tasks' own prev/next
+     * links: no allocation on the push path, and since tasks mostly become ready in
+     * about plan order, inserting from the tail is O(1) in the common case. */
+    struct starpu_task_list ready;
+    uint32_t next;                  /* the only seq that may be popped now */
+    int drain;                      /* 1: hand out held tasks in seq order despite gaps */
+};
+
+static inline uint32_t task_seq(const struct starpu_task *t)
+{
+    return (uint32_t)((uintptr_t)t->sched_data - 1);
+}
+
+static inline int is_ordered(const struct starpu_task *t) { return t->sched_data != NULL; }
+
+void sp_policy_set_seq(struct starpu_task *t, uint32_t seq)
+{
+    t->sched_data = (void *)((uintptr_t)seq + 1);
+}
+
+static struct sp_policy_data *policy_data(unsigned ctx)
+{
+    return starpu_sched_ctx_get_policy_data(ctx);
+}
+
+/* The context StarPU created us for at start-up (its id is internal to StarPU): the
+ * step hooks below are called from outside any scheduling method. */
+static unsigned main_ctx;
+
+static void init_sched(unsigned ctx)
+{
+    struct sp_policy_data *d = calloc(1, sizeof *d);
+    STARPU_ASSERT_MSG(d, "starpipe policy: out of memory"); /* init_sched cannot fail */
+    STARPU_PTHREAD_MUTEX_INIT(&d->lock, NULL);
+    starpu_task_list_init(&d->bypass);
+    starpu_task_list_init(&d->ready);
+    starpu_sched_ctx_set_policy_data(ctx, d);
+    main_ctx = ctx;
+}
+
+static void deinit_sched(unsigned ctx)
+{
+    struct sp_policy_data *d = policy_data(ctx);
+    STARPU_PTHREAD_MUTEX_DESTROY(&d->lock);
+    free(d);
+}
+
+static void add_workers(unsigned ctx, int *ids, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        starpu_sched_ctx_worker_shares_tasks_lists(ids[i], ctx);
+}
+
+/* The task a worker may take now, or NULL. Called with d->lock held. */
+static struct starpu_task *head_poppable(struct sp_policy_data *d)
+{
+    if (!starpu_task_list_empty(&d->bypass))
+        return starpu_task_list_front(&d->bypass);
+    if (starpu_task_list_empty(&d->ready))
+        return NULL;
+    struct starpu_task *h = starpu_task_list_front(&d->ready);
+    return (task_seq(h) == d->next || d->drain) ? h : NULL;
+}
+
+/* Marks the workers (but the caller) that can run t. Called under d->lock, because once
+ * the lock is dropped t may be popped, run and freed by another worker. */
+static int pick_wakees(unsigned ctx, struct starpu_task *t, char *mask)
+{
+    int self = starpu_worker_get_id(), any = 0;
+    memset(mask, 0, starpu_worker_get_count());
+    struct starpu_worker_collection *workers = starpu_sched_ctx_get_worker_collection(ctx);
+    struct starpu_sched_ctx_iterator it;
+    workers->init_iterator(workers, &it);
+    while (workers->has_next(workers, &it)) {
+        int w = workers->get_next(workers, &it);
+        mask[w] = w != self && starpu_worker_can_execute_task_first_impl(w, t, NULL);
+        any |= mask[w];
+    }
+    return any;
+}
+
+/* Wakes the marked workers. Must run without d->lock: waking takes the worker's
+ * scheduling mutex, which that worker holds while it pops (and pop takes d->lock).
+ * StarPU's "relax" protocol makes this safe from inside pop. A worker woken for
+ * nothing just pops NULL again; one not woken cannot miss a task, since a worker
+ * holds its own scheduling mutex from its empty pop until it sleeps. */
+static void wake(const char *mask)
+{
+    unsigned n = starpu_worker_get_count();
+    for (unsigned w = 0; w < n; w++)
+        if (mask[w])
+            starpu_wake_worker_relax_light(w);
+}
+
+static int push_task(struct starpu_task *task)
+{
+    unsigned ctx = task->sched_ctx;
+    struct sp_policy_data *d = policy_data(ctx);
+
+    starpu_worker_relax_on();
+    STARPU_PTHREAD_MUTEX_LOCK(&d->lock);
+    starpu_worker_relax_off();
+    if (!is_ordered(task)) {
+        starpu_task_list_push_back(&d->bypass, task);
+    } else {
+        uint32_t s = task_seq(task);
+        struct starpu_task *pos = starpu_task_list_back(&d->ready);
+        while (pos && task_seq(pos) > s)
+            pos = pos->prev;
+        if (!pos) {
+            starpu_task_list_push_front(&d->ready, task);
+        } else { /* insert after pos */
+            task->prev = pos;
+            task->next = pos->next;
+            if (pos->next)
+                pos->next->prev = task;
+            else
+                d->ready.tail = task;
+            pos->next = task;
+        }
+    }
+    /* The task is reachable by workers from here on; StarPU wants this before unlock. */
+    starpu_push_task_end(task);
+    /* Only a push that makes a task poppable needs a wake-up; a held task is woken for
+     * by the pop that releases it. */
+    char mask[STARPU_NMAXWORKERS];
+    struct starpu_task *h = head_poppable(d);
+    int any = h && pick_wakees(ctx, h, mask);
+    STARPU_PTHREAD_MUTEX_UNLOCK(&d->lock);
+    if (any)
+        wake(mask);
+    return 0;
+}
+
+static struct starpu_task *pop_task(unsigned ctx)
+{
+    struct sp_policy_data *d = policy_data(ctx);
+    int self = starpu_worker_get_id_check();
+
+    starpu_worker_relax_on();
+    STARPU_PTHREAD_MUTEX_LOCK(&d->lock);
+    starpu_worker_relax_off();
+    struct starpu_task *t = head_poppable(d);
+    if (t && !starpu_worker_can_execute_task_first_impl(self, t, NULL))
+        t = NULL; /* another kind of worker must take it; order forbids skipping it */
+    if (t) {
+        if (is_ordered(t)) {
+            starpu_task_list_erase(&d->ready, t);
+            if (task_seq(t) + 1 > d->next)
+                d->next = task_seq(t) + 1;
+        } else {
+            starpu_task_list_erase(&d->bypass, t);
+        }
+    }
+    /* Taking seq k may have released k+1, already waiting: let another worker have it
+     * while this one runs k. */
+    char mask[STARPU_NMAXWORKERS];
+    struct starpu_task *more = t ? head_poppable(d) : NULL;
+    int any = more && pick_wakees(ctx, more, mask);
+    STARPU_PTHREAD_MUTEX_UNLOCK(&d->lock);
+    if (any)
+        wake(mask);
+    return t;
+}
+
+sp_status sp_policy_begin_step(void)
+{
+    struct sp_policy_data *d = policy_data(main_ctx);
+    STARPU_PTHREAD_MUTEX_LOCK(&d->lock);
+    int held = !starpu_task_list_empty(&d->ready);
+    uint32_t first = held ? task_seq(starpu_task_list_front(&d->ready)) : 0;
+    if (!held) {
+        d->next = 0;
+        d->drain = 0;
+    }
+    STARPU_PTHREAD_MUTEX_UNLOCK(&d->lock);
+    if (held)
+        return sp_set_error(SP_ERR_RUNTIME, "%s:%d: a new step began while task seq %u of "
+                            "the previous step is still held", __FILE__, __LINE__, first);
+    return SP_OK;
+}
+
+void sp_policy_drain(void)
+{
+    struct sp_policy_data *d = policy_data(main_ctx);
+    STARPU_PTHREAD_MUTEX_LOCK(&d->lock);
+    d->drain = 1;
+    char mask[STARPU_NMAXWORKERS];
+    struct starpu_task *t = head_poppable(d);
+    int any = t && pick_wakees(main_ctx, t, mask);
+    STARPU_PTHREAD_MUTEX_UNLOCK(&d->lock);
+    if (any)
+        wake(mask);
+}
+
+struct starpu_sched_policy sp_policy = {
+    .init_sched = init_sched,
+    .deinit_sched = deinit_sched,
+    .add_workers = add_workers,
+    .push_task = push_task,
+    .pop_task = pop_task,
+    .policy_name = "starpipe",
+    .policy_description = "starpipe: pops each actor's tasks in plan (sequence) order",
+    .worker_type = STARPU_WORKER_LIST,
+};

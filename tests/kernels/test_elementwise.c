@@ -1,0 +1,150 @@
+/* Elementwise kernels (bias add, add, scale, GELU, ReLU) against float64 references and
+ * central finite differences; also in-place use (out aliasing an input) and acc 0/1. */
+#include "codelets/cpu/kernels.h"
+#include "kcheck.h"
+
+/* Each output is one or two fp32 operations plus tanhf (<= 2 ulp in glibc): a few
+ * units of u = 6e-8 (observed <= 3e-7, the gelu derivative's several terms). 1e-6
+ * is ~3x that, still well under the error of any wrong term or constant. */
+#define TOL 1e-6
+/* The bias gradient sums N = 37 rows in fp32: bound N u = 2.2e-6. */
+#define TOL_SUM 5e-6
+
+enum { OP_BIAS, OP_ADD, OP_SCALE, OP_GELU, OP_RELU };
+typedef struct {
+    int op, N, C;
+    float s;
+    double *x, *y, *out; /* y: the bias (C) or the second addend (N*C) */
+    const float *r;
+} ew_ctx;
+
+static void ref_forward(ew_ctx *c)
+{
+    const double k = sqrt(2.0 / M_PI);
+    for (int n = 0; n < c->N; n++)
+        for (int j = 0; j < c->C; j++) {
+            int64_t i = (int64_t)n * c->C + j;
+            double x = c->x[i], o = 0.0;
+            switch (c->op) {
+            case OP_BIAS: o = x + c->y[j]; break;
+            case OP_ADD: o = x + c->y[i]; break;
+            case OP_SCALE: o = (double)c->s * x; break;
+            case OP_GELU: o = 0.5 * x * (1.0 + tanh(k * (x + 0.044715 * x * x * x))); break;
+            case OP_RELU: o = x > 0 ? x : 0.0; break;
+            }
+            c->out[i] = o;
+        }
+}
+static double ref_loss(void *p)
+{
+    ew_ctx *c = p;
+    ref_forward(c);
+    return kc_project(c->out, c->r, (int64_t)c->N * c->C);
+}
+
+static const char *names[] = {"bias_add", "add", "scale", "gelu", "relu"};
+
+static void run_case(int op, int N, int C, uint64_t seed)
+{
+    char what[160];
+    int64_t n = (int64_t)N * C, ny = op == OP_BIAS ? C : n;
+    kc_seed(seed);
+    float *x = KC_F(n), *y = KC_F(ny), *r = KC_F(n), *out = KC_F(n), *out2 = KC_F(n);
+    float *g = KC_F(n), *base = KC_F(n);
+    double *xd = KC_D(n), *yd = KC_D(ny), *od = KC_D(n), *gx = KC_D(n), *gy = KC_D(ny);
+    double *want = KC_D(n);
+    kc_fill(x, n, op == OP_GELU ? -4 : -1, op == OP_GELU ? 4 : 1);
+    if (op == OP_RELU) /* keep finite differences away from the kink at 0 */
+        for (int64_t i = 0; i < n; i++)
+            if (fabsf(x[i]) < 1e-2f)
+                x[i] = 0.5f;
+    kc_fill(y, ny, -1, 1);
+    kc_fill(r, n, -1, 1);
+    kc_fill(base, n, -1, 1);
+    float s = (float)(0.5 + kc_uniform());
+    kc_to_double(xd, x, n);
+    kc_to_double(yd, y, ny);
+    ew_ctx c = {op, N, C, s, xd, yd, od, r};
+    ref_forward(&c);
+#define TAG(t) (snprintf(what, sizeof what, "%s N%d C%d seed%llu %s", names[op], N, C, \
+                         (unsigned long long)seed, t), what)
+
+    kc_fill_nan(out, n);
+    switch (op) {
+    case OP_BIAS: sp_bias_add_forward(out, x, y, N, C); break;
+    case OP_ADD: sp_add_forward(out, x, y, n); break;
+    case OP_SCALE: sp_scale_forward(out, x, s, n); break;
+    case OP_GELU: sp_gelu_forward(out, x, n); break;
+    case OP_RELU: sp_relu_forward(out, x, n); break;
+    }
+    kc_check(TAG("forward"), out, od, n, TOL);
+
+    /* In place: out aliasing x must give the same bits. */
+    memcpy(out2, x, sizeof(float) * (size_t)n);
+    switch (op) {
+    case OP_BIAS: sp_bias_add_forward(out2, out2, y, N, C); break;
+    case OP_ADD: sp_add_forward(out2, out2, y, n); break;
+    case OP_SCALE: sp_scale_forward(out2, out2, s, n); break;
+    case OP_GELU: sp_gelu_forward(out2, out2, n); break;
+    case OP_RELU: sp_relu_forward(out2, out2, n); break;
+    }
+    kc_expect(memcmp(out, out2, sizeof(float) * (size_t)n) == 0, TAG("in place, same bits"));
+
+    kc_fd_grad(gx, xd, n, ref_loss, &c);
+    kc_fd_grad(gy, yd, ny, ref_loss, &c);
+    for (int acc = 0; acc < 2; acc++) {
+        const char *tg = acc ? "dx acc=1 vs finite differences" : "dx vs finite differences";
+        if (acc)
+            memcpy(g, base, sizeof(float) * (size_t)n);
+        else
+            kc_fill_nan(g, n);
+        switch (op) {
+        case OP_BIAS: case OP_ADD: sp_scale_backward(g, r, 1.0f, n, acc); break;
+        case OP_SCALE: sp_scale_backward(g, r, s, n, acc); break;
+        case OP_GELU: sp_gelu_backward(g, x, r, n, acc); break;
+        case OP_RELU: sp_relu_backward(g, x, r, n, acc); break;
+        }
+        if (acc)
+            kc_plus(want, base, gx, n);
+        else
+            memcpy(want, gx, sizeof(double) * (size_t)n);
+        kc_check(TAG(tg), g, want, n, TOL);
+    }
+    if (op == OP_BIAS) {
+        kc_fill_nan(g, C);
+        sp_bias_add_backward_bias(g, r, N, C, 0);
+        kc_check(TAG("dbias vs finite differences"), g, gy, C, TOL_SUM);
+        memcpy(g, base, sizeof(float) * (size_t)C);
+        sp_bias_add_backward_bias(g, r, N, C, 1);
+        kc_plus(want, base, gy, C);
+        kc_check(TAG("dbias acc=1"), g, want, C, TOL_SUM);
+    }
+    if (op == OP_ADD) { /* the second addend's gradient is dout too */
+        sp_scale_backward(g, r, 1.0f, n, 0);
+        kc_check(TAG("db vs finite differences"), g, gy, n, TOL);
+        sp_scale_backward(g, g, 1.0f, n, 0); /* the same buffer: a no-op copy */
+        kc_check(TAG("in-place copy"), g, gy, n, TOL);
+    }
+#undef TAG
+    free(x); free(y); free(r); free(out); free(out2); free(g); free(base);
+    free(xd); free(yd); free(od); free(gx); free(gy); free(want);
+}
+
+int main(void)
+{
+    kc_start();
+    static const int sizes[][2] = {{7, 13}, {37, 5}, {1, 33}, {3, 1}};
+    for (int op = OP_BIAS; op <= OP_RELU; op++)
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+            for (uint64_t seed = 1; seed <= 3; seed++)
+                run_case(op, sizes[i][0], sizes[i][1], seed);
+
+    /* GELU far out: finite, exact limits (x for large x, 0 for very negative). */
+    float big[4] = {-1e4f, -30.0f, 30.0f, 1e4f}, o[4], d[4], one[4] = {1, 1, 1, 1};
+    sp_gelu_forward(o, big, 4);
+    sp_gelu_backward(d, big, one, 4, 0);
+    double wo[4] = {0, 0, 30, 1e4}, wd[4] = {0, 0, 1, 1};
+    kc_check("gelu forward at |x| = 30, 1e4", o, wo, 4, TOL);
+    kc_check("gelu backward at |x| = 30, 1e4", d, wd, 4, TOL);
+    return kc_finish("test_kernels_elementwise");
+}

@@ -1,0 +1,224 @@
+/* Softmax cross-entropy and sum against float64 references and central finite
+ * differences, plus edge cases: out-of-range targets, logits of 1e4, a long sum. */
+#include "codelets/cpu/kernels.h"
+#include "kcheck.h"
+
+/* Softmax of V <= 37 logits: expf (<= 1 ulp) and a V-term fp32 sum give probabilities
+ * within ~V u = 2e-6 relative at worst (observed 1e-7); the gradient is
+ * dloss (p - onehot) / N. 2e-6 keeps that bound; a missing max shift or 1/N are O(1). */
+#define TOL 2e-6
+
+typedef struct {
+    int N, V;
+    const int32_t *tg;
+    double *logits, *probs;
+    double dloss;
+} ce_ctx;
+
+/* Mean over rows of -log softmax(x)[target], in float64 with log-sum-exp. */
+static double ref_forward(ce_ctx *c)
+{
+    double total = 0;
+    for (int n = 0; n < c->N; n++) {
+        const double *x = c->logits + (int64_t)n * c->V;
+        double mx = -INFINITY, z = 0;
+        for (int v = 0; v < c->V; v++)
+            mx = fmax(mx, x[v]);
+        for (int v = 0; v < c->V; v++)
+            z += exp(x[v] - mx);
+        for (int v = 0; v < c->V; v++)
+            c->probs[(int64_t)n * c->V + v] = exp(x[v] - mx) / z;
+        total += log(z) + mx - x[c->tg[n]];
+    }
+    return total / c->N;
+}
+static double ref_loss(void *p)
+{
+    ce_ctx *c = p;
+    return c->dloss * ref_forward(c);
+}
+
+static void run_ce(int N, int V, double spread, uint64_t seed)
+{
+    char what[160];
+    int64_t n = (int64_t)N * V;
+    kc_seed(seed);
+    int32_t *tg = kc_alloc(sizeof(int32_t) * (size_t)N);
+    for (int i = 0; i < N; i++)
+        tg[i] = (int32_t)(kc_next() % (uint64_t)V);
+    float *x = KC_F(n), *p = KC_F(n), *d = KC_F(n), *base = KC_F(n), loss;
+    double *xd = KC_D(n), *pd = KC_D(n), *g = KC_D(n), *want = KC_D(n);
+    kc_fill(x, n, -spread, spread);
+    kc_fill(base, n, -1, 1);
+    float dloss = (float)(3.0 + kc_uniform()); /* gradients of order 1, not 1/N */
+    kc_to_double(xd, x, n);
+    ce_ctx c = {N, V, tg, xd, pd, dloss};
+    double lref = ref_forward(&c);
+#define TAG(t) (snprintf(what, sizeof what, "cross_entropy N%d V%d logits x%g seed%llu %s", N, \
+                         V, spread, (unsigned long long)seed, t), what)
+    kc_fill_nan(p, n);
+    int bad = sp_cross_entropy_forward(&loss, p, x, tg, N, V);
+    kc_expect(bad == 0, TAG("no target reported out of range"));
+    kc_check(TAG("loss"), &loss, &lref, 1, TOL);
+    kc_check(TAG("probs"), p, pd, n, TOL);
+
+    kc_fd_grad(g, xd, n, ref_loss, &c);
+    for (int acc = 0; acc < 2; acc++) {
+        if (acc)
+            memcpy(d, base, sizeof(float) * (size_t)n);
+        else
+            kc_fill_nan(d, n);
+        sp_cross_entropy_backward(d, p, tg, dloss, N, V, acc);
+        if (acc)
+            kc_plus(want, base, g, n);
+        else
+            memcpy(want, g, sizeof(double) * (size_t)n);
+        kc_check(TAG(acc ? "dlogits acc=1 vs finite differences" : "dlogits vs finite "
+                                                                   "differences"),
+                 d, want, n, TOL);
+    }
+#undef TAG
+    free(tg); free(x); free(p); free(d); free(base); free(xd); free(pd); free(g); free(want);
+}
+
+/* Logits of +-1e4: nothing overflows, probabilities stay finite and sum to 1, and the
+ * loss (up to ~2e4) matches float64 to fp32 precision. */
+static void ce_large_logits(void)
+{
+    enum { N = 5, V = 13 };
+    float x[N * V], p[N * V], loss;
+    double xd[N * V], pd[N * V];
+    int32_t tg[N] = {0, 3, 12, 7, 5};
+    kc_seed(11);
+    kc_fill(x, N * V, -1e4, 1e4);
+    x[2 * V + 12] = 1e4f; /* a target at the max ... */
+    x[3 * V + 7] = -1e4f; /* ... and one far below it: -log p = ~2e4, p underflows */
+    kc_to_double(xd, x, N * V);
+    ce_ctx c = {N, V, tg, xd, pd, 1.0};
+    double lref = ref_forward(&c);
+    int bad = sp_cross_entropy_forward(&loss, p, x, tg, N, V);
+    kc_expect(bad == 0 && isfinite(loss), "cross_entropy logits 1e4: loss finite");
+    double rel = fabs(loss - lref) / lref;
+    kc_expect(rel <= 1e-6, "cross_entropy logits 1e4: loss matches float64 within 1e-6");
+    int finite = 1;
+    for (int i = 0; i < N * V; i++)
+        finite &= isfinite(p[i]);
+    kc_expect(finite, "cross_entropy logits 1e4: probs finite");
+    kc_check("cross_entropy logits 1e4: probs", p, pd, N * V, TOL);
+    float d[N * V];
+    sp_cross_entropy_backward(d, p, tg, 1.0f, N, V, 0);
+    finite = 1;
+    for (int i = 0; i < N * V; i++)
+        finite &= isfinite(d[i]);
+    kc_expect(finite, "cross_entropy logits 1e4: dlogits finite");
+}
+
+/* Targets -1 and V are counted, the loss is NaN, and the backward writes nothing out of
+ * bounds (guard floats around dlogits stay put). */
+static void ce_bad_targets(void)
+{
+    enum { N = 4, V = 7, G = 8 };
+    float x[N * V], p[N * V], buf[G + N * V + G], loss = 0;
+    int32_t tg[N] = {2, -1, V, 6};
+    kc_seed(12);
+    kc_fill(x, N * V, -2, 2);
+    int bad = sp_cross_entropy_forward(&loss, p, x, tg, N, V);
+    kc_expect(bad == 2, "cross_entropy: 2 out-of-range targets reported");
+    kc_expect(isnan(loss), "cross_entropy: loss is NaN with out-of-range targets");
+    for (int i = 0; i < G + N * V + G; i++)
+        buf[i] = 42.0f;
+    sp_cross_entropy_backward(buf + G, p, tg, 1.0f, N, V, 1);
+    int guards = 1;
+    for (int i = 0; i < G; i++)
+        guards &= buf[i] == 42.0f && buf[G + N * V + i] == 42.0f;
+    kc_expect(guards, "cross_entropy backward: nothing written outside dlogits");
+    /* A row with a bad target gets dloss p / N and no one-hot term. */
+    int ok = 1;
+    for (int v = 0; v < V; v++)
+        ok &= buf[G + V + v] == 42.0f + p[V + v] / N;
+    kc_expect(ok, "cross_entropy backward: bad-target row gets p / N only");
+    tg[1] = 0;
+    tg[2] = 0;
+    bad = sp_cross_entropy_forward(&loss, p, x, tg, N, V);
+    kc_expect(bad == 0 && isfinite(loss), "cross_entropy: valid again once targets fixed");
+}
+
+typedef struct {
+    int64_t n;
+    double *x, out;
+    float r;
+} sum_ctx;
+static double sum_loss(void *p)
+{
+    sum_ctx *c = p;
+    double s = 0;
+    for (int64_t i = 0; i < c->n; i++)
+        s += c->x[i];
+    return s * c->r;
+}
+
+static void run_sum(int64_t n, uint64_t seed)
+{
+    char what[120];
+    kc_seed(seed);
+    float *x = KC_F(n), *d = KC_F(n), *base = KC_F(n), out;
+    double *xd = KC_D(n), *g = KC_D(n), *want = KC_D(n);
+    kc_fill(x, n, -1, 1);
+    kc_fill(base, n, -1, 1);
+    kc_to_double(xd, x, n);
+    sum_ctx c = {n, xd, 0, (float)kc_uniform()};
+    double ref = sum_loss(&c) / c.r;
+    sp_sum_forward(&out, x, n);
+    snprintf(what, sizeof what, "sum n%lld forward", (long long)n);
+    kc_check(what, &out, &ref, 1, 1e-7);
+    kc_fd_grad(g, xd, n, sum_loss, &c);
+    for (int acc = 0; acc < 2; acc++) {
+        if (acc)
+            memcpy(d, base, sizeof(float) * (size_t)n);
+        else
+            kc_fill_nan(d, n);
+        sp_sum_backward(d, c.r, n, acc);
+        if (acc)
+            kc_plus(want, base, g, n);
+        else
+            memcpy(want, g, sizeof(double) * (size_t)n);
+        snprintf(what, sizeof what, "sum n%lld backward acc=%d vs finite differences",
+                 (long long)n, acc);
+        /* FD of a 37-term sum: rounding ~1e-16 |L| / h ~ 1e-9. */
+        kc_check(what, d, want, n, 1e-7);
+    }
+    free(x); free(d); free(base); free(xd); free(g); free(want);
+}
+
+/* 2^22 values in [0.5, 1): summed in float one by one this would drift by ~1e-3
+ * relative; in double and rounded once the error is at most u = 6e-8. */
+static void sum_long(void)
+{
+    int64_t n = (int64_t)1 << 22;
+    float *x = KC_F(n), out;
+    kc_seed(13);
+    kc_fill(x, n, 0.5, 1.0);
+    double ref = 0;
+    for (int64_t i = 0; i < n; i++)
+        ref += x[i];
+    sp_sum_forward(&out, x, n);
+    kc_expect(fabs(out - ref) / ref <= 6e-8, "sum of 2^22 floats: rounded once, error <= u");
+    free(x);
+}
+
+int main(void)
+{
+    kc_start();
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        run_ce(7, 13, 3.0, seed);
+        run_ce(13, 37, 3.0, seed);
+        run_ce(1, 2, 1.0, seed);
+        run_ce(5, 1, 1.0, seed); /* V = 1: p = 1, loss 0, gradient 0 */
+        run_sum(37, seed);
+        run_sum(1, seed);
+    }
+    ce_large_logits();
+    ce_bad_targets();
+    sum_long();
+    return kc_finish("test_kernels_loss");
+}

@@ -1,0 +1,115 @@
+/* sp_matmul_forward / backward_a / backward_b against a float64 reference and central
+ * finite differences, for all four transpose combinations, awkward sizes, acc 0 and 1. */
+#include "codelets/cpu/kernels.h"
+#include "kcheck.h"
+
+/* fp32 sums of K <= 37 products of values in [-1,1): the worst-case rounding bound is
+ * K u = 37 * 6e-8 = 2.2e-6 (observed: 3e-7). 5e-6 stays above the bound on any BLAS
+ * blocking, yet any wrong index or missing term gives errors of order 1e-2..1. */
+#define TOL 5e-6
+
+typedef struct {
+    int M, Nc, K, ta, tb;
+    double *a, *b, *out;
+    const float *r;
+} mm_ctx;
+
+static void ref_forward(mm_ctx *c)
+{
+    for (int i = 0; i < c->M; i++)
+        for (int j = 0; j < c->Nc; j++) {
+            double s = 0.0;
+            for (int k = 0; k < c->K; k++) {
+                double av = c->ta ? c->a[(int64_t)k * c->M + i] : c->a[(int64_t)i * c->K + k];
+                double bv = c->tb ? c->b[(int64_t)j * c->K + k] : c->b[(int64_t)k * c->Nc + j];
+                s += av * bv;
+            }
+            c->out[(int64_t)i * c->Nc + j] = s;
+        }
+}
+
+static double ref_loss(void *p)
+{
+    mm_ctx *c = p;
+    ref_forward(c);
+    return kc_project(c->out, c->r, (int64_t)c->M * c->Nc);
+}
+
+static void run_case(int M, int Nc, int K, int ta, int tb, uint64_t seed)
+{
+    char what[160];
+    int64_t na = (int64_t)M * K, nb = (int64_t)K * Nc, no = (int64_t)M * Nc;
+    kc_seed(seed);
+    float *a = KC_F(na), *b = KC_F(nb), *r = KC_F(no), *out = KC_F(no);
+    float *base_o = KC_F(no), *da = KC_F(na), *db = KC_F(nb);
+    float *base_a = KC_F(na), *base_b = KC_F(nb);
+    double *ad = KC_D(na), *bd = KC_D(nb), *outd = KC_D(no), *want = KC_D(no + na + nb);
+    double *ga = KC_D(na), *gb = KC_D(nb);
+    kc_fill(a, na, -1, 1);
+    kc_fill(b, nb, -1, 1);
+    kc_fill(r, no, -1, 1);
+    kc_fill(base_o, no, -1, 1);
+    kc_fill(base_a, na, -1, 1);
+    kc_fill(base_b, nb, -1, 1);
+    kc_to_double(ad, a, na);
+    kc_to_double(bd, b, nb);
+    mm_ctx c = {M, Nc, K, ta, tb, ad, bd, outd, r};
+    ref_forward(&c);
+#define TAG(s) (snprintf(what, sizeof what, "matmul M%d N%d K%d ta%d tb%d seed%llu %s", M, Nc, \
+                         K, ta, tb, (unsigned long long)seed, s), what)
+
+    kc_fill_nan(out, no); /* acc=0 must not read the old contents */
+    sp_matmul_forward(out, a, b, M, Nc, K, ta, tb, 0);
+    kc_check(TAG("forward"), out, outd, no, TOL);
+    memcpy(out, base_o, sizeof(float) * (size_t)no);
+    sp_matmul_forward(out, a, b, M, Nc, K, ta, tb, 1);
+    kc_plus(want, base_o, outd, no);
+    kc_check(TAG("forward acc=1"), out, want, no, TOL);
+
+    kc_fd_grad(ga, ad, na, ref_loss, &c);
+    kc_fd_grad(gb, bd, nb, ref_loss, &c);
+
+    kc_fill_nan(da, na);
+    sp_matmul_backward_a(da, r, b, M, Nc, K, ta, tb, 0);
+    kc_check(TAG("backward_a vs finite differences"), da, ga, na, TOL);
+    memcpy(da, base_a, sizeof(float) * (size_t)na);
+    sp_matmul_backward_a(da, r, b, M, Nc, K, ta, tb, 1);
+    kc_plus(want, base_a, ga, na);
+    kc_check(TAG("backward_a acc=1"), da, want, na, TOL);
+
+    kc_fill_nan(db, nb);
+    sp_matmul_backward_b(db, r, a, M, Nc, K, ta, tb, 0);
+    kc_check(TAG("backward_b vs finite differences"), db, gb, nb, TOL);
+    memcpy(db, base_b, sizeof(float) * (size_t)nb);
+    sp_matmul_backward_b(db, r, a, M, Nc, K, ta, tb, 1);
+    kc_plus(want, base_b, gb, nb);
+    kc_check(TAG("backward_b acc=1"), db, want, nb, TOL);
+#undef TAG
+    free(a); free(b); free(r); free(out); free(base_o); free(da); free(db);
+    free(base_a); free(base_b); free(ad); free(bd); free(outd); free(want); free(ga); free(gb);
+}
+
+int main(void)
+{
+    kc_start();
+    sp_kernels_init();
+    static const int sizes[][3] = {{7, 13, 33}, {13, 37, 7}, {33, 7, 13}, {1, 1, 1},
+                                   {1, 37, 13}, {37, 1, 5}};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (uint64_t seed = 1; seed <= 3; seed++)
+                    run_case(sizes[s][0], sizes[s][1], sizes[s][2], ta, tb, seed);
+
+    /* K = 0: the product is empty; acc=0 gives zeros, acc=1 leaves out unchanged. */
+    float out[6], keep[6];
+    kc_fill_nan(out, 6);
+    sp_matmul_forward(out, NULL, NULL, 2, 3, 0, 0, 0, 0);
+    double zeros[6] = {0};
+    kc_check("matmul K=0 acc=0 gives zeros", out, zeros, 6, 0.0);
+    kc_fill(out, 6, -1, 1);
+    memcpy(keep, out, sizeof out);
+    sp_matmul_forward(out, NULL, NULL, 2, 3, 0, 1, 1, 1);
+    kc_expect(memcmp(out, keep, sizeof out) == 0, "matmul K=0 acc=1 leaves out unchanged");
+    return kc_finish("test_kernels_matmul");
+}
