@@ -6,6 +6,8 @@
  * stage s are split:
  *   B: the jobs the gradients handed to earlier stages depend on (transitively);
  *   W: all other jobs, i.e. parameter gradients and what only they need.
+ * B also takes in the gradients handed back by later stages (and the loss seed), so W
+ * reads only buffers of its own stage.
  * BW holds every job in plain reverse order. A gradient's contributions are all in B or
  * all in W (a job in B needs its op's output gradient complete, so every contribution
  * to it is in B too), and each list keeps reverse order, so B-then-W and BW perform the
@@ -176,8 +178,10 @@ static void emit_both(ctx *c, int inB, int t, int k, int acc)
 static void emit_gather(ctx *c, int t)
 {
     sp_program *p = c->p;
-    int inB = c->needed[t];
-    sp_kprog *kps[2] = { sp_prog_of(p, c->s, inB ? SP_TASK_B : SP_TASK_W),
+    /* Always in B, even when only W needs t: then W never reads what later stages handed
+     * back, and those buffers can be freed after B. Being the first contribution to t,
+     * it precedes every job in both orders. */
+    sp_kprog *kps[2] = { sp_prog_of(p, c->s, SP_TASK_B),
                          sp_prog_of(p, c->s, SP_TASK_BW) };
     int acc = 0;
     if (t == p->g->loss) {
@@ -187,7 +191,8 @@ static void emit_gather(ctx *c, int t)
         }
         acc = 1;
     }
-    for (int e = 0; e < p->nedges; e++) {
+    /* later consumers first, as in a single-stage reverse pass */
+    for (int e = p->nedges - 1; e >= 0; e--) {
         const sp_edge_layout *E = &p->edge[e];
         if (E->src != c->s) continue;
         for (int j = 0; j < E->ntensors; j++) {
@@ -222,10 +227,14 @@ static sp_status emit_stage(sp_program *p, int s, uint8_t *needed, uint8_t *writ
                 needed[t] = 1;
         }
     }
+    /* Gradients handed back by later stages come first: every consumer there was created
+     * after every consumer here, so this is the single-stage reverse order. */
+    for (int t = g->n - 1; t >= 0; t--)
+        if (g->node[t].stage == s && g->node[t].op != SP_OP_YIELD && p->needs_grad[t])
+            emit_gather(&c, t);
     for (int t = g->n - 1; t >= 0; t--) {
         const sp_node *n = &g->node[t];
         if (n->stage != s || n->op == SP_OP_YIELD || !p->needs_grad[t]) continue;
-        emit_gather(&c, t);
         if (!written[t]) continue; /* nothing flows into t: its inputs get nothing from it */
         int njobs = (n->op == SP_OP_LAYERNORM || n->op == SP_OP_EMBED) ? 2 : n->nin;
         for (int k = 0; k < njobs; k++) {

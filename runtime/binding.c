@@ -102,8 +102,9 @@ sp_status sp_binding_plan(MPI_Comm node, int want, sp_binding *b)
         if (len < (int)sizeof b->desc)
             len += snprintf(b->desc + len, sizeof b->desc - (size_t)len, " %d", cpus[i]);
     }
-    /* The progress thread shares this rank's last worker core (see runtime/README.md). */
-    b->mpi_cpu = to_logical(topo, cpus[b->nworkers - 1]);
+    /* The progress thread takes a spare core of this rank if there is one, else it
+     * shares the last worker's core (see runtime/README.md for why not another's). */
+    b->mpi_cpu = to_logical(topo, cpus[b->nworkers < ncpus ? b->nworkers : b->nworkers - 1]);
     hwloc_topology_destroy(topo);
     for (int i = 0; i < b->nworkers; i++)
         if (b->worker_cpus[i] < 0)

@@ -246,6 +246,13 @@ static sp_status claim_seq(uint32_t seq, const char *name)
     return SP_OK;
 }
 
+/* StarPU refuses to destroy a never-submitted task still marked destroy-on-completion. */
+static void discard_task(struct starpu_task *task)
+{
+    task->destroy = 0;
+    starpu_task_destroy(task);
+}
+
 sp_status sp_exec_submit(const sp_exec_task *t)
 {
     if (!X.started || !X.in_step)
@@ -261,7 +268,7 @@ sp_status sp_exec_submit(const sp_exec_task *t)
     if (!a || !task) {
         free(a);
         if (task)
-            starpu_task_destroy(task);
+            discard_task(task);
         return sp_set_error(SP_ERR_NOMEM, "%s:%d: out of memory", __FILE__, __LINE__);
     }
     a->cpu = t->cpu;
@@ -282,7 +289,7 @@ sp_status sp_exec_submit(const sp_exec_task *t)
         task->dyn_handles = malloc((size_t)t->nbufs * sizeof *task->dyn_handles);
         task->dyn_modes = malloc((size_t)t->nbufs * sizeof *task->dyn_modes);
         if (!task->dyn_handles || !task->dyn_modes) {
-            starpu_task_destroy(task);
+            discard_task(task);
             return sp_set_error(SP_ERR_NOMEM, "%s:%d: out of memory", __FILE__, __LINE__);
         }
     }
@@ -293,7 +300,7 @@ sp_status sp_exec_submit(const sp_exec_task *t)
 
     st = claim_seq(t->seq, a->name);
     if (st) {
-        starpu_task_destroy(task);
+        discard_task(task);
         return st;
     }
     sp_policy_set_seq(task, t->seq);
@@ -301,7 +308,7 @@ sp_status sp_exec_submit(const sp_exec_task *t)
     if (rc < 0) {
         X.seen[t->seq] = 0;
         X.nsubmitted--;
-        starpu_task_destroy(task);
+        discard_task(task);
         return sp_set_error(SP_ERR_RUNTIME, "%s:%d: starpu_task_submit of '%s' failed: %s",
                             __FILE__, __LINE__, t->name ? t->name : "task", strerror(-rc));
     }

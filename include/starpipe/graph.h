@@ -9,9 +9,10 @@
  *   ...
  *   sp_graph_set_loss(g, sp_cross_entropy(g, logits, y));
  *
- * Tensors are ids (>= 0). An op given a bad input returns a negative id and records a
- * message (sp_last_error); an op given a negative id returns it unchanged, so a chain of
- * ops can be checked once at the end. Shapes are checked when an op is added; nothing
+ * Tensors are ids (>= 0). An op given a bad input returns -(sp_status), e.g.
+ * -SP_ERR_SHAPE, and records a message naming the op and the shapes (sp_last_error); an
+ * op given a negative id returns it unchanged, so a chain of ops can be checked once at
+ * the end. Shapes are checked when an op is added; nothing
  * broadcasts silently. Every shape is that of ONE microbatch. */
 #ifndef STARPIPE_GRAPH_H
 #define STARPIPE_GRAPH_H

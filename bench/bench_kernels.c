@@ -1,0 +1,292 @@
+/* Kernel benchmark (prints a table; not a test): the MLP fc matmul through
+ * sp_matmul_forward next to raw cblas_sgemm, then one GPT-2 block forward + backward
+ * composed from the kernels (llm.c-style) with a per-op breakdown, all on one thread.
+ * Usage: bench_kernels [--quick] [--B n] [--T n] [--C n] [--NH n] [--V n] [--reps n] */
+#include "codelets/cpu/kernels.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static float *alloc_f(int64_t n, unsigned seed)
+{
+    float *p = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    if (!p) {
+        fprintf(stderr, "bench_kernels: out of memory (%lld floats)\n", (long long)n);
+        exit(1);
+    }
+    uint32_t s = seed * 2654435761u + 1;
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        p[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * 0.2f;
+    }
+    return p;
+}
+
+/* Per-op timing of the block: each kernel call is wrapped in T0/T1. */
+enum { OP_LN, OP_MATMUL, OP_BIAS, OP_ATTN, OP_GELU, OP_RESID, OP_COUNT };
+static const char *op_name[OP_COUNT] = {"layernorm", "matmul (sgemm)", "bias add/grad",
+                                        "attention", "gelu", "residual/copy"};
+static double op_time[OP_COUNT];
+#define TIMED(op, call)                                                                     \
+    do {                                                                                    \
+        double t0_ = now();                                                                 \
+        call;                                                                               \
+        op_time[op] += now() - t0_;                                                         \
+    } while (0)
+
+typedef struct {
+    int B, T, C, NH, N;
+    /* parameters (weights stored (OC, C) as in llm.c: out = in @ W^T) and their grads */
+    float *g1, *b1, *wqkv, *bqkv, *wproj, *bproj, *g2, *b2, *wfc, *bfc, *wfcp, *bfcp;
+    float *dg1, *db1, *dwqkv, *dbqkv, *dwproj, *dbproj, *dg2, *db2, *dwfc, *dbfc, *dwfcp,
+        *dbfcp;
+    /* activations and their grads */
+    float *x, *ln1, *m1, *r1, *qkv, *atty, *att, *proj, *res1, *ln2, *m2, *r2, *fc, *gel,
+        *fcp, *res2;
+    float *dres2, *dres1, *dx, *dln, *dqkv, *datty, *dfc, *dgel, *scratch;
+} block;
+
+static void block_init(block *k, int B, int T, int C, int NH)
+{
+    int64_t N = (int64_t)B * T, C3 = 3 * (int64_t)C, C4 = 4 * (int64_t)C;
+    unsigned s = 1;
+    *k = (block){.B = B, .T = T, .C = C, .NH = NH, .N = (int)N};
+    k->g1 = alloc_f(C, s++), k->b1 = alloc_f(C, s++), k->g2 = alloc_f(C, s++);
+    k->b2 = alloc_f(C, s++);
+    k->wqkv = alloc_f(C3 * C, s++), k->bqkv = alloc_f(C3, s++);
+    k->wproj = alloc_f((int64_t)C * C, s++), k->bproj = alloc_f(C, s++);
+    k->wfc = alloc_f(C4 * C, s++), k->bfc = alloc_f(C4, s++);
+    k->wfcp = alloc_f(C * C4, s++), k->bfcp = alloc_f(C, s++);
+    k->dg1 = alloc_f(C, s++), k->db1 = alloc_f(C, s++), k->dg2 = alloc_f(C, s++);
+    k->db2 = alloc_f(C, s++);
+    k->dwqkv = alloc_f(C3 * C, s++), k->dbqkv = alloc_f(C3, s++);
+    k->dwproj = alloc_f((int64_t)C * C, s++), k->dbproj = alloc_f(C, s++);
+    k->dwfc = alloc_f(C4 * C, s++), k->dbfc = alloc_f(C4, s++);
+    k->dwfcp = alloc_f(C * C4, s++), k->dbfcp = alloc_f(C, s++);
+    k->x = alloc_f(N * C, s++), k->ln1 = alloc_f(N * C, s++), k->m1 = alloc_f(N, s++);
+    k->r1 = alloc_f(N, s++), k->qkv = alloc_f(N * C3, s++), k->atty = alloc_f(N * C, s++);
+    k->att = alloc_f((int64_t)B * NH * T * T, s++), k->proj = alloc_f(N * C, s++);
+    k->res1 = alloc_f(N * C, s++), k->ln2 = alloc_f(N * C, s++), k->m2 = alloc_f(N, s++);
+    k->r2 = alloc_f(N, s++), k->fc = alloc_f(N * C4, s++), k->gel = alloc_f(N * C4, s++);
+    k->fcp = alloc_f(N * C, s++), k->res2 = alloc_f(N * C, s++);
+    k->dres2 = alloc_f(N * C, s++), k->dres1 = alloc_f(N * C, s++), k->dx = alloc_f(N * C, s++);
+    k->dln = alloc_f(N * C, s++), k->dqkv = alloc_f(N * C3, s++);
+    k->datty = alloc_f(N * C, s++), k->dfc = alloc_f(N * C4, s++);
+    k->dgel = alloc_f(N * C4, s++);
+    k->scratch = alloc_f(sp_attention_scratch_floats(B, T, C, NH), s++);
+}
+
+/* One block forward then backward; parameter grads accumulate (acc=1), activation
+ * grads are assigned on their first contribution (acc=0), as the executor will do. */
+static void block_step(block *k)
+{
+    const int B = k->B, T = k->T, C = k->C, NH = k->NH, N = k->N, C3 = 3 * C, C4 = 4 * C;
+    const int64_t NC = (int64_t)N * C, NC4 = (int64_t)N * C4;
+    /* forward */
+    TIMED(OP_LN, sp_layernorm_forward(k->ln1, k->m1, k->r1, k->x, k->g1, k->b1, N, C));
+    TIMED(OP_MATMUL, sp_matmul_forward(k->qkv, k->ln1, k->wqkv, N, C3, C, 0, 1, 0));
+    TIMED(OP_BIAS, sp_bias_add_forward(k->qkv, k->qkv, k->bqkv, N, C3));
+    TIMED(OP_ATTN, sp_attention_forward(k->atty, k->att, k->qkv, B, T, C, NH));
+    TIMED(OP_MATMUL, sp_matmul_forward(k->proj, k->atty, k->wproj, N, C, C, 0, 1, 0));
+    TIMED(OP_BIAS, sp_bias_add_forward(k->proj, k->proj, k->bproj, N, C));
+    TIMED(OP_RESID, sp_add_forward(k->res1, k->x, k->proj, NC));
+    TIMED(OP_LN, sp_layernorm_forward(k->ln2, k->m2, k->r2, k->res1, k->g2, k->b2, N, C));
+    TIMED(OP_MATMUL, sp_matmul_forward(k->fc, k->ln2, k->wfc, N, C4, C, 0, 1, 0));
+    TIMED(OP_BIAS, sp_bias_add_forward(k->fc, k->fc, k->bfc, N, C4));
+    TIMED(OP_GELU, sp_gelu_forward(k->gel, k->fc, NC4));
+    TIMED(OP_MATMUL, sp_matmul_forward(k->fcp, k->gel, k->wfcp, N, C, C4, 0, 1, 0));
+    TIMED(OP_BIAS, sp_bias_add_forward(k->fcp, k->fcp, k->bfcp, N, C));
+    TIMED(OP_RESID, sp_add_forward(k->res2, k->res1, k->fcp, NC));
+    /* backward, from dres2 */
+    TIMED(OP_RESID, sp_scale_backward(k->dres1, k->dres2, 1.0f, NC, 0));
+    TIMED(OP_MATMUL, sp_matmul_backward_b(k->dwfcp, k->dres2, k->gel, N, C, C4, 0, 1, 1));
+    TIMED(OP_BIAS, sp_bias_add_backward_bias(k->dbfcp, k->dres2, N, C, 1));
+    TIMED(OP_MATMUL, sp_matmul_backward_a(k->dgel, k->dres2, k->wfcp, N, C, C4, 0, 1, 0));
+    TIMED(OP_GELU, sp_gelu_backward(k->dfc, k->fc, k->dgel, NC4, 0));
+    TIMED(OP_MATMUL, sp_matmul_backward_b(k->dwfc, k->dfc, k->ln2, N, C4, C, 0, 1, 1));
+    TIMED(OP_BIAS, sp_bias_add_backward_bias(k->dbfc, k->dfc, N, C4, 1));
+    TIMED(OP_MATMUL, sp_matmul_backward_a(k->dln, k->dfc, k->wfc, N, C4, C, 0, 1, 0));
+    TIMED(OP_LN, sp_layernorm_backward_x(k->dres1, k->dln, k->res1, k->m2, k->r2, k->g2, N,
+                                         C, 1));
+    TIMED(OP_LN, sp_layernorm_backward_params(k->dg2, k->db2, k->dln, k->res1, k->m2, k->r2,
+                                              N, C, 1));
+    TIMED(OP_MATMUL, sp_matmul_backward_b(k->dwproj, k->dres1, k->atty, N, C, C, 0, 1, 1));
+    TIMED(OP_BIAS, sp_bias_add_backward_bias(k->dbproj, k->dres1, N, C, 1));
+    TIMED(OP_MATMUL, sp_matmul_backward_a(k->datty, k->dres1, k->wproj, N, C, C, 0, 1, 0));
+    TIMED(OP_ATTN, sp_attention_backward(k->dqkv, k->scratch, k->datty, k->qkv, k->att, B, T,
+                                         C, NH, 0));
+    TIMED(OP_MATMUL, sp_matmul_backward_b(k->dwqkv, k->dqkv, k->ln1, N, C3, C, 0, 1, 1));
+    TIMED(OP_BIAS, sp_bias_add_backward_bias(k->dbqkv, k->dqkv, N, C3, 1));
+    TIMED(OP_MATMUL, sp_matmul_backward_a(k->dln, k->dqkv, k->wqkv, N, C3, C, 0, 1, 0));
+    TIMED(OP_RESID, sp_scale_backward(k->dx, k->dres1, 1.0f, NC, 0));
+    TIMED(OP_LN, sp_layernorm_backward_x(k->dx, k->dln, k->x, k->m1, k->r1, k->g1, N, C, 1));
+    TIMED(OP_LN, sp_layernorm_backward_params(k->dg1, k->db1, k->dln, k->x, k->m1, k->r1, N,
+                                              C, 1));
+}
+
+/* The block's twelve sgemm calls alone, same shapes and transposes, straight to BLAS. */
+static void block_sgemm_only(block *k)
+{
+    const int N = k->N, C = k->C;
+    const int oc[4] = {3 * C, C, 4 * C, C}, ic[4] = {C, C, C, 4 * C};
+    float *in[4] = {k->ln1, k->atty, k->ln2, k->gel}, *w[4] = {k->wqkv, k->wproj, k->wfc, k->wfcp};
+    float *out[4] = {k->qkv, k->proj, k->fc, k->fcp}, *dw[4] = {k->dwqkv, k->dwproj, k->dwfc,
+                                                                k->dwfcp};
+    float *dout[4] = {k->dqkv, k->dres1, k->dfc, k->dres2}, *din[4] = {k->dln, k->datty, k->dln,
+                                                                         k->dgel};
+    for (int i = 0; i < 4; i++) {
+        /* out (N,oc) = in (N,ic) @ w^T; dw (oc,ic) += dout^T @ in; din (N,ic) = dout @ w */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, oc[i], ic[i], 1.0f, in[i], ic[i],
+                    w[i], ic[i], 0.0f, out[i], oc[i]);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, oc[i], ic[i], N, 1.0f, dout[i],
+                    oc[i], in[i], ic[i], 1.0f, dw[i], ic[i]);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, ic[i], oc[i], 1.0f, dout[i],
+                    oc[i], w[i], ic[i], 0.0f, din[i], ic[i]);
+    }
+}
+
+static int arg_int(int argc, char **argv, int *i, const char *name, int *v)
+{
+    if (strcmp(argv[*i], name) != 0)
+        return 0;
+    if (*i + 1 >= argc || (*v = atoi(argv[*i + 1])) <= 0) {
+        fprintf(stderr, "bench_kernels: %s needs a positive integer\n", name);
+        exit(2);
+    }
+    (*i)++;
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    int B = 8, T = 256, C = 512, NH = 8, V = 256, reps = 3;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) {
+            B = 2, T = 64, C = 128, NH = 4, V = 256, reps = 2;
+        } else if (!(arg_int(argc, argv, &i, "--B", &B) || arg_int(argc, argv, &i, "--T", &T) ||
+                     arg_int(argc, argv, &i, "--C", &C) || arg_int(argc, argv, &i, "--NH", &NH) ||
+                     arg_int(argc, argv, &i, "--V", &V) ||
+                     arg_int(argc, argv, &i, "--reps", &reps))) {
+            fprintf(stderr, "usage: %s [--quick] [--B n] [--T n] [--C n] [--NH n] [--V n] "
+                            "[--reps n]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (C % NH) {
+        fprintf(stderr, "bench_kernels: C (%d) must be divisible by NH (%d)\n", C, NH);
+        return 2;
+    }
+    sp_kernels_init(); /* one thread: the numbers are per core */
+    const int N = B * T;
+    printf("bench_kernels: B=%d T=%d C=%d NH=%d V=%d (N=B*T=%d), 1 thread, best of %d\n", B, T,
+           C, NH, V, N, reps);
+
+    /* 1. The largest matmul, the MLP fc: (N,C) @ (C,4C), weights stored (4C,C). */
+    {
+        float *a = alloc_f((int64_t)N * C, 1), *w = alloc_f(4 * (int64_t)C * C, 2);
+        float *o = alloc_f((int64_t)N * 4 * C, 3);
+        double fl = 2.0 * N * C * 4.0 * C, best_sp = 1e30, best_raw = 1e30;
+        for (int r = 0; r < reps + 1; r++) { /* the first run warms caches and buffers */
+            double t0 = now();
+            sp_matmul_forward(o, a, w, N, 4 * C, C, 0, 1, 0);
+            double t1 = now();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, 4 * C, C, 1.0f, a, C, w, C,
+                        0.0f, o, 4 * C);
+            double t2 = now();
+            if (r) {
+                best_sp = t1 - t0 < best_sp ? t1 - t0 : best_sp;
+                best_raw = t2 - t1 < best_raw ? t2 - t1 : best_raw;
+            }
+        }
+        printf("\nMLP fc matmul (%d x %d) @ (%d x %d), %.2f GFLOP\n", N, C, C, 4 * C, fl * 1e-9);
+        printf("  %-28s %10s %10s\n", "", "ms", "GFLOP/s");
+        printf("  %-28s %10.2f %10.1f\n", "sp_matmul_forward", best_sp * 1e3, fl / best_sp * 1e-9);
+        printf("  %-28s %10.2f %10.1f\n", "cblas_sgemm (raw)", best_raw * 1e3,
+               fl / best_raw * 1e-9);
+        free(a), free(w), free(o);
+    }
+
+    /* 2. One block forward + backward. FLOPs: matmuls 3 x 2 N (3C C + C C + 4C C + 4C C);
+     * attention: forward 4 C per (t, t2 <= t) pair and batch (QK^T, AV), backward 8 C. */
+    {
+        block k;
+        block_init(&k, B, T, C, NH);
+        double pairs = (double)B * T * (T + 1) / 2.0;
+        double fl_mm = 6.0 * N * 12.0 * C * C, fl_att = 12.0 * C * pairs;
+        double best = 1e30, best_gemm = 1e30, best_ops[OP_COUNT];
+        for (int r = 0; r < reps + 1; r++) {
+            memset(op_time, 0, sizeof op_time);
+            double t0 = now();
+            block_step(&k);
+            double t1 = now();
+            block_sgemm_only(&k);
+            double t2 = now();
+            if (r && t1 - t0 < best) {
+                best = t1 - t0;
+                memcpy(best_ops, op_time, sizeof op_time);
+            }
+            if (r && t2 - t1 < best_gemm)
+                best_gemm = t2 - t1;
+        }
+        printf("\nGPT-2 block forward+backward: %.2f GFLOP in matmuls + %.2f in attention\n",
+               fl_mm * 1e-9, fl_att * 1e-9);
+        printf("  %-28s %10s %10s %8s\n", "", "ms", "GFLOP/s", "% block");
+        printf("  %-28s %10.2f %10.1f %8s\n", "whole block (kernels)", best * 1e3,
+               (fl_mm + fl_att) / best * 1e-9, "100.0");
+        for (int i = 0; i < OP_COUNT; i++) {
+            double f = i == OP_MATMUL ? fl_mm : i == OP_ATTN ? fl_att : 0.0;
+            char g[16] = "-";
+            if (f > 0)
+                snprintf(g, sizeof g, "%.1f", f / best_ops[i] * 1e-9);
+            printf("    %-26s %10.2f %10s %8.1f\n", op_name[i], best_ops[i] * 1e3, g,
+                   100.0 * best_ops[i] / best);
+        }
+        printf("  %-28s %10.2f %10.1f\n", "same matmuls, sgemm alone", best_gemm * 1e3,
+               fl_mm / best_gemm * 1e-9);
+        printf("  outside BLAS: %.1f%% of the block's time\n",
+               100.0 * (best - best_ops[OP_MATMUL]) / best);
+    }
+
+    /* 3. LM head: logits (N,V) = x (N,C) @ wte^T, cross-entropy forward and backward. */
+    {
+        float *x = alloc_f((int64_t)N * C, 7), *wte = alloc_f((int64_t)V * C, 8);
+        float *lg = alloc_f((int64_t)N * V, 9), *pr = alloc_f((int64_t)N * V, 10);
+        float *dx = alloc_f((int64_t)N * C, 11), *dw = alloc_f((int64_t)V * C, 12), loss;
+        int32_t *tg = malloc(sizeof(int32_t) * (size_t)N);
+        if (!tg)
+            return 1;
+        for (int i = 0; i < N; i++)
+            tg[i] = (int32_t)((i * 7919u) % (unsigned)V);
+        double fl = 3 * 2.0 * N * C * V, best = 1e30, best_ce = 1e30;
+        for (int r = 0; r < reps + 1; r++) {
+            double t0 = now();
+            sp_matmul_forward(lg, x, wte, N, V, C, 0, 1, 0);
+            double t1 = now();
+            sp_cross_entropy_forward(&loss, pr, lg, tg, N, V);
+            sp_cross_entropy_backward(lg, pr, tg, 1.0f, N, V, 0);
+            double t2 = now();
+            sp_matmul_backward_a(dx, lg, wte, N, V, C, 0, 1, 0);
+            sp_matmul_backward_b(dw, lg, x, N, V, C, 0, 1, 1);
+            double t3 = now();
+            if (r && (t3 - t0) < best)
+                best = t3 - t0, best_ce = t2 - t1;
+        }
+        printf("\nLM head (N,C) @ (C,V) + cross-entropy, forward+backward (%.2f GFLOP)\n",
+               fl * 1e-9);
+        printf("  %-28s %10.2f %10.1f\n", "total", best * 1e3, fl / best * 1e-9);
+        printf("    %-26s %10.2f %10s %8.1f\n", "cross-entropy fwd+bwd", best_ce * 1e3, "-",
+               100.0 * best_ce / best);
+        free(x), free(wte), free(lg), free(pr), free(dx), free(dw), free(tg);
+    }
+    return 0;
+}
