@@ -34,7 +34,7 @@ static int64_t rows_of(const sp_node *n) { return n->numel / n->shape[n->ndim - 
 static double emit_scaled(sp_kprog *kp, sp_loc dst, sp_loc src, int64_t n, float f, int acc,
                           int node)
 {
-    sp_instr *I = sp_prog_emit(kp, SP_I_SCALE, node);
+    sp_kinstr *I = sp_prog_emit(kp, SP_I_SCALE, node);
     I->o[0] = dst;
     I->i[0] = src;
     I->n[0] = n;
@@ -52,14 +52,14 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
     const sp_node *n = &p->g->node[t];
     const sp_node *A = &p->g->node[n->in[0]];
     const sp_node *X = &p->g->node[n->in[k]];
-    sp_loc dout = sp_loc_grad(p, kp, s, t, SP_MODE_R);
-    sp_loc dx = sp_loc_grad(p, kp, s, n->in[k], acc ? SP_MODE_RW : SP_MODE_W);
-    sp_instr *I;
+    sp_loc dout = sp_loc_grad(p, kp, s, t, SP_SLAB_R);
+    sp_loc dx = sp_loc_grad(p, kp, s, n->in[k], acc ? SP_SLAB_RW : SP_SLAB_W);
+    sp_kinstr *I;
     switch (n->op) {
     case SP_OP_MATMUL: {
         int64_t M = rows_of(n), Nc = n->shape[n->ndim - 1];
         int64_t K = n->ta ? A->shape[0] : A->shape[A->ndim - 1];
-        sp_loc other = sp_loc_value(p, kp, s, n->in[1 - k], SP_MODE_R);
+        sp_loc other = sp_loc_value(p, kp, s, n->in[1 - k], SP_SLAB_R);
         I = sp_prog_emit(kp, k == 0 ? SP_I_MATMUL_DA : SP_I_MATMUL_DB, t);
         I->o[0] = dx;
         I->i[0] = dout;
@@ -90,7 +90,7 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
     case SP_OP_RELU:
         I = sp_prog_emit(kp, n->op == SP_OP_GELU ? SP_I_GELU_DX : SP_I_RELU_DX, t);
         I->o[0] = dx;
-        I->i[0] = sp_loc_value(p, kp, s, n->in[0], SP_MODE_R);
+        I->i[0] = sp_loc_value(p, kp, s, n->in[0], SP_SLAB_R);
         I->i[1] = dout;
         I->n[0] = n->numel;
         I->acc = acc;
@@ -99,15 +99,15 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
         if (k == 0) {
             I = sp_prog_emit(kp, SP_I_LN_DX, t);
             I->o[0] = dx;
-            I->i[3] = sp_loc_value(p, kp, s, n->in[1], SP_MODE_R);
+            I->i[3] = sp_loc_value(p, kp, s, n->in[1], SP_SLAB_R);
         } else {
             I = sp_prog_emit(kp, SP_I_LN_DP, t);
             I->o[0] = dx;
-            I->o[1] = sp_loc_grad(p, kp, s, n->in[2], SP_MODE_RW);
+            I->o[1] = sp_loc_grad(p, kp, s, n->in[2], SP_SLAB_RW);
         }
         I->i[0] = dout;
-        I->i[1] = sp_loc_value(p, kp, s, n->in[0], SP_MODE_R);
-        I->i[2] = sp_loc_aux(p, kp, t, SP_MODE_R);
+        I->i[1] = sp_loc_value(p, kp, s, n->in[0], SP_SLAB_R);
+        I->i[2] = sp_loc_aux(p, kp, t, SP_SLAB_R);
         I->n[0] = rows_of(n);
         I->n[1] = n->shape[n->ndim - 1];
         I->acc = acc;
@@ -115,9 +115,9 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
     case SP_OP_EMBED:
         I = sp_prog_emit(kp, SP_I_EMBED_DP, t);
         I->o[0] = dx;
-        I->o[1] = sp_loc_grad(p, kp, s, n->in[2], SP_MODE_RW);
+        I->o[1] = sp_loc_grad(p, kp, s, n->in[2], SP_SLAB_RW);
         I->i[0] = dout;
-        I->i[1] = sp_loc_value(p, kp, s, n->in[0], SP_MODE_R);
+        I->i[1] = sp_loc_value(p, kp, s, n->in[0], SP_SLAB_R);
         I->n[0] = n->shape[0];
         I->n[1] = n->shape[1];
         I->n[2] = n->shape[2];
@@ -129,10 +129,10 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
         if (need > p->scratch_floats[s]) p->scratch_floats[s] = need;
         I = sp_prog_emit(kp, SP_I_ATTN_DX, t);
         I->o[0] = dx;
-        I->o[1] = (sp_loc){ sp_prog_buf(kp, SP_BUF_SCRATCH, s, 0, SP_MODE_RW), 0 };
+        I->o[1] = (sp_loc){ sp_prog_buf(kp, SP_SLAB_SCRATCH, s, 0, SP_SLAB_RW), 0 };
         I->i[0] = dout;
-        I->i[1] = sp_loc_value(p, kp, s, n->in[0], SP_MODE_R);
-        I->i[2] = sp_loc_aux(p, kp, t, SP_MODE_R);
+        I->i[1] = sp_loc_value(p, kp, s, n->in[0], SP_SLAB_R);
+        I->i[2] = sp_loc_aux(p, kp, t, SP_SLAB_R);
         I->n[0] = n->shape[0];
         I->n[1] = n->shape[1];
         I->n[2] = n->shape[2];
@@ -143,8 +143,8 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
     case SP_OP_CROSS_ENTROPY:
         I = sp_prog_emit(kp, SP_I_CE_DX, t);
         I->o[0] = dx;
-        I->i[0] = sp_loc_aux(p, kp, t, SP_MODE_R);
-        I->i[1] = sp_loc_value(p, kp, s, n->in[1], SP_MODE_R);
+        I->i[0] = sp_loc_aux(p, kp, t, SP_SLAB_R);
+        I->i[1] = sp_loc_value(p, kp, s, n->in[1], SP_SLAB_R);
         I->i[2] = dout;
         I->n[0] = rows_of(A);
         I->n[1] = A->shape[A->ndim - 1];
@@ -186,8 +186,8 @@ static void emit_gather(ctx *c, int t)
     int acc = 0;
     if (t == p->g->loss) {
         for (int v = 0; v < 2; v++) {
-            sp_instr *I = sp_prog_emit(kps[v], SP_I_SEED, t);
-            I->o[0] = sp_loc_grad(p, kps[v], c->s, t, SP_MODE_W);
+            sp_kinstr *I = sp_prog_emit(kps[v], SP_I_SEED, t);
+            I->o[0] = sp_loc_grad(p, kps[v], c->s, t, SP_SLAB_W);
         }
         acc = 1;
     }
@@ -198,9 +198,9 @@ static void emit_gather(ctx *c, int t)
         for (int j = 0; j < E->ntensors; j++) {
             if (E->tensor[j] != t) continue;
             for (int v = 0; v < 2; v++) {
-                int b = sp_prog_buf(kps[v], SP_BUF_EDGE_GRAD, e, (size_t)E->floats * 4,
-                                    SP_MODE_R);
-                sp_loc dst = sp_loc_grad(p, kps[v], c->s, t, acc ? SP_MODE_RW : SP_MODE_W);
+                int b = sp_prog_buf(kps[v], SP_SLAB_EDGE_GRAD, e, (size_t)E->floats * 4,
+                                    SP_SLAB_R);
+                sp_loc dst = sp_loc_grad(p, kps[v], c->s, t, acc ? SP_SLAB_RW : SP_SLAB_W);
                 kps[v]->flops += emit_scaled(kps[v], dst, (sp_loc){ b, E->off[j] },
                                              p->g->node[t].numel, 1.0f, acc, t);
             }
@@ -263,9 +263,9 @@ static sp_status emit_stage(sp_program *p, int s, uint8_t *needed, uint8_t *writ
             if (p->needs_grad[t] && written[t]) continue;
             for (int v = 0; v < 2; v++) {
                 sp_kprog *kp = sp_prog_of(p, s, v ? SP_TASK_BW : SP_TASK_B);
-                sp_instr *I = sp_prog_emit(kp, SP_I_ZERO, t);
-                I->o[0] = (sp_loc){ sp_prog_buf(kp, SP_BUF_EDGE_GRAD, e, (size_t)E->floats * 4,
-                                                SP_MODE_W),
+                sp_kinstr *I = sp_prog_emit(kp, SP_I_ZERO, t);
+                I->o[0] = (sp_loc){ sp_prog_buf(kp, SP_SLAB_EDGE_GRAD, e, (size_t)E->floats * 4,
+                                                SP_SLAB_W),
                                     E->off[j] };
                 I->n[0] = g->node[t].numel;
             }
@@ -285,7 +285,7 @@ sp_status sp_autodiff_emit(sp_program *p)
         for (int k = 0; k < SP_NUM_TASK_KINDS; k++) {
             sp_kprog *kp = sp_prog_of(p, s, k);
             for (int j = 0; j < kp->nbufs; j++)
-                if (kp->bufs[j].cls == SP_BUF_SCRATCH)
+                if (kp->bufs[j].cls == SP_SLAB_SCRATCH)
                     kp->bufs[j].bytes = (size_t)p->scratch_floats[s] * 4;
         }
     free(needed);

@@ -63,20 +63,20 @@ sp_reference *sp_reference_create(const sp_program *p, int microbatches,
     for (size_t a = 0; a < sizeof slabs / sizeof *slabs; a++)
         if (!(*slabs[a] = calloc((size_t)r->S, sizeof(float *)))) goto nomem;
     for (int s = 0; s < r->S; s++) {
-        size_t pb = sp_program_buf_bytes(p, SP_BUF_PARAMS, s);
+        size_t pb = sp_program_buf_bytes(p, SP_SLAB_PARAMS, s);
         if (!(r->params[s] = zalloc(pb)) || !(r->grads[s] = zalloc(pb)) ||
             !(r->mom_m[s] = zalloc(pb)) || !(r->mom_v[s] = zalloc(pb)) ||
-            !(r->act[s] = zalloc(sp_program_buf_bytes(p, SP_BUF_ACT, s))) ||
-            !(r->bgrad[s] = zalloc(sp_program_buf_bytes(p, SP_BUF_BGRAD, s))) ||
-            !(r->scratch[s] = zalloc(sp_program_buf_bytes(p, SP_BUF_SCRATCH, s))))
+            !(r->act[s] = zalloc(sp_program_buf_bytes(p, SP_SLAB_ACT, s))) ||
+            !(r->bgrad[s] = zalloc(sp_program_buf_bytes(p, SP_SLAB_BGRAD, s))) ||
+            !(r->scratch[s] = zalloc(sp_program_buf_bytes(p, SP_SLAB_SCRATCH, s))))
             goto nomem;
     }
     r->efwd = calloc((size_t)(r->E ? r->E : 1), sizeof(float *));
     r->egrad = calloc((size_t)(r->E ? r->E : 1), sizeof(float *));
     if (!r->efwd || !r->egrad) goto nomem;
     for (int e = 0; e < r->E; e++)
-        if (!(r->efwd[e] = zalloc(sp_program_buf_bytes(p, SP_BUF_EDGE_FWD, e))) ||
-            !(r->egrad[e] = zalloc(sp_program_buf_bytes(p, SP_BUF_EDGE_GRAD, e))))
+        if (!(r->efwd[e] = zalloc(sp_program_buf_bytes(p, SP_SLAB_EDGE_FWD, e))) ||
+            !(r->egrad[e] = zalloc(sp_program_buf_bytes(p, SP_SLAB_EDGE_GRAD, e))))
             goto nomem;
     if (!(r->losses = zalloc((size_t)r->m * sizeof(float)))) goto nomem;
     for (int i = 0; i < sp_graph_num_params(p->g); i++) {
@@ -108,17 +108,17 @@ static sp_status run(sp_reference *r, int s, sp_task_kind kind, int i, const voi
     void **b = nb <= 64 ? bufs : malloc((size_t)nb * sizeof(void *));
     if (!b) return sp_set_error(SP_ERR_NOMEM, "reference: out of memory");
     for (int j = 0; j < nb; j++) {
-        sp_buf_ref ref = sp_program_buf(p, s, kind, j);
+        sp_slab_ref ref = sp_program_buf(p, s, kind, j);
         switch (ref.cls) {
-        case SP_BUF_PARAMS: b[j] = r->params[ref.index]; break;
-        case SP_BUF_GRADS: b[j] = r->grads[ref.index]; break;
-        case SP_BUF_ACT: b[j] = r->act[ref.index]; break;
-        case SP_BUF_BGRAD: b[j] = r->bgrad[ref.index]; break;
-        case SP_BUF_SCRATCH: b[j] = r->scratch[ref.index]; break;
-        case SP_BUF_EDGE_FWD: b[j] = r->efwd[ref.index]; break;
-        case SP_BUF_EDGE_GRAD: b[j] = r->egrad[ref.index]; break;
-        case SP_BUF_INPUT: b[j] = (void *)inputs[i * p->ninputs + ref.index]; break;
-        case SP_BUF_LOSS: b[j] = &r->losses[i]; break;
+        case SP_SLAB_PARAMS: b[j] = r->params[ref.index]; break;
+        case SP_SLAB_GRADS: b[j] = r->grads[ref.index]; break;
+        case SP_SLAB_ACT: b[j] = r->act[ref.index]; break;
+        case SP_SLAB_BGRAD: b[j] = r->bgrad[ref.index]; break;
+        case SP_SLAB_SCRATCH: b[j] = r->scratch[ref.index]; break;
+        case SP_SLAB_EDGE_FWD: b[j] = r->efwd[ref.index]; break;
+        case SP_SLAB_EDGE_GRAD: b[j] = r->egrad[ref.index]; break;
+        case SP_SLAB_INPUT: b[j] = (void *)inputs[i * p->ninputs + ref.index]; break;
+        case SP_SLAB_LOSS: b[j] = &r->losses[i]; break;
         default: b[j] = NULL;
         }
     }
@@ -133,7 +133,7 @@ sp_status sp_reference_forward_backward(sp_reference *r, const void *const *inpu
     if (!r || !inputs) return sp_set_error(SP_ERR_ARG, "sp_reference_forward_backward: NULL");
     const sp_program *p = r->p;
     for (int s = 0; s < r->S; s++)
-        memset(r->grads[s], 0, sp_program_buf_bytes(p, SP_BUF_GRADS, s));
+        memset(r->grads[s], 0, sp_program_buf_bytes(p, SP_SLAB_GRADS, s));
     sp_status st;
     for (int i = 0; i < r->m; i++) {
         for (int s = 0; s < r->S; s++)
@@ -198,11 +198,11 @@ const float *sp_reference_microbatch_losses(const sp_reference *r) { return r ? 
 double sp_reference_grad_norm(const sp_reference *r) { return r ? r->grad_norm : 0.0; }
 int sp_reference_steps_done(const sp_reference *r) { return r ? r->steps : 0; }
 
-float *sp_reference_slab(sp_reference *r, sp_buf_class cls, int stage)
+float *sp_reference_slab(sp_reference *r, sp_slab_class cls, int stage)
 {
     if (!r || stage < 0 || stage >= r->S) return NULL;
-    if (cls == SP_BUF_PARAMS) return r->params[stage];
-    if (cls == SP_BUF_GRADS) return r->grads[stage];
+    if (cls == SP_SLAB_PARAMS) return r->params[stage];
+    if (cls == SP_SLAB_GRADS) return r->grads[stage];
     return NULL;
 }
 

@@ -9,16 +9,16 @@
 
 #include "codelets/cpu/kernels.h"
 
-static const char *const buf_names[SP_NUM_BUF_CLASSES] = {
+static const char *const buf_names[SP_NUM_SLAB_CLASSES] = {
     "PARAMS", "GRADS", "ACT", "BGRAD", "EDGE_FWD", "EDGE_GRAD", "INPUT", "LOSS", "SCRATCH",
 };
 
-const char *sp_buf_class_name(sp_buf_class c)
+const char *sp_slab_class_name(sp_slab_class c)
 {
-    return (c >= 0 && c < SP_NUM_BUF_CLASSES) ? buf_names[c] : "?";
+    return (c >= 0 && c < SP_NUM_SLAB_CLASSES) ? buf_names[c] : "?";
 }
 
-const char *sp_task_kind_name(sp_task_kind k)
+static const char *kind_name(sp_task_kind k)
 {
     static const char *const names[] = { "F", "B", "W", "BW" };
     return (k >= 0 && k < SP_NUM_TASK_KINDS) ? names[k] : "?";
@@ -45,7 +45,7 @@ static int64_t edge_offset(const sp_edge_layout *e, int t)
     return -1;
 }
 
-int sp_prog_buf(sp_kprog *kp, sp_buf_class cls, int index, size_t bytes, sp_buf_mode mode)
+int sp_prog_buf(sp_kprog *kp, sp_slab_class cls, int index, size_t bytes, sp_slab_mode mode)
 {
     for (int j = 0; j < kp->nbufs; j++)
         if (kp->bufs[j].cls == cls && kp->bufs[j].index == index) {
@@ -54,100 +54,100 @@ int sp_prog_buf(sp_kprog *kp, sp_buf_class cls, int index, size_t bytes, sp_buf_
         }
     if (kp->nbufs == kp->capbufs) {
         int cap = kp->capbufs ? 2 * kp->capbufs : 8;
-        sp_buf_ref *nb = realloc(kp->bufs, (size_t)cap * sizeof *nb);
+        sp_slab_ref *nb = realloc(kp->bufs, (size_t)cap * sizeof *nb);
         if (!nb) abort(); /* a few dozen bytes: treat as fatal like malloc in libc */
         kp->bufs = nb;
         kp->capbufs = cap;
     }
-    kp->bufs[kp->nbufs] = (sp_buf_ref){ .cls = cls, .index = index, .bytes = bytes, .mode = mode };
+    kp->bufs[kp->nbufs] = (sp_slab_ref){ .cls = cls, .index = index, .bytes = bytes, .mode = mode };
     return kp->nbufs++;
 }
 
-sp_instr *sp_prog_emit(sp_kprog *kp, sp_icode code, int node)
+sp_kinstr *sp_prog_emit(sp_kprog *kp, sp_icode code, int node)
 {
     if (kp->nins == kp->capins) {
         int cap = kp->capins ? 2 * kp->capins : 32;
-        sp_instr *ni = realloc(kp->ins, (size_t)cap * sizeof *ni);
+        sp_kinstr *ni = realloc(kp->ins, (size_t)cap * sizeof *ni);
         if (!ni) abort();
         kp->ins = ni;
         kp->capins = cap;
     }
-    sp_instr *in = &kp->ins[kp->nins++];
+    sp_kinstr *in = &kp->ins[kp->nins++];
     memset(in, 0, sizeof *in);
     in->code = code;
     in->node = node;
     return in;
 }
 
-size_t sp_program_buf_bytes(const sp_program *p, sp_buf_class cls, int index)
+size_t sp_program_buf_bytes(const sp_program *p, sp_slab_class cls, int index)
 {
     if (!p) return 0;
     switch (cls) {
-    case SP_BUF_PARAMS:
-    case SP_BUF_GRADS:
+    case SP_SLAB_PARAMS:
+    case SP_SLAB_GRADS:
         return (index >= 0 && index < p->nstages) ? (size_t)p->param_floats[index] * 4 : 0;
-    case SP_BUF_ACT:
+    case SP_SLAB_ACT:
         return (index >= 0 && index < p->nstages) ? (size_t)p->act_floats[index] * 4 : 0;
-    case SP_BUF_BGRAD:
+    case SP_SLAB_BGRAD:
         return (index >= 0 && index < p->nstages) ? (size_t)p->bgrad_floats[index] * 4 : 0;
-    case SP_BUF_SCRATCH:
+    case SP_SLAB_SCRATCH:
         return (index >= 0 && index < p->nstages) ? (size_t)p->scratch_floats[index] * 4 : 0;
-    case SP_BUF_EDGE_FWD:
-    case SP_BUF_EDGE_GRAD:
+    case SP_SLAB_EDGE_FWD:
+    case SP_SLAB_EDGE_GRAD:
         return (index >= 0 && index < p->nedges) ? (size_t)p->edge[index].floats * 4 : 0;
-    case SP_BUF_INPUT:
+    case SP_SLAB_INPUT:
         return (index >= 0 && index < p->ninputs)
                    ? (size_t)p->g->node[p->input[index]].numel * 4 : 0;
-    case SP_BUF_LOSS:
+    case SP_SLAB_LOSS:
         return 4;
     default:
         return 0;
     }
 }
 
-sp_loc sp_loc_value(sp_program *p, sp_kprog *kp, int s, int t, sp_buf_mode mode)
+sp_loc sp_loc_value(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode)
 {
     const sp_node *n = &p->g->node[t];
     if (n->op == SP_OP_PARAM)
-        return (sp_loc){ sp_prog_buf(kp, SP_BUF_PARAMS, s, sp_program_buf_bytes(p, SP_BUF_PARAMS, s),
+        return (sp_loc){ sp_prog_buf(kp, SP_SLAB_PARAMS, s, sp_program_buf_bytes(p, SP_SLAB_PARAMS, s),
                                      mode),
                          p->param_off[s][t] };
     if (n->op == SP_OP_INPUT) {
         int k = 0;
         while (p->input[k] != t) k++;
-        return (sp_loc){ sp_prog_buf(kp, SP_BUF_INPUT, k, sp_program_buf_bytes(p, SP_BUF_INPUT, k),
+        return (sp_loc){ sp_prog_buf(kp, SP_SLAB_INPUT, k, sp_program_buf_bytes(p, SP_SLAB_INPUT, k),
                                      mode), 0 };
     }
     if (n->stage == s)
-        return (sp_loc){ sp_prog_buf(kp, SP_BUF_ACT, s, sp_program_buf_bytes(p, SP_BUF_ACT, s), mode),
+        return (sp_loc){ sp_prog_buf(kp, SP_SLAB_ACT, s, sp_program_buf_bytes(p, SP_SLAB_ACT, s), mode),
                          p->act_off[t] };
     int e = sp_edge_index(p, n->stage, s);
-    return (sp_loc){ sp_prog_buf(kp, SP_BUF_EDGE_FWD, e, sp_program_buf_bytes(p, SP_BUF_EDGE_FWD, e),
+    return (sp_loc){ sp_prog_buf(kp, SP_SLAB_EDGE_FWD, e, sp_program_buf_bytes(p, SP_SLAB_EDGE_FWD, e),
                                  mode),
                      edge_offset(&p->edge[e], t) };
 }
 
-sp_loc sp_loc_aux(sp_program *p, sp_kprog *kp, int t, sp_buf_mode mode)
+sp_loc sp_loc_aux(sp_program *p, sp_kprog *kp, int t, sp_slab_mode mode)
 {
     int s = p->g->node[t].stage;
-    return (sp_loc){ sp_prog_buf(kp, SP_BUF_ACT, s, sp_program_buf_bytes(p, SP_BUF_ACT, s), mode),
+    return (sp_loc){ sp_prog_buf(kp, SP_SLAB_ACT, s, sp_program_buf_bytes(p, SP_SLAB_ACT, s), mode),
                      p->act_off[t] + p->g->node[t].numel };
 }
 
-sp_loc sp_loc_grad(sp_program *p, sp_kprog *kp, int s, int t, sp_buf_mode mode)
+sp_loc sp_loc_grad(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode)
 {
     const sp_node *n = &p->g->node[t];
     if (n->op == SP_OP_PARAM)
-        return (sp_loc){ sp_prog_buf(kp, SP_BUF_GRADS, s, sp_program_buf_bytes(p, SP_BUF_GRADS, s),
+        return (sp_loc){ sp_prog_buf(kp, SP_SLAB_GRADS, s, sp_program_buf_bytes(p, SP_SLAB_GRADS, s),
                                      mode),
                          p->param_off[s][t] };
     if (n->stage == s)
-        return (sp_loc){ sp_prog_buf(kp, SP_BUF_BGRAD, s, sp_program_buf_bytes(p, SP_BUF_BGRAD, s),
+        return (sp_loc){ sp_prog_buf(kp, SP_SLAB_BGRAD, s, sp_program_buf_bytes(p, SP_SLAB_BGRAD, s),
                                      mode),
                          p->bgrad_off[t] };
     int e = sp_edge_index(p, n->stage, s);
-    return (sp_loc){ sp_prog_buf(kp, SP_BUF_EDGE_GRAD, e,
-                                 sp_program_buf_bytes(p, SP_BUF_EDGE_GRAD, e), mode),
+    return (sp_loc){ sp_prog_buf(kp, SP_SLAB_EDGE_GRAD, e,
+                                 sp_program_buf_bytes(p, SP_SLAB_EDGE_GRAD, e), mode),
                      edge_offset(&p->edge[e], t) };
 }
 
@@ -260,11 +260,11 @@ static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t)
 {
     const sp_graph *g = p->g;
     const sp_node *n = &g->node[t];
-    sp_instr *I;
-    sp_loc out = sp_loc_value(p, kp, s, t, SP_MODE_W);
-    sp_loc x0 = n->nin > 0 ? sp_loc_value(p, kp, s, n->in[0], SP_MODE_R) : (sp_loc){ 0, 0 };
-    sp_loc x1 = n->nin > 1 ? sp_loc_value(p, kp, s, n->in[1], SP_MODE_R) : (sp_loc){ 0, 0 };
-    sp_loc x2 = n->nin > 2 ? sp_loc_value(p, kp, s, n->in[2], SP_MODE_R) : (sp_loc){ 0, 0 };
+    sp_kinstr *I;
+    sp_loc out = sp_loc_value(p, kp, s, t, SP_SLAB_W);
+    sp_loc x0 = n->nin > 0 ? sp_loc_value(p, kp, s, n->in[0], SP_SLAB_R) : (sp_loc){ 0, 0 };
+    sp_loc x1 = n->nin > 1 ? sp_loc_value(p, kp, s, n->in[1], SP_SLAB_R) : (sp_loc){ 0, 0 };
+    sp_loc x2 = n->nin > 2 ? sp_loc_value(p, kp, s, n->in[2], SP_SLAB_R) : (sp_loc){ 0, 0 };
     const sp_node *A = n->nin > 0 ? &g->node[n->in[0]] : NULL;
     const sp_node *B = n->nin > 1 ? &g->node[n->in[1]] : NULL;
     switch (n->op) {
@@ -316,7 +316,7 @@ static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t)
     case SP_OP_LAYERNORM:
         I = sp_prog_emit(kp, SP_I_LAYERNORM, t);
         I->o[0] = out;
-        I->o[1] = sp_loc_aux(p, kp, t, SP_MODE_W);
+        I->o[1] = sp_loc_aux(p, kp, t, SP_SLAB_W);
         I->i[0] = x0;
         I->i[1] = x1;
         I->i[2] = x2;
@@ -337,7 +337,7 @@ static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t)
     case SP_OP_ATTENTION:
         I = sp_prog_emit(kp, SP_I_ATTENTION, t);
         I->o[0] = out;
-        I->o[1] = sp_loc_aux(p, kp, t, SP_MODE_W);
+        I->o[1] = sp_loc_aux(p, kp, t, SP_SLAB_W);
         I->i[0] = x0;
         I->n[0] = n->shape[0];
         I->n[1] = n->shape[1];
@@ -347,7 +347,7 @@ static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t)
     case SP_OP_CROSS_ENTROPY:
         I = sp_prog_emit(kp, SP_I_CE, t);
         I->o[0] = out;
-        I->o[1] = sp_loc_aux(p, kp, t, SP_MODE_W);
+        I->o[1] = sp_loc_aux(p, kp, t, SP_SLAB_W);
         I->i[0] = x0;
         I->i[1] = x1;
         I->n[0] = rows_of(A);
@@ -379,19 +379,19 @@ static void emit_forward(sp_program *p, int s)
     for (int e = 0; e < p->nedges; e++) {
         const sp_edge_layout *E = &p->edge[e];
         if (E->src != s) continue;
-        int b = sp_prog_buf(kp, SP_BUF_EDGE_FWD, e, (size_t)E->floats * 4, SP_MODE_W);
+        int b = sp_prog_buf(kp, SP_SLAB_EDGE_FWD, e, (size_t)E->floats * 4, SP_SLAB_W);
         for (int j = 0; j < E->ntensors; j++) {
-            sp_instr *I = sp_prog_emit(kp, SP_I_SCALE, E->tensor[j]);
+            sp_kinstr *I = sp_prog_emit(kp, SP_I_SCALE, E->tensor[j]);
             I->o[0] = (sp_loc){ b, E->off[j] };
-            I->i[0] = sp_loc_value(p, kp, s, E->tensor[j], SP_MODE_R);
+            I->i[0] = sp_loc_value(p, kp, s, E->tensor[j], SP_SLAB_R);
             I->n[0] = g->node[E->tensor[j]].numel;
             I->f = 1.0f;
         }
     }
     if (g->node[g->loss].stage == s) {
-        sp_instr *I = sp_prog_emit(kp, SP_I_SCALE, g->loss);
-        I->o[0] = (sp_loc){ sp_prog_buf(kp, SP_BUF_LOSS, 0, 4, SP_MODE_W), 0 };
-        I->i[0] = sp_loc_value(p, kp, s, g->loss, SP_MODE_R);
+        sp_kinstr *I = sp_prog_emit(kp, SP_I_SCALE, g->loss);
+        I->o[0] = (sp_loc){ sp_prog_buf(kp, SP_SLAB_LOSS, 0, 4, SP_SLAB_W), 0 };
+        I->i[0] = sp_loc_value(p, kp, s, g->loss, SP_SLAB_R);
         I->n[0] = 1;
         I->f = 1.0f;
     }
@@ -542,10 +542,10 @@ int sp_program_num_bufs(const sp_program *p, int stage, sp_task_kind kind)
     return kp ? kp->nbufs : 0;
 }
 
-sp_buf_ref sp_program_buf(const sp_program *p, int stage, sp_task_kind kind, int j)
+sp_slab_ref sp_program_buf(const sp_program *p, int stage, sp_task_kind kind, int j)
 {
     const sp_kprog *kp = sp_prog_of(p, stage, kind);
-    if (!kp || j < 0 || j >= kp->nbufs) return (sp_buf_ref){ 0 };
+    if (!kp || j < 0 || j >= kp->nbufs) return (sp_slab_ref){ 0 };
     return kp->bufs[j];
 }
 
@@ -590,10 +590,10 @@ sp_status sp_program_run(const sp_program *p, int stage, sp_task_kind kind, void
 {
     const sp_kprog *kp = sp_prog_of(p, stage, kind);
     if (!kp) return sp_set_error(SP_ERR_ARG, "sp_program_run: no program %s of stage %d",
-                                 sp_task_kind_name(kind), stage);
+                                 kind_name(kind), stage);
     float dloss = args ? args->dloss : 1.0f;
     for (int j = 0; j < kp->nins; j++) {
-        const sp_instr *I = &kp->ins[j];
+        const sp_kinstr *I = &kp->ins[j];
         const int64_t *n = I->n;
         switch (I->code) {
         case SP_I_MATMUL:
@@ -719,17 +719,17 @@ void sp_program_print(const sp_program *p, void *stream)
     for (int s = 0; s < p->nstages; s++)
         for (int k = 0; k < SP_NUM_TASK_KINDS; k++) {
             const sp_kprog *kp = sp_prog_of(p, s, k);
-            fprintf(f, "%s%d: %d ops, %.3g flops, buffers:", sp_task_kind_name(k), s, kp->nins,
+            fprintf(f, "%s%d: %d ops, %.3g flops, buffers:", kind_name(k), s, kp->nins,
                     kp->flops);
             for (int j = 0; j < kp->nbufs; j++)
-                fprintf(f, " %s[%d]%s(%zu B)", sp_buf_class_name(kp->bufs[j].cls),
+                fprintf(f, " %s[%d]%s(%zu B)", sp_slab_class_name(kp->bufs[j].cls),
                         kp->bufs[j].index,
-                        kp->bufs[j].mode == SP_MODE_R ? "r" : kp->bufs[j].mode == SP_MODE_W ? "w"
+                        kp->bufs[j].mode == SP_SLAB_R ? "r" : kp->bufs[j].mode == SP_SLAB_W ? "w"
                                                                                           : "rw",
                         kp->bufs[j].bytes);
             fputc('\n', f);
             for (int j = 0; j < kp->nins; j++) {
-                const sp_instr *I = &kp->ins[j];
+                const sp_kinstr *I = &kp->ins[j];
                 fprintf(f, "    %-13s node %-4d -> b%d+%lld%s\n", icode_names[I->code], I->node,
                         I->o[0].buf, (long long)I->o[0].off, I->acc ? " (+=)" : "");
             }

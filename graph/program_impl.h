@@ -35,13 +35,13 @@ typedef struct {
     int64_t n[4];      /* sizes, meaning per code */
     int flag[2];       /* matmul transposes */
     float f;
-} sp_instr;
+} sp_kinstr;
 
 typedef struct {
     int nbufs, capbufs;
-    sp_buf_ref *bufs;
+    sp_slab_ref *bufs;
     int nins, capins;
-    sp_instr *ins;
+    sp_kinstr *ins;
     double flops;
 } sp_kprog;
 
@@ -73,13 +73,13 @@ struct sp_program {
 
 sp_kprog *sp_prog_of(const sp_program *p, int stage, sp_task_kind kind);
 /* The operand for tensor t as read in stage s (params, inputs, ACT or an incoming edge). */
-sp_loc sp_loc_value(sp_program *p, sp_kprog *kp, int s, int t, sp_buf_mode mode);
+sp_loc sp_loc_value(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode);
 /* The operand holding t's auxiliary floats (saved statistics), in ACT of its stage. */
-sp_loc sp_loc_aux(sp_program *p, sp_kprog *kp, int t, sp_buf_mode mode);
+sp_loc sp_loc_aux(sp_program *p, sp_kprog *kp, int t, sp_slab_mode mode);
 /* The operand for t's gradient as produced in stage s. */
-sp_loc sp_loc_grad(sp_program *p, sp_kprog *kp, int s, int t, sp_buf_mode mode);
-int sp_prog_buf(sp_kprog *kp, sp_buf_class cls, int index, size_t bytes, sp_buf_mode mode);
-sp_instr *sp_prog_emit(sp_kprog *kp, sp_icode code, int node);
+sp_loc sp_loc_grad(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode);
+int sp_prog_buf(sp_kprog *kp, sp_slab_class cls, int index, size_t bytes, sp_slab_mode mode);
+sp_kinstr *sp_prog_emit(sp_kprog *kp, sp_icode code, int node);
 int sp_edge_index(const sp_program *p, int src, int dst);
 
 /* Emits B, W and BW of every stage. Returns SP_OK or an error. */

@@ -7,7 +7,7 @@
  * Running B then W gives bitwise the same buffers as BW.
  *
  * A program reads and writes a short list of buffers, each a contiguous slab of one
- * class (see sp_buf_class); the same buffer of a microbatch is shared by the F, B and W
+ * class (see sp_slab_class); the same buffer of a microbatch is shared by the F, B and W
  * of its stage. A runtime maps each (class, index, microbatch) to storage and passes
  * the pointers in the program's order to sp_program_run. */
 #ifndef STARPIPE_PROGRAM_H
@@ -25,26 +25,26 @@ extern "C" {
 #endif
 
 typedef enum {
-    SP_BUF_PARAMS,    /* index = stage: the parameters the stage uses (per step) */
-    SP_BUF_GRADS,     /* index = stage: its gradient accumulators, same layout (per step) */
-    SP_BUF_ACT,       /* index = stage: what F computes, kept for B and W (per microbatch) */
-    SP_BUF_BGRAD,     /* index = stage: activation gradients of B, kept for W (per mb) */
-    SP_BUF_EDGE_FWD,  /* index = edge of the stage model: tensors stage src hands to dst */
-    SP_BUF_EDGE_GRAD, /* index = edge: their gradients, handed back (per microbatch) */
-    SP_BUF_INPUT,     /* index = input number: a microbatch's slice of a graph input */
-    SP_BUF_LOSS,      /* index 0: the microbatch loss, one float, written by the last F */
-    SP_BUF_SCRATCH,   /* index = stage: temporary space of one task, contents not kept */
-    SP_NUM_BUF_CLASSES
-} sp_buf_class;
+    SP_SLAB_PARAMS,    /* index = stage: the parameters the stage uses (per step) */
+    SP_SLAB_GRADS,     /* index = stage: its gradient accumulators, same layout (per step) */
+    SP_SLAB_ACT,       /* index = stage: what F computes, kept for B and W (per microbatch) */
+    SP_SLAB_BGRAD,     /* index = stage: activation gradients of B, kept for W (per mb) */
+    SP_SLAB_EDGE_FWD,  /* index = edge of the stage model: tensors stage src hands to dst */
+    SP_SLAB_EDGE_GRAD, /* index = edge: their gradients, handed back (per microbatch) */
+    SP_SLAB_INPUT,     /* index = input number: a microbatch's slice of a graph input */
+    SP_SLAB_LOSS,      /* index 0: the microbatch loss, one float, written by the last F */
+    SP_SLAB_SCRATCH,   /* index = stage: temporary space of one task, contents not kept */
+    SP_NUM_SLAB_CLASSES
+} sp_slab_class;
 
-typedef enum { SP_MODE_R = 1, SP_MODE_W = 2, SP_MODE_RW = 3 } sp_buf_mode;
+typedef enum { SP_SLAB_R = 1, SP_SLAB_W = 2, SP_SLAB_RW = 3 } sp_slab_mode;
 
 typedef struct {
-    sp_buf_class cls;
+    sp_slab_class cls;
     int index;
     size_t bytes;
-    sp_buf_mode mode;
-} sp_buf_ref;
+    sp_slab_mode mode;
+} sp_slab_ref;
 
 typedef struct sp_program sp_program;
 
@@ -62,19 +62,19 @@ const sp_stage_model *sp_program_stage_model(const sp_program *p);
 
 /* The buffers program (stage, kind) takes, in the order sp_program_run wants them. */
 int sp_program_num_bufs(const sp_program *p, int stage, sp_task_kind kind);
-sp_buf_ref sp_program_buf(const sp_program *p, int stage, sp_task_kind kind, int j);
+sp_slab_ref sp_program_buf(const sp_program *p, int stage, sp_task_kind kind, int j);
 /* Bytes of a buffer class and index (the same for every microbatch). */
-size_t sp_program_buf_bytes(const sp_program *p, sp_buf_class cls, int index);
+size_t sp_program_buf_bytes(const sp_program *p, sp_slab_class cls, int index);
 /* Number of ops of a program (0: the task has nothing to do, e.g. B of stage 0). */
 int sp_program_num_ops(const sp_program *p, int stage, sp_task_kind kind);
 /* FLOPs of one run of a program. */
 double sp_program_flops(const sp_program *p, int stage, sp_task_kind kind);
 
-/* Graph inputs, numbered as SP_BUF_INPUT indexes. */
+/* Graph inputs, numbered as SP_SLAB_INPUT indexes. */
 int sp_program_num_inputs(const sp_program *p);
 sp_tensor sp_program_input(const sp_program *p, int k);
 
-/* Where parameter `param` lives in SP_BUF_PARAMS/GRADS of `stage`: its float offset, or
+/* Where parameter `param` lives in SP_SLAB_PARAMS/GRADS of `stage`: its float offset, or
  * -1 when the stage does not use it. A parameter used by several stages has a copy in
  * each; its owner is the lowest of them. */
 int64_t sp_program_param_offset(const sp_program *p, int stage, sp_tensor param);
@@ -92,8 +92,7 @@ sp_status sp_program_run(const sp_program *p, int stage, sp_task_kind kind, void
 /* A readable listing of every stage program (ops, buffers, sizes). */
 void sp_program_print(const sp_program *p, void *FILE_stream);
 
-const char *sp_buf_class_name(sp_buf_class c);
-const char *sp_task_kind_name(sp_task_kind k);
+const char *sp_slab_class_name(sp_slab_class c);
 
 #ifdef __cplusplus
 }

@@ -13,13 +13,13 @@
 typedef struct {
     const sp_program *p;
     int n;
-    sp_buf_class cls[ARENA_MAX];
+    sp_slab_class cls[ARENA_MAX];
     int index[ARENA_MAX];
     size_t bytes[ARENA_MAX];
     void *buf[ARENA_MAX];
 } arena;
 
-static inline void *arena_get(arena *a, sp_buf_class cls, int index)
+static inline void *arena_get(arena *a, sp_slab_class cls, int index)
 {
     for (int j = 0; j < a->n; j++)
         if (a->cls[j] == cls && a->index[j] == index) return a->buf[j];
@@ -53,7 +53,7 @@ static inline sp_status arena_run(arena *a, int stage, sp_task_kind kind, float 
     int nb = sp_program_num_bufs(a->p, stage, kind);
     void *bufs[ARENA_MAX];
     for (int j = 0; j < nb; j++) {
-        sp_buf_ref r = sp_program_buf(a->p, stage, kind, j);
+        sp_slab_ref r = sp_program_buf(a->p, stage, kind, j);
         bufs[j] = arena_get(a, r.cls, r.index);
     }
     sp_run_args args = { .dloss = dloss };
