@@ -190,6 +190,9 @@ int main(int argc, char **argv)
     const int N = B * T;
     printf("bench_kernels: B=%d T=%d C=%d NH=%d V=%d (N=B*T=%d), 1 thread, best of %d\n", B, T,
            C, NH, V, N, reps);
+    /* OpenBLAS picks its kernels from the CPU model; on an unknown (virtual) model it can
+     * fall back to an SSE3 core several times slower: say which one ran. */
+    printf("OpenBLAS core: %s (override with OPENBLAS_CORETYPE=...)\n", openblas_get_corename());
 
     /* 1. The largest matmul, the MLP fc: (N,C) @ (C,4C), weights stored (4C,C). */
     {

@@ -98,15 +98,21 @@ void sp_gelu_forward(float *out, const float *x, int64_t n)
 
 /* d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3a x^2), t = tanh(k (x + a x^3)).
  * 1 - t^2 rather than 1/cosh^2: no overflow for large |x|, and the term vanishes there. */
+static inline float gelu_grad(float x)
+{
+    float t = tanh_fast(GELU_K * (x + GELU_A * x * x * x));
+    return 0.5f * (1.0f + t) +
+           0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
+}
+
 void sp_gelu_backward(float *dx, const float *restrict x, const float *dout, int64_t n, int acc)
 {
-    for (int64_t i = 0; i < n; i++) {
-        float xi = x[i];
-        float t = tanh_fast(GELU_K * (xi + GELU_A * xi * xi * xi));
-        float g = 0.5f * (1.0f + t) +
-                  0.5f * xi * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_A * xi * xi);
-        float d = g * dout[i];
-        dx[i] = acc ? dx[i] + d : d;
+    if (acc) {
+        for (int64_t i = 0; i < n; i++)
+            dx[i] += gelu_grad(x[i]) * dout[i];
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            dx[i] = gelu_grad(x[i]) * dout[i];
     }
 }
 

@@ -6,7 +6,12 @@
  * 1 accumulates (+=) into it. Parameter gradients are always called with acc=1 by the
  * graph executor; activation gradients with acc=0 for the first contribution.
  * These functions are pure and single-threaded (OpenBLAS must be set to one thread by the
- * caller); results are deterministic: the same inputs give the same bits. */
+ * caller); results are deterministic: the same inputs give the same bits.
+ * acc=0 never reads the old gradient (it may hold NaN). acc=1 is deterministic but not
+ * always bitwise equal to "acc=0 into a temporary, then add": sums over rows (matmul via
+ * sgemm's beta, bias, layernorm params, attention) add into the buffer as they go.
+ * Aliasing: the elementwise ops (bias_add, add, scale, gelu, relu forwards, scale_backward)
+ * may run in place (out == an input, exactly); no other buffers may overlap. */
 #ifndef STARPIPE_CPU_KERNELS_H
 #define STARPIPE_CPU_KERNELS_H
 
@@ -54,7 +59,8 @@ void sp_layernorm_backward_params(float *dgamma, float *dbeta, const float *dout
                                   const float *x, const float *mean, const float *rstd,
                                   int N, int C, int acc);
 
-/* out (B,T,C) = wte[tokens[b,t]] + wpe[t]. tokens (B,T) in [0,V). wpe has >= T rows. */
+/* out (B,T,C) = wte[tokens[b,t]] + wpe[t]. tokens (B,T) in [0,V). wpe has >= T rows.
+ * V is not an argument, so the kernel cannot range-check tokens: the caller must. */
 void sp_embed_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
                       int B, int T, int C);
 /* dwte (V,C) += scatter of dout by token; dwpe (T,C) += sum over b. Always accumulates:
@@ -69,7 +75,8 @@ void sp_attention_forward(float *out, float *att, const float *qkv, int B, int T
 /* dqkv (B,T,3C) from dout (B,T,C), qkv and att. scratch holds at least B*NH*T*T floats. */
 void sp_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                            const float *att, int B, int T, int C, int NH, int acc);
-/* Floats of scratch sp_attention_backward needs. */
+/* Floats of scratch sp_attention_backward needs: T*T (one (b, h) at a time), which the
+ * B*NH*T*T above always covers. */
 int64_t sp_attention_scratch_floats(int B, int T, int C, int NH);
 
 /* Softmax cross-entropy, mean over the N rows. logits (N,V), targets (N) in [0,V).
