@@ -2,14 +2,22 @@
  * in plan order. A ready task is held until every task with a smaller sequence number
  * of the step has been popped; tasks without a sequence number (StarPU-MPI's or any
  * library's own) go through a FIFO that is always served first, so they never wait. */
+#include <pthread.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <starpu_scheduler.h>
 
 #include "runtime/exec_impl.h"
 
+/* How long an idle CPU worker waits inside pop before going back to its driver loop.
+ * Pushes wake it at once; the timeout only bounds what nobody signals (shutdown). */
+#define SP_IDLE_WAIT_NS 5000000L
+
 struct sp_policy_data {
-    starpu_pthread_mutex_t lock;
+    pthread_mutex_t lock;
+    pthread_cond_t more;            /* broadcast when a task becomes poppable */
+    int nidle;                      /* workers waiting on `more` */
     struct starpu_task_list bypass; /* unordered tasks, FIFO */
     /* Ready ordered tasks sorted by seq, threaded through the tasks' own prev/next
      * links: no allocation on the push path, and since tasks mostly become ready in
@@ -44,7 +52,11 @@ static void init_sched(unsigned ctx)
 {
     struct sp_policy_data *d = calloc(1, sizeof *d);
     STARPU_ASSERT_MSG(d, "starpipe policy: out of memory"); /* init_sched cannot fail */
-    STARPU_PTHREAD_MUTEX_INIT(&d->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    STARPU_ASSERT(pthread_mutex_init(&d->lock, NULL) == 0 && pthread_cond_init(&d->more, &ca) == 0);
+    pthread_condattr_destroy(&ca);
     starpu_task_list_init(&d->bypass);
     starpu_task_list_init(&d->ready);
     starpu_sched_ctx_set_policy_data(ctx, d);
@@ -54,7 +66,8 @@ static void init_sched(unsigned ctx)
 static void deinit_sched(unsigned ctx)
 {
     struct sp_policy_data *d = policy_data(ctx);
-    STARPU_PTHREAD_MUTEX_DESTROY(&d->lock);
+    pthread_cond_destroy(&d->more);
+    pthread_mutex_destroy(&d->lock);
     free(d);
 }
 
@@ -111,7 +124,7 @@ static int push_task(struct starpu_task *task)
     struct sp_policy_data *d = policy_data(ctx);
 
     starpu_worker_relax_on();
-    STARPU_PTHREAD_MUTEX_LOCK(&d->lock);
+    pthread_mutex_lock(&d->lock);
     starpu_worker_relax_off();
     if (!is_ordered(task)) {
         starpu_task_list_push_back(&d->bypass, task);
@@ -139,10 +152,44 @@ static int push_task(struct starpu_task *task)
     char mask[STARPU_NMAXWORKERS];
     struct starpu_task *h = head_poppable(d);
     int any = h && pick_wakees(ctx, h, mask);
-    STARPU_PTHREAD_MUTEX_UNLOCK(&d->lock);
+    if (h && d->nidle)
+        pthread_cond_broadcast(&d->more);
+    pthread_mutex_unlock(&d->lock);
     if (any)
         wake(mask);
     return 0;
+}
+
+/* Takes the poppable task if this worker can run it. Called with d->lock held. */
+static struct starpu_task *take(struct sp_policy_data *d, int self)
+{
+    struct starpu_task *t = head_poppable(d);
+    if (!t || !starpu_worker_can_execute_task_first_impl(self, t, NULL))
+        return NULL; /* another kind of worker must take it; order forbids skipping it */
+    if (is_ordered(t)) {
+        starpu_task_list_erase(&d->ready, t);
+        if (task_seq(t) + 1 > d->next)
+            d->next = task_seq(t) + 1;
+    } else {
+        starpu_task_list_erase(&d->bypass, t);
+    }
+    return t;
+}
+
+/* Debian's StarPU is built with non-blocking drivers: an idle worker never sleeps, its
+ * driver calls pop in a loop with sched_yield. Next to other ranks' workers and the
+ * StarPU-MPI progress thread on few cores, that spin takes their time (measured in
+ * runtime/README.md). So an idle CPU worker waits here, relaxed (wakers may take its
+ * scheduling mutex meanwhile), until a push makes a task poppable. CUDA workers keep
+ * polling: their driver loop also completes asynchronous copies and kernels. */
+static int may_wait(int self)
+{
+#ifdef STARPU_NON_BLOCKING_DRIVERS
+    return starpu_worker_get_type(self) == STARPU_CPU_WORKER;
+#else
+    (void)self;
+    return 0;
+#endif
 }
 
 static struct starpu_task *pop_task(unsigned ctx)
@@ -151,26 +198,30 @@ static struct starpu_task *pop_task(unsigned ctx)
     int self = starpu_worker_get_id_check();
 
     starpu_worker_relax_on();
-    STARPU_PTHREAD_MUTEX_LOCK(&d->lock);
-    starpu_worker_relax_off();
-    struct starpu_task *t = head_poppable(d);
-    if (t && !starpu_worker_can_execute_task_first_impl(self, t, NULL))
-        t = NULL; /* another kind of worker must take it; order forbids skipping it */
-    if (t) {
-        if (is_ordered(t)) {
-            starpu_task_list_erase(&d->ready, t);
-            if (task_seq(t) + 1 > d->next)
-                d->next = task_seq(t) + 1;
-        } else {
-            starpu_task_list_erase(&d->bypass, t);
+    pthread_mutex_lock(&d->lock);
+    struct starpu_task *t = take(d, self);
+    if (!t && may_wait(self)) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += SP_IDLE_WAIT_NS;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
         }
+        d->nidle++;
+        pthread_cond_timedwait(&d->more, &d->lock, &until);
+        d->nidle--;
+        t = take(d, self);
     }
     /* Taking seq k may have released k+1, already waiting: let another worker have it
      * while this one runs k. */
     char mask[STARPU_NMAXWORKERS];
     struct starpu_task *more = t ? head_poppable(d) : NULL;
     int any = more && pick_wakees(ctx, more, mask);
-    STARPU_PTHREAD_MUTEX_UNLOCK(&d->lock);
+    if (more && d->nidle)
+        pthread_cond_broadcast(&d->more);
+    pthread_mutex_unlock(&d->lock);
+    starpu_worker_relax_off();
     if (any)
         wake(mask);
     return t;
@@ -179,14 +230,14 @@ static struct starpu_task *pop_task(unsigned ctx)
 sp_status sp_policy_begin_step(void)
 {
     struct sp_policy_data *d = policy_data(main_ctx);
-    STARPU_PTHREAD_MUTEX_LOCK(&d->lock);
+    pthread_mutex_lock(&d->lock);
     int held = !starpu_task_list_empty(&d->ready);
     uint32_t first = held ? task_seq(starpu_task_list_front(&d->ready)) : 0;
     if (!held) {
         d->next = 0;
         d->drain = 0;
     }
-    STARPU_PTHREAD_MUTEX_UNLOCK(&d->lock);
+    pthread_mutex_unlock(&d->lock);
     if (held)
         return sp_set_error(SP_ERR_RUNTIME, "%s:%d: a new step began while task seq %u of "
                             "the previous step is still held", __FILE__, __LINE__, first);
@@ -196,12 +247,13 @@ sp_status sp_policy_begin_step(void)
 void sp_policy_drain(void)
 {
     struct sp_policy_data *d = policy_data(main_ctx);
-    STARPU_PTHREAD_MUTEX_LOCK(&d->lock);
+    pthread_mutex_lock(&d->lock);
     d->drain = 1;
     char mask[STARPU_NMAXWORKERS];
     struct starpu_task *t = head_poppable(d);
     int any = t && pick_wakees(main_ctx, t, mask);
-    STARPU_PTHREAD_MUTEX_UNLOCK(&d->lock);
+    pthread_cond_broadcast(&d->more);
+    pthread_mutex_unlock(&d->lock);
     if (any)
         wake(mask);
 }

@@ -1,1 +1,82 @@
-int main(void){return 0;}
+/* Failure paths that must never hang: run by expect_abort.sh, which wants every rank
+ * gone, non-zero, within a few seconds.
+ *   task:      rank 1's task fails; all ranks must agree on the error at end of step,
+ *              then rank 1 aborts while the others wait for its next message.
+ *   abort:     rank 1 aborts mid-step while the others wait for its message.
+ *   sched-env: STARPU_SCHED names another policy; init must refuse on every rank. */
+#include <string.h>
+
+#include "rt_check.h"
+
+#define N 23
+
+static int work(void *const *bufs, const size_t *counts, int nbufs, const void *args)
+{
+    float *x = bufs[0];
+    for (size_t i = 0; i < counts[0]; i++)
+        x[i] += 1.0f;
+    return *(const int *)args; /* the failure code asked for */
+}
+
+static void run_task(sp_exec_buf *b, int code, uint32_t seq)
+{
+    sp_exec_mode m = SP_EXEC_RW;
+    RT_OK(sp_exec_submit(&(sp_exec_task){.name = "work", .cpu = work, .nbufs = 1, .bufs = &b,
+                                         .modes = &m, .args = &code, .args_size = sizeof code,
+                                         .seq = seq}));
+}
+
+/* One pipeline step: recv from r-1, work, send to r+1. fail_rank's task returns 42. */
+static sp_status pipeline_step(sp_exec_buf *b, int fail_rank)
+{
+    int rank = sp_exec_rank(), p = sp_exec_size();
+    RT_OK(sp_exec_begin_step());
+    if (rank > 0)
+        RT_OK(sp_exec_recv(b, rank - 1, 0));
+    run_task(b, rank == fail_rank ? 42 : 0, 0);
+    if (rank + 1 < p)
+        RT_OK(sp_exec_send(b, rank + 1, 0));
+    return sp_exec_end_step();
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "";
+    sp_status st = sp_exec_init(&argc, &argv, &(sp_exec_opts){0});
+    if (strcmp(mode, "sched-env") == 0) {
+        if (st == SP_ERR_ARG && strstr(sp_last_error(), "STARPU_SCHED=")) {
+            printf("refused as expected: %s\n", sp_last_error());
+            return 0;
+        }
+        fprintf(stderr, "STARPU_SCHED=%s was not refused (%s)\n", getenv("STARPU_SCHED"),
+                sp_status_name(st));
+        return 1;
+    }
+    RT_OK(st);
+    int rank = sp_exec_rank();
+    float mem[N] = {0};
+    sp_exec_buf *b;
+    RT_OK(sp_exec_buf_register(&b, mem, N, sizeof(float)));
+
+    if (strcmp(mode, "task") == 0) {
+        st = pipeline_step(b, 1);
+        RT_CHECK(st == SP_ERR_RUNTIME && strstr(sp_last_error(), "rank 1: task 'work'"),
+                 "rank %d did not see rank 1's failure: %s %s", rank, sp_status_name(st),
+                 sp_last_error());
+        fprintf(stderr, "rank %d agreed: %s\n", rank, sp_last_error());
+    } else if (strcmp(mode, "abort") != 0) {
+        sp_exec_abort(2, "unknown mode '%s'", mode);
+    }
+    /* Rank 1 gives up; the others block on a message it will never send. */
+    RT_OK(sp_exec_begin_step());
+    if (rank == 1)
+        sp_exec_abort(7, "giving up on purpose (mode %s)", mode);
+    if (rank > 0)
+        RT_OK(sp_exec_recv(b, rank - 1, 1));
+    run_task(b, 0, 0);
+    if (rank + 1 < sp_exec_size())
+        RT_OK(sp_exec_send(b, rank + 1, 1));
+    sp_exec_end_step();
+    fprintf(stderr, "rank %d: the step ended although rank 1 aborted\n", rank);
+    return 0;
+}

@@ -3,6 +3,8 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include <starpu.h>
+
 #include "rt_check.h"
 
 #define NT 300
@@ -74,7 +76,13 @@ static void shuffled(void)
     }
 }
 
-/* 2. seq 0 waits on data the host holds; every later task is ready but must wait. */
+/* A plain StarPU task, as StarPU-MPI or a library might submit: it has no seq. */
+static atomic_int bypass_ran;
+static void bypass_fn(void *descr[], void *arg) { atomic_store(&bypass_ran, 1); }
+static struct starpu_codelet bypass_cl = {.cpu_funcs = {bypass_fn}, .nbuffers = 0};
+
+/* 2. seq 0 waits on data the host holds; every later task is ready but must wait,
+ * while a task without a seq must not. */
 static void held_behind_dependency(void)
 {
     float gate_mem[3] = {0};
@@ -88,6 +96,12 @@ static void held_behind_dependency(void)
         submit_record(s, 0, NULL, NULL);
     sp_exec_mode r = SP_EXEC_R;
     submit_record(0, 1, &gate, &r);
+    struct starpu_task *raw = starpu_task_create();
+    raw->cl = &bypass_cl;
+    raw->detach = 0;
+    RT_CHECK(starpu_task_submit(raw) == 0, "plain task not submitted");
+    RT_CHECK(starpu_task_wait(raw) == 0, "plain task not waited for");
+    RT_CHECK(atomic_load(&bypass_ran), "plain task did not run");
     rt_spin_us(50000);
     RT_CHECK(atomic_load(&ran_n) == 0, "%d tasks overtook the blocked seq 0",
              atomic_load(&ran_n));
