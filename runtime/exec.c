@@ -428,6 +428,59 @@ sp_status sp_exec_end_step(void)
                         (unsigned long long)sp_exec_step_, msg);
 }
 
+/* ---- small collectives ---- */
+
+/* MPI counts are ints: large buffers go in chunks. */
+#define SP_MPI_CHUNK ((size_t)1 << 28)
+
+static sp_status between_steps(const char *what)
+{
+    if (!X.started)
+        return sp_set_error(SP_ERR_ARG, "%s: sp_exec_init has not been called", what);
+    if (X.in_step)
+        return sp_set_error(SP_ERR_ARG, "%s: only between steps", what);
+    return SP_OK;
+}
+
+sp_status sp_exec_allreduce_sum(void *buf, size_t count, int is_double)
+{
+    sp_status st = between_steps("sp_exec_allreduce_sum");
+    if (st)
+        return st;
+    size_t elem = is_double ? sizeof(double) : sizeof(float);
+    for (size_t off = 0; off < count; off += SP_MPI_CHUNK) {
+        size_t n = count - off < SP_MPI_CHUNK ? count - off : SP_MPI_CHUNK;
+        SP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * elem, (int)n,
+                                   is_double ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, X.comm));
+    }
+    return SP_OK;
+}
+
+sp_status sp_exec_bcast(void *buf, size_t bytes, int root)
+{
+    sp_status st = between_steps("sp_exec_bcast");
+    if (st)
+        return st;
+    for (size_t off = 0; off < bytes; off += SP_MPI_CHUNK) {
+        size_t n = bytes - off < SP_MPI_CHUNK ? bytes - off : SP_MPI_CHUNK;
+        SP_MPI_CHECK(MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, X.comm));
+    }
+    return SP_OK;
+}
+
+sp_status sp_exec_gather(const void *send, size_t bytes, void *recv, int root)
+{
+    sp_status st = between_steps("sp_exec_gather");
+    if (st)
+        return st;
+    if (bytes > (size_t)INT32_MAX)
+        return sp_set_error(SP_ERR_ARG, "sp_exec_gather: %zu bytes is more than one message",
+                            bytes);
+    SP_MPI_CHECK(MPI_Gather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, root,
+                            X.comm));
+    return SP_OK;
+}
+
 /* ---- start-up, shutdown, abort ---- */
 
 sp_status sp_exec_mpi_error(const char *file, int line, const char *call, int rc)

@@ -122,6 +122,18 @@ typedef struct sp_exec_task {
 
 sp_status sp_exec_submit(const sp_exec_task *t);
 
+/* ---- small collectives, between steps (after end_step, before begin_step) ----
+ * For what the plan does not move: the gradient norm of clipping, the loss for rank 0,
+ * the parameters for a checkpoint. All ranks call them in the same order. */
+
+/* Element-wise sum over ranks, in place: count floats (is_double 0) or doubles. Ranks
+ * that contribute zeros leave the others' values exact (x + 0 = x). */
+sp_status sp_exec_allreduce_sum(void *buf, size_t count, int is_double);
+/* Copies bytes from root's buf to every rank's buf. */
+sp_status sp_exec_bcast(void *buf, size_t bytes, int root);
+/* Root receives every rank's `bytes` bytes, in rank order, into recv (size x bytes). */
+sp_status sp_exec_gather(const void *send, size_t bytes, void *recv, int root);
+
 /* ---- what ran ---- */
 typedef struct sp_exec_record {
     char name[32];

@@ -1,0 +1,378 @@
+/* The training driver behind starpipe-gpt and starpipe-mlp (see driver.h).
+ * Errors: before MPI starts every rank parses the same argv, so only rank 0 prints and
+ * every rank exits 2. After, a failure seen by some ranks is agreed on (one allreduce),
+ * the lowest failing rank prints, and every rank shuts down and exits non-zero. */
+#include "apps/driver.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "apps/gpt_common.h"
+#include "starpipe/exec.h"
+#include "starpipe/plan.h"
+#include "starpipe/program.h"
+#include "starpipe/reference.h"
+#include "starpipe/train.h"
+
+typedef struct {
+    int steps, microbatches, chunks, actors, seed, reference, check;
+    float lr, clip;
+    const char *schedule;
+} run_opts;
+
+/* The rank as the launcher tells it, before MPI is up: only rank 0 prints. */
+static int launcher_rank(void)
+{
+    const char *vars[] = { "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK" };
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        if (getenv(vars[i])) return atoi(getenv(vars[i]));
+    return 0;
+}
+
+static void usage(const sp_app_model *m, FILE *f)
+{
+    fprintf(f,
+            "usage: [mpirun -np P] %s [options]\n%s"
+            "training:\n"
+            "  --steps N           optimizer steps (50)\n"
+            "  --microbatches N    microbatches per step, m (STARPIPE_MICROBATCHES; 4)\n"
+            "  --lr X              AdamW learning rate (1e-3)\n"
+            "  --clip X            clip the global gradient norm to X, 0 = off (1.0)\n"
+            "  --seed N            initialisation and data seed (1337)\n"
+            "pipeline:\n"
+            "  --schedule NAME     gpipe, 1f1b, eager-1f1b, interleaved-1f1b, zb-h1, zb-v,\n"
+            "                      dualpipe-v or file:PATH (STARPIPE_SCHEDULE; 1f1b); 'help' lists them\n"
+            "  --chunks V          stages per actor for interleaved and V-shaped schedules\n"
+            "                      (STARPIPE_CHUNKS; 2)\n"
+            "  --actors P          expected number of actors; must equal the MPI ranks\n"
+            "  --reference         run the single-process reference interpreter instead\n"
+            "  --check             also run the reference; fail unless losses, gradients,\n"
+            "                      parameters and AdamW state are bitwise identical\n"
+            "  STARPIPE_TRACE=F    write F (Chrome trace JSON) and F.svg of the last step\n"
+            "  --help              this text\n",
+            m->name, m->defaults);
+}
+
+/* 1 run, 0 exit 0 (help), -1 bad command line (message printed on rank 0). */
+static int parse(int argc, char **argv, sp_app_model *m, run_opts *o)
+{
+    *o = (run_opts){ .steps = 50, .seed = 1337, .lr = 1e-3f, .clip = 1.0f };
+    int quiet = launcher_rank() != 0;
+    FILE *err = quiet ? fopen("/dev/null", "w") : stderr;
+    if (!err) err = stderr;
+    FILE *saved = stderr;
+    stderr = err; /* app_parse_* print to stderr */
+    int rc = 1;
+    for (int i = 1; i < argc && rc == 1; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int ok = 1, takes = 1;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            if (!quiet) usage(m, stdout);
+            rc = 0;
+            break;
+        } else if (!strcmp(a, "--reference")) {
+            o->reference = 1;
+            takes = 0;
+        } else if (!strcmp(a, "--check")) {
+            o->check = 1;
+            takes = 0;
+        } else if (!v && !strncmp(a, "--", 2)) {
+            fprintf(err, "%s: error: %s needs a value (see --help)\n", m->name, a);
+            rc = -1;
+            break;
+        } else if (!strcmp(a, "--steps")) ok = app_parse_int(a, v, 0, 1 << 30, &o->steps);
+        else if (!strcmp(a, "--microbatches")) ok = app_parse_int(a, v, 1, 1 << 20, &o->microbatches);
+        else if (!strcmp(a, "--chunks")) ok = app_parse_int(a, v, 1, 64, &o->chunks);
+        else if (!strcmp(a, "--actors")) ok = app_parse_int(a, v, 1, 1 << 16, &o->actors);
+        else if (!strcmp(a, "--seed")) ok = app_parse_int(a, v, 0, INT_MAX, &o->seed);
+        else if (!strcmp(a, "--lr")) ok = app_parse_float(a, v, 0.0, 10.0, &o->lr);
+        else if (!strcmp(a, "--clip")) ok = app_parse_float(a, v, 0.0, 1e30, &o->clip);
+        else if (!strcmp(a, "--schedule")) o->schedule = v;
+        else {
+            int r = m->flag(m->cfg, a, v);
+            if (r == 0) {
+                fprintf(err, "%s: error: unknown option '%s' (see --help)\n", m->name, a);
+                rc = -1;
+            }
+            ok = r > 0;
+        }
+        if (!ok) rc = -1;
+        i += takes;
+    }
+    stderr = saved;
+    if (err != saved) fclose(err);
+    return rc;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* Per-step inputs: [mb * ninputs + k], each sized by the program. */
+static void **alloc_inputs(const sp_program *p, int m)
+{
+    int nin = sp_program_num_inputs(p);
+    void **in = calloc((size_t)m * nin, sizeof *in);
+    for (int i = 0; in && i < m * nin; i++)
+        if (!(in[i] = malloc(sp_program_buf_bytes(p, SP_SLAB_INPUT, i % nin) + 4))) return NULL;
+    return in;
+}
+
+static void fill_inputs(sp_app_model *m, const run_opts *o, const sp_program *p, int nmb,
+                        int step, void **in)
+{
+    int nin = sp_program_num_inputs(p);
+    for (int i = 0; i < nmb; i++) m->batch(m->cfg, (uint64_t)o->seed, step, i, in + (size_t)i * nin);
+}
+
+/* ---- the reference interpreter alone ---- */
+static int run_reference(sp_app_model *m, const run_opts *o, sp_adamw_config *opt)
+{
+    sp_schedule *sch = NULL;
+    char msg[512];
+    double samples = 0;
+    if (sp_schedule_from_env(o->schedule, o->actors ? o->actors : 1, o->microbatches, o->chunks,
+                             &sch) != SP_OK) {
+        fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
+        return 2;
+    }
+    if (m->prepare(m->cfg, &samples, msg, sizeof msg)) {
+        fprintf(stderr, "%s: error: %s\n", m->name, msg);
+        return 1;
+    }
+    sp_status st;
+    int nmb = sch->nmicro;
+    sp_graph *g = m->build(m->cfg, sch->nstages, &st);
+    sp_program *p = g ? sp_program_build(g, &st) : NULL;
+    sp_reference *r = p ? sp_reference_create(p, nmb, opt, (uint64_t)o->seed, &st) : NULL;
+    void **in = p ? alloc_inputs(p, nmb) : NULL;
+    if (!r || !in) {
+        fprintf(stderr, "%s: error: %s\n", m->name, st ? sp_last_error() : "out of memory");
+        return 1;
+    }
+    printf("%s: reference interpreter, %d stages, %d microbatches\n", m->name, sch->nstages, nmb);
+    if (m->describe) m->describe(m->cfg, stdout);
+    fflush(stdout);
+    double t_start = now();
+    float first = 0, last = 0;
+    for (int step = 1; step <= o->steps; step++) {
+        fill_inputs(m, o, p, nmb, step, in);
+        double t0 = now();
+        float loss;
+        if (sp_reference_step(r, (const void *const *)in, &loss) != SP_OK) {
+            fprintf(stderr, "%s: error: step %d: %s\n", m->name, step, sp_last_error());
+            return 1;
+        }
+        double dt = now() - t0;
+        if (step == 1) first = loss;
+        last = loss;
+        printf("step %d loss %.6f  %.0f %s/s  %.1f ms\n", step, loss, samples * nmb / dt,
+               m->sample_unit, 1e3 * dt);
+        fflush(stdout);
+    }
+    printf("done: %d steps in %.1f s, loss %.6f -> %.6f\n", o->steps, now() - t_start, first, last);
+    for (int i = 0; i < nmb * sp_program_num_inputs(p); i++) free(in[i]);
+    free(in);
+    sp_reference_free(r);
+    sp_program_free(p);
+    sp_graph_free(g);
+    sp_schedule_free(sch);
+    return 0;
+}
+
+/* ---- the pipelined run ---- */
+
+static int nmb_or_zero(const sp_schedule *s) { return s ? s->nmicro : 0; }
+
+/* Collective: 1 if any rank is bad; the lowest bad rank prints its message. */
+static int any_failed(int bad, const char *name, const char *msg)
+{
+    int P = sp_exec_size(), me = sp_exec_rank();
+    double *v = calloc((size_t)P, sizeof *v);
+    if (!v) sp_exec_abort(1, "out of memory");
+    v[me] = bad ? 1.0 : 0.0;
+    if (sp_exec_allreduce_sum(v, (size_t)P, 1) != SP_OK) sp_exec_abort(1, "%s", sp_last_error());
+    int first = -1;
+    for (int r = 0; r < P && first < 0; r++)
+        if (v[r] > 0) first = r;
+    free(v);
+    if (first == me) {
+        if (P > 1) fprintf(stderr, "%s: error (rank %d): %s\n", name, me, msg);
+        else fprintf(stderr, "%s: error: %s\n", name, msg);
+        fflush(stderr);
+    }
+    return first >= 0;
+}
+
+/* Bitwise comparison of this rank's stages with the reference: count of differing floats. */
+static double compare_with_reference(sp_trainer *t, sp_reference *r, const sp_program *p,
+                                     char *where, size_t len)
+{
+    double bad = 0;
+    const char *names[4] = { "parameters", "gradients", "AdamW m", "AdamW v" };
+    for (int s = 0; s < sp_program_num_stages(p); s++) {
+        if (!sp_trainer_owns_stage(t, s)) continue;
+        size_t n = sp_program_buf_bytes(p, SP_SLAB_PARAMS, s) / 4;
+        const float *mine[4] = { sp_trainer_slab(t, SP_SLAB_PARAMS, s),
+                                 sp_trainer_slab(t, SP_SLAB_GRADS, s),
+                                 sp_trainer_moment(t, 0, s), sp_trainer_moment(t, 1, s) };
+        const float *ref[4] = { sp_reference_slab(r, SP_SLAB_PARAMS, s),
+                                sp_reference_slab(r, SP_SLAB_GRADS, s),
+                                sp_reference_moment(r, 0, s), sp_reference_moment(r, 1, s) };
+        for (int k = 0; k < 4; k++) {
+            if (!mine[k] || !ref[k]) continue;
+            size_t diff = 0;
+            for (size_t j = 0; j < n; j++) diff += memcmp(&mine[k][j], &ref[k][j], 4) != 0;
+            if (diff && bad == 0) snprintf(where, len, "%s of stage %d (%zu of %zu floats)",
+                                           names[k], s, diff, n);
+            bad += (double)diff;
+        }
+    }
+    return bad;
+}
+
+static int run_pipelined(int argc, char **argv, sp_app_model *m, const run_opts *o,
+                         sp_adamw_config *opt)
+{
+    const char *trace_path = getenv("STARPIPE_TRACE");
+    sp_exec_opts eo = { .trace = 1 };
+    if (sp_exec_init(&argc, &argv, &eo) != SP_OK) {
+        if (launcher_rank() == 0) fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
+        return 1;
+    }
+    int me = sp_exec_rank(), P = sp_exec_size();
+    char msg[1024] = "";
+    int bad = 0;
+    sp_schedule *sch = NULL;
+    if (o->actors && o->actors != P) {
+        snprintf(msg, sizeof msg, "--actors %d but %d MPI ranks are running (mpirun -np %d)",
+                 o->actors, P, o->actors);
+        bad = 1;
+    } else if (sp_schedule_from_env(o->schedule, P, o->microbatches, o->chunks, &sch) != SP_OK) {
+        snprintf(msg, sizeof msg, "%s", sp_last_error());
+        bad = 1;
+    }
+    double samples = 0;
+    if (!bad && m->prepare(m->cfg, &samples, msg, sizeof msg)) bad = 1;
+    sp_status st = SP_OK;
+    sp_graph *g = NULL;
+    sp_program *p = NULL;
+    sp_trainer *t = NULL;
+    sp_reference *ref = NULL;
+    void **in = NULL;
+    if (!bad) {
+        sp_train_opts to = { .opt = *opt, .seed = (uint64_t)o->seed, .trace = 1 };
+        g = m->build(m->cfg, sch->nstages, &st);
+        p = g ? sp_program_build(g, &st) : NULL;
+        t = p ? sp_trainer_create(p, sch, &to, &st) : NULL;
+        in = t ? alloc_inputs(p, sch->nmicro) : NULL;
+        if (t && o->check) ref = sp_reference_create(p, sch->nmicro, opt, (uint64_t)o->seed, &st);
+        if (!in || (o->check && !ref)) {
+            snprintf(msg, sizeof msg, "%s", st ? sp_last_error() : "out of memory");
+            bad = 1;
+        }
+    }
+    int code = 0;
+    if (any_failed(bad, m->name, msg)) {
+        code = 1;
+        goto out;
+    }
+    int nmb = sch->nmicro;
+    if (me == 0) {
+        printf("%s: %d actors, schedule %s, %d stages, %d microbatches%s\n", m->name, P,
+               sch->name, sch->nstages, nmb, o->check ? ", checked against the reference" : "");
+        if (m->describe) m->describe(m->cfg, stdout);
+        fflush(stdout);
+    }
+    double t_start = now(), busy_steps = 0;
+    float first = 0, last = 0;
+    for (int step = 1; step <= o->steps; step++) {
+        fill_inputs(m, o, p, nmb, step, in);
+        sp_step_stats stats;
+        if (sp_trainer_step(t, (const void *const *)in, &stats) != SP_OK) {
+            if (me == 0) fprintf(stderr, "%s: error: step %d: %s\n", m->name, step, sp_last_error());
+            code = 1;
+            goto out;
+        }
+        if (step == 1) first = stats.loss;
+        last = stats.loss;
+        busy_steps += stats.step_s;
+        char where[256] = "";
+        double mismatch = 0;
+        float ref_loss = 0;
+        if (ref) {
+            if (sp_reference_step(ref, (const void *const *)in, &ref_loss) != SP_OK) {
+                snprintf(msg, sizeof msg, "reference: %s", sp_last_error());
+                mismatch = 1;
+            } else {
+                mismatch = compare_with_reference(t, ref, p, where, sizeof where);
+                if (memcmp(&ref_loss, &stats.loss, 4)) {
+                    snprintf(where, sizeof where, "loss %.9g vs reference %.9g", stats.loss,
+                             ref_loss);
+                    mismatch += 1;
+                }
+                snprintf(msg, sizeof msg, "step %d differs from the reference: %s", step, where);
+            }
+        }
+        if (me == 0) {
+            printf("step %d loss %.6f  %.0f %s/s  %.1f ms  bubble %.1f%%%s\n", step, stats.loss,
+                   samples * nmb / stats.step_s, m->sample_unit, 1e3 * stats.step_s,
+                   100 * stats.bubble, ref && !mismatch ? "  (= reference)" : "");
+            fflush(stdout);
+        }
+        if (ref && any_failed(mismatch > 0, m->name, msg)) {
+            code = 1;
+            goto out;
+        }
+    }
+    if (trace_path && o->steps > 0) {
+        char svg[4096];
+        snprintf(svg, sizeof svg, "%s.svg", trace_path);
+        st = sp_trainer_write_timeline(t, trace_path, svg);
+        if (any_failed(st != SP_OK, m->name, sp_last_error())) {
+            code = 1;
+            goto out;
+        }
+    }
+    if (me == 0) {
+        printf("done: %d steps in %.1f s (%.1f ms per step), loss %.6f -> %.6f%s\n", o->steps,
+               now() - t_start, o->steps ? 1e3 * busy_steps / o->steps : 0.0, first, last,
+               ref ? ", every step bitwise equal to the reference" : "");
+        if (trace_path && o->steps > 0)
+            printf("trace of the last step: %s (open in https://ui.perfetto.dev), picture: %s.svg\n",
+                   trace_path, trace_path);
+        fflush(stdout);
+    }
+out:
+    for (int i = 0; in && i < nmb_or_zero(sch) * sp_program_num_inputs(p); i++) free(in[i]);
+    free(in);
+    sp_reference_free(ref);
+    sp_trainer_free(t);
+    sp_program_free(p);
+    sp_graph_free(g);
+    sp_schedule_free(sch);
+    sp_exec_shutdown();
+    return code;
+}
+
+int sp_app_main(int argc, char **argv, sp_app_model *m)
+{
+    run_opts o;
+    int r = parse(argc, argv, m, &o);
+    if (r <= 0) return r == 0 ? 0 : 2;
+    const char *sched = o.schedule ? o.schedule : getenv("STARPIPE_SCHEDULE");
+    if (sched && !strcmp(sched, "help")) {
+        if (launcher_rank() == 0) fputs(sp_schedule_help(), stdout);
+        return 0;
+    }
+    sp_adamw_config opt;
+    sp_adamw_defaults(&opt);
+    opt.lr = o.lr;
+    opt.grad_clip = o.clip;
+    if (o.reference) return run_reference(m, &o, &opt);
+    return run_pipelined(argc, argv, m, &o, &opt);
+}

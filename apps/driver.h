@@ -1,0 +1,33 @@
+/* The training driver shared by starpipe-gpt and starpipe-mlp: flags and environment,
+ * the reference or the pipelined run, --check against the reference, progress lines,
+ * traces. An app supplies its model through sp_app_model and calls sp_app_main. */
+#ifndef STARPIPE_APP_DRIVER_H
+#define STARPIPE_APP_DRIVER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "starpipe/graph.h"
+
+typedef struct {
+    const char *name;        /* program name, for messages */
+    const char *defaults;    /* the model-flag part of --help */
+    void *cfg;               /* the app's model configuration */
+    /* Handles one model flag: 1 taken (value consumed), 0 not a model flag, -1 bad value
+     * (message printed). */
+    int (*flag)(void *cfg, const char *flag, const char *value);
+    /* After parsing: checks the configuration, loads data, sets *samples_per_mb (tokens
+     * or rows of one microbatch, for the throughput). 0 ok, else a message in msg. */
+    int (*prepare)(void *cfg, double *samples_per_mb, char *msg, size_t len);
+    sp_graph *(*build)(void *cfg, int stages, sp_status *st);
+    /* Fills the graph inputs (in sp_program_input order) of microbatch mb of step. */
+    void (*batch)(void *cfg, uint64_t seed, int step, int mb, void *const *inputs);
+    /* "220544 parameters, ..." line after the banner; may be NULL. */
+    void (*describe)(void *cfg, FILE *f);
+    const char *sample_unit;       /* "tok", "rows" */
+} sp_app_model;
+
+/* Parses argv, runs, returns the process exit code. */
+int sp_app_main(int argc, char **argv, sp_app_model *model);
+
+#endif

@@ -1,0 +1,221 @@
+/* starpipe-plan: plan and simulate a pipeline schedule on synthetic stages, print a
+ * summary (or JSON), optionally an SVG timeline and a Chrome trace. Exit 0 for a valid
+ * plan, 2 for an invalid one (message on stderr), 1 for a usage error. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "starpipe/plan.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: starpipe-plan --schedule NAME|file:PATH --actors P [--stages S]\n"
+            "                     [--microbatches M] [--chunks V]\n"
+            "                     [--cost F=1,B=1,W=1,BW=2,lat=0,bw=0] [--bytes N]\n"
+            "                     [--rendezvous] [--json] [--svg FILE] [--trace FILE]\n"
+            "                     [--save-schedule FILE] [--print-plan]\n"
+            "Stages are a synthetic chain: each stage costs F, B, W (BW defaults to B+W),\n"
+            "saves one unit of activations, and sends N bytes to the next (default 1).\n"
+            "lat is the per-message latency, bw the bandwidth in bytes per time unit\n"
+            "(0: infinite). Flags override STARPIPE_SCHEDULE, STARPIPE_MICROBATCHES and\n"
+            "STARPIPE_CHUNKS. --schedule help lists the schedules.\n");
+}
+
+static int to_int(const char *flag, const char *v, int *out)
+{
+    char *end;
+    errno = 0;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || end == v || *end || errno || x < 1 || x > 1000000) {
+        fprintf(stderr, "starpipe-plan: %s needs a positive integer, got '%s'\n", flag,
+                v ? v : "");
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+/* "F=1,B=1,W=1,BW=2,lat=0,bw=0" */
+static int parse_cost(const char *spec, double kind[4], int *bw_given, double *lat, double *bw)
+{
+    char *copy = strdup(spec), *save = NULL;
+    int bad = !copy;
+    for (char *t = copy ? strtok_r(copy, ",", &save) : NULL; t && !bad;
+         t = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(t, '='), *end;
+        if (!eq) {
+            bad = 1;
+            break;
+        }
+        *eq = 0;
+        errno = 0;
+        double v = strtod(eq + 1, &end);
+        if (end == eq + 1 || *end || errno || v < 0) {
+            fprintf(stderr, "starpipe-plan: --cost: bad value '%s' for %s\n", eq + 1, t);
+            bad = 1;
+            break;
+        }
+        if (!strcmp(t, "F")) kind[SP_TASK_F] = v;
+        else if (!strcmp(t, "B")) kind[SP_TASK_B] = v;
+        else if (!strcmp(t, "W")) kind[SP_TASK_W] = v;
+        else if (!strcmp(t, "BW")) kind[SP_TASK_BW] = v, *bw_given = 1;
+        else if (!strcmp(t, "lat")) *lat = v;
+        else if (!strcmp(t, "bw")) *bw = v;
+        else {
+            fprintf(stderr, "starpipe-plan: --cost: unknown key '%s' (F, B, W, BW, lat, bw)\n", t);
+            bad = 1;
+        }
+    }
+    free(copy);
+    return bad ? -1 : 0;
+}
+
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c == '\n') fputs("\\n", f);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static int invalid(int json, const char *msg)
+{
+    fprintf(stderr, "starpipe-plan: %s\n", msg);
+    if (json) {
+        printf("{\"valid\":false,\"error\":");
+        json_string(stdout, msg);
+        printf("}\n");
+    }
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    const char *name = NULL, *svg = NULL, *trace = NULL, *save = NULL;
+    int p = 0, S = 0, m = 0, v = 0, json = 0, print_plan = 0, rendezvous = 0, bytes = 1;
+    double kind[4] = { 1, 1, 1, -1 }, lat = 0, bw = 0;
+    int bw_given = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int ok = 0;
+        if (!strcmp(a, "--schedule") && val) name = val, i++, ok = 1;
+        else if (!strcmp(a, "--actors")) ok = !to_int(a, val, &p), i++;
+        else if (!strcmp(a, "--stages")) ok = !to_int(a, val, &S), i++;
+        else if (!strcmp(a, "--microbatches")) ok = !to_int(a, val, &m), i++;
+        else if (!strcmp(a, "--chunks")) ok = !to_int(a, val, &v), i++;
+        else if (!strcmp(a, "--bytes")) ok = !to_int(a, val, &bytes), i++;
+        else if (!strcmp(a, "--cost") && val) ok = !parse_cost(val, kind, &bw_given, &lat, &bw), i++;
+        else if (!strcmp(a, "--svg") && val) svg = val, i++, ok = 1;
+        else if (!strcmp(a, "--trace") && val) trace = val, i++, ok = 1;
+        else if (!strcmp(a, "--save-schedule") && val) save = val, i++, ok = 1;
+        else if (!strcmp(a, "--json")) json = ok = 1;
+        else if (!strcmp(a, "--print-plan")) print_plan = ok = 1;
+        else if (!strcmp(a, "--rendezvous")) rendezvous = ok = 1;
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "starpipe-plan: unknown or incomplete option '%s'\n", a);
+        }
+        if (!ok) {
+            usage(stderr);
+            return 1;
+        }
+    }
+    const char *env = getenv("STARPIPE_SCHEDULE");
+    if ((name && !strcmp(name, "help")) || (!name && env && !strcmp(env, "help"))) {
+        printf("schedules (--schedule or STARPIPE_SCHEDULE):\n%s", sp_schedule_help());
+        return 0;
+    }
+    if (!p) {
+        fprintf(stderr, "starpipe-plan: --actors P is required\n");
+        usage(stderr);
+        return 1;
+    }
+    if (kind[SP_TASK_BW] < 0) kind[SP_TASK_BW] = kind[SP_TASK_B] + kind[SP_TASK_W];
+
+    sp_schedule *sch = NULL;
+    if (sp_schedule_from_env(name, p, m, v, &sch)) return invalid(json, sp_last_error());
+    if (S && S != sch->nstages) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "schedule '%s' with %d actors has %d stages, but --stages "
+                 "says %d", sch->name, p, sch->nstages, S);
+        sp_schedule_free(sch);
+        return invalid(json, msg);
+    }
+    S = sch->nstages;
+    if (save && sp_schedule_save(sch, save)) {
+        fprintf(stderr, "starpipe-plan: %s\n", sp_last_error());
+        sp_schedule_free(sch);
+        return 1;
+    }
+    sp_stage_model *model = sp_stage_model_chain(S, kind[0], kind[1], kind[2], (size_t)bytes);
+    if (!model) {
+        fprintf(stderr, "starpipe-plan: out of memory\n");
+        sp_schedule_free(sch);
+        return 1;
+    }
+    for (int s = 0; s < S; s++) model->stage[s].cost[SP_TASK_BW] = kind[SP_TASK_BW];
+
+    sp_plan *plan = NULL;
+    sp_sim_result *res = NULL;
+    int rc = 0;
+    sp_sim_config cfg = { .latency = lat, .bandwidth = bw, .rendezvous = rendezvous };
+    if (sp_plan_build(model, sch, &plan) || sp_simulate(plan, model, &cfg, &res)) {
+        rc = invalid(json, sp_last_error());
+        goto out;
+    }
+    if (print_plan) sp_plan_write(plan, stdout);
+    if (svg && sp_sim_write_svg(plan, res, svg)) rc = 1;
+    if (trace && sp_sim_write_trace(plan, res, trace)) rc = 1;
+    if (rc) {
+        fprintf(stderr, "starpipe-plan: %s\n", sp_last_error());
+        goto out;
+    }
+    if (json) {
+        printf("{\"valid\":true,\"error\":null,\"schedule\":");
+        json_string(stdout, sch->name);
+        printf(",\"actors\":%d,\"stages\":%d,\"microbatches\":%d,\"tasks\":%d,"
+               "\"messages\":%lld,\"step_time\":%.17g,\"bubble_fraction\":%.17g",
+               p, S, sch->nmicro, plan->ntasks, (long long)plan->nmessages, res->step_time,
+               res->bubble_fraction);
+        const char *keys[] = { "peak_activations", "busy", "idle", "peak_bytes" };
+        for (int k = 0; k < 4; k++) {
+            printf(",\"%s\":[", keys[k]);
+            for (int a = 0; a < p; a++) {
+                if (a) putchar(',');
+                if (k == 0) printf("%d", plan->peak[a].act_units);
+                else if (k == 1) printf("%.17g", res->busy[a]);
+                else if (k == 2) printf("%.17g", res->idle[a]);
+                else printf("%zu", plan->peak[a].total);
+            }
+            putchar(']');
+        }
+        printf("}\n");
+    } else {
+        printf("schedule %s: %d actors, %d stages, %d microbatches, %d tasks, %lld messages\n",
+               sch->name, p, S, sch->nmicro, plan->ntasks, (long long)plan->nmessages);
+        printf("step time %.6g   bubble %.2f%%   (%s channels)\n", res->step_time,
+               100 * res->bubble_fraction, rendezvous ? "rendezvous" : "buffered");
+        printf("%5s %12s %12s %8s %9s %12s %12s %12s\n", "actor", "busy", "idle", "bubble",
+               "peak_act", "act_bytes", "bdry_bytes", "peak_bytes");
+        for (int a = 0; a < p; a++)
+            printf("%5d %12.6g %12.6g %7.2f%% %9d %12zu %12zu %12zu\n", a, res->busy[a],
+                   res->idle[a], res->step_time > 0 ? 100 * res->idle[a] / res->step_time : 0,
+                   plan->peak[a].act_units, plan->peak[a].acts, plan->peak[a].boundary,
+                   plan->peak[a].total);
+    }
+out:
+    sp_sim_result_free(res);
+    sp_plan_free(plan);
+    sp_stage_model_free(model);
+    sp_schedule_free(sch);
+    return rc;
+}

@@ -1,0 +1,53 @@
+/* Task functions of the trainer: stage programs and the optimizer's helpers. They run on
+ * StarPU workers; a non-zero return fails the step (the executor reports it on every
+ * rank), with the program's message printed here since it lives in this thread. */
+#include "codelets/stage.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int sp_stage_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args)
+{
+    (void)counts;
+    (void)nbufs;
+    const sp_stage_task_args *a = args;
+    sp_run_args run = { .dloss = a->dloss };
+    sp_status st = sp_program_run(a->prog, a->stage, (sp_task_kind)a->kind, bufs, &run);
+    if (st != SP_OK) {
+        fprintf(stderr, "starpipe: stage %d task failed: %s\n", a->stage, sp_last_error());
+        return (int)st;
+    }
+    return 0;
+}
+
+int sp_copy_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args)
+{
+    (void)counts;
+    (void)nbufs;
+    const sp_copy_task_args *a = args;
+    memcpy((float *)bufs[0] + a->dst_off, (const float *)bufs[1] + a->src_off,
+           (size_t)a->n * sizeof(float));
+    return 0;
+}
+
+int sp_combine_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args)
+{
+    (void)counts;
+    const sp_combine_task_args *a = args;
+    float *dst = (float *)bufs[0] + a->dst_off;
+    for (int j = 1; j < nbufs; j++) {
+        const float *src = (const float *)bufs[j] + a->src_off[j];
+        for (int64_t i = 0; i < a->n; i++) dst[i] += src[i];
+    }
+    return 0;
+}
+
+int sp_optim_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args)
+{
+    (void)counts;
+    (void)nbufs;
+    const sp_optim_task_args *a = args;
+    sp_optim_update(a->prog, a->stage, bufs[0], bufs[1], bufs[2], bufs[3], &a->opt,
+                    a->grad_scale, a->t);
+    return 0;
+}

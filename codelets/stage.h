@@ -1,0 +1,48 @@
+/* The task functions the trainer submits through the executor (include/starpipe/exec.h):
+ * a stage program (F, B, W or BW), and the small tasks around the optimizer. Plain C on
+ * host buffers; the executor wraps them in StarPU codelets. */
+#ifndef STARPIPE_CODELETS_STAGE_H
+#define STARPIPE_CODELETS_STAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "starpipe/optim.h"
+#include "starpipe/program.h"
+
+/* bufs: the program's buffers in sp_program_buf order. */
+typedef struct {
+    const sp_program *prog;
+    int stage;
+    int kind; /* sp_task_kind */
+    float dloss;
+} sp_stage_task_args;
+int sp_stage_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args);
+
+/* bufs[0][dst_off..+n) = bufs[1][src_off..+n): a parameter (or its gradient) moved
+ * between a stage slab and a transfer buffer. */
+typedef struct {
+    int64_t dst_off, src_off, n;
+} sp_copy_task_args;
+int sp_copy_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args);
+
+/* Tied-weight combine on the owner: bufs[0][dst_off..+n) += bufs[j][src_off[j]..+n) for
+ * j = 1..nbufs-1, in that order (ascending stage). */
+#define SP_COMBINE_MAX 8
+typedef struct {
+    int64_t dst_off, n;
+    int64_t src_off[SP_COMBINE_MAX];
+} sp_combine_task_args;
+int sp_combine_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args);
+
+/* AdamW of the parameters stage `stage` owns: bufs = PARAMS, GRADS, m, v. */
+typedef struct {
+    const sp_program *prog;
+    int stage;
+    sp_adamw_config opt;
+    float grad_scale;
+    int t;
+} sp_optim_task_args;
+int sp_optim_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args);
+
+#endif

@@ -1,0 +1,90 @@
+/* The pipelined trainer: a graph's stage programs, a schedule and an optimizer, run by
+ * StarPU on MPI ranks (one rank = one actor). Every rank creates the trainer with the
+ * same arguments and calls sp_trainer_step with the same batch; each runs only its own
+ * part of the plan. A step's loss, gradients and updated parameters are bitwise those of
+ * the reference interpreter (reference.h), whatever the schedule.
+ *
+ *   sp_exec_init(&argc, &argv, NULL);
+ *   sp_schedule *sch;  sp_schedule_from_env(NULL, sp_exec_size(), 0, 0, &sch);
+ *   graph = model with sch->nstages stages;  prog = sp_program_build(graph, &st);
+ *   sp_trainer *t = sp_trainer_create(prog, sch, &opts, &st);
+ *   for (step...) sp_trainer_step(t, inputs, &stats);
+ *   sp_trainer_free(t);  sp_exec_shutdown();
+ */
+#ifndef STARPIPE_TRAIN_H
+#define STARPIPE_TRAIN_H
+
+#include <stdint.h>
+
+#include "starpipe/optim.h"
+#include "starpipe/plan.h"
+#include "starpipe/program.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    sp_adamw_config opt;
+    uint64_t seed;      /* parameter initialisation */
+    int trace;          /* record what ran (sp_trainer_trace) */
+} sp_train_opts;
+
+typedef struct {
+    float loss;         /* mean over the microbatches, as the reference computes it */
+    double step_s;      /* wall time of the step, all phases */
+    double grad_norm;   /* global gradient norm before clipping */
+    double bubble;      /* idle share of the actors during the pipelined phase, from the
+                           executed tasks (only when opts.trace) */
+} sp_step_stats;
+
+typedef struct sp_trainer sp_trainer;
+
+/* Collective. The schedule must have as many stages as the program, and as many actors
+ * as there are ranks. The plan is built and checked here: an invalid schedule fails on
+ * every rank with the planner's message before anything runs. */
+sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
+                              const sp_train_opts *opts, sp_status *status);
+void sp_trainer_free(sp_trainer *t);
+const sp_plan *sp_trainer_plan(const sp_trainer *t);
+
+/* One step. inputs[i * ninputs + k]: microbatch i of graph input k (every rank passes
+ * the whole batch; each reads what its stages use). Collective; the same status and
+ * stats on every rank. */
+sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stats *stats);
+
+/* Host copies of this rank's stage slabs, for checks and checkpoints: PARAMS, GRADS
+ * (gradients of the last step, the owner's combined), and the AdamW moments m, v.
+ * NULL when the stage is not on this rank. Valid until the next step. */
+const float *sp_trainer_slab(sp_trainer *t, sp_slab_class cls, int stage);
+const float *sp_trainer_moment(sp_trainer *t, int which, int stage);
+int sp_trainer_owns_stage(const sp_trainer *t, int stage);
+int sp_trainer_steps_done(const sp_trainer *t);
+
+/* Gathers parameter `param`'s value (or its combined gradient of the last step, or an
+ * AdamW moment) onto every rank. Collective. what: 0 value, 1 gradient, 2 m, 3 v. */
+sp_status sp_trainer_fetch(sp_trainer *t, sp_tensor param, int what, float *dst);
+/* Sets parameter values, moments and the step count on every rank (checkpoint load).
+ * Collective; call between steps. */
+sp_status sp_trainer_store(sp_trainer *t, sp_tensor param, int what, const float *src);
+void sp_trainer_set_steps_done(sp_trainer *t, int steps);
+
+/* What ran in the last step on this rank (empty unless opts.trace): tasks named
+ * "F mb3 s2", with start/end times in microseconds since the step began. */
+typedef struct {
+    char name[32];
+    int kind, mb, stage;  /* -1 for helper tasks (copies, combine, optimizer) */
+    int instr;            /* index in this rank's plan program; -1 for helper tasks */
+    double start_us, end_us;
+} sp_train_event;
+sp_status sp_trainer_trace(sp_trainer *t, const sp_train_event **events, int *n);
+
+/* Gathers the last step's events of every rank and writes, on rank 0, a Chrome
+ * trace-event JSON (Perfetto) and an SVG timeline (a row per actor, a box per task) of
+ * what really ran. Either path may be NULL. Collective. */
+sp_status sp_trainer_write_timeline(sp_trainer *t, const char *json_path, const char *svg_path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,687 @@
+/* The pipelined trainer: walks this rank's part of the plan and turns each instruction
+ * into executor calls (include/starpipe/exec.h). A step has two phases:
+ *   1. the pipeline: every RUN, SEND, RECV and COMBINE of the plan, in plan order;
+ *   2. the update: the global gradient norm (one allreduce), then OPTIMIZER and the
+ *      tied parameters' copies, in plan order.
+ * Clipping needs the norm over all stages before any update, hence the split; the same
+ * float operations as the reference interpreter run in the same order. */
+#include "starpipe/train.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "codelets/stage.h"
+#include "starpipe/exec.h"
+
+typedef struct {
+    int kind, mb, stage;
+    int instr; /* index in this rank's plan program; -1 for helper tasks */
+} task_id;
+
+struct sp_trainer {
+    const sp_program *p;
+    const sp_graph *g;
+    sp_plan *plan;
+    sp_train_opts o;
+    int rank, S, E, m, nin, nshared, steps;
+    /* persistent per-stage slabs (owned stages only) */
+    float **params, **grads, **mom_m, **mom_v;
+    sp_exec_buf **h_params, **h_grads, **h_m, **h_v, **h_scratch;
+    /* per-microbatch buffers, created on first use: [mb * count + index] */
+    sp_exec_buf **h_act, **h_bgrad, **h_efwd, **h_egrad, **h_input, **h_loss;
+    void **input_host;
+    float *loss_host;
+    /* tied parameters: graph tensor of shared k; transfer buffers per (k, stage) */
+    sp_tensor *shared_param;
+    sp_exec_buf **h_sgrad, **h_sparam;
+    /* this step */
+    uint32_t seq;
+    task_id *seq_task;
+    size_t seq_cap;
+    sp_train_event *events;
+    int nevents, cap_events;
+    void **host; /* memory behind the lazily registered buffers */
+    size_t nhost, caphost;
+};
+
+static int owns(const sp_trainer *t, int stage) { return t->plan->stage_actor[stage] == t->rank; }
+int sp_trainer_owns_stage(const sp_trainer *t, int stage)
+{
+    return t && stage >= 0 && stage < t->S && owns(t, stage);
+}
+int sp_trainer_steps_done(const sp_trainer *t) { return t ? t->steps : 0; }
+void sp_trainer_set_steps_done(sp_trainer *t, int steps) { t->steps = steps; }
+const sp_plan *sp_trainer_plan(const sp_trainer *t) { return t ? t->plan : NULL; }
+
+static size_t floats_of(const sp_trainer *t, sp_slab_class c, int idx)
+{
+    size_t b = sp_program_buf_bytes(t->p, c, idx) / 4;
+    return b ? b : 1; /* StarPU wants non-empty buffers */
+}
+
+/* A per-microbatch buffer, registered on first use. It gets zeroed host memory rather
+ * than StarPU's lazy allocation: StarPU refuses to read a never-written buffer, and a
+ * program may accumulate (read) into a buffer whose first writer it is. */
+static sp_exec_buf *lazy(sp_trainer *t, sp_exec_buf **slot, size_t floats)
+{
+    if (*slot) return *slot;
+    if (t->nhost == t->caphost) {
+        size_t cap = t->caphost ? 2 * t->caphost : 64;
+        void **h = realloc(t->host, cap * sizeof *h);
+        if (!h) return NULL;
+        t->host = h;
+        t->caphost = cap;
+    }
+    float *mem = calloc(floats, sizeof(float));
+    if (!mem) return NULL;
+    if (sp_exec_buf_register(slot, mem, floats, sizeof(float)) != SP_OK) {
+        free(mem);
+        return NULL;
+    }
+    t->host[t->nhost++] = mem;
+    return *slot;
+}
+
+static sp_exec_buf *slab_buf(sp_trainer *t, sp_slab_class c, int idx, int mb)
+{
+    switch (c) {
+    case SP_SLAB_PARAMS: return t->h_params[idx];
+    case SP_SLAB_GRADS: return t->h_grads[idx];
+    case SP_SLAB_SCRATCH:
+        return lazy(t, &t->h_scratch[idx], floats_of(t, c, idx));
+    case SP_SLAB_ACT: return lazy(t, &t->h_act[mb * t->S + idx], floats_of(t, c, idx));
+    case SP_SLAB_BGRAD: return lazy(t, &t->h_bgrad[mb * t->S + idx], floats_of(t, c, idx));
+    case SP_SLAB_EDGE_FWD: return lazy(t, &t->h_efwd[mb * t->E + idx], floats_of(t, c, idx));
+    case SP_SLAB_EDGE_GRAD: return lazy(t, &t->h_egrad[mb * t->E + idx], floats_of(t, c, idx));
+    case SP_SLAB_INPUT: return t->h_input[mb * t->nin + idx];
+    case SP_SLAB_LOSS: return lazy(t, &t->h_loss[mb], 1);
+    default: return NULL;
+    }
+}
+
+static sp_exec_mode exec_mode(sp_slab_class c, sp_slab_mode m)
+{
+    if (c == SP_SLAB_SCRATCH) return SP_EXEC_SCRATCH;
+    return m == SP_SLAB_R ? SP_EXEC_R : m == SP_SLAB_W ? SP_EXEC_W : SP_EXEC_RW;
+}
+
+/* Index of the tied parameter behind the plan's shared k, and its slab offsets. */
+static int64_t shared_off(const sp_trainer *t, int k, int stage)
+{
+    return sp_program_param_offset(t->p, stage, t->shared_param[k]);
+}
+static int64_t shared_numel(const sp_trainer *t, int k)
+{
+    return sp_tensor_numel(t->g, t->shared_param[k]);
+}
+static int shared_owner(const sp_trainer *t, int k)
+{
+    return sp_program_stage_model(t->p)->shared[k].stages[0];
+}
+
+static sp_status submit(sp_trainer *t, const char *name, sp_exec_cpu_fn fn, int nbufs,
+                        sp_exec_buf *const *bufs, const sp_exec_mode *modes, const void *args,
+                        size_t args_size, task_id id)
+{
+    if (t->seq == t->seq_cap) {
+        size_t cap = t->seq_cap ? 2 * t->seq_cap : 256;
+        task_id *n = realloc(t->seq_task, cap * sizeof *n);
+        if (!n) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+        t->seq_task = n;
+        t->seq_cap = cap;
+    }
+    t->seq_task[t->seq] = id;
+    sp_exec_task task = { .name = name, .cpu = fn, .nbufs = nbufs, .bufs = bufs,
+                          .modes = modes, .args = args, .args_size = args_size,
+                          .seq = t->seq++ };
+    return sp_exec_submit(&task);
+}
+
+static sp_status submit_copy(sp_trainer *t, sp_exec_buf *dst, int64_t dst_off,
+                             sp_exec_buf *src, int64_t src_off, int64_t n, const char *name)
+{
+    sp_exec_buf *bufs[2] = { dst, src };
+    sp_exec_mode modes[2] = { dst_off == 0 && (size_t)n == sp_exec_buf_count(dst) ? SP_EXEC_W
+                                                                                 : SP_EXEC_RW,
+                              SP_EXEC_R };
+    sp_copy_task_args a = { .dst_off = dst_off, .src_off = src_off, .n = n };
+    return submit(t, name, sp_copy_task_cpu, 2, bufs, modes, &a, sizeof a,
+                  (task_id){ -1, -1, -1, -1 });
+}
+
+static sp_status do_run(sp_trainer *t, const sp_task *task, int instr)
+{
+    int s = task->stage, mb = task->mb;
+    sp_task_kind kind = (sp_task_kind)task->kind;
+    int nb = sp_program_num_bufs(t->p, s, kind);
+    sp_exec_buf *stack_bufs[32];
+    sp_exec_mode stack_modes[32];
+    sp_exec_buf **bufs = nb <= 32 ? stack_bufs : malloc((size_t)nb * sizeof *bufs);
+    sp_exec_mode *modes = nb <= 32 ? stack_modes : malloc((size_t)nb * sizeof *modes);
+    sp_status st = SP_OK;
+    if (!bufs || !modes) st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    for (int j = 0; st == SP_OK && j < nb; j++) {
+        sp_slab_ref r = sp_program_buf(t->p, s, kind, j);
+        bufs[j] = slab_buf(t, r.cls, r.index, mb);
+        modes[j] = exec_mode(r.cls, r.mode);
+        if (!bufs[j]) st = sp_set_error(SP_ERR_RUNTIME, "trainer: no buffer %s[%d] for %s mb%d "
+                                        "s%d: %s", sp_slab_class_name(r.cls), r.index,
+                                        sp_task_kind_name(kind), mb, s, sp_last_error());
+    }
+    if (st == SP_OK) {
+        char name[32];
+        snprintf(name, sizeof name, "%s mb%d s%d", sp_task_kind_name(kind), mb, s);
+        sp_stage_task_args a = { .prog = t->p, .stage = s, .kind = kind,
+                                 .dloss = 1.0f / (float)t->m };
+        st = submit(t, name, sp_stage_task_cpu, nb, bufs, modes, &a, sizeof a,
+                    (task_id){ kind, mb, s, instr });
+    }
+    if (bufs != stack_bufs) free(bufs);
+    if (modes != stack_modes) free(modes);
+    return st;
+}
+
+/* The buffer a SEND or RECV of the plan moves. */
+static sp_exec_buf *transfer_buf(sp_trainer *t, const sp_buf *b)
+{
+    switch (b->cls) {
+    case SP_BUF_EDGE_FWD: return slab_buf(t, SP_SLAB_EDGE_FWD, b->idx, b->mb);
+    case SP_BUF_EDGE_GRAD: return slab_buf(t, SP_SLAB_EDGE_GRAD, b->idx, b->mb);
+    case SP_BUF_SHARED_GRAD:
+        return lazy(t, &t->h_sgrad[b->idx * t->S + b->stage], (size_t)shared_numel(t, b->idx));
+    case SP_BUF_SHARED_PARAM:
+        return lazy(t, &t->h_sparam[b->idx], (size_t)shared_numel(t, b->idx));
+    default: return NULL;
+    }
+}
+
+static sp_status do_transfer(sp_trainer *t, const sp_instr *in)
+{
+    const sp_buf *b = &in->buf;
+    sp_exec_buf *x = transfer_buf(t, b);
+    if (!x)
+        return sp_set_error(SP_ERR_RUNTIME, "trainer: the plan moves %s, which has no buffer",
+                            sp_buf_class_name((sp_buf_class)b->cls));
+    if (b->cls == SP_BUF_SHARED_GRAD && b->mb >= 0)
+        return sp_set_error(SP_ERR_RUNTIME, "trainer: per-microbatch tied-gradient transfers "
+                            "are not supported (the graph never needs them)");
+    sp_status st;
+    if (in->op == SP_OP_SEND) {
+        /* tied parameters travel out of their stage slab through a transfer buffer */
+        if (b->cls == SP_BUF_SHARED_GRAD &&
+            (st = submit_copy(t, x, 0, t->h_grads[b->stage], shared_off(t, b->idx, b->stage),
+                              shared_numel(t, b->idx), "pack grad")))
+            return st;
+        if (b->cls == SP_BUF_SHARED_PARAM) {
+            int o = shared_owner(t, b->idx);
+            if ((st = submit_copy(t, x, 0, t->h_params[o], shared_off(t, b->idx, o),
+                                  shared_numel(t, b->idx), "pack param")))
+                return st;
+        }
+        return sp_exec_send(x, in->peer, (uint32_t)in->seq);
+    }
+    if ((st = sp_exec_recv(x, in->peer, (uint32_t)in->seq))) return st;
+    if (b->cls == SP_BUF_SHARED_PARAM) /* the owner's new values into every local copy */
+        for (int s = 0; s < t->S; s++) {
+            int64_t off = owns(t, s) ? shared_off(t, b->idx, s) : -1;
+            if (off >= 0 && s != shared_owner(t, b->idx) &&
+                (st = submit_copy(t, t->h_params[s], off, x, 0, shared_numel(t, b->idx),
+                                  "unpack param")))
+                return st;
+        }
+    return SP_OK;
+}
+
+static sp_status do_combine(sp_trainer *t, int k, int instr)
+{
+    const sp_stage_shared *sh = &sp_program_stage_model(t->p)->shared[k];
+    int o = sh->stages[0];
+    sp_exec_buf *bufs[SP_COMBINE_MAX];
+    sp_exec_mode modes[SP_COMBINE_MAX];
+    sp_combine_task_args a = { .dst_off = shared_off(t, k, o), .n = shared_numel(t, k) };
+    bufs[0] = t->h_grads[o];
+    modes[0] = SP_EXEC_RW;
+    int nb = 1;
+    for (int q = 1; q < sh->nstages; q++) {
+        int s = sh->stages[q];
+        if (owns(t, s)) {
+            bufs[nb] = t->h_grads[s];
+            a.src_off[nb] = shared_off(t, k, s);
+        } else {
+            bufs[nb] = transfer_buf(t, &(sp_buf){ .cls = SP_BUF_SHARED_GRAD, .idx = k,
+                                                  .mb = -1, .stage = s });
+            a.src_off[nb] = 0;
+        }
+        modes[nb++] = SP_EXEC_R;
+    }
+    return submit(t, "combine", sp_combine_task_cpu, nb, bufs, modes, &a, sizeof a,
+                  (task_id){ -1, -1, o, instr });
+}
+
+static int is_update_phase(const sp_instr *in)
+{
+    return in->op == SP_OP_OPTIMIZER ||
+           ((in->op == SP_OP_SEND || in->op == SP_OP_RECV) && in->buf.cls == SP_BUF_SHARED_PARAM);
+}
+
+static sp_status do_optimizer(sp_trainer *t, int s, float scale)
+{
+    sp_exec_buf *bufs[4] = { t->h_params[s], t->h_grads[s], t->h_m[s], t->h_v[s] };
+    sp_exec_mode modes[4] = { SP_EXEC_RW, SP_EXEC_R, SP_EXEC_RW, SP_EXEC_RW };
+    sp_optim_task_args a = { .prog = t->p, .stage = s, .opt = t->o.opt, .grad_scale = scale,
+                             .t = t->steps + 1 };
+    char name[32];
+    snprintf(name, sizeof name, "AdamW s%d", s);
+    sp_status st = submit(t, name, sp_optim_task_cpu, 4, bufs, modes, &a, sizeof a,
+                          (task_id){ -1, -1, s, -1 });
+    /* tied parameters with a copy in another stage of this rank: no message, a copy */
+    for (int k = 0; st == SP_OK && k < t->nshared; k++) {
+        const sp_stage_shared *sh = &sp_program_stage_model(t->p)->shared[k];
+        if (sh->stages[0] != s) continue;
+        for (int q = 1; st == SP_OK && q < sh->nstages; q++)
+            if (owns(t, sh->stages[q]))
+                st = submit_copy(t, t->h_params[sh->stages[q]], shared_off(t, k, sh->stages[q]),
+                                 t->h_params[s], shared_off(t, k, s), shared_numel(t, k),
+                                 "copy param");
+    }
+    return st;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* Host access to a registered slab: acquire, use, release. */
+static sp_status with_slab(sp_exec_buf *b, sp_exec_mode mode, void **ptr)
+{
+    return sp_exec_buf_acquire(b, mode, ptr);
+}
+
+static sp_status record_events(sp_trainer *t)
+{
+    const sp_exec_record *rec;
+    size_t n;
+    sp_status st = sp_exec_trace(&rec, &n);
+    if (st) return st;
+    if ((int)n > t->cap_events) {
+        sp_train_event *e = realloc(t->events, n * sizeof *e);
+        if (!e) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+        t->events = e;
+        t->cap_events = (int)n;
+    }
+    t->nevents = (int)n;
+    for (size_t i = 0; i < n; i++) {
+        sp_train_event *e = &t->events[i];
+        snprintf(e->name, sizeof e->name, "%s", rec[i].name);
+        task_id id = rec[i].seq < t->seq ? t->seq_task[rec[i].seq] : (task_id){ -1, -1, -1, -1 };
+        e->instr = id.instr;
+        e->kind = id.kind;
+        e->mb = id.mb;
+        e->stage = id.stage;
+        e->start_us = rec[i].start_us;
+        e->end_us = rec[i].end_us;
+    }
+    return SP_OK;
+}
+
+sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stats *stats)
+{
+    if (!t || !inputs) return sp_set_error(SP_ERR_ARG, "sp_trainer_step: NULL argument");
+    double t0 = now();
+    sp_status st = SP_OK;
+    void *ptr;
+    /* inputs in, gradient accumulators to zero */
+    for (int i = 0; i < t->m * t->nin && st == SP_OK; i++)
+        if (!(st = with_slab(t->h_input[i], SP_EXEC_W, &ptr))) {
+            memcpy(ptr, inputs[i], sp_program_buf_bytes(t->p, SP_SLAB_INPUT, i % t->nin));
+            st = sp_exec_buf_release(t->h_input[i]);
+        }
+    for (int s = 0; s < t->S && st == SP_OK; s++)
+        if (owns(t, s) && !(st = with_slab(t->h_grads[s], SP_EXEC_W, &ptr))) {
+            memset(ptr, 0, sp_program_buf_bytes(t->p, SP_SLAB_GRADS, s));
+            st = sp_exec_buf_release(t->h_grads[s]);
+        }
+    if (st) return st;
+
+    /* phase 1: the pipeline */
+    const sp_plan *pl = t->plan;
+    const sp_instr *prog = pl->instr[t->rank];
+    int n = pl->ninstr[t->rank];
+    if ((st = sp_exec_begin_step())) return st;
+    t->seq = 0;
+    double p0 = now();
+    for (int i = 0; i < n && st == SP_OK; i++) {
+        const sp_instr *in = &prog[i];
+        if (is_update_phase(in)) continue;
+        switch (in->op) {
+        case SP_OP_RUN: st = do_run(t, &in->task, i); break;
+        case SP_OP_SEND:
+        case SP_OP_RECV: st = do_transfer(t, in); break;
+        case SP_OP_COMBINE: st = do_combine(t, in->buf.idx, i); break;
+        default: break; /* FREE: buffers are kept for the next step */
+        }
+    }
+    sp_status end = sp_exec_end_step(); /* always: the other ranks wait for us */
+    double span = now() - p0;
+    if (st) /* a local submit error: make it everyone's, then stop */
+        sp_exec_abort(1, "step %d: %s", t->steps + 1, sp_last_error());
+    if (end) return end;
+    if (t->o.trace && (st = record_events(t))) return st;
+
+    /* the loss, from the last stage's rank to all */
+    int last = pl->stage_actor[t->S - 1];
+    float loss = 0.0f;
+    if (t->rank == last) {
+        double total = 0.0;
+        for (int i = 0; i < t->m && st == SP_OK; i++)
+            if (!(st = with_slab(t->h_loss[i], SP_EXEC_R, &ptr))) {
+                total += *(float *)ptr;
+                st = sp_exec_buf_release(t->h_loss[i]);
+            }
+        loss = (float)(total / t->m);
+    }
+    if (st || (st = sp_exec_bcast(&loss, sizeof loss, last))) return st;
+
+    /* phase 2: norm, clip, update */
+    double *v = calloc((size_t)t->S + (size_t)pl->nactors, sizeof(double));
+    if (!v) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    for (int s = 0; s < t->S && st == SP_OK; s++)
+        if (owns(t, s) && !(st = with_slab(t->h_grads[s], SP_EXEC_R, &ptr))) {
+            v[s] = sp_optim_sumsq(t->p, s, ptr);
+            st = sp_exec_buf_release(t->h_grads[s]);
+        }
+    /* idle share of this rank in phase 1, for the bubble */
+    double busy = 0.0;
+    for (int e = 0; e < t->nevents; e++) busy += t->events[e].end_us - t->events[e].start_us;
+    v[t->S + t->rank] = span > 0 ? 1.0 - 1e-6 * busy / span : 0.0;
+    if (st == SP_OK) st = sp_exec_allreduce_sum(v, (size_t)t->S + (size_t)pl->nactors, 1);
+    double norm = 0.0, bubble = 0.0;
+    float scale = st == SP_OK ? sp_optim_clip_scale(&t->o.opt, v, t->S, &norm) : 1.0f;
+    for (int a = 0; a < pl->nactors; a++) bubble += v[t->S + a] / pl->nactors;
+    free(v);
+    if (st) return st;
+
+    if ((st = sp_exec_begin_step())) return st;
+    t->seq = 0;
+    for (int i = 0; i < n && st == SP_OK; i++) {
+        const sp_instr *in = &prog[i];
+        if (!is_update_phase(in)) continue;
+        st = in->op == SP_OP_OPTIMIZER ? do_optimizer(t, in->stage, scale) : do_transfer(t, in);
+    }
+    end = sp_exec_end_step();
+    if (st) sp_exec_abort(1, "step %d: %s", t->steps + 1, sp_last_error());
+    if (end) return end;
+    t->steps++;
+    if (stats) {
+        stats->loss = loss;
+        stats->step_s = now() - t0;
+        stats->grad_norm = norm;
+        stats->bubble = t->o.trace ? bubble : 0.0;
+    }
+    return SP_OK;
+}
+
+/* ---- creation ---------------------------------------------------------------------- */
+
+static sp_status alloc_arrays(sp_trainer *t)
+{
+    int S = t->S, E = t->E, m = t->m;
+#define ALLOC(field, count)                                                              \
+    if (!(t->field = calloc((size_t)(count) + 1, sizeof *t->field)))                      \
+        return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    ALLOC(params, S) ALLOC(grads, S) ALLOC(mom_m, S) ALLOC(mom_v, S)
+    ALLOC(h_params, S) ALLOC(h_grads, S) ALLOC(h_m, S) ALLOC(h_v, S) ALLOC(h_scratch, S)
+    ALLOC(h_act, m * S) ALLOC(h_bgrad, m * S) ALLOC(h_efwd, m * E) ALLOC(h_egrad, m * E)
+    ALLOC(h_input, m * t->nin) ALLOC(input_host, m * t->nin) ALLOC(h_loss, m)
+    ALLOC(loss_host, m) ALLOC(shared_param, t->nshared) ALLOC(h_sgrad, t->nshared * S)
+    ALLOC(h_sparam, t->nshared)
+#undef ALLOC
+    return SP_OK;
+}
+
+static sp_status register_host(sp_exec_buf **h, float **host, size_t bytes)
+{
+    size_t n = bytes / 4 ? bytes / 4 : 1;
+    if (!(*host = calloc(n, sizeof(float))))
+        return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    return sp_exec_buf_register(h, *host, n, sizeof(float));
+}
+
+sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
+                              const sp_train_opts *opts, sp_status *status)
+{
+    sp_status st = SP_OK;
+    sp_trainer *t = NULL;
+    if (!p || !sched || !opts) {
+        st = sp_set_error(SP_ERR_ARG, "sp_trainer_create: NULL argument");
+        goto out;
+    }
+    if (sched->nstages != sp_program_num_stages(p)) {
+        st = sp_set_error(SP_ERR_ARG, "schedule '%s' has %d stages but the model has %d",
+                          sched->name, sched->nstages, sp_program_num_stages(p));
+        goto out;
+    }
+    if (sched->nactors != sp_exec_size()) {
+        st = sp_set_error(SP_ERR_ARG, "schedule '%s' needs %d actors (MPI ranks), but %d "
+                          "ranks are running: use mpirun -np %d", sched->name, sched->nactors,
+                          sp_exec_size(), sched->nactors);
+        goto out;
+    }
+    if (!(t = calloc(1, sizeof *t))) {
+        st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+        goto out;
+    }
+    t->p = p;
+    t->g = sp_program_graph(p);
+    t->o = *opts;
+    t->rank = sp_exec_rank();
+    t->S = sp_program_num_stages(p);
+    const sp_stage_model *model = sp_program_stage_model(p);
+    t->E = model->nedges;
+    t->m = sched->nmicro;
+    t->nin = sp_program_num_inputs(p);
+    t->nshared = model->nshared;
+    if ((st = sp_plan_build(model, sched, &t->plan))) goto out;
+    if ((st = sp_plan_check(t->plan))) goto out;
+    if ((st = alloc_arrays(t))) goto out;
+    for (int i = 0, k = 0; i < sp_graph_num_params(t->g); i++) {
+        sp_tensor x = sp_graph_param(t->g, i);
+        int users = 0;
+        for (int s = 0; s < t->S; s++) users += sp_program_param_offset(p, s, x) >= 0;
+        if (users > 1) t->shared_param[k++] = x;
+    }
+    for (int s = 0; s < t->S; s++) {
+        if (!owns(t, s)) continue;
+        size_t pb = sp_program_buf_bytes(p, SP_SLAB_PARAMS, s);
+        if ((st = register_host(&t->h_params[s], &t->params[s], pb)) ||
+            (st = register_host(&t->h_grads[s], &t->grads[s], pb)) ||
+            (st = register_host(&t->h_m[s], &t->mom_m[s], pb)) ||
+            (st = register_host(&t->h_v[s], &t->mom_v[s], pb)))
+            goto out;
+        for (int i = 0; i < sp_graph_num_params(t->g); i++) {
+            sp_tensor x = sp_graph_param(t->g, i);
+            int64_t off = sp_program_param_offset(p, s, x);
+            if (off >= 0 && (st = sp_param_init_values(t->g, x, opts->seed, t->params[s] + off)))
+                goto out;
+        }
+    }
+    for (int i = 0; i < t->m * t->nin; i++)
+        if ((st = register_host(&t->h_input[i], (float **)&t->input_host[i],
+                                sp_program_buf_bytes(p, SP_SLAB_INPUT, i % t->nin))))
+            goto out;
+out:
+    if (st != SP_OK) {
+        sp_trainer_free(t);
+        t = NULL;
+    }
+    if (status) *status = st;
+    return t;
+}
+
+void sp_trainer_free(sp_trainer *t)
+{
+    if (!t) return;
+    sp_exec_buf **lists[] = { t->h_params, t->h_grads, t->h_m, t->h_v, t->h_scratch, t->h_act,
+                              t->h_bgrad, t->h_efwd, t->h_egrad, t->h_input, t->h_loss,
+                              t->h_sgrad, t->h_sparam };
+    size_t counts[] = { t->S, t->S, t->S, t->S, t->S, (size_t)t->m * t->S,
+                        (size_t)t->m * t->S, (size_t)t->m * t->E, (size_t)t->m * t->E,
+                        (size_t)t->m * t->nin, t->m, (size_t)t->nshared * t->S, t->nshared };
+    for (size_t l = 0; l < sizeof lists / sizeof *lists; l++)
+        for (size_t i = 0; lists[l] && i < counts[l]; i++)
+            if (lists[l][i]) sp_exec_buf_unregister(lists[l][i]);
+    for (int s = 0; s < t->S; s++) {
+        if (t->params) free(t->params[s]);
+        if (t->grads) free(t->grads[s]);
+        if (t->mom_m) free(t->mom_m[s]);
+        if (t->mom_v) free(t->mom_v[s]);
+    }
+    for (int i = 0; t->input_host && i < t->m * t->nin; i++) free(t->input_host[i]);
+    for (size_t i = 0; i < t->nhost; i++) free(t->host[i]);
+    free(t->host);
+    free(t->params), free(t->grads), free(t->mom_m), free(t->mom_v);
+    free(t->h_params), free(t->h_grads), free(t->h_m), free(t->h_v), free(t->h_scratch);
+    free(t->h_act), free(t->h_bgrad), free(t->h_efwd), free(t->h_egrad), free(t->h_input);
+    free(t->input_host), free(t->h_loss), free(t->loss_host), free(t->shared_param);
+    free(t->h_sgrad), free(t->h_sparam), free(t->seq_task), free(t->events);
+    sp_plan_free(t->plan);
+    free(t);
+}
+
+/* ---- host access ------------------------------------------------------------------- */
+
+static float *host_slab(sp_trainer *t, int which, int stage)
+{
+    if (!t || stage < 0 || stage >= t->S || !owns(t, stage)) return NULL;
+    sp_exec_buf *h = which == 0 ? t->h_params[stage] : which == 1 ? t->h_grads[stage]
+                   : which == 2 ? t->h_m[stage] : t->h_v[stage];
+    float *host = which == 0 ? t->params[stage] : which == 1 ? t->grads[stage]
+                : which == 2 ? t->mom_m[stage] : t->mom_v[stage];
+    void *ptr;
+    /* brings the data home; the host copy stays valid until tasks touch it again */
+    if (sp_exec_buf_acquire(h, SP_EXEC_R, &ptr) != SP_OK) return NULL;
+    sp_exec_buf_release(h);
+    return host;
+}
+
+const float *sp_trainer_slab(sp_trainer *t, sp_slab_class cls, int stage)
+{
+    return cls == SP_SLAB_PARAMS ? host_slab(t, 0, stage)
+         : cls == SP_SLAB_GRADS  ? host_slab(t, 1, stage) : NULL;
+}
+
+const float *sp_trainer_moment(sp_trainer *t, int which, int stage)
+{
+    return host_slab(t, which ? 3 : 2, stage);
+}
+
+sp_status sp_trainer_fetch(sp_trainer *t, sp_tensor param, int what, float *dst)
+{
+    if (!t || !sp_tensor_is_param(t->g, param) || what < 0 || what > 3 || !dst)
+        return sp_set_error(SP_ERR_ARG, "sp_trainer_fetch: bad argument");
+    int o = sp_program_param_owner(t->p, param);
+    int64_t n = sp_tensor_numel(t->g, param);
+    memset(dst, 0, (size_t)n * sizeof(float));
+    if (owns(t, o)) {
+        const float *src = host_slab(t, what, o);
+        if (!src) return sp_set_error(SP_ERR_RUNTIME, "sp_trainer_fetch: %s", sp_last_error());
+        memcpy(dst, src + sp_program_param_offset(t->p, o, param), (size_t)n * sizeof(float));
+    }
+    return sp_exec_allreduce_sum(dst, (size_t)n, 0); /* x + 0 + ... = x: exact */
+}
+
+sp_status sp_trainer_store(sp_trainer *t, sp_tensor param, int what, const float *src)
+{
+    if (!t || !sp_tensor_is_param(t->g, param) || what < 0 || what > 3 || what == 1 || !src)
+        return sp_set_error(SP_ERR_ARG, "sp_trainer_store: bad argument");
+    int64_t n = sp_tensor_numel(t->g, param);
+    for (int s = 0; s < t->S; s++) {
+        int64_t off = sp_program_param_offset(t->p, s, param);
+        if (!owns(t, s) || off < 0) continue;
+        sp_exec_buf *h = what == 0 ? t->h_params[s] : what == 2 ? t->h_m[s] : t->h_v[s];
+        void *ptr;
+        sp_status st = sp_exec_buf_acquire(h, SP_EXEC_RW, &ptr);
+        if (st) return st;
+        memcpy((float *)ptr + off, src, (size_t)n * sizeof(float));
+        if ((st = sp_exec_buf_release(h))) return st;
+    }
+    return SP_OK;
+}
+
+sp_status sp_trainer_trace(sp_trainer *t, const sp_train_event **events, int *n)
+{
+    if (!t || !events || !n) return sp_set_error(SP_ERR_ARG, "sp_trainer_trace: NULL");
+    *events = t->events;
+    *n = t->nevents;
+    return SP_OK;
+}
+
+/* ---- timeline of what ran --------------------------------------------------------- */
+
+typedef struct {
+    int32_t instr;
+    double start, end; /* seconds since the step began */
+} timed_instr;
+
+sp_status sp_trainer_write_timeline(sp_trainer *t, const char *json_path, const char *svg_path)
+{
+    if (!t) return sp_set_error(SP_ERR_ARG, "sp_trainer_write_timeline: NULL");
+    const sp_plan *pl = t->plan;
+    int maxn = 0;
+    for (int a = 0; a < pl->nactors; a++)
+        if (pl->ninstr[a] > maxn) maxn = pl->ninstr[a];
+    size_t bytes = (size_t)maxn * sizeof(timed_instr);
+    timed_instr *mine = calloc((size_t)maxn + 1, sizeof *mine);
+    timed_instr *all = t->rank == 0 ? calloc((size_t)pl->nactors * maxn + 1, sizeof *all) : NULL;
+    if (!mine || (t->rank == 0 && !all)) {
+        free(mine), free(all);
+        return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    }
+    for (int j = 0; j < maxn; j++) mine[j].instr = -1;
+    int k = 0;
+    for (int e = 0; e < t->nevents && k < maxn; e++)
+        if (t->events[e].instr >= 0)
+            mine[k++] = (timed_instr){ t->events[e].instr, 1e-6 * t->events[e].start_us,
+                                       1e-6 * t->events[e].end_us };
+    sp_status st = sp_exec_gather(mine, bytes, all, 0);
+    free(mine);
+    if (st || t->rank != 0) {
+        free(all);
+        return st;
+    }
+    sp_sim_result r = { .nactors = pl->nactors };
+    r.busy = calloc((size_t)pl->nactors, sizeof(double));
+    r.idle = calloc((size_t)pl->nactors, sizeof(double));
+    r.start = calloc((size_t)pl->nactors, sizeof(double *));
+    r.end = calloc((size_t)pl->nactors, sizeof(double *));
+    for (int a = 0; st == SP_OK && a < pl->nactors; a++) {
+        r.start[a] = calloc((size_t)pl->ninstr[a] + 1, sizeof(double));
+        r.end[a] = calloc((size_t)pl->ninstr[a] + 1, sizeof(double));
+        if (!r.start[a] || !r.end[a]) st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+        for (int j = 0; st == SP_OK && j < maxn; j++) {
+            const timed_instr *x = &all[(size_t)a * maxn + j];
+            if (x->instr < 0 || x->instr >= pl->ninstr[a]) continue;
+            r.start[a][x->instr] = x->start;
+            r.end[a][x->instr] = x->end;
+            r.busy[a] += x->end - x->start;
+            if (x->end > r.step_time) r.step_time = x->end;
+        }
+    }
+    double idle = 0;
+    for (int a = 0; a < pl->nactors; a++) idle += r.idle[a] = r.step_time - r.busy[a];
+    r.bubble_fraction = r.step_time > 0 ? idle / (pl->nactors * r.step_time) : 0;
+    r.nmessages = pl->nmessages;
+    if (st == SP_OK && json_path) st = sp_sim_write_trace(pl, &r, json_path);
+    if (st == SP_OK && svg_path) st = sp_sim_write_svg(pl, &r, svg_path);
+    for (int a = 0; a < pl->nactors; a++) {
+        if (r.start) free(r.start[a]);
+        if (r.end) free(r.end[a]);
+    }
+    free(r.start), free(r.end), free(r.busy), free(r.idle), free(all);
+    return st;
+}
