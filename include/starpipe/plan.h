@@ -139,11 +139,15 @@ typedef struct {
 
 typedef enum {
     SP_OP_RUN = 0,      /* run task */
-    SP_OP_SEND = 1,     /* send buf to peer (non-blocking is fine: see docs) */
+    SP_OP_SEND = 1,     /* send buf to peer; right after the instruction that made buf
+                           (only FREEs and messages of lower seq in between) */
     SP_OP_RECV = 2,     /* receive buf from peer; it exists on this actor afterwards */
     SP_OP_FREE = 3,     /* buf is dead on this actor */
-    SP_OP_COMBINE = 4,  /* shared parameter buf.idx: SHARED_GRAD(k, owner) += partials,
-                           ascending stage order (its accesses list them) */
+    SP_OP_COMBINE = 4,  /* shared parameter k = buf.idx into the owner's accumulator
+                           buf = SHARED_GRAD(k, owner): per step (task.mb = -1) adds the
+                           other stages' accumulators; per microbatch (task.mb = i) adds
+                           every stage's partial of microbatch i. Ascending stage order,
+                           as its accesses list them (docs/planner.md, section 6) */
     SP_OP_OPTIMIZER = 5 /* update stage `stage`'s parameters (and shared ones it owns) */
 } sp_op;
 #define SP_NUM_OPS 6
@@ -186,7 +190,9 @@ typedef struct {
 /* Validates the schedule against the model, then lowers it: RUNs in the schedule's
  * order, SEND right after each producer, RECVs in one global message order, shared-weight
  * combines, OPTIMIZER after each stage's last W, FREE after every transient buffer's last
- * use, and per-actor memory peaks. SP_ERR_SCHEDULE on an invalid schedule. */
+ * use, and per-actor memory peaks. SP_ERR_SCHEDULE on an invalid schedule.
+ * Stage param_bytes are taken to exclude shared parameters; each shared parameter adds
+ * its bytes once per actor using it. O(T log T) in the number of tasks T. */
 sp_status sp_plan_build(const sp_stage_model *model, const sp_schedule *sched,
                         sp_plan **out);
 void sp_plan_free(sp_plan *plan);

@@ -1,0 +1,284 @@
+/* The schedule text format (docs/planner.md): a header, the placement, then each
+ * actor's tasks as F(mb,stage) tokens. Every error names file:line and the token. */
+#include "sched/sched_impl.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <string.h>
+
+typedef struct {
+    const char *src;
+    int line;
+    sp_schedule *s;
+    int p, S, m;      /* 0 until given */
+    char name[64];
+    int *seen_line;   /* [4 m S] line where each task was listed, 0 if not yet */
+} parser;
+
+static sp_status perr(const parser *ps, const char *tok, const char *fmt, const char *detail)
+{
+    return sp_set_error(SP_ERR_FORMAT, "%s:%d: %s '%s'%s", ps->src, ps->line, fmt, tok,
+                        detail ? detail : "");
+}
+
+static int parse_int(const char *t, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(t, &end, 10);
+    if (end == t || *end || errno || v < 0 || v > SP_MAX_INDEX) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* KIND(mb,stage), nothing else in the token. */
+static int parse_task(const char *t, sp_task *out)
+{
+    int kind;
+    if (!strncmp(t, "BW(", 3)) kind = SP_TASK_BW, t += 3;
+    else if (!strncmp(t, "F(", 2)) kind = SP_TASK_F, t += 2;
+    else if (!strncmp(t, "B(", 2)) kind = SP_TASK_B, t += 2;
+    else if (!strncmp(t, "W(", 2)) kind = SP_TASK_W, t += 2;
+    else return -1;
+    if (!isdigit((unsigned char)*t)) return -1;
+    char *end;
+    long mb = strtol(t, &end, 10);
+    if (*end != ',' || !isdigit((unsigned char)end[1])) return -1;
+    long st = strtol(end + 1, &end, 10);
+    if (*end != ')' || end[1] || mb > SP_MAX_INDEX || st > SP_MAX_INDEX) return -1;
+    *out = (sp_task){ kind, (int)mb, (int)st };
+    return 0;
+}
+
+static const char *KEYWORDS = " (expected schedule, actors, stages, microbatches, place or "
+                              "actor)";
+
+static sp_status header_done(parser *ps, const char *tok)
+{
+    if (ps->s) return SP_OK;
+    if (!ps->p || !ps->S || !ps->m)
+        return perr(ps, tok, "'actors', 'stages' and 'microbatches' must come before", NULL);
+    ps->s = sp_schedule_create(ps->p, ps->S, ps->m);
+    if (!ps->s) return SP_ERR_NOMEM;
+    snprintf(ps->s->name, sizeof ps->s->name, "%s", ps->name);
+    size_t n = (size_t)4 * ps->m * ps->S;
+    ps->seen_line = calloc(n, sizeof *ps->seen_line);
+    if (!ps->seen_line) return sp_set_error(SP_ERR_NOMEM, "out of memory reading a schedule");
+    return SP_OK;
+}
+
+static sp_status parse_line(parser *ps, char **tok, int nt)
+{
+    char detail[96];
+    const char *kw = tok[0];
+    if (!strcmp(kw, "schedule")) {
+        if (nt != 2) return perr(ps, nt > 2 ? tok[2] : kw, "expected one name after", NULL);
+        if (ps->s) return perr(ps, kw, "must come before 'place' and 'actor' lines:", NULL);
+        snprintf(ps->name, sizeof ps->name, "%s", tok[1]);
+        return SP_OK;
+    }
+    if (!strcmp(kw, "actors") || !strcmp(kw, "stages") || !strcmp(kw, "microbatches")) {
+        int *field = kw[0] == 'a' ? &ps->p : kw[0] == 's' ? &ps->S : &ps->m, v;
+        if (nt != 2) return perr(ps, nt > 2 ? tok[2] : kw, "expected one number after", NULL);
+        if (ps->s) return perr(ps, kw, "must come before 'place' and 'actor' lines:", NULL);
+        if (*field) return perr(ps, kw, "given twice:", NULL);
+        if (parse_int(tok[1], &v) || v < 1) return perr(ps, tok[1], "not a positive number:", NULL);
+        *field = v;
+        return SP_OK;
+    }
+    if (!strcmp(kw, "place")) {
+        sp_status st = header_done(ps, kw);
+        if (st) return st;
+        if (nt - 1 != ps->S) {
+            snprintf(detail, sizeof detail, ": %d actors listed for %d stages", nt - 1, ps->S);
+            return perr(ps, kw, "wrong length of", detail);
+        }
+        for (int s = 0; s < ps->S; s++) {
+            int a;
+            if (parse_int(tok[s + 1], &a) || a >= ps->p) {
+                snprintf(detail, sizeof detail, " (stage %d; actors are 0..%d)", s, ps->p - 1);
+                return perr(ps, tok[s + 1], "bad actor", detail);
+            }
+            ps->s->stage_actor[s] = a;
+        }
+        return SP_OK;
+    }
+    if (!strcmp(kw, "actor")) {
+        sp_status st = header_done(ps, kw);
+        if (st) return st;
+        if (nt < 2) return perr(ps, kw, "expected 'actor A:' in", NULL);
+        /* "actor 3:" or "actor 3 :" */
+        char num[32];
+        int first = 2, a;
+        size_t len = strlen(tok[1]);
+        if (len && tok[1][len - 1] == ':' && len < sizeof num) {
+            memcpy(num, tok[1], len - 1);
+            num[len - 1] = 0;
+        } else if (nt >= 3 && !strcmp(tok[2], ":") && len < sizeof num) {
+            memcpy(num, tok[1], len + 1);
+            first = 3;
+        } else {
+            return perr(ps, tok[1], "expected 'A:' (actor number and colon), got", NULL);
+        }
+        if (parse_int(num, &a) || a >= ps->p) {
+            snprintf(detail, sizeof detail, " (actors are 0..%d)", ps->p - 1);
+            return perr(ps, tok[1], "bad actor", detail);
+        }
+        for (int j = first; j < nt; j++) {
+            sp_task t;
+            if (parse_task(tok[j], &t))
+                return perr(ps, tok[j], "bad task", " (expected KIND(mb,stage), KIND one of "
+                            "F, B, W, BW)");
+            if (t.mb >= ps->m) {
+                snprintf(detail, sizeof detail, " (microbatches are 0..%d)", ps->m - 1);
+                return perr(ps, tok[j], "microbatch out of range in", detail);
+            }
+            if (t.stage >= ps->S) {
+                snprintf(detail, sizeof detail, " (stages are 0..%d)", ps->S - 1);
+                return perr(ps, tok[j], "stage out of range in", detail);
+            }
+            if (ps->s->stage_actor[t.stage] != a) {
+                snprintf(detail, sizeof detail, ": stage %d is placed on actor %d", t.stage,
+                         ps->s->stage_actor[t.stage]);
+                char where[48];
+                snprintf(where, sizeof where, "task on actor %d:", a);
+                return perr(ps, tok[j], where, detail);
+            }
+            int sl = sp_slot(t.kind, t.mb, t.stage, ps->S);
+            if (ps->seen_line[sl]) {
+                snprintf(detail, sizeof detail, " (first listed on line %d)", ps->seen_line[sl]);
+                return perr(ps, tok[j], "duplicate task", detail);
+            }
+            ps->seen_line[sl] = ps->line;
+            st = sp_schedule_append(ps->s, a, (sp_task_kind)t.kind, t.mb, t.stage);
+            if (st) return st;
+        }
+        return SP_OK;
+    }
+    return perr(ps, kw, "unknown keyword", KEYWORDS);
+}
+
+sp_status sp_schedule_parse(const char *text, const char *source, sp_schedule **out)
+{
+    *out = NULL;
+    parser ps = { .src = source ? source : "<text>" };
+    size_t len = strlen(text);
+    char *copy = malloc(len + 1);
+    if (copy) memcpy(copy, text, len + 1);
+    size_t cap = 64;
+    char **tok = malloc(cap * sizeof *tok);
+    sp_status st = SP_OK;
+    if (!copy || !tok) {
+        free(copy), free(tok);
+        return sp_set_error(SP_ERR_NOMEM, "out of memory reading a schedule");
+    }
+    char *line = copy;
+    while (line && st == SP_OK) {
+        char *nl = strchr(line, '\n');
+        if (!nl && !*line) break; /* the empty rest after a final newline is no line */
+        if (nl) *nl = 0;
+        ps.line++;
+        char *hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        int nt = 0;
+        for (char *t = line; st == SP_OK;) {
+            while (*t == ' ' || *t == '\t' || *t == '\r') t++;
+            if (!*t) break;
+            if ((size_t)nt == cap) {
+                char **nt2 = realloc(tok, 2 * cap * sizeof *tok);
+                if (!nt2) {
+                    st = sp_set_error(SP_ERR_NOMEM, "out of memory reading a schedule");
+                    break;
+                }
+                tok = nt2;
+                cap *= 2;
+            }
+            tok[nt++] = t;
+            while (*t && *t != ' ' && *t != '\t' && *t != '\r') t++;
+            if (*t) *t++ = 0;
+        }
+        if (st == SP_OK && nt) st = parse_line(&ps, tok, nt);
+        line = nl ? nl + 1 : NULL;
+    }
+    if (st == SP_OK && !ps.s) {
+        ps.line++;
+        st = header_done(&ps, "end of file");
+    }
+    free(copy), free(tok), free(ps.seen_line);
+    if (st) {
+        sp_schedule_free(ps.s);
+        return st;
+    }
+    *out = ps.s;
+    return SP_OK;
+}
+
+sp_status sp_schedule_load(const char *path, sp_schedule **out)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return sp_set_error(SP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t n = 0, cap = 1 << 16;
+    char *text = malloc(cap);
+    for (;;) {
+        if (!text) break;
+        n += fread(text + n, 1, cap - n - 1, f);
+        if (n < cap - 1) break;
+        char *t = realloc(text, cap *= 2);
+        if (!t) {
+            free(text);
+            text = NULL;
+        } else {
+            text = t;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!text) return sp_set_error(SP_ERR_NOMEM, "%s: out of memory", path);
+    if (bad) {
+        free(text);
+        return sp_set_error(SP_ERR_IO, "%s: read error", path);
+    }
+    text[n] = 0;
+    sp_status st = sp_schedule_parse(text, path, out);
+    free(text);
+    return st;
+}
+
+sp_status sp_schedule_write(const sp_schedule *s, FILE *f)
+{
+    char t[48];
+    fprintf(f, "# starpipe schedule (docs/planner.md): %d actors, %d stages, %d microbatches\n",
+            s->nactors, s->nstages, s->nmicro);
+    if (s->name[0]) {
+        /* names are single tokens in the format */
+        char name[64];
+        snprintf(name, sizeof name, "%s", s->name);
+        for (char *c = name; *c; c++)
+            if (isspace((unsigned char)*c) || *c == '#') *c = '_';
+        fprintf(f, "schedule %s\n", name);
+    }
+    fprintf(f, "actors %d\nstages %d\nmicrobatches %d\nplace", s->nactors, s->nstages,
+            s->nmicro);
+    for (int st = 0; st < s->nstages; st++) fprintf(f, " %d", s->stage_actor[st]);
+    fputc('\n', f);
+    for (int a = 0; a < s->nactors; a++) {
+        if (!s->ntasks[a]) fprintf(f, "actor %d:\n", a);
+        for (int j = 0; j < s->ntasks[a]; j += 16) {
+            fprintf(f, "actor %d:", a);
+            for (int q = j; q < j + 16 && q < s->ntasks[a]; q++)
+                fprintf(f, " %s", sp_task_format(s->tasks[a][q], t, sizeof t));
+            fputc('\n', f);
+        }
+    }
+    return ferror(f) ? sp_set_error(SP_ERR_IO, "writing a schedule failed") : SP_OK;
+}
+
+sp_status sp_schedule_save(const sp_schedule *s, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return sp_set_error(SP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    sp_status st = sp_schedule_write(s, f);
+    if (fclose(f) && !st) st = sp_set_error(SP_ERR_IO, "%s: write failed", path);
+    return st;
+}

@@ -1,0 +1,239 @@
+/* The simulator: runs a plan on a cost model with blocking, ordered channels (FIFO per
+ * pair of actors, link latency + bytes / bandwidth, links serialise their messages).
+ * A RECV blocks until its message arrives; with cfg->rendezvous a SEND also blocks until
+ * the RECV is posted, as NCCL's send/recv do. A wrong message at the head of a channel,
+ * or no actor able to move, is reported, never waited on. */
+#include "sched/sched_impl.h"
+
+#include <string.h>
+
+typedef struct {
+    double post, done; /* when the SEND was posted; when the message arrived (<0: not yet) */
+    int next;          /* next message of the same channel */
+} msg_state;
+
+void sp_sim_result_free(sp_sim_result *r)
+{
+    if (!r) return;
+    if (r->start)
+        for (int a = 0; a < r->nactors; a++) free(r->start[a]);
+    if (r->end)
+        for (int a = 0; a < r->nactors; a++) free(r->end[a]);
+    free(r->start), free(r->end), free(r->busy), free(r->idle), free(r->peak);
+    free(r);
+}
+
+static double task_time(const sp_stage_model *model, const sp_sim_config *cfg, sp_task t)
+{
+    if (cfg->flops && cfg->device_flops > 0)
+        return cfg->flops[t.stage * SP_NUM_TASK_KINDS + t.kind] / cfg->device_flops;
+    return model->stage[t.stage].cost[t.kind];
+}
+
+/* Memory of each actor, recomputed from its instructions alone: persistent buffers it
+ * touches exist from the start, transient ones from their first write to their FREE. */
+static sp_status memory(const sp_plan *plan, const sp_stage_model *model, sp_sim_result *r)
+{
+    sp_bufset seen;
+    if (sp_bufset_init(&seen, 1024)) return sp_set_error(SP_ERR_NOMEM, "out of memory");
+    for (int a = 0; a < plan->nactors; a++) {
+        sp_mem_peak pk = { 0 };
+        size_t cur[5] = { 0 };
+        int acts = 0;
+        seen.n = 0;
+        memset(seen.key, 0, seen.cap * sizeof *seen.key);
+        for (int pass = 0; pass < 2; pass++) {
+            for (int j = 0; j < plan->ninstr[a]; j++) {
+                const sp_instr *in = &plan->instr[a][j];
+                int msgop = in->op == SP_OP_SEND || in->op == SP_OP_RECV
+                            || in->op == SP_OP_FREE;
+                int n = msgop ? 1 : (int)in->nacc;
+                for (int q = 0; q < n; q++) {
+                    sp_buf b = msgop ? in->buf : plan->access[in->acc + q].buf;
+                    int pers = sp_buf_persistent(b) && !(b.cls == SP_BUF_SHARED_GRAD && b.mb < 0
+                                                         && plan->stage_actor[b.stage] != a);
+                    uint64_t key = sp_buf_key(b);
+                    if (pass == 0) { /* persistent buffers first, once each */
+                        if (pers && !sp_bufset_find(&seen, key)) {
+                            if (sp_bufset_put(&seen, key, 0)) goto nomem;
+                            sp_mem_add(&pk, cur, &acts, b, sp_buf_bytes(model, b), 1);
+                        }
+                        continue;
+                    }
+                    if (pers) continue;
+                    if (in->op == SP_OP_FREE) {
+                        if (sp_bufset_del(&seen, key))
+                            sp_mem_add(&pk, cur, &acts, b, sp_buf_bytes(model, b), -1);
+                    } else if (!sp_bufset_find(&seen, key)) {
+                        if (sp_bufset_put(&seen, key, 1)) goto nomem;
+                        sp_mem_add(&pk, cur, &acts, b, sp_buf_bytes(model, b), 1);
+                    }
+                }
+            }
+        }
+        r->peak[a] = pk;
+    }
+    sp_bufset_release(&seen);
+    return SP_OK;
+nomem:
+    sp_bufset_release(&seen);
+    return sp_set_error(SP_ERR_NOMEM, "out of memory");
+}
+
+sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
+                      const sp_sim_config *cfg_in, sp_sim_result **out)
+{
+    *out = NULL;
+    sp_sim_config cfg0 = { 0 };
+    const sp_sim_config *cfg = cfg_in ? cfg_in : &cfg0;
+    int p = plan->nactors;
+    int64_t nm = plan->nmessages;
+    sp_sim_result *r = calloc(1, sizeof *r);
+    int *pc = calloc((size_t)p, sizeof *pc), *work = malloc((size_t)p * sizeof *work);
+    char *queued = calloc((size_t)p, 1);
+    double *clock = calloc((size_t)p, sizeof *clock);
+    msg_state *ms = malloc((size_t)(nm ? nm : 1) * sizeof *ms);
+    int *qhead = malloc((size_t)p * p * sizeof *qhead), *qtail = malloc((size_t)p * p * sizeof *qtail);
+    double *linkfree = calloc((size_t)p * p, sizeof *linkfree);
+    sp_status st = SP_OK;
+    char s1[160];
+    if (!r || !pc || !work || !queued || !clock || !ms || !qhead || !qtail || !linkfree) goto nomem;
+    r->nactors = p;
+    r->nmessages = nm;
+    r->busy = calloc((size_t)p, sizeof *r->busy);
+    r->idle = calloc((size_t)p, sizeof *r->idle);
+    r->peak = calloc((size_t)p, sizeof *r->peak);
+    r->start = calloc((size_t)p, sizeof *r->start);
+    r->end = calloc((size_t)p, sizeof *r->end);
+    if (!r->busy || !r->idle || !r->peak || !r->start || !r->end) goto nomem;
+    for (int a = 0; a < p; a++) {
+        r->start[a] = malloc((size_t)(plan->ninstr[a] + 1) * sizeof(double));
+        r->end[a] = malloc((size_t)(plan->ninstr[a] + 1) * sizeof(double));
+        if (!r->start[a] || !r->end[a]) goto nomem;
+    }
+    for (int i = 0; i < p * p; i++) qhead[i] = qtail[i] = -1;
+    for (int64_t q = 0; q < nm; q++) ms[q].post = ms[q].done = -1, ms[q].next = -1;
+
+    int nw = 0;
+    for (int a = p - 1; a >= 0; a--) work[nw++] = a, queued[a] = 1;
+#define WAKE(b) do { if (!queued[b]) work[nw++] = (b), queued[b] = 1; } while (0)
+    while (nw) {
+        int a = work[--nw];
+        queued[a] = 0;
+        while (pc[a] < plan->ninstr[a]) {
+            const sp_instr *in = &plan->instr[a][pc[a]];
+            double t = clock[a], dur = 0;
+            if (in->op == SP_OP_SEND) {
+                if (in->seq < 0 || in->seq >= nm) goto badmsg;
+                msg_state *m = &ms[in->seq];
+                int ch = a * p + in->peer;
+                if (m->post < 0) { /* post it on the channel */
+                    m->post = t;
+                    if (qtail[ch] >= 0) ms[qtail[ch]].next = (int)in->seq;
+                    else qhead[ch] = (int)in->seq;
+                    qtail[ch] = (int)in->seq;
+                    if (!cfg->rendezvous) {
+                        double xfer = cfg->bandwidth > 0 ? (double)in->bytes / cfg->bandwidth : 0;
+                        double s0 = t > linkfree[ch] ? t : linkfree[ch];
+                        linkfree[ch] = s0 + xfer;
+                        m->done = s0 + cfg->latency + xfer;
+                    }
+                    WAKE(in->peer);
+                }
+                if (cfg->rendezvous) {
+                    if (m->done < 0) break; /* blocked until the receiver takes it */
+                    clock[a] = m->done;
+                }
+            } else if (in->op == SP_OP_RECV) {
+                if (in->seq < 0 || in->seq >= nm) goto badmsg;
+                int ch = in->peer * p + a, h = qhead[ch];
+                if (h < 0) break; /* blocked: nothing sent on this channel yet */
+                if (h != in->seq) {
+                    st = sp_set_error(SP_ERR_SCHEDULE, "actor %d: %s, but message #%d is first "
+                                      "on the channel from actor %d: ordered channels would "
+                                      "deliver the wrong message", a,
+                                      sp_instr_format(in, s1, sizeof s1), h, in->peer);
+                    goto fail;
+                }
+                msg_state *m = &ms[h];
+                if (cfg->rendezvous) {
+                    double xfer = cfg->bandwidth > 0 ? (double)in->bytes / cfg->bandwidth : 0;
+                    double s0 = m->post > t ? m->post : t;
+                    if (linkfree[ch] > s0) s0 = linkfree[ch];
+                    linkfree[ch] = s0 + xfer;
+                    m->done = s0 + cfg->latency + xfer;
+                    WAKE(in->peer);
+                }
+                qhead[ch] = m->next;
+                if (qhead[ch] < 0) qtail[ch] = -1;
+                clock[a] = m->done > t ? m->done : t;
+            } else if (in->op == SP_OP_RUN) {
+                dur = task_time(model, cfg, in->task);
+            } else if (in->op == SP_OP_COMBINE) {
+                dur = cfg->combine_time;
+            } else if (in->op == SP_OP_OPTIMIZER) {
+                dur = cfg->optimizer_time;
+            }
+            if (in->op == SP_OP_RECV || in->op == SP_OP_SEND) {
+                r->start[a][pc[a]] = t;
+                r->end[a][pc[a]] = clock[a];
+            } else {
+                r->start[a][pc[a]] = t;
+                r->end[a][pc[a]] = t + dur;
+                clock[a] = t + dur;
+                r->busy[a] += dur;
+            }
+            pc[a]++;
+        }
+    }
+#undef WAKE
+    int stuck = 0;
+    for (int a = 0; a < p; a++) stuck += pc[a] < plan->ninstr[a];
+    if (stuck) {
+        char msg[900];
+        size_t off = (size_t)snprintf(msg, sizeof msg, "simulation deadlocked (%s channels):",
+                                      cfg->rendezvous ? "rendezvous" : "buffered");
+        for (int a = 0; a < p && off < sizeof msg - 200; a++)
+            if (pc[a] < plan->ninstr[a])
+                off += (size_t)snprintf(msg + off, sizeof msg - off, " actor %d waits at %s;",
+                                        a, sp_instr_format(&plan->instr[a][pc[a]], s1,
+                                                           sizeof s1));
+        st = sp_set_error(SP_ERR_SCHEDULE, "%s", msg);
+        goto fail;
+    }
+    for (int64_t q = 0; q < nm; q++)
+        if (ms[q].post < 0) {
+            st = sp_set_error(SP_ERR_SCHEDULE, "message #%lld was never sent", (long long)q);
+            goto fail;
+        }
+    for (int i = 0; i < p * p; i++)
+        if (qhead[i] >= 0) {
+            st = sp_set_error(SP_ERR_SCHEDULE, "message #%d from actor %d to actor %d was "
+                              "never received", qhead[i], i / p, i % p);
+            goto fail;
+        }
+    double T = 0, busy = 0;
+    for (int a = 0; a < p; a++) {
+        if (clock[a] > T) T = clock[a];
+        busy += r->busy[a];
+    }
+    r->step_time = T;
+    for (int a = 0; a < p; a++) r->idle[a] = T - r->busy[a];
+    r->bubble_fraction = T > 0 ? 1.0 - busy / ((double)p * T) : 0;
+    st = memory(plan, model, r);
+    if (st) goto fail;
+    *out = r;
+    r = NULL;
+    goto done;
+badmsg:
+    st = sp_set_error(SP_ERR_SCHEDULE, "malformed plan: message number out of range");
+    goto fail;
+nomem:
+    st = sp_set_error(SP_ERR_NOMEM, "out of memory simulating");
+fail:
+done:
+    sp_sim_result_free(r);
+    free(pc), free(work), free(queued), free(clock), free(ms), free(qhead), free(qtail);
+    free(linkfree);
+    return st;
+}
