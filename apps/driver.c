@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "apps/checkpoint.h"
 #include "apps/gpt_common.h"
 #include "starpipe/exec.h"
 #include "starpipe/plan.h"
@@ -16,9 +17,9 @@
 #include "starpipe/train.h"
 
 typedef struct {
-    int steps, microbatches, chunks, actors, seed, reference, check;
+    int steps, microbatches, chunks, actors, seed, reference, check, save_every;
     float lr, clip;
-    const char *schedule;
+    const char *schedule, *save, *load, *dump_grads;
 } run_opts;
 
 /* The rank as the launcher tells it, before MPI is up: only rank 0 prints. */
@@ -40,6 +41,12 @@ static void usage(const sp_app_model *m, FILE *f)
             "  --lr X              AdamW learning rate (1e-3)\n"
             "  --clip X            clip the global gradient norm to X, 0 = off (1.0)\n"
             "  --seed N            initialisation and data seed (1337)\n"
+            "checkpoints (safetensors):\n"
+            "  --save FILE         write parameters, AdamW state and step at the end\n"
+            "  --save-every N      also every N steps (needs --save)\n"
+            "  --load FILE         start from a checkpoint (--resume FILE is the same);\n"
+            "                      --steps more steps follow it\n"
+            "  --dump-grads FILE   write the first step's gradients (before clipping)\n"
             "pipeline:\n"
             "  --schedule NAME     gpipe, 1f1b, eager-1f1b, interleaved-1f1b, zb-h1, zb-v,\n"
             "                      dualpipe-v or file:PATH (STARPIPE_SCHEDULE; 1f1b); 'help' lists them\n"
@@ -89,6 +96,10 @@ static int parse(int argc, char **argv, sp_app_model *m, run_opts *o)
         else if (!strcmp(a, "--lr")) ok = app_parse_float(a, v, 0.0, 10.0, &o->lr);
         else if (!strcmp(a, "--clip")) ok = app_parse_float(a, v, 0.0, 1e30, &o->clip);
         else if (!strcmp(a, "--schedule")) o->schedule = v;
+        else if (!strcmp(a, "--save")) o->save = v;
+        else if (!strcmp(a, "--load") || !strcmp(a, "--resume")) o->load = v;
+        else if (!strcmp(a, "--dump-grads")) o->dump_grads = v;
+        else if (!strcmp(a, "--save-every")) ok = app_parse_int(a, v, 1, 1 << 30, &o->save_every);
         else {
             int r = m->flag(m->cfg, a, v);
             if (r == 0) {
@@ -99,6 +110,10 @@ static int parse(int argc, char **argv, sp_app_model *m, run_opts *o)
         }
         if (!ok) rc = -1;
         i += takes;
+    }
+    if (rc == 1 && o->save_every && !o->save) {
+        fprintf(err, "%s: error: --save-every needs --save FILE\n", m->name);
+        rc = -1;
     }
     stderr = saved;
     if (err != saved) fclose(err);
@@ -129,6 +144,29 @@ static void fill_inputs(sp_app_model *m, const run_opts *o, const sp_program *p,
     for (int i = 0; i < nmb; i++) m->batch(m->cfg, (uint64_t)o->seed, step, i, in + (size_t)i * nin);
 }
 
+/* ---- checkpoint access to the reference and to the trainer ---- */
+static sp_status ref_get(void *ctx, sp_tensor p, int what, float *dst)
+{
+    const sp_reference *r = ctx;
+    const float *src = what == 0 ? sp_reference_param(r, p) : what == 1 ? sp_reference_grad(r, p)
+                                 : sp_reference_param_moment(r, p, what - 2);
+    if (!src) return sp_set_error(SP_ERR_ARG, "reference: no such parameter");
+    memcpy(dst, src, (size_t)sp_tensor_numel(sp_program_graph(sp_reference_program(r)), p) * sizeof(float));
+    return SP_OK;
+}
+static sp_status ref_set(void *ctx, sp_tensor p, int what, const float *src)
+{
+    return sp_reference_store(ctx, p, what, src);
+}
+static sp_status tr_get(void *ctx, sp_tensor p, int what, float *dst)
+{
+    return sp_trainer_fetch(ctx, p, what, dst);
+}
+static sp_status tr_set(void *ctx, sp_tensor p, int what, const float *src)
+{
+    return sp_trainer_store(ctx, p, what, src);
+}
+
 /* ---- the reference interpreter alone ---- */
 static int run_reference(sp_app_model *m, const run_opts *o, sp_adamw_config *opt)
 {
@@ -154,12 +192,24 @@ static int run_reference(sp_app_model *m, const run_opts *o, sp_adamw_config *op
         fprintf(stderr, "%s: error: %s\n", m->name, st ? sp_last_error() : "out of memory");
         return 1;
     }
+    char sig[256];
+    m->signature(m->cfg, sig, sizeof sig);
+    ckpt_io io = { .ctx = r, .get = ref_get, .set = ref_set, .writer = 1 };
+    int start = 0;
+    if (o->load) {
+        if (ckpt_load(o->load, g, sig, &start, &io) != SP_OK) {
+            fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
+            return 1;
+        }
+        sp_reference_set_steps_done(r, start);
+    }
     printf("%s: reference interpreter, %d stages, %d microbatches\n", m->name, sch->nstages, nmb);
     if (m->describe) m->describe(m->cfg, stdout);
+    if (o->load) printf("resumed from %s after step %d\n", o->load, start);
     fflush(stdout);
     double t_start = now();
     float first = 0, last = 0;
-    for (int step = 1; step <= o->steps; step++) {
+    for (int step = start + 1; step <= start + o->steps; step++) {
         fill_inputs(m, o, p, nmb, step, in);
         double t0 = now();
         float loss;
@@ -168,11 +218,21 @@ static int run_reference(sp_app_model *m, const run_opts *o, sp_adamw_config *op
             return 1;
         }
         double dt = now() - t0;
-        if (step == 1) first = loss;
+        if (step == start + 1) first = loss;
         last = loss;
         printf("step %d loss %.6f  %.0f %s/s  %.1f ms\n", step, loss, samples * nmb / dt,
                m->sample_unit, 1e3 * dt);
         fflush(stdout);
+        sp_status cst = SP_OK;
+        if (o->dump_grads && step == start + 1)
+            cst = ckpt_dump_grads(o->dump_grads, g, sig, step, &io);
+        if (cst == SP_OK && o->save && (step == start + o->steps ||
+                                        (o->save_every && step % o->save_every == 0)))
+            cst = ckpt_save(o->save, g, sig, step, &io);
+        if (cst != SP_OK) {
+            fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
+            return 1;
+        }
     }
     printf("done: %d steps in %.1f s, loss %.6f -> %.6f\n", o->steps, now() - t_start, first, last);
     for (int i = 0; i < nmb * sp_program_num_inputs(p); i++) free(in[i]);
@@ -282,15 +342,33 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const run_opts 
         goto out;
     }
     int nmb = sch->nmicro;
+    char sig[256];
+    m->signature(m->cfg, sig, sizeof sig);
+    ckpt_io io = { .ctx = t, .get = tr_get, .set = tr_set, .writer = me == 0 };
+    int start = 0;
+    if (o->load) {
+        int rstart = 0;
+        st = ckpt_load(o->load, g, sig, &start, &io);
+        if (st == SP_OK && ref)
+            st = ckpt_load(o->load, g, sig, &rstart,
+                           &(ckpt_io){ .ctx = ref, .get = ref_get, .set = ref_set });
+        if (any_failed(st != SP_OK, m->name, sp_last_error())) {
+            code = 1;
+            goto out;
+        }
+        sp_trainer_set_steps_done(t, start);
+        if (ref) sp_reference_set_steps_done(ref, start);
+    }
     if (me == 0) {
         printf("%s: %d actors, schedule %s, %d stages, %d microbatches%s\n", m->name, P,
                sch->name, sch->nstages, nmb, o->check ? ", checked against the reference" : "");
         if (m->describe) m->describe(m->cfg, stdout);
+        if (o->load) printf("resumed from %s after step %d\n", o->load, start);
         fflush(stdout);
     }
     double t_start = now(), busy_steps = 0;
     float first = 0, last = 0;
-    for (int step = 1; step <= o->steps; step++) {
+    for (int step = start + 1; step <= start + o->steps; step++) {
         fill_inputs(m, o, p, nmb, step, in);
         sp_step_stats stats;
         if (sp_trainer_step(t, (const void *const *)in, &stats) != SP_OK) {
@@ -298,7 +376,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const run_opts 
             code = 1;
             goto out;
         }
-        if (step == 1) first = stats.loss;
+        if (step == start + 1) first = stats.loss;
         last = stats.loss;
         busy_steps += stats.step_s;
         char where[256] = "";
@@ -325,6 +403,16 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const run_opts 
             fflush(stdout);
         }
         if (ref && any_failed(mismatch > 0, m->name, msg)) {
+            code = 1;
+            goto out;
+        }
+        st = SP_OK;
+        if (o->dump_grads && step == start + 1)
+            st = ckpt_dump_grads(o->dump_grads, g, sig, step, &io);
+        if (st == SP_OK && o->save && (step == start + o->steps ||
+                                       (o->save_every && step % o->save_every == 0)))
+            st = ckpt_save(o->save, g, sig, step, &io);
+        if (any_failed(st != SP_OK, m->name, sp_last_error())) {
             code = 1;
             goto out;
         }

@@ -25,6 +25,9 @@ typedef struct {
     /* "220544 parameters, ..." line after the banner; may be NULL. */
     void (*describe)(void *cfg, FILE *f);
     const char *sample_unit;       /* "tok", "rows" */
+    /* What fixes the parameter shapes, e.g. "gpt vocab=256 context=64 layers=4 ...";
+     * stored in checkpoints and shown when one does not fit. */
+    void (*signature)(void *cfg, char *buf, size_t len);
 } sp_app_model;
 
 /* Parses argv, runs, returns the process exit code. */

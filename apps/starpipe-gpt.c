@@ -76,6 +76,13 @@ static void gpt_describe(void *cfg, FILE *f)
     sp_graph_free(g);
 }
 
+static void gpt_signature(void *cfg, char *buf, size_t len)
+{
+    const sp_gpt_config *c = &((gpt_app *)cfg)->model;
+    snprintf(buf, len, "gpt vocab=%d context=%d layers=%d heads=%d channels=%d", c->vocab,
+             c->context, c->layers, c->heads, c->channels);
+}
+
 int main(int argc, char **argv)
 {
     gpt_app cfg = { .data = SP_DEFAULT_CORPUS,
@@ -93,7 +100,8 @@ int main(int argc, char **argv)
              SP_DEFAULT_CORPUS);
     sp_app_model m = { .name = "starpipe-gpt", .defaults = defaults, .cfg = &cfg,
                        .flag = gpt_flag, .prepare = gpt_prepare, .build = gpt_build,
-                       .batch = gpt_batch, .describe = gpt_describe, .sample_unit = "tok" };
+                       .batch = gpt_batch, .describe = gpt_describe, .sample_unit = "tok",
+                       .signature = gpt_signature };
     int rc = sp_app_main(argc, argv, &m);
     sp_text_free(cfg.text);
     return rc;

@@ -51,6 +51,13 @@ static void mlp_describe(void *cfg, FILE *f)
             c->depth, c->width, c->classes, c->batch);
 }
 
+static void mlp_signature(void *cfg, char *buf, size_t len)
+{
+    const sp_mlp_config *c = cfg;
+    snprintf(buf, len, "mlp in=%d width=%d depth=%d classes=%d", c->in_dim, c->width, c->depth,
+             c->classes);
+}
+
 int main(int argc, char **argv)
 {
     sp_mlp_config cfg = { .in_dim = 32, .width = 128, .depth = 8, .classes = 10, .batch = 32,
@@ -65,6 +72,7 @@ int main(int argc, char **argv)
                     "  --batch N           rows per microbatch (32)\n",
         .cfg = &cfg, .flag = mlp_flag, .prepare = mlp_prepare, .build = mlp_build,
         .batch = mlp_batch, .describe = mlp_describe, .sample_unit = "rows",
+        .signature = mlp_signature,
     };
     return sp_app_main(argc, argv, &m);
 }

@@ -170,6 +170,8 @@ sp_status sp_reference_step(sp_reference *r, const void *const *inputs, float *l
     return SP_OK;
 }
 
+const sp_program *sp_reference_program(const sp_reference *r) { return r ? r->p : NULL; }
+
 const float *sp_reference_param(const sp_reference *r, sp_tensor t)
 {
     int o = r ? sp_program_param_owner(r->p, t) : -1;
@@ -184,14 +186,31 @@ const float *sp_reference_grad(const sp_reference *r, sp_tensor t)
 
 sp_status sp_reference_set_param(sp_reference *r, sp_tensor t, const float *values)
 {
-    if (!r || !sp_tensor_is_param(r->p->g, t) || !values)
-        return sp_set_error(SP_ERR_ARG, "sp_reference_set_param: not a parameter");
+    return sp_reference_store(r, t, 0, values);
+}
+
+sp_status sp_reference_store(sp_reference *r, sp_tensor t, int what, const float *values)
+{
+    if (!r || !sp_tensor_is_param(r->p->g, t) || !values || (what != 0 && what != 2 && what != 3))
+        return sp_set_error(SP_ERR_ARG, "sp_reference_store: bad argument");
     int64_t n = sp_tensor_numel(r->p->g, t);
+    float **slabs = what == 0 ? r->params : what == 2 ? r->mom_m : r->mom_v;
     for (int s = 0; s < r->S; s++) {
         int64_t off = r->p->param_off[s][t];
-        if (off >= 0) memcpy(r->params[s] + off, values, (size_t)n * sizeof(float));
+        if (off >= 0) memcpy(slabs[s] + off, values, (size_t)n * sizeof(float));
     }
     return SP_OK;
+}
+
+void sp_reference_set_steps_done(sp_reference *r, int steps)
+{
+    if (r) r->steps = steps;
+}
+
+const float *sp_reference_param_moment(const sp_reference *r, sp_tensor t, int which)
+{
+    int o = r ? sp_program_param_owner(r->p, t) : -1;
+    return o < 0 ? NULL : (which ? r->mom_v[o] : r->mom_m[o]) + r->p->param_off[o][t];
 }
 
 const float *sp_reference_microbatch_losses(const sp_reference *r) { return r ? r->losses : NULL; }

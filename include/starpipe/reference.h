@@ -20,6 +20,7 @@ typedef struct sp_reference sp_reference;
 sp_reference *sp_reference_create(const sp_program *p, int microbatches,
                                   const sp_adamw_config *opt, uint64_t seed, sp_status *status);
 void sp_reference_free(sp_reference *r);
+const sp_program *sp_reference_program(const sp_reference *r);
 
 /* inputs[i * ninputs + k]: microbatch i's slice of graph input k (sp_program_input order).
  * Computes the mean loss over the microbatches and the gradients, without updating. */
@@ -34,6 +35,12 @@ const float *sp_reference_param(const sp_reference *r, sp_tensor param);
 const float *sp_reference_grad(const sp_reference *r, sp_tensor param);
 /* Sets a parameter in every stage that holds a copy (for finite differences, loading). */
 sp_status sp_reference_set_param(sp_reference *r, sp_tensor param, const float *values);
+/* Sets a parameter's value (what 0) or AdamW moment m (2) or v (3) in every stage that
+ * holds it, and the step count: for loading checkpoints. */
+sp_status sp_reference_store(sp_reference *r, sp_tensor param, int what, const float *values);
+void sp_reference_set_steps_done(sp_reference *r, int steps);
+/* The owner's AdamW moment m (which 0) or v (1) of a parameter. */
+const float *sp_reference_param_moment(const sp_reference *r, sp_tensor param, int which);
 /* Losses of each microbatch of the last step. */
 const float *sp_reference_microbatch_losses(const sp_reference *r);
 /* The global gradient norm of the last optimizer step. */

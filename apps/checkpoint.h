@@ -1,0 +1,34 @@
+/* Checkpoints and gradient dumps of the apps, in the safetensors format: one tensor per
+ * parameter under its graph name, with ".adam_m" and ".adam_v" for the AdamW moments,
+ * and metadata starpipe.format, starpipe.model (the model's signature) and
+ * starpipe.step. Parameters are stored by name, not by stage, so a run can resume under
+ * another schedule or rank count. Loading checks everything before it sets anything. */
+#ifndef STARPIPE_APP_CHECKPOINT_H
+#define STARPIPE_APP_CHECKPOINT_H
+
+#include "starpipe/graph.h"
+#include "starpipe/status.h"
+
+/* Where the parameters of a run live (the trainer or the reference interpreter). what: 0
+ * value, 1 gradient of the last step, 2 AdamW m, 3 AdamW v. get may be collective: every
+ * rank calls the save functions; only the writer writes. */
+typedef struct {
+    void *ctx;
+    sp_status (*get)(void *ctx, sp_tensor p, int what, float *dst);
+    sp_status (*set)(void *ctx, sp_tensor p, int what, const float *src);
+    int writer;
+} ckpt_io;
+
+sp_status ckpt_save(const char *path, const sp_graph *g, const char *model_sig, int steps_done,
+                    const ckpt_io *io);
+/* The gradients of one step (before clipping), as float32 tensors under the parameters'
+ * names; metadata starpipe.step says which step. */
+sp_status ckpt_dump_grads(const char *path, const sp_graph *g, const char *model_sig, int step,
+                          const ckpt_io *io);
+/* Loads values and moments; *steps_done gets the checkpoint's step. A file of another
+ * model, or a truncated, corrupted or foreign one, is refused with a message naming what
+ * differs, and nothing is set. */
+sp_status ckpt_load(const char *path, const sp_graph *g, const char *model_sig, int *steps_done,
+                    const ckpt_io *io);
+
+#endif
