@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "apps/checkpoint.h"
-#include "apps/gpt_common.h"
+#include "apps/parse.h"
 #include "starpipe/exec.h"
 #include "starpipe/plan.h"
 #include "starpipe/program.h"
@@ -61,6 +61,19 @@ static void usage(const sp_app_model *m, FILE *f)
             m->name, m->defaults);
 }
 
+static int takes_value(const sp_app_model *m, const char *a)
+{
+    static const char *const common[] = { "--steps", "--microbatches", "--chunks", "--actors",
+                                          "--seed", "--lr", "--clip", "--schedule", "--save",
+                                          "--load", "--resume", "--dump-grads", "--save-every",
+                                          NULL };
+    for (const char *const *f = common; *f; f++)
+        if (!strcmp(a, *f)) return 1;
+    for (const char *const *f = m->flags; f && *f; f++)
+        if (!strcmp(a, *f)) return 1;
+    return 0;
+}
+
 /* 1 run, 0 exit 0 (help), -1 bad command line (message printed on rank 0). */
 static int parse(int argc, char **argv, sp_app_model *m, run_opts *o)
 {
@@ -84,7 +97,11 @@ static int parse(int argc, char **argv, sp_app_model *m, run_opts *o)
         } else if (!strcmp(a, "--check")) {
             o->check = 1;
             takes = 0;
-        } else if (!v && !strncmp(a, "--", 2)) {
+        } else if (!takes_value(m, a)) {
+            fprintf(err, "%s: error: unknown option '%s' (see --help)\n", m->name, a);
+            rc = -1;
+            break;
+        } else if (!v) {
             fprintf(err, "%s: error: %s needs a value (see --help)\n", m->name, a);
             rc = -1;
             break;
@@ -100,14 +117,8 @@ static int parse(int argc, char **argv, sp_app_model *m, run_opts *o)
         else if (!strcmp(a, "--load") || !strcmp(a, "--resume")) o->load = v;
         else if (!strcmp(a, "--dump-grads")) o->dump_grads = v;
         else if (!strcmp(a, "--save-every")) ok = app_parse_int(a, v, 1, 1 << 30, &o->save_every);
-        else {
-            int r = m->flag(m->cfg, a, v);
-            if (r == 0) {
-                fprintf(err, "%s: error: unknown option '%s' (see --help)\n", m->name, a);
-                rc = -1;
-            }
-            ok = r > 0;
-        }
+        else
+            ok = m->flag(m->cfg, a, v) > 0;
         if (!ok) rc = -1;
         i += takes;
     }

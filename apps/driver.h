@@ -13,8 +13,9 @@ typedef struct {
     const char *name;        /* program name, for messages */
     const char *defaults;    /* the model-flag part of --help */
     void *cfg;               /* the app's model configuration */
-    /* Handles one model flag: 1 taken (value consumed), 0 not a model flag, -1 bad value
-     * (message printed). */
+    /* The model's flags (each takes a value), NULL-terminated. */
+    const char *const *flags;
+    /* Handles one of them (value never NULL): 1 taken, -1 bad value (message printed). */
     int (*flag)(void *cfg, const char *flag, const char *value);
     /* After parsing: checks the configuration, loads data, sets *samples_per_mb (tokens
      * or rows of one microbatch, for the throughput). 0 ok, else a message in msg. */

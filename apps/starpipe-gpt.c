@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "apps/driver.h"
-#include "apps/gpt_common.h"
+#include "apps/parse.h"
 #include "starpipe/data.h"
 #include "starpipe/models.h"
 
@@ -22,14 +22,14 @@ static int gpt_flag(void *cfg, const char *a, const char *v)
         c->data = v;
         return 1;
     }
-    struct { const char *flag; int *dst; long hi; } ints[] = {
+    const struct { const char *flag; int *dst; long hi; } ints[] = {
         { "--layers", &c->model.layers, 1024 },    { "--heads", &c->model.heads, 1024 },
         { "--channels", &c->model.channels, 65536 }, { "--context", &c->model.context, 65536 },
         { "--batch", &c->model.batch, 65536 },
     };
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
         if (!strcmp(a, ints[i].flag)) return app_parse_int(a, v, 1, ints[i].hi, ints[i].dst) ? 1 : -1;
-    return 0;
+    return -1;
 }
 
 static int gpt_prepare(void *cfg, double *samples, char *msg, size_t len)
@@ -98,7 +98,9 @@ int main(int argc, char **argv)
              "  --context N         sequence length T (64)\n"
              "  --batch N           sequences per microbatch (4)\n",
              SP_DEFAULT_CORPUS);
-    sp_app_model m = { .name = "starpipe-gpt", .defaults = defaults, .cfg = &cfg,
+    static const char *const flags[] = { "--data", "--layers", "--heads", "--channels",
+                                         "--context", "--batch", NULL };
+    sp_app_model m = { .name = "starpipe-gpt", .flags = flags, .defaults = defaults, .cfg = &cfg,
                        .flag = gpt_flag, .prepare = gpt_prepare, .build = gpt_build,
                        .batch = gpt_batch, .describe = gpt_describe, .sample_unit = "tok",
                        .signature = gpt_signature };

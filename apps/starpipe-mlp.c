@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "apps/driver.h"
-#include "apps/gpt_common.h"
+#include "apps/parse.h"
 #include "starpipe/data.h"
 #include "starpipe/models.h"
 
@@ -20,7 +20,7 @@ static int mlp_flag(void *cfg, const char *a, const char *v)
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
         if (!strcmp(a, ints[i].flag))
             return app_parse_int(a, v, ints[i].lo, ints[i].hi, ints[i].dst) ? 1 : -1;
-    return 0;
+    return -1;
 }
 
 static int mlp_prepare(void *cfg, double *samples, char *msg, size_t len)
@@ -62,8 +62,11 @@ int main(int argc, char **argv)
 {
     sp_mlp_config cfg = { .in_dim = 32, .width = 128, .depth = 8, .classes = 10, .batch = 32,
                           .stages = 1 };
+    static const char *const flags[] = { "--in", "--width", "--depth", "--classes", "--batch",
+                                         NULL };
     sp_app_model m = {
         .name = "starpipe-mlp",
+        .flags = flags,
         .defaults = "model:\n"
                     "  --in N              input features (32)\n"
                     "  --width N           hidden width (128)\n"

@@ -60,7 +60,8 @@ static sp_status header_done(parser *ps, const char *tok)
         return perr(ps, tok, "'actors', 'stages' and 'microbatches' must come before", NULL);
     ps->s = sp_schedule_create(ps->p, ps->S, ps->m);
     if (!ps->s) return SP_ERR_NOMEM;
-    snprintf(ps->s->name, sizeof ps->s->name, "%s", ps->name);
+    /* an unnamed schedule is known by its file, so messages can say which one */
+    snprintf(ps->s->name, sizeof ps->s->name, "%s", ps->name[0] ? ps->name : ps->src);
     size_t n = (size_t)4 * ps->m * ps->S;
     ps->seen_line = calloc(n, sizeof *ps->seen_line);
     if (!ps->seen_line) return sp_set_error(SP_ERR_NOMEM, "out of memory reading a schedule");

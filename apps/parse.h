@@ -1,7 +1,7 @@
-/* Command-line handling shared by the apps: strict number parsing and the GPT options.
- * Header-only so each app stays one translation unit plus this file. */
-#ifndef STARPIPE_APP_COMMON_H
-#define STARPIPE_APP_COMMON_H
+/* Strict number parsing for the apps' flags: the whole string must be a number in range,
+ * else one clear line on stderr. Header-only. */
+#ifndef STARPIPE_APP_PARSE_H
+#define STARPIPE_APP_PARSE_H
 
 #include <errno.h>
 #include <limits.h>
