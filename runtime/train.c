@@ -44,6 +44,8 @@ struct sp_trainer {
     int nevents, cap_events;
     void **host; /* memory behind the lazily registered buffers */
     size_t nhost, caphost;
+    sp_exec_buf **pool_free; /* per-microbatch buffers not in use */
+    size_t nfree, capfree, npooled, pool_bytes;
 };
 
 static int owns(const sp_trainer *t, int stage) { return t->plan->stage_actor[stage] == t->rank; }
@@ -84,6 +86,51 @@ static sp_exec_buf *lazy(sp_trainer *t, sp_exec_buf **slot, size_t floats)
     return *slot;
 }
 
+/* Per-microbatch buffers (activations, boundary tensors and their gradients) come from
+ * a pool: a slot takes a buffer of its size when first used in a step and gives it back
+ * at the plan's FREE, so memory follows the planner's liveness. Reusing a buffer is safe
+ * without any wait here: StarPU orders the new writer after the old readers and sends. */
+static sp_exec_buf *pool_take(sp_trainer *t, sp_exec_buf **slot, size_t floats)
+{
+    if (*slot) return *slot;
+    for (size_t i = t->nfree; i-- > 0;)
+        if (sp_exec_buf_count(t->pool_free[i]) == floats) {
+            *slot = t->pool_free[i];
+            t->pool_free[i] = t->pool_free[--t->nfree];
+            return *slot;
+        }
+    if (t->nfree == t->capfree || t->npooled == t->capfree) {
+        size_t cap = t->capfree ? 2 * t->capfree : 64;
+        sp_exec_buf **f = realloc(t->pool_free, cap * sizeof *f);
+        if (!f) return NULL;
+        t->pool_free = f;
+        t->capfree = cap;
+    }
+    sp_exec_buf *b = NULL;
+    if (!lazy(t, &b, floats)) return NULL;
+    t->npooled++;
+    t->pool_bytes += floats * sizeof(float);
+    return *slot = b;
+}
+
+static void pool_give(sp_trainer *t, sp_exec_buf **slot)
+{
+    if (!*slot) return;
+    t->pool_free[t->nfree++] = *slot; /* capacity >= npooled >= nfree + 1 */
+    *slot = NULL;
+}
+
+static sp_exec_buf **mb_slot(sp_trainer *t, sp_slab_class c, int idx, int mb)
+{
+    switch (c) {
+    case SP_SLAB_ACT: return &t->h_act[mb * t->S + idx];
+    case SP_SLAB_BGRAD: return &t->h_bgrad[mb * t->S + idx];
+    case SP_SLAB_EDGE_FWD: return &t->h_efwd[mb * t->E + idx];
+    case SP_SLAB_EDGE_GRAD: return &t->h_egrad[mb * t->E + idx];
+    default: return NULL;
+    }
+}
+
 static sp_exec_buf *slab_buf(sp_trainer *t, sp_slab_class c, int idx, int mb)
 {
     switch (c) {
@@ -91,14 +138,28 @@ static sp_exec_buf *slab_buf(sp_trainer *t, sp_slab_class c, int idx, int mb)
     case SP_SLAB_GRADS: return t->h_grads[idx];
     case SP_SLAB_SCRATCH:
         return lazy(t, &t->h_scratch[idx], floats_of(t, c, idx));
-    case SP_SLAB_ACT: return lazy(t, &t->h_act[mb * t->S + idx], floats_of(t, c, idx));
-    case SP_SLAB_BGRAD: return lazy(t, &t->h_bgrad[mb * t->S + idx], floats_of(t, c, idx));
-    case SP_SLAB_EDGE_FWD: return lazy(t, &t->h_efwd[mb * t->E + idx], floats_of(t, c, idx));
-    case SP_SLAB_EDGE_GRAD: return lazy(t, &t->h_egrad[mb * t->E + idx], floats_of(t, c, idx));
+    case SP_SLAB_ACT:
+    case SP_SLAB_BGRAD:
+    case SP_SLAB_EDGE_FWD:
+    case SP_SLAB_EDGE_GRAD: return pool_take(t, mb_slot(t, c, idx, mb), floats_of(t, c, idx));
     case SP_SLAB_INPUT: return t->h_input[mb * t->nin + idx];
     case SP_SLAB_LOSS: return lazy(t, &t->h_loss[mb], 1);
     default: return NULL;
     }
+}
+
+/* The plan's FREE: the buffer goes back to the pool. */
+static void do_free(sp_trainer *t, const sp_buf *b)
+{
+    sp_exec_buf **slot = NULL;
+    switch (b->cls) {
+    case SP_BUF_ACT: slot = mb_slot(t, SP_SLAB_ACT, b->idx, b->mb); break;
+    case SP_BUF_BGRAD: slot = mb_slot(t, SP_SLAB_BGRAD, b->idx, b->mb); break;
+    case SP_BUF_EDGE_FWD: slot = mb_slot(t, SP_SLAB_EDGE_FWD, b->idx, b->mb); break;
+    case SP_BUF_EDGE_GRAD: slot = mb_slot(t, SP_SLAB_EDGE_GRAD, b->idx, b->mb); break;
+    default: return; /* persistent buffers and tied-weight transfers stay */
+    }
+    pool_give(t, slot);
 }
 
 static sp_exec_mode exec_mode(sp_slab_class c, sp_slab_mode m)
@@ -177,6 +238,9 @@ static sp_status do_run(sp_trainer *t, const sp_task *task, int instr)
                                  .dloss = 1.0f / (float)t->m };
         st = submit(t, name, sp_stage_task_cpu, nb, bufs, modes, &a, sizeof a,
                     (task_id){ kind, mb, s, instr });
+        /* BW's activation gradients live and die inside the task (the plan does not
+         * track them): the buffer can serve the next user at once */
+        if (kind == SP_TASK_BW) pool_give(t, mb_slot(t, SP_SLAB_BGRAD, s, mb));
     }
     if (bufs != stack_bufs) free(bufs);
     if (modes != stack_modes) free(modes);
@@ -363,8 +427,18 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
         case SP_OP_SEND:
         case SP_OP_RECV: st = do_transfer(t, in); break;
         case SP_OP_COMBINE: st = do_combine(t, in->buf.idx, i); break;
-        default: break; /* FREE: buffers are kept for the next step */
+        case SP_OP_FREE: do_free(t, &in->buf); break;
+        default: break;
         }
+    }
+    /* whatever the plan left alive (nothing, for a well-formed plan) returns too */
+    for (int i = 0; i < t->m * t->S; i++) {
+        pool_give(t, &t->h_act[i]);
+        pool_give(t, &t->h_bgrad[i]);
+    }
+    for (int i = 0; i < t->m * t->E; i++) {
+        pool_give(t, &t->h_efwd[i]);
+        pool_give(t, &t->h_egrad[i]);
     }
     sp_status end = sp_exec_end_step(); /* always: the other ranks wait for us */
     double span = now() - p0;
@@ -535,6 +609,8 @@ void sp_trainer_free(sp_trainer *t)
     for (size_t l = 0; l < sizeof lists / sizeof *lists; l++)
         for (size_t i = 0; lists[l] && i < counts[l]; i++)
             if (lists[l][i]) sp_exec_buf_unregister(lists[l][i]);
+    for (size_t i = 0; i < t->nfree; i++) sp_exec_buf_unregister(t->pool_free[i]);
+    free(t->pool_free);
     for (int s = 0; s < t->S; s++) {
         if (t->params) free(t->params[s]);
         if (t->grads) free(t->grads[s]);
@@ -551,6 +627,16 @@ void sp_trainer_free(sp_trainer *t)
     free(t->h_sgrad), free(t->h_sparam), free(t->seq_task), free(t->events);
     sp_plan_free(t->plan);
     free(t);
+}
+
+sp_train_memory sp_trainer_memory(const sp_trainer *t)
+{
+    sp_train_memory m = { 0, 0 };
+    if (!t) return m;
+    m.transient = t->pool_bytes;
+    for (int s = 0; s < t->S; s++)
+        if (owns(t, s)) m.persistent += 4 * sp_program_buf_bytes(t->p, SP_SLAB_PARAMS, s);
+    return m;
 }
 
 /* ---- host access ------------------------------------------------------------------- */

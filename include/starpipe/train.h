@@ -69,6 +69,14 @@ sp_status sp_trainer_fetch(sp_trainer *t, sp_tensor param, int what, float *dst)
 sp_status sp_trainer_store(sp_trainer *t, sp_tensor param, int what, const float *src);
 void sp_trainer_set_steps_done(sp_trainer *t, int steps);
 
+/* Memory of this rank: bytes of per-microbatch buffers (activations, boundary tensors,
+ * their gradients) at their high-water mark, which the pool keeps to what the plan's
+ * liveness allows, and bytes of the persistent slabs (parameters, gradients, AdamW). */
+typedef struct {
+    size_t transient, persistent;
+} sp_train_memory;
+sp_train_memory sp_trainer_memory(const sp_trainer *t);
+
 /* What ran in the last step on this rank (empty unless opts.trace): tasks named
  * "F mb3 s2", with start/end times in microseconds since the step began. */
 typedef struct {
