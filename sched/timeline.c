@@ -21,7 +21,7 @@ sp_status sp_sim_write_trace(const sp_plan *plan, const sp_sim_result *r, const 
             char name[96], bs[64];
             const char *cat;
             if (in->op == SP_OP_RUN) {
-                snprintf(name, sizeof name, "%s%d s%d", sp_task_kind_name(in->task.kind),
+                snprintf(name, sizeof name, "%s mb%d s%d", sp_task_kind_name(in->task.kind),
                          in->task.mb, in->task.stage);
                 cat = sp_task_kind_name(in->task.kind);
             } else if (in->op == SP_OP_COMBINE || in->op == SP_OP_OPTIMIZER) {

@@ -85,6 +85,13 @@ const char *sp_schedule_help(void);
 sp_status sp_schedule_from_env(const char *name, int nactors, int nmicro, int nchunks,
                                sp_schedule **out);
 
+/* A random valid schedule for `model`: stages dealt to actors in a random order (every
+ * actor gets one when S >= p), each backward fused (BW) or split (B, W) at random, and
+ * every actor's list cut from one random topological order of the task graph. The same
+ * seed gives the same schedule on every rank. For stress tests. */
+sp_status sp_schedule_random(const sp_stage_model *model, int nactors, int nmicro,
+                             uint64_t seed, sp_schedule **out);
+
 /* Text format (docs/planner.md). Errors are SP_ERR_FORMAT with "file:line: ... 'token'". */
 sp_status sp_schedule_parse(const char *text, const char *source, sp_schedule **out);
 sp_status sp_schedule_load(const char *path, sp_schedule **out);
