@@ -17,7 +17,7 @@
 #include "starpipe/train.h"
 
 typedef struct {
-    int steps, microbatches, chunks, actors, seed, reference, check, save_every;
+    int steps, microbatches, chunks, actors, seed, reference, check, save_every, skip_nonfinite;
     float lr, clip;
     const char *schedule, *save, *load, *dump_grads;
 } run_opts;
@@ -41,6 +41,8 @@ static void usage(const sp_app_model *m, FILE *f)
             "  --lr X              AdamW learning rate (1e-3)\n"
             "  --clip X            clip the global gradient norm to X, 0 = off (1.0)\n"
             "  --seed N            initialisation and data seed (1337)\n"
+            "  --skip-nonfinite    skip the update of a step whose loss or gradients are not\n"
+            "                      finite (default: stop, naming the step and stage)\n"
             "checkpoints (safetensors):\n"
             "  --save FILE         write parameters, AdamW state and step at the end\n"
             "  --save-every N      also every N steps (needs --save)\n"
@@ -57,6 +59,10 @@ static void usage(const sp_app_model *m, FILE *f)
             "  --check             also run the reference; fail unless losses, gradients,\n"
             "                      parameters and AdamW state are bitwise identical\n"
             "  STARPIPE_TRACE=F    write F (Chrome trace JSON) and F.svg of the last step\n"
+            "  STARPIPE_STEP_TIMEOUT=S  end the run on every rank when no task finishes for\n"
+            "                      S seconds while some are pending (a lost message, a hang)\n"
+            "  STARPIPE_FAULT=K@STEP[:STAGE]  fault injection for tests: nan@STEP (a NaN in\n"
+            "                      the first float input), fail@STEP:STAGE, hang@STEP:STAGE\n"
             "  --help              this text\n",
             m->name, m->defaults);
 }
@@ -96,6 +102,9 @@ static int parse(int argc, char **argv, sp_app_model *m, run_opts *o)
             takes = 0;
         } else if (!strcmp(a, "--check")) {
             o->check = 1;
+            takes = 0;
+        } else if (!strcmp(a, "--skip-nonfinite")) {
+            o->skip_nonfinite = 1;
             takes = 0;
         } else if (!takes_value(m, a)) {
             fprintf(err, "%s: error: unknown option '%s' (see --help)\n", m->name, a);
@@ -153,6 +162,15 @@ static void fill_inputs(sp_app_model *m, const run_opts *o, const sp_program *p,
 {
     int nin = sp_program_num_inputs(p);
     for (int i = 0; i < nmb; i++) m->batch(m->cfg, (uint64_t)o->seed, step, i, in + (size_t)i * nin);
+    /* STARPIPE_FAULT=nan@STEP: a NaN in microbatch 0's first float input */
+    const char *fault = getenv("STARPIPE_FAULT");
+    int at;
+    if (fault && sscanf(fault, "nan@%d", &at) == 1 && at == step)
+        for (int k = 0; k < nin; k++)
+            if (sp_tensor_dtype(sp_program_graph(p), sp_program_input(p, k)) == SP_F32) {
+                ((float *)in[k])[0] = NAN;
+                break;
+            }
 }
 
 /* ---- checkpoint access to the reference and to the trainer ---- */
@@ -225,14 +243,15 @@ static int run_reference(sp_app_model *m, const run_opts *o, sp_adamw_config *op
         double t0 = now();
         float loss;
         if (sp_reference_step(r, (const void *const *)in, &loss) != SP_OK) {
-            fprintf(stderr, "%s: error: step %d: %s\n", m->name, step, sp_last_error());
+            fprintf(stderr, "%s: error at step %d: %s\n", m->name, step, sp_last_error());
             return 1;
         }
         double dt = now() - t0;
         if (step == start + 1) first = loss;
         last = loss;
-        printf("step %d loss %.6f  %.0f %s/s  %.1f ms\n", step, loss, samples * nmb / dt,
-               m->sample_unit, 1e3 * dt);
+        printf("step %d loss %.6f  %.0f %s/s  %.1f ms%s\n", step, loss, samples * nmb / dt,
+               m->sample_unit, 1e3 * dt,
+               sp_reference_last_skipped(r) ? "  update skipped: non-finite loss or gradients" : "");
         fflush(stdout);
         sp_status cst = SP_OK;
         if (o->dump_grads && step == start + 1)
@@ -310,7 +329,8 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const run_opts 
                          sp_adamw_config *opt)
 {
     const char *trace_path = getenv("STARPIPE_TRACE");
-    sp_exec_opts eo = { .trace = 1 };
+    const char *timeout = getenv("STARPIPE_STEP_TIMEOUT");
+    sp_exec_opts eo = { .trace = 1, .watchdog_s = timeout ? atof(timeout) : 0 };
     if (sp_exec_init(&argc, &argv, &eo) != SP_OK) {
         if (launcher_rank() == 0) fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
         return 1;
@@ -383,7 +403,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const run_opts 
         fill_inputs(m, o, p, nmb, step, in);
         sp_step_stats stats;
         if (sp_trainer_step(t, (const void *const *)in, &stats) != SP_OK) {
-            if (me == 0) fprintf(stderr, "%s: error: step %d: %s\n", m->name, step, sp_last_error());
+            if (me == 0) fprintf(stderr, "%s: error at step %d: %s\n", m->name, step, sp_last_error());
             code = 1;
             goto out;
         }
@@ -408,9 +428,10 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const run_opts 
             }
         }
         if (me == 0) {
-            printf("step %d loss %.6f  %.0f %s/s  %.1f ms  bubble %.1f%%%s\n", step, stats.loss,
-                   samples * nmb / stats.step_s, m->sample_unit, 1e3 * stats.step_s,
-                   100 * stats.bubble, ref && !mismatch ? "  (= reference)" : "");
+            printf("step %d loss %.6f  %.0f %s/s  %.1f ms  bubble %.1f%%%s%s\n", step,
+                   stats.loss, samples * nmb / stats.step_s, m->sample_unit, 1e3 * stats.step_s,
+                   100 * stats.bubble, ref && !mismatch ? "  (= reference)" : "",
+                   stats.skipped ? "  update skipped: non-finite loss or gradients" : "");
             fflush(stdout);
         }
         if (ref && any_failed(mismatch > 0, m->name, msg)) {
@@ -472,6 +493,7 @@ int sp_app_main(int argc, char **argv, sp_app_model *m)
     sp_adamw_defaults(&opt);
     opt.lr = o.lr;
     opt.grad_clip = o.clip;
+    opt.skip_nonfinite = o.skip_nonfinite;
     if (o.reference) return run_reference(m, &o, &opt);
     return run_pipelined(argc, argv, m, &o, &opt);
 }

@@ -5,12 +5,19 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 int sp_stage_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args)
 {
     (void)counts;
     (void)nbufs;
     const sp_stage_task_args *a = args;
+    if (a->fault == 1) {
+        fprintf(stderr, "starpipe: stage %d task failed: injected failure (STARPIPE_FAULT)\n",
+                a->stage);
+        return 99;
+    }
+    while (a->fault == 2) sleep(60); /* injected hang: only the watchdog or a kill ends it */
     sp_run_args run = { .dloss = a->dloss };
     sp_status st = sp_program_run(a->prog, a->stage, (sp_task_kind)a->kind, bufs, &run);
     if (st != SP_OK) {

@@ -16,6 +16,7 @@ typedef struct {
     int stage;
     int kind; /* sp_task_kind */
     float dloss;
+    int fault; /* fault injection (STARPIPE_FAULT): 0 none, 1 fail, 2 hang */
 } sp_stage_task_args;
 int sp_stage_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args);
 

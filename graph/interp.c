@@ -3,6 +3,7 @@
  * stage programs and kernels the runtime uses. */
 #include "starpipe/reference.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,7 @@ struct sp_reference {
     sp_adamw_config opt;
     int steps;
     double grad_norm;
+    int skipped;
     int S, E;
     float **params, **grads, **mom_m, **mom_v, **act, **bgrad, **scratch;
     float **efwd, **egrad;
@@ -151,14 +153,22 @@ sp_status sp_reference_forward_backward(sp_reference *r, const void *const *inpu
     return SP_OK;
 }
 
-sp_status sp_reference_step(sp_reference *r, const void *const *inputs, float *loss)
+sp_status sp_reference_step(sp_reference *r, const void *const *inputs, float *loss_out)
 {
-    sp_status st = sp_reference_forward_backward(r, inputs, loss);
+    float mean_loss;
+    sp_status st = sp_reference_forward_backward(r, inputs, &mean_loss);
+    if (loss_out) *loss_out = mean_loss;
     if (st) return st;
     const sp_program *p = r->p;
     double sumsq[r->S];
     for (int s = 0; s < r->S; s++) sumsq[s] = sp_optim_sumsq(p, s, r->grads[s]);
     float scale = sp_optim_clip_scale(&r->opt, sumsq, r->S, &r->grad_norm);
+    int bad = sp_optim_nonfinite_stage(sumsq, r->S, mean_loss);
+    r->skipped = bad >= 0;
+    if (bad >= 0 && !r->opt.skip_nonfinite)
+        return sp_set_error(SP_ERR_NUMERIC, "non-finite %s in stage %d (use --skip-nonfinite "
+                            "to skip such steps)", isfinite(sumsq[bad]) ? "loss" : "gradients", bad);
+    if (bad >= 0) return SP_OK; /* skipped: no update, the step does not count */
     r->steps++;
     for (int s = 0; s < r->S; s++)
         sp_optim_update(p, s, r->params[s], r->grads[s], r->mom_m[s], r->mom_v[s], &r->opt, scale,
@@ -214,6 +224,7 @@ const float *sp_reference_param_moment(const sp_reference *r, sp_tensor t, int w
 }
 
 const float *sp_reference_microbatch_losses(const sp_reference *r) { return r ? r->losses : NULL; }
+int sp_reference_last_skipped(const sp_reference *r) { return r ? r->skipped : 0; }
 double sp_reference_grad_norm(const sp_reference *r) { return r ? r->grad_norm : 0.0; }
 int sp_reference_steps_done(const sp_reference *r) { return r ? r->steps : 0; }
 

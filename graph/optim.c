@@ -51,6 +51,13 @@ float sp_optim_clip_scale(const sp_adamw_config *cfg, const double *stage_sumsq,
     return 1.0f;
 }
 
+int sp_optim_nonfinite_stage(const double *stage_sumsq, int nstages, float loss)
+{
+    for (int s = 0; s < nstages; s++)
+        if (!isfinite(stage_sumsq[s])) return s;
+    return isfinite(loss) ? -1 : nstages - 1;
+}
+
 void sp_optim_update(const sp_program *p, int s, float *params, const float *grads, float *m,
                      float *v, const sp_adamw_config *cfg, float grad_scale, int t)
 {

@@ -7,6 +7,7 @@
  * float operations as the reference interpreter run in the same order. */
 #include "starpipe/train.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,7 @@ struct sp_trainer {
     size_t seq_cap;
     sp_train_event *events;
     int nevents, cap_events;
+    struct { int kind, step, stage; } fault; /* STARPIPE_FAULT: fail@STEP:STAGE, hang@... */
     void **host; /* memory behind the lazily registered buffers */
     size_t nhost, caphost;
     sp_exec_buf **pool_free; /* per-microbatch buffers not in use */
@@ -236,6 +238,9 @@ static sp_status do_run(sp_trainer *t, const sp_task *task, int instr)
         snprintf(name, sizeof name, "%s mb%d s%d", sp_task_kind_name(kind), mb, s);
         sp_stage_task_args a = { .prog = t->p, .stage = s, .kind = kind,
                                  .dloss = 1.0f / (float)t->m };
+        if (t->fault.kind && t->fault.step == t->steps + 1 && t->fault.stage == s &&
+            kind == SP_TASK_F && mb == 0)
+            a.fault = t->fault.kind;
         st = submit(t, name, sp_stage_task_cpu, nb, bufs, modes, &a, sizeof a,
                     (task_id){ kind, mb, s, instr });
         /* BW's activation gradients live and die inside the task (the plan does not
@@ -477,8 +482,22 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
     double norm = 0.0, bubble = 0.0;
     float scale = st == SP_OK ? sp_optim_clip_scale(&t->o.opt, v, t->S, &norm) : 1.0f;
     for (int a = 0; a < pl->nactors; a++) bubble += v[t->S + a] / pl->nactors;
+    int bad = sp_optim_nonfinite_stage(v, t->S, loss);
+    int bad_is_loss = bad >= 0 && isfinite(v[bad]);
     free(v);
     if (st) return st;
+    if (stats) {
+        stats->loss = loss;
+        stats->grad_norm = norm;
+        stats->bubble = t->o.trace ? bubble : 0.0;
+        stats->skipped = bad >= 0;
+    }
+    if (bad >= 0) { /* the same decision on every rank: v was allreduced */
+        if (stats) stats->step_s = now() - t0;
+        if (t->o.opt.skip_nonfinite) return SP_OK;
+        return sp_set_error(SP_ERR_NUMERIC, "non-finite %s in stage %d (use --skip-nonfinite "
+                            "to skip such steps)", bad_is_loss ? "loss" : "gradients", bad);
+    }
 
     if ((st = sp_exec_begin_step())) return st;
     t->seq = 0;
@@ -491,12 +510,7 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
     if (st) sp_exec_abort(1, "step %d: %s", t->steps + 1, sp_last_error());
     if (end) return end;
     t->steps++;
-    if (stats) {
-        stats->loss = loss;
-        stats->step_s = now() - t0;
-        stats->grad_norm = norm;
-        stats->bubble = t->o.trace ? bubble : 0.0;
-    }
+    if (stats) stats->step_s = now() - t0;
     return SP_OK;
 }
 
@@ -560,6 +574,10 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
     t->m = sched->nmicro;
     t->nin = sp_program_num_inputs(p);
     t->nshared = model->nshared;
+    const char *fault = getenv("STARPIPE_FAULT");
+    if (fault && (sscanf(fault, "fail@%d:%d", &t->fault.step, &t->fault.stage) == 2 ||
+                  sscanf(fault, "hang@%d:%d", &t->fault.step, &t->fault.stage) == 2))
+        t->fault.kind = fault[0] == 'f' ? 1 : 2;
     if ((st = sp_plan_build(model, sched, &t->plan))) goto out;
     if ((st = sp_plan_check(t->plan))) goto out;
     if ((st = alloc_arrays(t))) goto out;

@@ -21,6 +21,8 @@ typedef struct {
     float eps;          /* 1e-8 */
     float weight_decay; /* 0.1 */
     float grad_clip;    /* clip the global norm to this; 0 = off (default 1.0) */
+    int skip_nonfinite; /* on a non-finite loss or gradient: 1 skips the update (the step
+                           does not count), 0 (default) fails with SP_ERR_NUMERIC */
 } sp_adamw_config;
 
 void sp_adamw_defaults(sp_adamw_config *cfg);
@@ -37,6 +39,10 @@ double sp_optim_sumsq(const sp_program *p, int s, const float *grads);
  * min(1, clip / norm), 1 when clipping is off. *norm gets the global norm. */
 float sp_optim_clip_scale(const sp_adamw_config *cfg, const double *stage_sumsq, int nstages,
                           double *norm);
+
+/* The first stage whose gradients are not finite (from the per-stage sums of squares),
+ * S - 1 if only the loss is not finite, -1 if all is finite. */
+int sp_optim_nonfinite_stage(const double *stage_sumsq, int nstages, float loss);
 
 /* AdamW for the parameters stage s owns, at step t (1-based). m and v are laid out like
  * params (2 slabs of the stage's PARAMS size). */

@@ -26,8 +26,11 @@ const sp_program *sp_reference_program(const sp_reference *r);
  * Computes the mean loss over the microbatches and the gradients, without updating. */
 sp_status sp_reference_forward_backward(sp_reference *r, const void *const *inputs,
                                         float *loss);
-/* forward_backward, then the optimizer step. */
+/* forward_backward, then the optimizer step. A non-finite loss or gradient fails with
+ * SP_ERR_NUMERIC naming the step and stage, or skips the update (opt.skip_nonfinite). */
 sp_status sp_reference_step(sp_reference *r, const void *const *inputs, float *loss);
+/* 1 if the last step's update was skipped for a non-finite loss or gradient. */
+int sp_reference_last_skipped(const sp_reference *r);
 
 /* The owner's copy of a parameter, and its combined gradient of the last step (after
  * sp_reference_forward_backward; before clipping). numel floats each. */

@@ -36,6 +36,8 @@ typedef struct {
     double grad_norm;   /* global gradient norm before clipping */
     double bubble;      /* idle share of the actors during the pipelined phase, from the
                            executed tasks (only when opts.trace) */
+    int skipped;        /* the update was skipped: non-finite loss or gradient, and
+                           opts.opt.skip_nonfinite */
 } sp_step_stats;
 
 typedef struct sp_trainer sp_trainer;
@@ -50,7 +52,8 @@ const sp_plan *sp_trainer_plan(const sp_trainer *t);
 
 /* One step. inputs[i * ninputs + k]: microbatch i of graph input k (every rank passes
  * the whole batch; each reads what its stages use). Collective; the same status and
- * stats on every rank. */
+ * stats on every rank. A non-finite loss or gradient fails with SP_ERR_NUMERIC naming
+ * the step and the first stage affected, or skips the update (opts.opt.skip_nonfinite). */
 sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stats *stats);
 
 /* Host copies of this rank's stage slabs, for checks and checkpoints: PARAMS, GRADS

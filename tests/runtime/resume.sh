@@ -19,4 +19,16 @@ if "$mpiexec" -np 2 --oversubscribe "$app" --layers 2 --channels 16 --heads 2 --
   echo "FAIL: loaded a checkpoint of another model"; exit 1
 fi
 grep -q "layers=4" "$dir/log" || { cat "$dir/log"; echo "FAIL: message does not name the model"; exit 1; }
-echo "ok: resumed runs are byte-identical to the straight run"
+# a checkpoint cut in half, or with one byte flipped, is refused and nothing runs
+size=$(stat -c %s "$dir/half.st")
+head -c $((size / 2)) "$dir/half.st" > "$dir/cut.st"
+cp "$dir/half.st" "$dir/flip.st"
+printf '\377' | dd of="$dir/flip.st" bs=1 seek=$((size - 100)) conv=notrunc status=none
+for bad in cut flip; do
+  if "$mpiexec" -np 2 --oversubscribe "$app" $common --load "$dir/$bad.st" --steps 1 >"$dir/log" 2>&1; then
+    echo "FAIL: loaded the $bad checkpoint"; exit 1
+  fi
+  grep -Eq "truncated|checksum" "$dir/log" || { cat "$dir/log"; echo "FAIL: $bad: unclear message"; exit 1; }
+  ! grep -q "^step" "$dir/log" || { echo "FAIL: $bad: training ran"; exit 1; }
+done
+echo "ok: resumed runs are byte-identical to the straight run; broken checkpoints refused"

@@ -1,0 +1,158 @@
+/* Causal multi-head self-attention on the GPU, the CPU's algorithm (attention.c): per batch
+ * row b, the products of all NH heads are one cuBLAS strided-batched sgemm each (head h of
+ * the packed qkv starts at column h*hs, so the batch stride is hs), on the full T x T
+ * square; the softmax and its backward are one warp per row. */
+#include "codelets/cuda/common.cuh"
+
+#include <math.h>
+
+/* Row-major batched c_i (m,n) = alpha opA(a_i) (m,k) @ opB(b_i) (k,n) + beta c_i, lda/ldb/
+ * ldc row-major leading dimensions, sa/sb/sc the strides between batch entries; through
+ * the column-major operand swap, as in matmul.cu. All sizes here are > 0. */
+static int gemm_batched(cublasHandle_t h, const float *a, int lda, long long sa, int ta,
+                        const float *b, int ldb, long long sb, int tb, float *c, int ldc,
+                        long long sc, int m, int n, int k, float alpha, float beta, int batch)
+{
+    SP_CUBLAS_TRY(cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                            ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
+                                            ldb, sb, a, lda, sa, &beta, c, ldc, sc, batch));
+    return SP_CUDA_OK;
+}
+
+#define ATT_WARPS 8 /* rows per block */
+
+/* rows of (T,T) score matrices, t = row % T: softmax over columns 0..t, zeros after. */
+__global__ void causal_softmax_kernel(float *__restrict__ att, int64_t rows, int T)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * ATT_WARPS + (threadIdx.x >> 5);
+    if (row >= rows)
+        return; /* whole warps only */
+    const int t = (int)(row % T);
+    float *r = att + row * T;
+    float mx = -INFINITY;
+    for (int j = lane; j <= t; j += 32)
+        mx = fmaxf(mx, r[j]);
+    mx = sp_warp_max(mx);
+    float s = 0.0f;
+    for (int j = lane; j <= t; j += 32) {
+        float e = expf(r[j] - mx);
+        r[j] = e;
+        s += e;
+    }
+    const float inv = 1.0f / sp_warp_sum(s);
+    for (int j = lane; j < T; j += 32)
+        r[j] = j <= t ? r[j] * inv : 0.0f;
+}
+
+/* dp row t (holding datt) becomes att (datt - sum(att datt)) scale over 0..t, zero after. */
+__global__ void causal_softmax_backward_kernel(float *__restrict__ dp,
+                                               const float *__restrict__ att, int64_t rows,
+                                               int T, float scale)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * ATT_WARPS + (threadIdx.x >> 5);
+    if (row >= rows)
+        return;
+    const int t = (int)(row % T);
+    float *r = dp + row * T;
+    const float *a = att + row * T;
+    float s = 0.0f;
+    for (int j = lane; j <= t; j += 32)
+        s += a[j] * r[j];
+    s = sp_warp_sum(s);
+    for (int j = lane; j < T; j += 32)
+        r[j] = j <= t ? a[j] * (r[j] - s) * scale : 0.0f;
+}
+
+static unsigned row_blocks(int64_t rows) { return (unsigned)((rows + ATT_WARPS - 1) / ATT_WARPS); }
+
+extern "C" int sp_cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T,
+                                         int C, int NH, void *stream, void *cublas)
+{
+    if (B <= 0 || T <= 0 || NH <= 0)
+        return SP_CUDA_OK;
+    cudaStream_t s = SP_STREAM(stream);
+    cublasHandle_t h = SP_CUBLAS(cublas);
+    const int hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+    const long long TT = (long long)T * T;
+    int rc = sp_cublas_bind(h, s);
+    if (rc)
+        return rc;
+    if (hs <= 0) { /* empty heads: the scores are sums of nothing */
+        SP_CUDA_TRY(cudaMemsetAsync(att, 0, sizeof(float) * (size_t)B * NH * TT, s));
+    } else {
+        for (int b = 0; b < B; b++) {
+            const float *q = qkv + (int64_t)b * T * C3;
+            /* scores_h (T,T) = scale q_h k_h^T */
+            rc = gemm_batched(h, q, C3, hs, 0, q + C, C3, hs, 1, att + (int64_t)b * NH * TT, T, TT,
+                              T, T, hs, scale, 0.0f, NH);
+            if (rc)
+                return rc;
+        }
+    }
+    const int64_t rows = (int64_t)B * NH * T;
+    causal_softmax_kernel<<<row_blocks(rows), ATT_WARPS * 32, 0, s>>>(att, rows, T);
+    SP_CUDA_LAUNCHED();
+    if (hs <= 0)
+        return SP_CUDA_OK;
+    for (int b = 0; b < B; b++) {
+        const float *v = qkv + (int64_t)b * T * C3 + 2 * C;
+        /* out_h (T,hs) = att_h (T,T) v_h (T,hs), into columns h*hs of out (B,T,C) */
+        rc = gemm_batched(h, att + (int64_t)b * NH * TT, T, TT, 0, v, C3, hs, 0,
+                          out + (int64_t)b * T * C, C, hs, T, hs, T, 1.0f, 0.0f, NH);
+        if (rc)
+            return rc;
+    }
+    return SP_CUDA_OK;
+}
+
+/* datt = dout v^T; dv = att^T dout; dpre = att (datt - rowsum(att datt)) scale;
+ * dq = dpre k; dk = dpre^T q. scratch holds datt then dpre for the NH heads of one b. */
+extern "C" int sp_cuda_attention_backward(float *dqkv, float *scratch, const float *dout,
+                                          const float *qkv, const float *att, int B, int T,
+                                          int C, int NH, int acc, void *stream, void *cublas)
+{
+    if (B <= 0 || T <= 0 || NH <= 0)
+        return SP_CUDA_OK;
+    cudaStream_t s = SP_STREAM(stream);
+    cublasHandle_t h = SP_CUBLAS(cublas);
+    const int hs = C / NH, C3 = 3 * C;
+    if (hs <= 0)
+        return SP_CUDA_OK; /* dqkv has no columns a head touches */
+    const float scale = 1.0f / sqrtf((float)hs), beta = acc ? 1.0f : 0.0f;
+    const long long TT = (long long)T * T;
+    int rc = sp_cublas_bind(h, s);
+    if (rc)
+        return rc;
+    float *dp = scratch;
+    for (int b = 0; b < B; b++) {
+        const float *q = qkv + (int64_t)b * T * C3, *k = q + C, *v = q + 2 * C;
+        const float *a = att + (int64_t)b * NH * TT;
+        const float *d = dout + (int64_t)b * T * C;
+        float *dq = dqkv + (int64_t)b * T * C3, *dk = dq + C, *dv = dq + 2 * C;
+        /* datt_h (T,T) = dout_h (T,hs) v_h^T */
+        if ((rc = gemm_batched(h, d, C, hs, 0, v, C3, hs, 1, dp, T, TT, T, T, hs, 1.0f, 0.0f, NH)))
+            return rc;
+        /* dv_h (T,hs) = att_h^T (T,T) dout_h */
+        if ((rc = gemm_batched(h, a, T, TT, 1, d, C, hs, 0, dv, C3, hs, T, hs, T, 1.0f, beta, NH)))
+            return rc;
+        const int64_t rows = (int64_t)NH * T;
+        causal_softmax_backward_kernel<<<row_blocks(rows), ATT_WARPS * 32, 0, s>>>(dp, a, rows, T,
+                                                                                  scale);
+        SP_CUDA_LAUNCHED();
+        /* dq_h (T,hs) = dpre_h (T,T) k_h; dk_h (T,hs) = dpre_h^T q_h */
+        if ((rc = gemm_batched(h, dp, T, TT, 0, k, C3, hs, 0, dq, C3, hs, T, hs, T, 1.0f, beta, NH)))
+            return rc;
+        if ((rc = gemm_batched(h, dp, T, TT, 1, q, C3, hs, 0, dk, C3, hs, T, hs, T, 1.0f, beta, NH)))
+            return rc;
+    }
+    return SP_CUDA_OK;
+}
+
+extern "C" int64_t sp_cuda_attention_scratch_floats(int /* B */, int T, int /* C */, int NH)
+{
+    int64_t n = (int64_t)(NH > 0 ? NH : 0) * (T > 0 ? T : 0) * (T > 0 ? T : 0);
+    return n > 0 ? n : 1;
+}

@@ -1,0 +1,219 @@
+/* Elementwise ops on the GPU: bias add (and its deterministic column sum), add, scale,
+ * GELU (the CPU's tanh polynomial), ReLU. Grid-stride loops over int64 n; outputs may
+ * alias an input exactly, so nothing here is __restrict__ but the bias. */
+#include "codelets/cuda/common.cuh"
+
+__global__ void bias_add_kernel(float *out, const float *x, const float *__restrict__ bias,
+                                int64_t n, int C)
+{
+    SP_GRID_STRIDE(i, n)
+        out[i] = x[i] + bias[i % C];
+}
+
+extern "C" int sp_cuda_bias_add_forward(float *out, const float *x, const float *bias, int N,
+                                        int C, void *stream)
+{
+    if (N <= 0 || C <= 0)
+        return SP_CUDA_OK;
+    int64_t n = (int64_t)N * C;
+    bias_add_kernel<<<sp_ew_blocks(n), SP_EW_THREADS, 0, SP_STREAM(stream)>>>(out, x, bias, n, C);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
+/* Column sums: a block owns 32 columns; lane y sums rows y, y+32, ... in order, then the
+ * 32 lane sums meet in a fixed tree. Reads of one row are 32 consecutive floats. */
+#define COL_W 32
+#define COL_H 32
+__global__ void bias_backward_kernel(float *__restrict__ dbias, const float *__restrict__ dout,
+                                     int N, int C, int acc)
+{
+    __shared__ float part[COL_H][COL_W + 1];
+    const int c = blockIdx.x * COL_W + threadIdx.x;
+    float s = 0.0f;
+    if (c < C)
+        for (int n = threadIdx.y; n < N; n += COL_H)
+            s += dout[(int64_t)n * C + c];
+    part[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    for (int h = COL_H / 2; h > 0; h >>= 1) {
+        if (threadIdx.y < h)
+            part[threadIdx.y][threadIdx.x] += part[threadIdx.y + h][threadIdx.x];
+        __syncthreads();
+    }
+    if (threadIdx.y == 0 && c < C)
+        dbias[c] = acc ? dbias[c] + part[0][threadIdx.x] : part[0][threadIdx.x];
+}
+
+extern "C" int sp_cuda_bias_add_backward_bias(float *dbias, const float *dout, int N, int C,
+                                              int acc, void *stream)
+{
+    if (C <= 0)
+        return SP_CUDA_OK;
+    if (N <= 0) { /* the sum over no rows is 0 */
+        if (!acc)
+            SP_CUDA_TRY(cudaMemsetAsync(dbias, 0, sizeof(float) * (size_t)C, SP_STREAM(stream)));
+        return SP_CUDA_OK;
+    }
+    dim3 block(COL_W, COL_H);
+    bias_backward_kernel<<<(C + COL_W - 1) / COL_W, block, 0, SP_STREAM(stream)>>>(dbias, dout, N,
+                                                                                  C, acc);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
+__global__ void add_kernel(float *out, const float *a, const float *b, int64_t n)
+{
+    SP_GRID_STRIDE(i, n)
+        out[i] = a[i] + b[i];
+}
+
+extern "C" int sp_cuda_add_forward(float *out, const float *a, const float *b, int64_t n,
+                                   void *stream)
+{
+    if (n <= 0)
+        return SP_CUDA_OK;
+    add_kernel<<<sp_ew_blocks(n), SP_EW_THREADS, 0, SP_STREAM(stream)>>>(out, a, b, n);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
+/* out = s x, or out += s x: the product is rounded before the add (no FMA), as on the
+ * CPU, which keeps acc = 1 bitwise equal to it. */
+__global__ void scale_kernel(float *out, const float *x, float s, int64_t n, int acc)
+{
+    SP_GRID_STRIDE(i, n) {
+        float p = __fmul_rn(s, x[i]);
+        out[i] = acc ? __fadd_rn(out[i], p) : p;
+    }
+}
+
+extern "C" int sp_cuda_scale_forward(float *out, const float *x, float s, int64_t n,
+                                     void *stream)
+{
+    if (n <= 0)
+        return SP_CUDA_OK;
+    scale_kernel<<<sp_ew_blocks(n), SP_EW_THREADS, 0, SP_STREAM(stream)>>>(out, x, s, n, 0);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
+extern "C" int sp_cuda_scale_backward(float *dx, const float *dout, float s, int64_t n, int acc,
+                                      void *stream)
+{
+    if (n <= 0)
+        return SP_CUDA_OK;
+    cudaStream_t st = SP_STREAM(stream);
+    if (!acc && s == 1.0f) { /* the plain gradient copy: the exact bits, like memmove */
+        if (dx != dout)
+            SP_CUDA_TRY(cudaMemcpyAsync(dx, dout, sizeof(float) * (size_t)n,
+                                        cudaMemcpyDeviceToDevice, st));
+        return SP_CUDA_OK;
+    }
+    scale_kernel<<<sp_ew_blocks(n), SP_EW_THREADS, 0, st>>>(dx, dout, s, n, acc);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+
+/* The CPU's tanh_fast (elementwise.c), operation for operation: exp(-2|u|) by Cody-Waite
+ * reduction and Cephes' degree-5 polynomial, 2^n built from its bits. nvcc may fuse the
+ * polynomial into FMAs, so results can differ from the CPU by an ulp or so. */
+static __device__ __forceinline__ float tanh_fast(float u)
+{
+    int ai = __float_as_int(fabsf(u));
+    ai = ai < 0x422E0000 ? ai : 0x422E0000; /* 43.5f; clamps NaN too, as on the CPU */
+    float z = -2.0f * __int_as_float(ai);
+    int n = (int)(z * 1.44269504088896341f - 0.5f); /* truncation, as C's cast */
+    float fn = (float)n;
+    float r = z - fn * 0.693359375f - fn * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    float e = p * __int_as_float((n + 127) << 23);
+    float t = (1.0f - e) / (1.0f + e);
+    return copysignf(t, u);
+}
+
+__global__ void gelu_kernel(float *out, const float *x, int64_t n)
+{
+    SP_GRID_STRIDE(i, n) {
+        float xi = x[i];
+        out[i] = 0.5f * xi * (1.0f + tanh_fast(GELU_K * (xi + GELU_A * xi * xi * xi)));
+    }
+}
+
+extern "C" int sp_cuda_gelu_forward(float *out, const float *x, int64_t n, void *stream)
+{
+    if (n <= 0)
+        return SP_CUDA_OK;
+    gelu_kernel<<<sp_ew_blocks(n), SP_EW_THREADS, 0, SP_STREAM(stream)>>>(out, x, n);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
+/* d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3a x^2), t = tanh(k (x + a x^3)). */
+__global__ void gelu_backward_kernel(float *dx, const float *x, const float *dout, int64_t n,
+                                     int acc)
+{
+    SP_GRID_STRIDE(i, n) {
+        float xi = x[i];
+        float t = tanh_fast(GELU_K * (xi + GELU_A * xi * xi * xi));
+        float g = 0.5f * (1.0f + t) +
+                  0.5f * xi * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_A * xi * xi);
+        float p = __fmul_rn(g, dout[i]);
+        dx[i] = acc ? __fadd_rn(dx[i], p) : p;
+    }
+}
+
+extern "C" int sp_cuda_gelu_backward(float *dx, const float *x, const float *dout, int64_t n,
+                                     int acc, void *stream)
+{
+    if (n <= 0)
+        return SP_CUDA_OK;
+    gelu_backward_kernel<<<sp_ew_blocks(n), SP_EW_THREADS, 0, SP_STREAM(stream)>>>(dx, x, dout, n,
+                                                                                  acc);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
+__global__ void relu_kernel(float *out, const float *x, int64_t n)
+{
+    SP_GRID_STRIDE(i, n)
+        out[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+extern "C" int sp_cuda_relu_forward(float *out, const float *x, int64_t n, void *stream)
+{
+    if (n <= 0)
+        return SP_CUDA_OK;
+    relu_kernel<<<sp_ew_blocks(n), SP_EW_THREADS, 0, SP_STREAM(stream)>>>(out, x, n);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
+__global__ void relu_backward_kernel(float *dx, const float *x, const float *dout, int64_t n,
+                                     int acc)
+{
+    SP_GRID_STRIDE(i, n) {
+        float g = x[i] > 0.0f ? dout[i] : 0.0f;
+        dx[i] = acc ? dx[i] + g : g;
+    }
+}
+
+extern "C" int sp_cuda_relu_backward(float *dx, const float *x, const float *dout, int64_t n,
+                                     int acc, void *stream)
+{
+    if (n <= 0)
+        return SP_CUDA_OK;
+    relu_backward_kernel<<<sp_ew_blocks(n), SP_EW_THREADS, 0, SP_STREAM(stream)>>>(dx, x, dout, n,
+                                                                                  acc);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}

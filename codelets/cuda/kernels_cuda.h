@@ -1,0 +1,163 @@
+/* CUDA kernels: the same ops as codelets/cpu/kernels.h (read it first: shapes, size letters,
+ * the acc rule, aliasing), on device memory, checked against the CPU ones by
+ * tests/gpu/test_cuda_kernels.c. Plain C: includable without the CUDA headers.
+ *
+ * Conventions, for every function below:
+ * - Same name with sp_cuda_ for sp_, same arguments in the same order, then `stream`
+ *   (a cudaStream_t; NULL is the legacy default stream) and, for the ops on cuBLAS,
+ *   `cublas` (a cublasHandle_t). Every pointer is a DEVICE pointer unless said otherwise.
+ * - Everything is enqueued on `stream` and returns before it runs: nothing synchronizes,
+ *   allocates or exits. The return is a status: SP_CUDA_OK (0); a cudaError_t (> 0) when
+ *   a launch or runtime call failed (possibly an earlier asynchronous error surfacing);
+ *   SP_CUDA_ERR_CUBLAS_BASE + a cublasStatus_t; SP_CUDA_ERR_ARG for a NULL handle.
+ * - acc: 0 assigns and never reads the old contents (NaN there is fine), 1 accumulates.
+ * - Deterministic: the same inputs give the same bits, run to run: reductions are in a
+ *   fixed order, no float atomics (integer atomics count bad indices only). Bits may differ
+ *   from the CPU kernels (summation order, FMA), within the tolerances of the test.
+ * - Sizes <= 0 mean there is nothing to do, as on the CPU.
+ *
+ * cuBLAS handle (matmul, attention): the calls bind it to `stream` (cublasSetStream, only
+ * when it is bound elsewhere) and to host pointer mode. Its math mode is the caller's:
+ * call sp_cuda_kernels_init (or sp_cuda_set_tf32(h, 0)) once per handle for exact fp32
+ * (CUBLAS_DEFAULT_MATH, no TF32); sp_cuda_set_tf32(h, 1) opts in to TF32 tensor cores
+ * (~10 bits of mantissa: faster, no longer within 1e-5 of the CPU). cuBLAS is bitwise
+ * reproducible for a given toolkit, GPU model and SM count when one stream uses a handle;
+ * with several concurrent streams give each its own workspace (cublasSetWorkspace) or set
+ * CUBLAS_WORKSPACE_CONFIG=:4096:8. */
+#ifndef STARPIPE_CUDA_KERNELS_H
+#define STARPIPE_CUDA_KERNELS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SP_CUDA_OK 0
+#define SP_CUDA_ERR_ARG (-1)
+#define SP_CUDA_ERR_CUBLAS_BASE 100000
+
+/* A name for a status returned here: the CUDA or cuBLAS error string. Never NULL. */
+const char *sp_cuda_status_string(int status);
+
+/* Configures a cuBLAS handle for these kernels: host pointer mode and CUBLAS_DEFAULT_MATH
+ * (fp32 without TF32). The analog of sp_kernels_init; call it once per handle. */
+int sp_cuda_kernels_init(void *cublas);
+/* on = 1: CUBLAS_TF32_TENSOR_OP_MATH (opt-in, faster, ~1e-3 relative); 0: back to
+ * CUBLAS_DEFAULT_MATH. Affects every later call on this handle, also from other code. */
+int sp_cuda_set_tf32(void *cublas, int on);
+
+/* ---- matmul.cu: cublasSgemm, row-major through the usual operand swap; acc is beta. */
+int sp_cuda_matmul_forward(float *out, const float *a, const float *b, int M, int Nc, int K,
+                           int ta, int tb, int acc, void *stream, void *cublas);
+int sp_cuda_matmul_backward_a(float *da, const float *dout, const float *b, int M, int Nc,
+                              int K, int ta, int tb, int acc, void *stream, void *cublas);
+int sp_cuda_matmul_backward_b(float *db, const float *dout, const float *a, int M, int Nc,
+                              int K, int ta, int tb, int acc, void *stream, void *cublas);
+
+/* ---- elementwise.cu. bias, add, scale, gelu, relu forwards and scale_backward may run
+ * in place (out == an input exactly), as on the CPU. */
+int sp_cuda_bias_add_forward(float *out, const float *x, const float *bias, int N, int C,
+                             void *stream);
+/* Per column: 32 row lanes each sum every 32nd row in order, then a fixed tree: not the
+ * CPU's sequential order, but the same bits every run. */
+int sp_cuda_bias_add_backward_bias(float *dbias, const float *dout, int N, int C, int acc,
+                                   void *stream);
+int sp_cuda_add_forward(float *out, const float *a, const float *b, int64_t n, void *stream);
+/* s is a host float. */
+int sp_cuda_scale_forward(float *out, const float *x, float s, int64_t n, void *stream);
+int sp_cuda_scale_backward(float *dx, const float *dout, float s, int64_t n, int acc,
+                           void *stream);
+/* GELU uses the CPU's branch-free tanh (same polynomial), so it tracks it to an ulp. */
+int sp_cuda_gelu_forward(float *out, const float *x, int64_t n, void *stream);
+int sp_cuda_gelu_backward(float *dx, const float *x, const float *dout, int64_t n, int acc,
+                          void *stream);
+int sp_cuda_relu_forward(float *out, const float *x, int64_t n, void *stream);
+int sp_cuda_relu_backward(float *dx, const float *x, const float *dout, int64_t n, int acc,
+                          void *stream);
+
+/* ---- layernorm.cu: one warp per row (two passes, as the CPU); dgamma/dbeta by a
+ * fixed-order column reduction like bias (no atomics). */
+int sp_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *x,
+                              const float *gamma, const float *beta, int N, int C,
+                              void *stream);
+int sp_cuda_layernorm_backward_x(float *dx, const float *dout, const float *x,
+                                 const float *mean, const float *rstd, const float *gamma,
+                                 int N, int C, int acc, void *stream);
+int sp_cuda_layernorm_backward_params(float *dgamma, float *dbeta, const float *dout,
+                                      const float *x, const float *mean, const float *rstd,
+                                      int N, int C, int acc, void *stream);
+
+/* ---- embed.cu. Tokens must be in [0,V): the kernels cannot check (V is not an argument)
+ * and an out-of-range token reads or writes out of bounds, which on a GPU usually poisons
+ * the whole context. Validate on the host before upload, or run sp_cuda_embed_check_tokens
+ * and read its count before launching these. */
+int sp_cuda_embed_forward(float *out, const int32_t *tokens, const float *wte,
+                          const float *wpe, int B, int T, int C, void *stream);
+/* Always accumulates. Each distinct token's row is summed by one block over the positions
+ * in (b, t) order, and each dwpe element by one thread over b: the same sequence of float
+ * additions as the CPU, so the bits match it. */
+int sp_cuda_embed_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                           int B, int T, int C, void *stream);
+/* NEW. *bad (device int) = how many of tokens (n) are outside [0,V). Assigns (zeroes it
+ * first, on the stream); integer atomics only. */
+int sp_cuda_embed_check_tokens(int *bad, const int32_t *tokens, int64_t n, int V,
+                               void *stream);
+
+/* ---- attention.cu: per batch row b, the four products are cuBLAS strided-batched sgemm
+ * over the NH heads (fp32, TF32 per the handle), softmax and its backward one warp per
+ * row. att is (B,NH,T,T) with zeros above the diagonal, as on the CPU. */
+int sp_cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH, void *stream, void *cublas);
+/* scratch: sp_cuda_attention_scratch_floats(...) floats of device memory (NH*T*T: one
+ * batch row at a time, all heads batched); reused in stream order. */
+int sp_cuda_attention_backward(float *dqkv, float *scratch, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int C, int NH,
+                               int acc, void *stream, void *cublas);
+/* Host function. NH*T*T (>= 1): differs from the CPU's T*T. */
+int64_t sp_cuda_attention_scratch_floats(int B, int T, int C, int NH);
+
+/* ---- loss.cu */
+/* DIFFERS: the loss and the count stay on the device. *loss (device float) = mean over
+ * rows of -log p[target] (NaN if any target is bad), *bad (device int) = number of targets
+ * outside [0,V) (the CPU's return value), both assigned. scratch: device memory of
+ * sp_cuda_cross_entropy_scratch_bytes(N) bytes for the per-row losses (double), reduced
+ * in a fixed order by one block. One block of 512 threads per row for the softmax. */
+int sp_cuda_cross_entropy_forward(float *loss, float *probs, const float *logits,
+                                  const int32_t *targets, int N, int V, int *bad,
+                                  void *scratch, void *stream);
+/* Host function: bytes of scratch for sp_cuda_cross_entropy_forward (N doubles, >= 8). */
+int64_t sp_cuda_cross_entropy_scratch_bytes(int N);
+/* DIFFERS: dloss is a DEVICE pointer to the upstream scalar, read in the kernel; the CPU's
+ * float dloss is dloss_mult * *dloss (pass 1.0f for the plain gradient). */
+int sp_cuda_cross_entropy_backward(float *dlogits, const float *probs, const int32_t *targets,
+                                   const float *dloss, float dloss_mult, int N, int V, int acc,
+                                   void *stream);
+/* *out (device float) = sum of x (n), in double, rounded once. One block: fine up to tens
+ * of millions of elements (a scalar loss is tiny). */
+int sp_cuda_sum_forward(float *out, const float *x, int64_t n, void *stream);
+/* DIFFERS: dx (n) = mult * *dout broadcast; dout is a DEVICE pointer to one float, mult a
+ * host float (the CPU's dout_times_s = mult * dout: 1 for sum, 1/n for mean). */
+int sp_cuda_sum_backward(float *dx, const float *dout, float mult, int64_t n, int acc,
+                         void *stream);
+
+/* ---- optim.cu */
+/* Bit for bit the CPU's formula: the same host-side bias corrections, the same per-element
+ * operations in the same order, with FMA contraction suppressed. */
+int sp_cuda_adamw_update(float *param, float *m, float *v, const float *grad, int64_t n,
+                         float lr, float beta1, float beta2, float eps, float weight_decay,
+                         float grad_scale, int t, void *stream);
+/* DIFFERS: *out (device double) = sum of squares of x (n), in double, assigned (the CPU
+ * returns it). One block, fixed order; the caller adds the per-tensor results. */
+int sp_cuda_sum_squares(double *out, const float *x, int64_t n, void *stream);
+
+/* ---- small device-side helpers (loss.cu) */
+/* NEW. *x (device float) = value (host float), ordered on the stream: the loss seed. */
+int sp_cuda_set_scalar(float *x, float value, void *stream);
+/* NEW. x (n floats) = +0.0f (cudaMemsetAsync). */
+int sp_cuda_fill_zero(float *x, int64_t n, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,179 @@
+/* Softmax cross-entropy (mean over rows) and the scalar sum, on the GPU, plus the small
+ * device-scalar helpers (set, zero). Scalars stay on the device: the loss, the bad-target
+ * count and the upstream gradient are device pointers, so nothing here synchronizes. */
+#include "codelets/cuda/common.cuh"
+
+#include <math.h>
+
+#define CE_THREADS 512
+#define SUM_THREADS 1024
+
+/* One block per row: max, exp and sum, normalize (the CPU's order of operations; the sum
+ * is a fixed tree). The row's -log p[target] = log(sum) + max - x[target] goes to rowloss
+ * in double; a bad target counts in *bad and contributes 0. */
+__global__ void __launch_bounds__(CE_THREADS)
+    ce_forward_kernel(float *__restrict__ probs, double *__restrict__ rowloss, int *bad,
+                      const float *__restrict__ logits, const int32_t *__restrict__ targets,
+                      int V)
+{
+    __shared__ float sh[32];
+    const int64_t row = blockIdx.x;
+    const float *x = logits + row * V;
+    float *p = probs + row * V;
+    float mx = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        mx = fmaxf(mx, x[v]);
+    mx = sp_block_max(mx, sh);
+    float s = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        float e = expf(x[v] - mx);
+        p[v] = e;
+        s += e;
+    }
+    s = sp_block_sum(s, sh);
+    const float inv = 1.0f / s;
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        p[v] *= inv; /* each thread rescales the entries it wrote */
+    if (threadIdx.x == 0) {
+        const int32_t tg = targets[row];
+        if (tg < 0 || tg >= V) {
+            atomicAdd(bad, 1); /* integer count: order-independent */
+            rowloss[row] = 0.0;
+        } else {
+            rowloss[row] = log((double)s) + (double)mx - (double)x[tg];
+        }
+    }
+}
+
+/* One block: *out = (float)(sum of x (n) in double [* 1/n]); lanes take every
+ * SUM_THREADS-th element in order, then the fixed block tree. */
+template <typename In>
+static __device__ double block_sum_all(const In *__restrict__ x, int64_t n, double *sh)
+{
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        s += (double)x[i];
+    return sp_block_sum(s, sh);
+}
+
+__global__ void __launch_bounds__(SUM_THREADS)
+    ce_loss_kernel(float *loss, const int *bad, const double *__restrict__ rowloss, int N)
+{
+    __shared__ double sh[32];
+    const double total = block_sum_all(rowloss, N, sh);
+    if (threadIdx.x == 0)
+        *loss = *bad ? NAN : (float)(total / N);
+}
+
+extern "C" int64_t sp_cuda_cross_entropy_scratch_bytes(int N)
+{
+    return (int64_t)sizeof(double) * (N > 0 ? N : 1);
+}
+
+extern "C" int sp_cuda_cross_entropy_forward(float *loss, float *probs, const float *logits,
+                                             const int32_t *targets, int N, int V, int *bad,
+                                             void *scratch, void *stream)
+{
+    cudaStream_t s = SP_STREAM(stream);
+    SP_CUDA_TRY(cudaMemsetAsync(bad, 0, sizeof(int), s));
+    if (N <= 0) /* no rows: loss 0, as the CPU */
+        return sp_cuda_set_scalar(loss, 0.0f, stream);
+    double *rowloss = (double *)scratch;
+    ce_forward_kernel<<<(unsigned)N, CE_THREADS, 0, s>>>(probs, rowloss, bad, logits, targets,
+                                                         V < 0 ? 0 : V);
+    SP_CUDA_LAUNCHED();
+    ce_loss_kernel<<<1, SUM_THREADS, 0, s>>>(loss, bad, rowloss, N);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
+/* dlogits = s (probs - onehot(target)), s = mult * *dloss / N. The target's entry is
+ * formed first and added once, with the CPU's roundings (no FMA); a bad target gets no
+ * one-hot term. */
+__global__ void ce_backward_kernel(float *__restrict__ dlogits, const float *__restrict__ probs,
+                                   const int32_t *__restrict__ targets,
+                                   const float *__restrict__ dloss, float mult, int N, int V,
+                                   int acc)
+{
+    const float s = __fdiv_rn(__fmul_rn(mult, *dloss), (float)N);
+    const int64_t n = (int64_t)N * V;
+    SP_GRID_STRIDE(i, n) {
+        const int64_t row = i / V;
+        const int v = (int)(i - row * V);
+        const int32_t tg = targets[row];
+        const float sp = __fmul_rn(s, probs[i]);
+        float d;
+        if (v == tg) /* implies a valid target: v is in [0,V) */
+            d = __fadd_rn(acc ? dlogits[i] : 0.0f, __fsub_rn(sp, s));
+        else
+            d = acc ? __fadd_rn(dlogits[i], sp) : sp;
+        dlogits[i] = d;
+    }
+}
+
+extern "C" int sp_cuda_cross_entropy_backward(float *dlogits, const float *probs,
+                                              const int32_t *targets, const float *dloss,
+                                              float dloss_mult, int N, int V, int acc,
+                                              void *stream)
+{
+    if (N <= 0 || V <= 0)
+        return SP_CUDA_OK;
+    int64_t n = (int64_t)N * V;
+    ce_backward_kernel<<<sp_ew_blocks(n), SP_EW_THREADS, 0, SP_STREAM(stream)>>>(
+        dlogits, probs, targets, dloss, dloss_mult, N, V, acc);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
+__global__ void __launch_bounds__(SUM_THREADS)
+    sum_kernel(float *out, const float *__restrict__ x, int64_t n)
+{
+    __shared__ double sh[32];
+    const double total = block_sum_all(x, n, sh);
+    if (threadIdx.x == 0)
+        *out = (float)total;
+}
+
+extern "C" int sp_cuda_sum_forward(float *out, const float *x, int64_t n, void *stream)
+{
+    /* n <= 0 still runs: it writes the empty sum, 0. */
+    sum_kernel<<<1, SUM_THREADS, 0, SP_STREAM(stream)>>>(out, x, n);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
+__global__ void sum_backward_kernel(float *dx, const float *__restrict__ dout, float mult,
+                                    int64_t n, int acc)
+{
+    const float g = __fmul_rn(mult, *dout);
+    SP_GRID_STRIDE(i, n)
+        dx[i] = acc ? __fadd_rn(dx[i], g) : g;
+}
+
+extern "C" int sp_cuda_sum_backward(float *dx, const float *dout, float mult, int64_t n, int acc,
+                                    void *stream)
+{
+    if (n <= 0)
+        return SP_CUDA_OK;
+    sum_backward_kernel<<<sp_ew_blocks(n), SP_EW_THREADS, 0, SP_STREAM(stream)>>>(dx, dout, mult, n,
+                                                                                 acc);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
+__global__ void set_scalar_kernel(float *x, float value) { *x = value; }
+
+extern "C" int sp_cuda_set_scalar(float *x, float value, void *stream)
+{
+    set_scalar_kernel<<<1, 1, 0, SP_STREAM(stream)>>>(x, value);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
+extern "C" int sp_cuda_fill_zero(float *x, int64_t n, void *stream)
+{
+    if (n <= 0)
+        return SP_CUDA_OK;
+    SP_CUDA_TRY(cudaMemsetAsync(x, 0, sizeof(float) * (size_t)n, SP_STREAM(stream)));
+    return SP_CUDA_OK;
+}

@@ -1,0 +1,42 @@
+#!/bin/sh
+# kill_rank.sh MPIEXEC APP: a rank killed mid-run (SIGKILL, after step 2 is printed) must
+# make every rank exit non-zero within 30 s, with a message naming the dead rank, and
+# leave no process behind.
+mpiexec=$1; app=$2
+log=$(mktemp)
+tag="kill-test-$$"
+STARPIPE_KILL_TAG=$tag "$mpiexec" -np 3 --oversubscribe -x STARPIPE_KILL_TAG "$app" \
+  --steps 100000 --width 256 >"$log" 2>&1 &
+launcher=$!
+i=0
+until grep -q "^step 2 " "$log"; do
+  sleep 0.2; i=$((i + 1))
+  [ $i -lt 300 ] || { cat "$log"; echo "FAIL: never reached step 2"; kill -9 $launcher; exit 1; }
+done
+victim=""
+for pid in $(pgrep -f "$app"); do
+  if tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -q "^STARPIPE_KILL_TAG=$tag$" &&
+     tr '\0' '\n' < /proc/$pid/environ | grep -q '^OMPI_COMM_WORLD_RANK=1$'; then victim=$pid; fi
+done
+[ -n "$victim" ] || { echo "FAIL: rank 1 not found"; kill -9 $launcher; exit 1; }
+start=$(date +%s%N)
+kill -9 "$victim"
+i=0
+while kill -0 $launcher 2>/dev/null; do
+  sleep 0.2; i=$((i + 1))
+  [ $i -lt 150 ] || { echo "FAIL: still running 30 s after the kill"; pkill -9 -f "$app"; exit 1; }
+done
+wait $launcher; rc=$?
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+grep -v '^\[starpu\]' "$log" | tail -n 12
+echo "launcher exit code $rc, $ms ms after the kill"
+left=0
+for pid in $(pgrep -f "$app"); do
+  tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -q "^STARPIPE_KILL_TAG=$tag$" && left=$((left + 1))
+done
+rm -f "$log.x"
+[ "$rc" -ne 0 ] || { echo "FAIL: exit code 0"; exit 1; }
+[ "$left" -eq 0 ] || { echo "FAIL: $left processes left behind"; pkill -9 -f "$app"; exit 1; }
+grep -Eq "rank 1|rank \[\[.*\],1\]|process rank 1" "$log" || { echo "FAIL: no message names rank 1"; exit 1; }
+rm -f "$log"
+echo "ok"
