@@ -250,7 +250,7 @@ int main(void)
         fclose(f);
         text[n] = 0;
         CHECK(strstr(text, "\"traceEvents\"") && strstr(text, "\"ph\":\"X\"")
-                  && strstr(text, "\"name\":\"BW0 s1\""), "trace content");
+                  && strstr(text, "\"name\":\"BW mb0 s1\""), "trace content");
         f = fopen(spath, "r");
         n = fread(text, 1, sizeof text - 1, f);
         fclose(f);
