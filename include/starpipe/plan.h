@@ -218,6 +218,25 @@ char *sp_instr_format(const sp_instr *in, char *buf, size_t n);
 /* Writes the plan as readable text, one instruction per line. */
 sp_status sp_plan_write(const sp_plan *plan, FILE *f);
 
+/* ------------------------------------------------------------------ NCCL order */
+
+/* One ncclSend/ncclRecv an actor issues: messages of the plan of at least a threshold
+ * of bytes, in the plan's order. Calls with the same group number sit between one
+ * ncclGroupStart/ncclGroupEnd (consecutive transfers with no task between them, such as
+ * 1F1B's send-forward/receive-backward pair). */
+typedef struct {
+    int op;       /* SP_OP_SEND or SP_OP_RECV */
+    int peer;
+    size_t bytes;
+    int64_t seq;  /* the plan's message number */
+    int group;    /* 0, 1, ... per actor */
+    int instr;    /* index of the SEND/RECV in the actor's program */
+} sp_nccl_call;
+
+/* The calls of `actor`, newly allocated (free with free()). */
+sp_status sp_nccl_calls(const sp_plan *plan, int actor, size_t threshold, sp_nccl_call **out,
+                        int *n);
+
 /* ------------------------------------------------------------------ simulator */
 
 typedef struct {
