@@ -14,34 +14,9 @@
 
 #include "starpipe/safetensors.h"
 
-static int ck_failures, ck_count;
+#include "tests/check.h"
 
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        ck_count++;                                                                        \
-        if (!(cond)) {                                                                     \
-            ck_failures++;                                                                 \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                           \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fputc('\n', stderr);                                                           \
-        }                                                                                  \
-    } while (0)
-
-#define REQUIRE(cond, ...)                                                                 \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "FATAL %s:%d: ", __FILE__, __LINE__);                          \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fputc('\n', stderr);                                                           \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
-
-static inline int ck_summary(const char *name)
-{
-    printf("%s: %d checks, %d failed\n", name, ck_count, ck_failures);
-    return ck_failures ? 1 : 0;
-}
+static inline int ck_summary(const char *name) { return check_summary(name); }
 
 static char ck_dir[512];
 
@@ -123,10 +98,10 @@ static inline int ck_refused(const char *file, int line, const char *path, sp_st
     sp_safetensors *f = sp_safetensors_open(path, 0, &st);
     const char *msg = sp_last_error();
     int ok = !f && st == code && msg[0] && (!want || strstr(msg, want));
-    ck_count++;
+    check_count++;
     if (getenv("CK_VERBOSE")) printf("  %s\n", msg);
     if (!ok) {
-        ck_failures++;
+        check_failures++;
         fprintf(stderr, "FAIL %s:%d: %s: expected %s with \"%s\", got %s, %s: \"%s\"\n", file,
                 line, path, sp_status_name(code), want ? want : "", f ? "a handle" : "NULL",
                 sp_status_name(st), msg);

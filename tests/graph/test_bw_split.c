@@ -6,7 +6,7 @@
 #include "starpipe/data.h"
 #include "starpipe/models.h"
 #include "tests/graph/arena.h"
-#include "tests/graph/check.h"
+#include "tests/check.h"
 
 static void fill_random(float *x, size_t n, uint64_t key)
 {

@@ -6,7 +6,7 @@
 #include "starpipe/data.h"
 #include "starpipe/models.h"
 #include "starpipe/reference.h"
-#include "tests/graph/check.h"
+#include "tests/check.h"
 
 typedef struct {
     float loss[3];

@@ -7,7 +7,7 @@
 #include "starpipe/data.h"
 #include "starpipe/models.h"
 #include "starpipe/reference.h"
-#include "tests/graph/check.h"
+#include "tests/check.h"
 
 int main(void)
 {

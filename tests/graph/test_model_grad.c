@@ -11,7 +11,7 @@
 #include "starpipe/models.h"
 #include "starpipe/program.h"
 #include "starpipe/reference.h"
-#include "tests/graph/check.h"
+#include "tests/check.h"
 
 /* ---- a float64 copy of the parameters, looked up by name ---- */
 typedef struct {

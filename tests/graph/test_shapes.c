@@ -4,7 +4,7 @@
 
 #include "starpipe/graph.h"
 #include "starpipe/program.h"
-#include "tests/graph/check.h"
+#include "tests/check.h"
 
 #define HAS(msg, part) (strstr((msg), (part)) != NULL)
 

@@ -1,7 +1,7 @@
-/* Minimal test harness for the graph tests: CHECK counts failures, and main() ends with
+/* Minimal test harness shared by the C tests: CHECK counts failures, and main() ends with
  * `return check_summary(name)`, which fails the test if any CHECK failed. */
-#ifndef STARPIPE_TEST_CHECK_H
-#define STARPIPE_TEST_CHECK_H
+#ifndef STARPIPE_TESTS_CHECK_H
+#define STARPIPE_TESTS_CHECK_H
 
 #include <stdio.h>
 #include <stdlib.h>

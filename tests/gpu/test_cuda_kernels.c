@@ -1,0 +1,821 @@
+/* Every CUDA kernel (codelets/cuda) against its CPU twin (codelets/cpu): forward and every
+ * backward, acc 0 and 1, awkward sizes, fresh random inputs. Each GPU call runs twice from
+ * the same state and must give the same bits. Ends with the fp32 sgemm rate, TF32 off and
+ * on. Exits 77 (skipped) without a CUDA device, 1 when any check failed.
+ *
+ * Tolerance: max|gpu - cpu| / max(1, max|cpu|) <= 1e-5 for every op (TF32 off). Each op's
+ * reductions are over at most a few thousand fp32 terms of magnitude <= ~15, so the two
+ * summation orders differ by ~1e-6 at worst; the elementwise ops, embed, AdamW and the
+ * cross-entropy gradient differ by an ulp (FMA) or not at all. sum_squares is compared in
+ * double, 1e-9: both sides are double sums of positive terms, each off by < n u_d. */
+#include "codelets/cpu/kernels.h"
+#include "codelets/cuda/kernels_cuda.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL 1e-5
+#define SKIP 77
+
+static int n_pass, n_fail, verbose;
+static cudaStream_t stream;
+static cublasHandle_t blas;
+
+/* ---- setup failures end the test: they are not kernel results */
+#define CK(call)                                                                              \
+    do {                                                                                      \
+        cudaError_t e_ = (call);                                                              \
+        if (e_ != cudaSuccess) {                                                              \
+            fprintf(stderr, "FAIL: %s:%d: %s: %s\n", __FILE__, __LINE__, #call,               \
+                    cudaGetErrorString(e_));                                                  \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+static void *halloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "FAIL: out of host memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+static void *dalloc(size_t bytes)
+{
+    void *p = NULL;
+    CK(cudaMalloc(&p, bytes ? bytes : 4));
+    return p;
+}
+static void dfree(void *d) { CK(cudaFree(d)); }
+static void up(void *d, const void *h, size_t bytes)
+{
+    CK(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, stream));
+    CK(cudaStreamSynchronize(stream));
+}
+static void down(void *h, const void *d, size_t bytes)
+{
+    CK(cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, stream));
+    CK(cudaStreamSynchronize(stream));
+}
+
+/* ---- random inputs: xorshift64*, uniform in [lo, hi) */
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t next_u64(void)
+{
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return rng * 0x2545F4914F6CDD1Dull;
+}
+static float unif(double lo, double hi)
+{
+    return (float)(lo + (hi - lo) * (double)(next_u64() >> 11) * 0x1.0p-53);
+}
+static float *hrand(int64_t n, double lo, double hi)
+{
+    float *x = halloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = unif(lo, hi);
+    return x;
+}
+static float *dcopy(const float *h, int64_t n)
+{
+    float *d = dalloc(sizeof(float) * (size_t)n);
+    up(d, h, sizeof(float) * (size_t)n);
+    return d;
+}
+static int32_t *dcopy_i(const int32_t *h, int64_t n)
+{
+    int32_t *d = dalloc(sizeof(int32_t) * (size_t)n);
+    up(d, h, sizeof(int32_t) * (size_t)n);
+    return d;
+}
+
+/* ---- results */
+static struct {
+    char op[32];
+    double worst;
+} worst[64];
+static int n_worst;
+static void note_worst(const char *label, double e)
+{
+    char op[32];
+    size_t k = strcspn(label, " ");
+    if (k >= sizeof op)
+        k = sizeof op - 1;
+    memcpy(op, label, k);
+    op[k] = 0;
+    for (int i = 0; i < n_worst; i++)
+        if (!strcmp(worst[i].op, op)) {
+            if (!(e <= worst[i].worst))
+                worst[i].worst = e;
+            return;
+        }
+    if (n_worst < 64) {
+        strcpy(worst[n_worst].op, op);
+        worst[n_worst++].worst = e;
+    }
+}
+
+static void expect(int ok, const char *label, const char *what)
+{
+    if (ok) {
+        n_pass++;
+        if (verbose)
+            printf("  ok   %s: %s\n", label, what);
+    } else {
+        n_fail++;
+        printf("FAIL: %s: %s\n", label, what);
+    }
+}
+
+/* max|got - want| / max(1, max|want|); NaN anywhere gives NaN (never passes). */
+static double rel_err(const float *got, const float *want, int64_t n)
+{
+    double e = 0.0, m = 1.0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - (double)want[i]);
+        if (!(d <= e))
+            e = d;
+        if (fabs((double)want[i]) > m)
+            m = fabs((double)want[i]);
+    }
+    return e / m;
+}
+
+static void check_close(const char *label, const float *got, const float *want, int64_t n,
+                        double tol)
+{
+    double e = rel_err(got, want, n);
+    char what[96];
+    snprintf(what, sizeof what, "vs CPU: err %.3g (tol %.0e)", e, tol);
+    note_worst(label, e);
+    expect(e <= tol, label, what);
+}
+
+static void kstat(const char *label, int rc)
+{
+    if (rc != SP_CUDA_OK) {
+        char what[160];
+        snprintf(what, sizeof what, "returned %d (%s)", rc, sp_cuda_status_string(rc));
+        expect(0, label, what);
+    }
+}
+
+/* ---- an output buffer: its initial contents (random when acc, NaN when the op assigns:
+ * acc = 0 must not read it), the CPU result, and the two GPU results. */
+typedef struct {
+    int64_t n;
+    float *init, *cpu, *g[2], *d;
+} obuf;
+
+static void ob_make(obuf *o, int64_t n, int random_init)
+{
+    o->n = n;
+    o->init = random_init ? hrand(n, -1, 1) : halloc(sizeof(float) * (size_t)n);
+    if (!random_init)
+        for (int64_t i = 0; i < n; i++)
+            o->init[i] = NAN;
+    o->cpu = halloc(sizeof(float) * (size_t)n);
+    memcpy(o->cpu, o->init, sizeof(float) * (size_t)n);
+    o->g[0] = halloc(sizeof(float) * (size_t)n);
+    o->g[1] = halloc(sizeof(float) * (size_t)n);
+    o->d = dalloc(sizeof(float) * (size_t)n);
+}
+/* An in/out buffer starting from given contents (in-place ops, AdamW state). */
+static void ob_from(obuf *o, const float *init, int64_t n)
+{
+    ob_make(o, n, 0);
+    memcpy(o->init, init, sizeof(float) * (size_t)n);
+    memcpy(o->cpu, init, sizeof(float) * (size_t)n);
+}
+static void ob_reset(obuf *o) { up(o->d, o->init, sizeof(float) * (size_t)o->n); }
+static void ob_fetch(obuf *o, int rep) { down(o->g[rep], o->d, sizeof(float) * (size_t)o->n); }
+static void ob_check(obuf *o, const char *label, double tol)
+{
+    check_close(label, o->g[0], o->cpu, o->n, tol);
+    expect(!memcmp(o->g[0], o->g[1], sizeof(float) * (size_t)o->n), label,
+           "two GPU runs give identical bits");
+}
+static void ob_free(obuf *o)
+{
+    free(o->init);
+    free(o->cpu);
+    free(o->g[0]);
+    free(o->g[1]);
+    dfree(o->d);
+}
+
+/* Runs a GPU call twice, each time from the initial outputs, fetching both results. */
+#define TWICE(label, call, ...)                                                               \
+    do {                                                                                      \
+        obuf *os_[] = {__VA_ARGS__};                                                          \
+        for (int rep_ = 0; rep_ < 2; rep_++) {                                                \
+            for (size_t k_ = 0; k_ < sizeof os_ / sizeof *os_; k_++)                          \
+                ob_reset(os_[k_]);                                                            \
+            kstat(label, (call));                                                             \
+            CK(cudaStreamSynchronize(stream));                                                \
+            for (size_t k_ = 0; k_ < sizeof os_ / sizeof *os_; k_++)                          \
+                ob_fetch(os_[k_], rep_);                                                      \
+        }                                                                                     \
+    } while (0)
+
+/* ------------------------------------------------------------------ matmul */
+static void test_matmul(void)
+{
+    static const int sz[][3] = {{7, 13, 33}, {37, 7, 13}, {33, 37, 64}, {1, 5, 1}, {5, 7, 0}};
+    char L[128];
+    for (size_t s = 0; s < sizeof sz / sizeof *sz; s++) {
+        const int M = sz[s][0], Nc = sz[s][1], K = sz[s][2];
+        float *a = hrand((int64_t)M * K, -1, 1), *b = hrand((int64_t)K * Nc, -1, 1);
+        float *dout = hrand((int64_t)M * Nc, -1, 1);
+        float *da_ = dcopy(a, (int64_t)M * K), *db_ = dcopy(b, (int64_t)K * Nc);
+        float *dd = dcopy(dout, (int64_t)M * Nc);
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int acc = 0; acc < 2; acc++) {
+                    obuf o;
+#define MM_LABEL(op)                                                                          \
+    snprintf(L, sizeof L, op " M=%d Nc=%d K=%d ta=%d tb=%d acc=%d", M, Nc, K, ta, tb, acc)
+                    MM_LABEL("matmul_forward");
+                    ob_make(&o, (int64_t)M * Nc, acc);
+                    sp_matmul_forward(o.cpu, a, b, M, Nc, K, ta, tb, acc);
+                    TWICE(L, sp_cuda_matmul_forward(o.d, da_, db_, M, Nc, K, ta, tb, acc, stream,
+                                                    blas), &o);
+                    ob_check(&o, L, TOL);
+                    ob_free(&o);
+
+                    MM_LABEL("matmul_backward_a");
+                    ob_make(&o, (int64_t)M * K, acc);
+                    sp_matmul_backward_a(o.cpu, dout, b, M, Nc, K, ta, tb, acc);
+                    TWICE(L, sp_cuda_matmul_backward_a(o.d, dd, db_, M, Nc, K, ta, tb, acc,
+                                                       stream, blas), &o);
+                    ob_check(&o, L, TOL);
+                    ob_free(&o);
+
+                    MM_LABEL("matmul_backward_b");
+                    ob_make(&o, (int64_t)K * Nc, acc);
+                    sp_matmul_backward_b(o.cpu, dout, a, M, Nc, K, ta, tb, acc);
+                    TWICE(L, sp_cuda_matmul_backward_b(o.d, dd, da_, M, Nc, K, ta, tb, acc,
+                                                       stream, blas), &o);
+                    ob_check(&o, L, TOL);
+                    ob_free(&o);
+                }
+        free(a), free(b), free(dout);
+        dfree(da_), dfree(db_), dfree(dd);
+    }
+}
+
+/* ------------------------------------------------------------------ elementwise */
+static void test_bias(void)
+{
+    static const int sz[][2] = {{7, 13}, {37, 33}, {333, 65}, {1, 1}, {64, 12}};
+    char L[128];
+    for (size_t s = 0; s < sizeof sz / sizeof *sz; s++) {
+        const int N = sz[s][0], C = sz[s][1];
+        const int64_t n = (int64_t)N * C;
+        float *x = hrand(n, -1, 1), *bias = hrand(C, -1, 1), *dout = hrand(n, -1, 1);
+        float *dx = dcopy(x, n), *dbias = dcopy(bias, C), *dd = dcopy(dout, n);
+        obuf o;
+        snprintf(L, sizeof L, "bias_add_forward N=%d C=%d", N, C);
+        ob_make(&o, n, 0);
+        sp_bias_add_forward(o.cpu, x, bias, N, C);
+        TWICE(L, sp_cuda_bias_add_forward(o.d, dx, dbias, N, C, stream), &o);
+        ob_check(&o, L, TOL);
+        ob_free(&o);
+        snprintf(L, sizeof L, "bias_add_forward(in-place) N=%d C=%d", N, C);
+        ob_from(&o, x, n);
+        sp_bias_add_forward(o.cpu, o.cpu, bias, N, C);
+        TWICE(L, sp_cuda_bias_add_forward(o.d, o.d, dbias, N, C, stream), &o);
+        ob_check(&o, L, TOL);
+        ob_free(&o);
+        for (int acc = 0; acc < 2; acc++) {
+            snprintf(L, sizeof L, "bias_add_backward_bias N=%d C=%d acc=%d", N, C, acc);
+            ob_make(&o, C, acc);
+            sp_bias_add_backward_bias(o.cpu, dout, N, C, acc);
+            TWICE(L, sp_cuda_bias_add_backward_bias(o.d, dd, N, C, acc, stream), &o);
+            ob_check(&o, L, TOL);
+            ob_free(&o);
+        }
+        free(x), free(bias), free(dout);
+        dfree(dx), dfree(dbias), dfree(dd);
+    }
+}
+
+static void test_pointwise(void)
+{
+    static const int64_t sizes[] = {7, 37, 1048579};
+    char L[128];
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        const int64_t n = sizes[s];
+        /* GELU inputs over [-6, 6] (tanh saturates), a few far out, and exact zeros */
+        float *a = hrand(n, -6, 6), *b = hrand(n, -1, 1), *dout = hrand(n, -1, 1);
+        a[0] = 0.0f;
+        if (n > 3)
+            a[1] = 50.0f, a[2] = -50.0f, a[3] = -0.0f;
+        float *da_ = dcopy(a, n), *db_ = dcopy(b, n), *dd = dcopy(dout, n);
+        obuf o;
+
+        snprintf(L, sizeof L, "add_forward n=%lld", (long long)n);
+        ob_make(&o, n, 0);
+        sp_add_forward(o.cpu, a, b, n);
+        TWICE(L, sp_cuda_add_forward(o.d, da_, db_, n, stream), &o);
+        ob_check(&o, L, TOL);
+        ob_free(&o);
+        snprintf(L, sizeof L, "add_forward(in-place) n=%lld", (long long)n);
+        ob_from(&o, a, n);
+        sp_add_forward(o.cpu, o.cpu, b, n);
+        TWICE(L, sp_cuda_add_forward(o.d, o.d, db_, n, stream), &o);
+        ob_check(&o, L, TOL);
+        ob_free(&o);
+
+        snprintf(L, sizeof L, "scale_forward n=%lld", (long long)n);
+        ob_make(&o, n, 0);
+        sp_scale_forward(o.cpu, a, 0.37f, n);
+        TWICE(L, sp_cuda_scale_forward(o.d, da_, 0.37f, n, stream), &o);
+        ob_check(&o, L, TOL);
+        ob_free(&o);
+
+        static const float scales[] = {1.0f, -1.5f};
+        for (int si = 0; si < 2; si++)
+            for (int acc = 0; acc < 2; acc++) {
+                const float sc = scales[si];
+                snprintf(L, sizeof L, "scale_backward n=%lld s=%g acc=%d", (long long)n, sc, acc);
+                ob_make(&o, n, acc);
+                sp_scale_backward(o.cpu, dout, sc, n, acc);
+                TWICE(L, sp_cuda_scale_backward(o.d, dd, sc, n, acc, stream), &o);
+                ob_check(&o, L, TOL);
+                ob_free(&o);
+                snprintf(L, sizeof L, "scale_backward(in-place) n=%lld s=%g acc=%d",
+                         (long long)n, sc, acc);
+                ob_from(&o, dout, n);
+                sp_scale_backward(o.cpu, o.cpu, sc, n, acc);
+                TWICE(L, sp_cuda_scale_backward(o.d, o.d, sc, n, acc, stream), &o);
+                ob_check(&o, L, TOL);
+                ob_free(&o);
+            }
+
+        snprintf(L, sizeof L, "gelu_forward n=%lld", (long long)n);
+        ob_make(&o, n, 0);
+        sp_gelu_forward(o.cpu, a, n);
+        TWICE(L, sp_cuda_gelu_forward(o.d, da_, n, stream), &o);
+        ob_check(&o, L, TOL);
+        ob_free(&o);
+        snprintf(L, sizeof L, "gelu_forward(in-place) n=%lld", (long long)n);
+        ob_from(&o, a, n);
+        sp_gelu_forward(o.cpu, o.cpu, n);
+        TWICE(L, sp_cuda_gelu_forward(o.d, o.d, n, stream), &o);
+        ob_check(&o, L, TOL);
+        ob_free(&o);
+
+        snprintf(L, sizeof L, "relu_forward n=%lld", (long long)n);
+        ob_make(&o, n, 0);
+        sp_relu_forward(o.cpu, a, n);
+        TWICE(L, sp_cuda_relu_forward(o.d, da_, n, stream), &o);
+        ob_check(&o, L, TOL);
+        ob_free(&o);
+
+        for (int acc = 0; acc < 2; acc++) {
+            snprintf(L, sizeof L, "gelu_backward n=%lld acc=%d", (long long)n, acc);
+            ob_make(&o, n, acc);
+            sp_gelu_backward(o.cpu, a, dout, n, acc);
+            TWICE(L, sp_cuda_gelu_backward(o.d, da_, dd, n, acc, stream), &o);
+            ob_check(&o, L, TOL);
+            ob_free(&o);
+            snprintf(L, sizeof L, "relu_backward n=%lld acc=%d", (long long)n, acc);
+            ob_make(&o, n, acc);
+            sp_relu_backward(o.cpu, a, dout, n, acc);
+            TWICE(L, sp_cuda_relu_backward(o.d, da_, dd, n, acc, stream), &o);
+            ob_check(&o, L, TOL);
+            ob_free(&o);
+        }
+        free(a), free(b), free(dout);
+        dfree(da_), dfree(db_), dfree(dd);
+    }
+}
+
+/* ------------------------------------------------------------------ layernorm */
+static void test_layernorm(void)
+{
+    static const int sz[][2] = {{7, 13}, {37, 33}, {13, 770}, {5, 1}, {64, 12}};
+    char L[128];
+    for (size_t s = 0; s < sizeof sz / sizeof *sz; s++) {
+        const int N = sz[s][0], C = sz[s][1];
+        const int64_t n = (int64_t)N * C;
+        float *x = hrand(n, 2, 4); /* mean ~3: the two-pass variance matters */
+        float *gamma = hrand(C, -1.5, 1.5), *beta = hrand(C, -1, 1), *dout = hrand(n, -1, 1);
+        float *dx_ = dcopy(x, n), *dg = dcopy(gamma, C), *dbt = dcopy(beta, C);
+        float *dd = dcopy(dout, n);
+        obuf o, m, r;
+        snprintf(L, sizeof L, "layernorm_forward N=%d C=%d", N, C);
+        ob_make(&o, n, 0), ob_make(&m, N, 0), ob_make(&r, N, 0);
+        sp_layernorm_forward(o.cpu, m.cpu, r.cpu, x, gamma, beta, N, C);
+        TWICE(L, sp_cuda_layernorm_forward(o.d, m.d, r.d, dx_, dg, dbt, N, C, stream), &o, &m,
+              &r);
+        ob_check(&o, L, TOL);
+        snprintf(L, sizeof L, "layernorm_forward(mean) N=%d C=%d", N, C);
+        ob_check(&m, L, TOL);
+        snprintf(L, sizeof L, "layernorm_forward(rstd) N=%d C=%d", N, C);
+        ob_check(&r, L, TOL);
+        /* the backward gets the CPU's saved statistics on both sides */
+        float *dmean = dcopy(m.cpu, N), *drstd = dcopy(r.cpu, N);
+        for (int acc = 0; acc < 2; acc++) {
+            obuf dx, dgm, dbe;
+            snprintf(L, sizeof L, "layernorm_backward_x N=%d C=%d acc=%d", N, C, acc);
+            ob_make(&dx, n, acc);
+            sp_layernorm_backward_x(dx.cpu, dout, x, m.cpu, r.cpu, gamma, N, C, acc);
+            TWICE(L, sp_cuda_layernorm_backward_x(dx.d, dd, dx_, dmean, drstd, dg, N, C, acc,
+                                                  stream), &dx);
+            ob_check(&dx, L, TOL);
+            ob_free(&dx);
+            ob_make(&dgm, C, acc), ob_make(&dbe, C, acc);
+            sp_layernorm_backward_params(dgm.cpu, dbe.cpu, dout, x, m.cpu, r.cpu, N, C, acc);
+            snprintf(L, sizeof L, "layernorm_backward_params N=%d C=%d acc=%d", N, C, acc);
+            TWICE(L, sp_cuda_layernorm_backward_params(dgm.d, dbe.d, dd, dx_, dmean, drstd, N, C,
+                                                       acc, stream), &dgm, &dbe);
+            snprintf(L, sizeof L, "layernorm_backward_params(dgamma) N=%d C=%d acc=%d", N, C,
+                     acc);
+            ob_check(&dgm, L, TOL);
+            snprintf(L, sizeof L, "layernorm_backward_params(dbeta) N=%d C=%d acc=%d", N, C, acc);
+            ob_check(&dbe, L, TOL);
+            ob_free(&dgm), ob_free(&dbe);
+        }
+        ob_free(&o), ob_free(&m), ob_free(&r);
+        free(x), free(gamma), free(beta), free(dout);
+        dfree(dx_), dfree(dg), dfree(dbt), dfree(dd);
+        dfree(dmean), dfree(drstd);
+    }
+}
+
+/* ------------------------------------------------------------------ embed */
+static void test_embed(void)
+{
+    static const int sz[][4] = {{3, 5, 12, 7}, {2, 64, 33, 13}, {4, 37, 13, 1000}, {1, 1, 1, 1}};
+    char L[128];
+    for (size_t s = 0; s < sizeof sz / sizeof *sz; s++) {
+        const int B = sz[s][0], T = sz[s][1], C = sz[s][2], V = sz[s][3], Tmax = T + 3;
+        const int64_t BT = (int64_t)B * T, n = BT * C;
+        int32_t *tok = halloc(sizeof(int32_t) * (size_t)BT);
+        for (int64_t i = 0; i < BT; i++) /* small V: many repeats, exercising the scatter */
+            tok[i] = (int32_t)(next_u64() % (uint64_t)V);
+        float *wte = hrand((int64_t)V * C, -1, 1), *wpe = hrand((int64_t)Tmax * C, -1, 1);
+        float *dout = hrand(n, -1, 1);
+        int32_t *dtok = dcopy_i(tok, BT);
+        float *dwte_in = dcopy(wte, (int64_t)V * C), *dwpe_in = dcopy(wpe, (int64_t)Tmax * C);
+        float *dd = dcopy(dout, n);
+        obuf o, gte, gpe;
+        snprintf(L, sizeof L, "embed_forward B=%d T=%d C=%d V=%d", B, T, C, V);
+        ob_make(&o, n, 0);
+        sp_embed_forward(o.cpu, tok, wte, wpe, B, T, C);
+        TWICE(L, sp_cuda_embed_forward(o.d, dtok, dwte_in, dwpe_in, B, T, C, stream), &o);
+        ob_check(&o, L, TOL);
+        ob_free(&o);
+        /* always accumulates: random initial gradients */
+        ob_make(&gte, (int64_t)V * C, 1), ob_make(&gpe, (int64_t)T * C, 1);
+        sp_embed_backward(gte.cpu, gpe.cpu, dout, tok, B, T, C);
+        snprintf(L, sizeof L, "embed_backward B=%d T=%d C=%d V=%d", B, T, C, V);
+        TWICE(L, sp_cuda_embed_backward(gte.d, gpe.d, dd, dtok, B, T, C, stream), &gte, &gpe);
+        snprintf(L, sizeof L, "embed_backward(dwte) B=%d T=%d C=%d V=%d", B, T, C, V);
+        ob_check(&gte, L, TOL);
+        snprintf(L, sizeof L, "embed_backward(dwpe) B=%d T=%d C=%d V=%d", B, T, C, V);
+        ob_check(&gpe, L, TOL);
+        ob_free(&gte), ob_free(&gpe);
+
+        /* the range check: none bad, then three bad (below 0, V, beyond) when room */
+        int *dbad = dalloc(sizeof(int)), bad = -1;
+        snprintf(L, sizeof L, "embed_check_tokens B=%d T=%d V=%d", B, T, V);
+        kstat(L, sp_cuda_embed_check_tokens(dbad, dtok, BT, V, stream));
+        down(&bad, dbad, sizeof bad);
+        expect(bad == 0, L, "no token out of range");
+        if (BT >= 3) {
+            tok[0] = -1, tok[BT / 2] = V, tok[BT - 1] = V + 5;
+            up(dtok, tok, sizeof(int32_t) * (size_t)BT);
+            kstat(L, sp_cuda_embed_check_tokens(dbad, dtok, BT, V, stream));
+            down(&bad, dbad, sizeof bad);
+            expect(bad == 3, L, "counts 3 tokens out of range");
+        }
+        free(tok), free(wte), free(wpe), free(dout);
+        dfree(dtok), dfree(dwte_in), dfree(dwpe_in), dfree(dd);
+        dfree(dbad);
+    }
+}
+
+/* ------------------------------------------------------------------ attention */
+static void test_attention(void)
+{
+    static const int sz[][4] = {{2, 5, 12, 3},  {3, 64, 12, 3}, {1, 13, 33, 3},
+                                {2, 37, 64, 4}, {1, 64, 128, 2}, {1, 1, 12, 3}};
+    char L[128];
+    for (size_t s = 0; s < sizeof sz / sizeof *sz; s++) {
+        const int B = sz[s][0], T = sz[s][1], C = sz[s][2], NH = sz[s][3];
+        const int64_t nqkv = (int64_t)B * T * 3 * C, nout = (int64_t)B * T * C;
+        const int64_t natt = (int64_t)B * NH * T * T;
+        float *qkv = hrand(nqkv, -1, 1), *dout = hrand(nout, -1, 1);
+        float *dq = dcopy(qkv, nqkv), *dd = dcopy(dout, nout);
+        obuf o, att;
+        snprintf(L, sizeof L, "attention_forward B=%d T=%d C=%d NH=%d", B, T, C, NH);
+        ob_make(&o, nout, 0), ob_make(&att, natt, 0);
+        sp_attention_forward(o.cpu, att.cpu, qkv, B, T, C, NH);
+        TWICE(L, sp_cuda_attention_forward(o.d, att.d, dq, B, T, C, NH, stream, blas), &o, &att);
+        ob_check(&o, L, TOL);
+        snprintf(L, sizeof L, "attention_forward(att) B=%d T=%d C=%d NH=%d", B, T, C, NH);
+        ob_check(&att, L, TOL);
+        float *datt = dcopy(att.cpu, natt); /* both backwards get the CPU's probabilities */
+        float *cscr = halloc(sizeof(float) * (size_t)sp_attention_scratch_floats(B, T, C, NH));
+        float *gscr = dalloc(sizeof(float) * (size_t)sp_cuda_attention_scratch_floats(B, T, C, NH));
+        for (int acc = 0; acc < 2; acc++) {
+            obuf g;
+            snprintf(L, sizeof L, "attention_backward B=%d T=%d C=%d NH=%d acc=%d", B, T, C, NH,
+                     acc);
+            ob_make(&g, nqkv, acc);
+            sp_attention_backward(g.cpu, cscr, dout, qkv, att.cpu, B, T, C, NH, acc);
+            TWICE(L, sp_cuda_attention_backward(g.d, gscr, dd, dq, datt, B, T, C, NH, acc, stream,
+                                                blas), &g);
+            ob_check(&g, L, TOL);
+            ob_free(&g);
+        }
+        ob_free(&o), ob_free(&att);
+        free(qkv), free(dout), free(cscr);
+        dfree(dq), dfree(dd), dfree(datt), dfree(gscr);
+    }
+}
+
+/* ------------------------------------------------------------------ loss, sum */
+static void test_cross_entropy(void)
+{
+    static const int sz[][2] = {{7, 13}, {37, 33}, {5, 1000}, {64, 50257}, {3, 1}};
+    char L[128];
+    for (size_t s = 0; s < sizeof sz / sizeof *sz; s++)
+        for (int with_bad = 0; with_bad < 2; with_bad++) {
+            const int N = sz[s][0], V = sz[s][1];
+            const int64_t n = (int64_t)N * V;
+            float *logits = hrand(n, -4, 4);
+            int32_t *tg = halloc(sizeof(int32_t) * (size_t)N);
+            for (int i = 0; i < N; i++)
+                tg[i] = (int32_t)(next_u64() % (uint64_t)V);
+            if (with_bad)
+                tg[0] = -3, tg[N - 1] = V;
+            float *dl = dcopy(logits, n);
+            int32_t *dtg = dcopy_i(tg, N);
+            void *scr = dalloc((size_t)sp_cuda_cross_entropy_scratch_bytes(N));
+            int *dbad = dalloc(sizeof(int));
+            obuf loss, probs;
+            ob_make(&loss, 1, 0), ob_make(&probs, n, 0);
+            int cbad = sp_cross_entropy_forward(loss.cpu, probs.cpu, logits, tg, N, V);
+            snprintf(L, sizeof L, "cross_entropy_forward N=%d V=%d bad=%d", N, V, cbad);
+            TWICE(L, sp_cuda_cross_entropy_forward(loss.d, probs.d, dl, dtg, N, V, dbad, scr,
+                                                   stream), &loss, &probs);
+            int gbad = -1;
+            down(&gbad, dbad, sizeof gbad);
+            expect(gbad == cbad, L, "same count of bad targets as the CPU");
+            snprintf(L, sizeof L, "cross_entropy_forward(probs) N=%d V=%d bad=%d", N, V, cbad);
+            ob_check(&probs, L, TOL);
+            snprintf(L, sizeof L, "cross_entropy_forward(loss) N=%d V=%d bad=%d", N, V, cbad);
+            if (cbad) /* NaN on both sides, by contract */
+                expect(isnan(loss.g[0][0]) && isnan(loss.g[1][0]), L, "loss is NaN");
+            else
+                ob_check(&loss, L, TOL);
+
+            float *dprobs = dcopy(probs.cpu, n);
+            const float dloss = 0.73f, mult = 2.5f;
+            float *ddl = dcopy(&dloss, 1);
+            for (int acc = 0; acc < 2; acc++) {
+                obuf g;
+                snprintf(L, sizeof L, "cross_entropy_backward N=%d V=%d bad=%d acc=%d", N, V, cbad,
+                         acc);
+                ob_make(&g, n, acc);
+                sp_cross_entropy_backward(g.cpu, probs.cpu, tg, mult * dloss, N, V, acc);
+                TWICE(L, sp_cuda_cross_entropy_backward(g.d, dprobs, dtg, ddl, mult, N, V, acc,
+                                                        stream), &g);
+                ob_check(&g, L, TOL);
+                ob_free(&g);
+            }
+            ob_free(&loss), ob_free(&probs);
+            free(logits), free(tg);
+            dfree(dl), dfree(dtg), dfree(scr), dfree(dbad);
+            dfree(dprobs), dfree(ddl);
+        }
+}
+
+static void test_sum(void)
+{
+    static const int64_t sizes[] = {0, 7, 37, 100003};
+    char L[128];
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        const int64_t n = sizes[s];
+        float *x = hrand(n, -1, 1);
+        float *dx = dcopy(x, n);
+        obuf o;
+        snprintf(L, sizeof L, "sum_forward n=%lld", (long long)n);
+        ob_make(&o, 1, 0);
+        sp_sum_forward(o.cpu, x, n);
+        TWICE(L, sp_cuda_sum_forward(o.d, dx, n, stream), &o);
+        ob_check(&o, L, TOL);
+        ob_free(&o);
+        const float dout = -0.61f, mult = n > 0 ? 1.0f / (float)n : 1.0f;
+        float *ddo = dcopy(&dout, 1);
+        for (int acc = 0; acc < 2; acc++) {
+            snprintf(L, sizeof L, "sum_backward n=%lld acc=%d", (long long)n, acc);
+            ob_make(&o, n, acc);
+            sp_sum_backward(o.cpu, mult * dout, n, acc);
+            TWICE(L, sp_cuda_sum_backward(o.d, ddo, mult, n, acc, stream), &o);
+            ob_check(&o, L, TOL);
+            ob_free(&o);
+        }
+        free(x);
+        dfree(dx), dfree(ddo);
+    }
+}
+
+/* ------------------------------------------------------------------ optimizer */
+static void test_optim(void)
+{
+    static const int64_t sizes[] = {37, 10007};
+    static const int steps[] = {1, 10};
+    char L[128];
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
+        for (int k = 0; k < 2; k++) {
+            const int64_t n = sizes[s];
+            const int t = steps[k];
+            float *p0 = hrand(n, -1, 1), *m0 = hrand(n, -0.1, 0.1), *v0 = hrand(n, 0, 0.01);
+            float *grad = hrand(n, -1, 1);
+            float *dg = dcopy(grad, n);
+            obuf p, m, v;
+            ob_from(&p, p0, n), ob_from(&m, m0, n), ob_from(&v, v0, n);
+            const float lr = 3e-4f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
+            sp_adamw_update(p.cpu, m.cpu, v.cpu, grad, n, lr, b1, b2, eps, wd, gs, t);
+            snprintf(L, sizeof L, "adamw_update n=%lld t=%d", (long long)n, t);
+            TWICE(L, sp_cuda_adamw_update(p.d, m.d, v.d, dg, n, lr, b1, b2, eps, wd, gs, t,
+                                          stream), &p, &m, &v);
+            snprintf(L, sizeof L, "adamw_update(param) n=%lld t=%d", (long long)n, t);
+            ob_check(&p, L, TOL);
+            if (verbose)
+                printf("  info %s: bitwise equal to the CPU: %s\n", L,
+                       memcmp(p.g[0], p.cpu, sizeof(float) * (size_t)n) ? "no" : "yes");
+            snprintf(L, sizeof L, "adamw_update(m) n=%lld t=%d", (long long)n, t);
+            ob_check(&m, L, TOL);
+            snprintf(L, sizeof L, "adamw_update(v) n=%lld t=%d", (long long)n, t);
+            ob_check(&v, L, TOL);
+            ob_free(&p), ob_free(&m), ob_free(&v);
+            free(p0), free(m0), free(v0), free(grad);
+            dfree(dg);
+        }
+
+    static const int64_t ssq[] = {0, 37, 1048581};
+    for (size_t s = 0; s < sizeof ssq / sizeof *ssq; s++) {
+        const int64_t n = ssq[s];
+        float *x = hrand(n, -1, 1);
+        float *dx = dcopy(x, n);
+        double *dout = dalloc(sizeof(double)), want = sp_sum_squares(x, n), got[2];
+        snprintf(L, sizeof L, "sum_squares n=%lld", (long long)n);
+        for (int rep = 0; rep < 2; rep++) {
+            double junk = NAN;
+            up(dout, &junk, sizeof junk);
+            kstat(L, sp_cuda_sum_squares(dout, dx, n, stream));
+            down(&got[rep], dout, sizeof(double));
+        }
+        double e = fabs(got[0] - want) / fmax(1.0, fabs(want));
+        char what[96];
+        snprintf(what, sizeof what, "vs CPU (double): err %.3g (tol 1e-9)", e);
+        note_worst(L, e);
+        expect(e <= 1e-9, L, what);
+        expect(!memcmp(&got[0], &got[1], sizeof(double)), L, "two GPU runs give identical bits");
+        free(x);
+        dfree(dx), dfree(dout);
+    }
+}
+
+/* ------------------------------------------------------------------ helpers, errors */
+static void test_misc(void)
+{
+    float *d = dalloc(sizeof(float) * 37), h[37];
+    kstat("set_scalar", sp_cuda_set_scalar(d + 5, 0.125f, stream));
+    down(h, d + 5, sizeof(float));
+    expect(h[0] == 0.125f, "set_scalar", "writes the value");
+    kstat("fill_zero", sp_cuda_fill_zero(d, 37, stream));
+    down(h, d, sizeof h);
+    int zero = 1;
+    for (int i = 0; i < 37; i++)
+        zero &= h[i] == 0.0f && !signbit(h[i]);
+    expect(zero, "fill_zero", "37 floats are +0");
+    expect(sp_cuda_matmul_forward(d, d, d, 1, 1, 1, 0, 0, 0, stream, NULL) == SP_CUDA_ERR_ARG,
+           "matmul_forward(NULL handle)", "returns SP_CUDA_ERR_ARG");
+    expect(sp_cuda_status_string(SP_CUDA_ERR_CUBLAS_BASE + 13) != NULL &&
+               sp_cuda_status_string(1) != NULL,
+           "status_string", "names CUDA and cuBLAS errors");
+    dfree(d);
+}
+
+/* ------------------------------------------------------------------ throughput */
+/* out (S,S) = a (S,S) b (S,S): checks the first rows against the CPU, then times it with
+ * TF32 off and on. Reported, not enforced: the H200's fp32 peak is ~67 TFLOP/s (SXM); a
+ * number far below that means a wrong math mode or a throttled GPU. */
+static void test_matmul_rate(void)
+{
+    const int S = 4096, R = 64, reps = 10;
+    const int64_t nn = (int64_t)S * S;
+    float *a = hrand(nn, -1, 1), *b = hrand(nn, -1, 1);
+    float *da_ = dcopy(a, nn), *db_ = dcopy(b, nn), *dc = dalloc(sizeof(float) * (size_t)nn);
+    float *g0 = halloc(sizeof(float) * (size_t)nn), *g1 = halloc(sizeof(float) * (size_t)nn);
+    float *want = halloc(sizeof(float) * (size_t)R * S);
+    char L[96];
+    snprintf(L, sizeof L, "matmul_forward(large) S=%d (first %d rows)", S, R);
+    sp_matmul_forward(want, a, b, R, S, S, 0, 0, 0);
+    for (int rep = 0; rep < 2; rep++) {
+        kstat(L, sp_cuda_matmul_forward(dc, da_, db_, S, S, S, 0, 0, 0, stream, blas));
+        down(rep ? g1 : g0, dc, sizeof(float) * (size_t)nn);
+    }
+    check_close(L, g0, want, (int64_t)R * S, TOL);
+    expect(!memcmp(g0, g1, sizeof(float) * (size_t)nn), L, "two GPU runs give identical bits");
+
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int tf32 = 0; tf32 < 2; tf32++) {
+        kstat("set_tf32", sp_cuda_set_tf32(blas, tf32));
+        for (int w = 0; w < 2; w++) /* warm up: heuristics, clocks */
+            kstat("matmul rate", sp_cuda_matmul_forward(dc, da_, db_, S, S, S, 0, 0, 0, stream,
+                                                        blas));
+        CK(cudaEventRecord(e0, stream));
+        for (int r = 0; r < reps; r++)
+            kstat("matmul rate", sp_cuda_matmul_forward(dc, da_, db_, S, S, S, 0, 0, 0, stream,
+                                                        blas));
+        CK(cudaEventRecord(e1, stream));
+        CK(cudaEventSynchronize(e1));
+        float ms = 0.0f;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        double t = ms / 1e3 / reps, tflops = 2.0 * S * (double)S * S / t / 1e12;
+        printf("matmul %dx%dx%d fp32, TF32 %s: %.3f ms per call, %.1f TFLOP/s\n", S, S, S,
+               tf32 ? "on " : "off", t * 1e3, tflops);
+        if (tf32) { /* TF32 must still be close (10-bit mantissa), just not 1e-5 close */
+            down(g1, dc, sizeof(float) * (size_t)nn);
+            double e = rel_err(g1, want, (int64_t)R * S);
+            char what[96];
+            snprintf(what, sizeof what, "TF32 vs CPU: err %.3g (tol 1e-2; %s)", e,
+                     e > 1e-6 ? "TF32 in use" : "no visible TF32 rounding");
+            expect(e <= 1e-2, "matmul_forward(large, TF32)", what);
+        }
+    }
+    kstat("set_tf32", sp_cuda_set_tf32(blas, 0));
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    free(a), free(b), free(g0), free(g1), free(want);
+    dfree(da_), dfree(db_), dfree(dc);
+}
+
+int main(void)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("SKIP: no CUDA device\n");
+        return SKIP;
+    }
+    const char *v = getenv("SP_VERBOSE");
+    verbose = v && v[0] == '1';
+    struct cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,
+           prop.multiProcessorCount);
+    sp_kernels_init();
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "FAIL: cublasCreate\n");
+        return 1;
+    }
+    int rc = sp_cuda_kernels_init(blas);
+    if (rc != SP_CUDA_OK) {
+        fprintf(stderr, "FAIL: sp_cuda_kernels_init: %s\n", sp_cuda_status_string(rc));
+        return 1;
+    }
+
+    test_matmul();
+    test_bias();
+    test_pointwise();
+    test_layernorm();
+    test_embed();
+    test_attention();
+    test_cross_entropy();
+    test_sum();
+    test_optim();
+    test_misc();
+    test_matmul_rate();
+
+    printf("worst error vs CPU per op:\n");
+    for (int i = 0; i < n_worst; i++)
+        printf("  %-28s %.3g\n", worst[i].op, worst[i].worst);
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+        printf("FAIL: device error at exit: %s\n", cudaGetErrorString(e));
+        n_fail++;
+    }
+    cublasDestroy(blas);
+    cudaStreamDestroy(stream);
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
