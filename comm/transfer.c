@@ -1,6 +1,7 @@
 /* Point-to-point transfers over StarPU-MPI: detached sends and receives of a registered
  * buffer, tagged so that every message of every step has its own tag. */
 #include <inttypes.h>
+#include <stdlib.h>
 
 #include <starpu_mpi.h>
 
@@ -46,7 +47,31 @@ static sp_status check_peer(const char *what, const sp_exec_buf *b, int peer)
  * NULL callback, detached sends of one buffer to several ranks are merged and rerouted
  * through a broadcast tree in which receivers forward the data. That would add messages
  * the plan does not know about, breaking its single global message order. */
-static void transfer_done(void *arg) { (void)arg; }
+/* With tracing on, the callback also records the transfer, from posting to completion. */
+typedef struct {
+    int is_send, peer;
+    uint32_t msg;
+    double posted;
+} transfer_info;
+
+static void transfer_done(void *arg)
+{
+    transfer_info *t = arg;
+    if (!t)
+        return;
+    sp_exec_trace_transfer(t->is_send, t->msg, t->peer, t->posted, starpu_timing_now());
+    free(t);
+}
+
+static transfer_info *traced(int is_send, int peer, uint32_t msg)
+{
+    if (!sp_exec_tracing())
+        return NULL;
+    transfer_info *t = malloc(sizeof *t);
+    if (t)
+        *t = (transfer_info){ is_send, peer, msg, starpu_timing_now() };
+    return t;
+}
 
 sp_status sp_exec_send(sp_exec_buf *b, int dst, uint32_t msg)
 {
@@ -54,7 +79,8 @@ sp_status sp_exec_send(sp_exec_buf *b, int dst, uint32_t msg)
     if (st)
         return st;
     SP_STARPU_CHECK(starpu_mpi_isend_detached(b->handle, dst, sp_comm_tag(sp_exec_step_, msg),
-                                              MPI_COMM_WORLD, transfer_done, NULL));
+                                              MPI_COMM_WORLD, transfer_done,
+                                              traced(1, dst, msg)));
     return SP_OK;
 }
 
@@ -64,6 +90,7 @@ sp_status sp_exec_recv(sp_exec_buf *b, int src, uint32_t msg)
     if (st)
         return st;
     SP_STARPU_CHECK(starpu_mpi_irecv_detached(b->handle, src, sp_comm_tag(sp_exec_step_, msg),
-                                              MPI_COMM_WORLD, transfer_done, NULL));
+                                              MPI_COMM_WORLD, transfer_done,
+                                              traced(0, src, msg)));
     return SP_OK;
 }

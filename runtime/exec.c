@@ -49,7 +49,8 @@ static starpu_pthread_mutex_t trace_lock = STARPU_PTHREAD_MUTEX_INITIALIZER;
 static sp_exec_record *trace_recs;
 static size_t trace_n, trace_cap, trace_dropped;
 
-static void trace_add(const char *name, uint32_t seq, double t0, double t1)
+static void trace_add(const char *name, uint32_t seq, double t0, double t1, int transfer,
+                      int peer)
 {
     STARPU_PTHREAD_MUTEX_LOCK(&trace_lock);
     if (trace_n == trace_cap) {
@@ -64,13 +65,25 @@ static void trace_add(const char *name, uint32_t seq, double t0, double t1)
         sp_exec_record *r = &trace_recs[trace_n++];
         snprintf(r->name, sizeof r->name, "%s", name);
         r->seq = seq;
-        r->worker = starpu_worker_get_id();
+        r->worker = transfer ? -1 : starpu_worker_get_id();
+        r->transfer = transfer;
+        r->peer = peer;
         r->start_us = t0 - X.step_t0;
         r->end_us = t1 - X.step_t0;
     } else {
         trace_dropped++;
     }
     STARPU_PTHREAD_MUTEX_UNLOCK(&trace_lock);
+}
+
+int sp_exec_tracing(void) { return X.opts.trace; }
+
+void sp_exec_trace_transfer(int is_send, uint32_t msg, int peer, double posted, double done)
+{
+    char name[32];
+    snprintf(name, sizeof name, "%s #%u %s %d", is_send ? "send" : "recv", msg,
+             is_send ? "to" : "from", peer);
+    trace_add(name, msg, posted, done, is_send ? 1 : 2, peer);
 }
 
 static int by_start(const void *a, const void *b)
@@ -136,7 +149,7 @@ static void run_task(void *descr[], struct task_args *a, impl_call call)
     double t0 = X.opts.trace ? starpu_timing_now() : 0;
     int rc = call(a, ptrs, counts, n);
     if (X.opts.trace)
-        trace_add(a->name, a->seq, t0, starpu_timing_now());
+        trace_add(a->name, a->seq, t0, starpu_timing_now(), 0, -1);
     if (rc)
         fail_step("rank %d: task '%s' (seq %u) failed with code %d", sp_exec_rank_, a->name,
                   a->seq, rc);

@@ -52,6 +52,11 @@ sp_status sp_policy_begin_step(void);
  * submitted seqs of a step are not 0..n-1, so the step drains instead of hanging. */
 void sp_policy_drain(void);
 
+/* ---- traces ---- */
+int sp_exec_tracing(void);
+/* Records a transfer from its posting to its completion (starpu_timing_now() times). */
+void sp_exec_trace_transfer(int is_send, uint32_t msg, int peer, double posted, double done);
+
 /* ---- comm/transfer.c ---- */
 /* The StarPU-MPI tag of message msg of step `step`. */
 int64_t sp_comm_tag(uint64_t step, uint32_t msg);

@@ -44,6 +44,7 @@ struct sp_trainer {
     sp_train_event *events;
     int nevents, cap_events;
     struct { int kind, step, stage; } fault; /* STARPIPE_FAULT: fail@STEP:STAGE, hang@... */
+    int *msg_instr; /* [nmessages]: this rank's SEND/RECV instruction of each message */
     void **host; /* memory behind the lazily registered buffers */
     size_t nhost, caphost;
     sp_exec_buf **pool_free; /* per-microbatch buffers not in use */
@@ -387,7 +388,12 @@ static sp_status record_events(sp_trainer *t)
     for (size_t i = 0; i < n; i++) {
         sp_train_event *e = &t->events[i];
         snprintf(e->name, sizeof e->name, "%s", rec[i].name);
+        e->transfer = rec[i].transfer;
         task_id id = rec[i].seq < t->seq ? t->seq_task[rec[i].seq] : (task_id){ -1, -1, -1, -1 };
+        if (rec[i].transfer) /* a message: its plan instruction on this rank */
+            id = (task_id){ -1, -1, -1,
+                            (int64_t)rec[i].seq < t->plan->nmessages ? t->msg_instr[rec[i].seq]
+                                                                     : -1 };
         e->instr = id.instr;
         e->kind = id.kind;
         e->mb = id.mb;
@@ -476,7 +482,8 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
         }
     /* idle share of this rank in phase 1, for the bubble */
     double busy = 0.0;
-    for (int e = 0; e < t->nevents; e++) busy += t->events[e].end_us - t->events[e].start_us;
+    for (int e = 0; e < t->nevents; e++)
+        if (!t->events[e].transfer) busy += t->events[e].end_us - t->events[e].start_us;
     v[t->S + t->rank] = span > 0 ? 1.0 - 1e-6 * busy / span : 0.0;
     if (st == SP_OK) st = sp_exec_allreduce_sum(v, (size_t)t->S + (size_t)pl->nactors, 1);
     double norm = 0.0, bubble = 0.0;
@@ -580,6 +587,15 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
         t->fault.kind = fault[0] == 'f' ? 1 : 2;
     if ((st = sp_plan_build(model, sched, &t->plan))) goto out;
     if ((st = sp_plan_check(t->plan))) goto out;
+    if (!(t->msg_instr = malloc(sizeof(int) * (size_t)(t->plan->nmessages + 1)))) {
+        st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+        goto out;
+    }
+    for (int64_t q = 0; q < t->plan->nmessages; q++) t->msg_instr[q] = -1;
+    for (int i = 0; i < t->plan->ninstr[t->rank]; i++) {
+        const sp_instr *in = &t->plan->instr[t->rank][i];
+        if (in->op == SP_OP_SEND || in->op == SP_OP_RECV) t->msg_instr[in->seq] = i;
+    }
     if ((st = alloc_arrays(t))) goto out;
     for (int i = 0, k = 0; i < sp_graph_num_params(t->g); i++) {
         sp_tensor x = sp_graph_param(t->g, i);
@@ -642,7 +658,7 @@ void sp_trainer_free(sp_trainer *t)
     free(t->h_params), free(t->h_grads), free(t->h_m), free(t->h_v), free(t->h_scratch);
     free(t->h_act), free(t->h_bgrad), free(t->h_efwd), free(t->h_egrad), free(t->h_input);
     free(t->input_host), free(t->h_loss), free(t->loss_host), free(t->shared_param);
-    free(t->h_sgrad), free(t->h_sparam), free(t->seq_task), free(t->events);
+    free(t->h_sgrad), free(t->h_sparam), free(t->seq_task), free(t->events), free(t->msg_instr);
     sp_plan_free(t->plan);
     free(t);
 }
@@ -772,7 +788,8 @@ sp_status sp_trainer_write_timeline(sp_trainer *t, const char *json_path, const 
             if (x->instr < 0 || x->instr >= pl->ninstr[a]) continue;
             r.start[a][x->instr] = x->start;
             r.end[a][x->instr] = x->end;
-            r.busy[a] += x->end - x->start;
+            int op = pl->instr[a][x->instr].op;
+            if (op != SP_OP_SEND && op != SP_OP_RECV) r.busy[a] += x->end - x->start;
             if (x->end > r.step_time) r.step_time = x->end;
         }
     }
@@ -780,6 +797,7 @@ sp_status sp_trainer_write_timeline(sp_trainer *t, const char *json_path, const 
     for (int a = 0; a < pl->nactors; a++) idle += r.idle[a] = r.step_time - r.busy[a];
     r.bubble_fraction = r.step_time > 0 ? idle / (pl->nactors * r.step_time) : 0;
     r.nmessages = pl->nmessages;
+    r.async_transfers = 1;
     if (st == SP_OK && json_path) st = sp_sim_write_trace(pl, &r, json_path);
     if (st == SP_OK && svg_path) st = sp_sim_write_svg(pl, &r, svg_path);
     for (int a = 0; a < pl->nactors; a++) {

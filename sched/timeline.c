@@ -27,6 +27,8 @@ sp_status sp_sim_write_trace(const sp_plan *plan, const sp_sim_result *r, const 
             } else if (in->op == SP_OP_COMBINE || in->op == SP_OP_OPTIMIZER) {
                 sp_instr_format(in, name, sizeof name);
                 cat = sp_op_name(in->op);
+            } else if (r->async_transfers && (in->op == SP_OP_SEND || in->op == SP_OP_RECV)) {
+                continue; /* on the actor's transfer row, below */
             } else if (in->op == SP_OP_RECV && dur > 0) { /* time spent waiting */
                 snprintf(name, sizeof name, "wait %s", sp_buf_format(in->buf, bs, sizeof bs));
                 cat = "wait";
@@ -38,6 +40,23 @@ sp_status sp_sim_write_trace(const sp_plan *plan, const sp_sim_result *r, const 
             if (in->op == SP_OP_RUN)
                 fprintf(f, ",\"args\":{\"mb\":%d,\"stage\":%d}", in->task.mb, in->task.stage);
             fputc('}', f);
+        }
+    }
+    /* measured transfers overlap the tasks: one extra row per actor */
+    for (int a = 0; r->async_transfers && a < plan->nactors; a++) {
+        fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
+                "\"args\":{\"name\":\"actor %d transfers\"}}", plan->nactors + a, a);
+        for (int j = 0; j < plan->ninstr[a]; j++) {
+            const sp_instr *in = &plan->instr[a][j];
+            if ((in->op != SP_OP_SEND && in->op != SP_OP_RECV) || r->end[a][j] <= r->start[a][j])
+                continue;
+            char bs[64];
+            fprintf(f, ",\n{\"name\":\"%s %s %s %d\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,"
+                    "\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"seq\":%lld,\"bytes\":%zu}}",
+                    in->op == SP_OP_SEND ? "send" : "recv", sp_buf_format(in->buf, bs, sizeof bs),
+                    in->op == SP_OP_SEND ? "to" : "from", in->peer, sp_op_name(in->op),
+                    plan->nactors + a, r->start[a][j] * 1e6,
+                    (r->end[a][j] - r->start[a][j]) * 1e6, (long long)in->seq, in->bytes);
         }
     }
     fprintf(f, "\n]}\n");

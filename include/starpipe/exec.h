@@ -137,13 +137,16 @@ sp_status sp_exec_gather(const void *send, size_t bytes, void *recv, int root);
 /* ---- what ran ---- */
 typedef struct sp_exec_record {
     char name[32];
-    uint32_t seq;
-    int worker;                 /* StarPU worker id */
+    uint32_t seq;               /* tasks: seq; transfers: the message number */
+    int worker;                 /* StarPU worker id; -1 for transfers */
+    int transfer;               /* 0 a task; 1 a send, 2 a receive (posted -> completed) */
+    int peer;                   /* transfers: the other rank */
     double start_us, end_us;    /* since sp_exec_begin_step */
 } sp_exec_record;
 
-/* Records of the tasks that ran in the current (or last ended) step, in the order they
- * started; valid until the next sp_exec_begin_step. Empty unless opts.trace was set. */
+/* Records of the tasks that ran in the current (or last ended) step, and of its
+ * transfers (from posting to completion), in the order they started; valid until the
+ * next sp_exec_begin_step. Empty unless opts.trace was set. */
 sp_status sp_exec_trace(const sp_exec_record **records, size_t *n);
 
 #ifdef __cplusplus

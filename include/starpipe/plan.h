@@ -259,6 +259,9 @@ typedef struct {
     sp_mem_peak *peak;      /* [nactors], recomputed while running */
     double **start, **end;  /* [nactors][ninstr]: when each instruction ran */
     int64_t nmessages;
+    int async_transfers;    /* 1: SEND/RECV times are measured asynchronous transfers (from
+                               posting to completion); the trace shows them on a row of
+                               their own per actor. 0: simulated blocking waits. */
 } sp_sim_result;
 
 /* Runs the plan with blocking, ordered (FIFO per pair of actors) channels. Fails with

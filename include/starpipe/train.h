@@ -86,6 +86,7 @@ typedef struct {
     char name[32];
     int kind, mb, stage;  /* -1 for helper tasks (copies, combine, optimizer) */
     int instr;            /* index in this rank's plan program; -1 for helper tasks */
+    int transfer;         /* 0 a task; 1 a send, 2 a receive (from posting to completion) */
     double start_us, end_us;
 } sp_train_event;
 sp_status sp_trainer_trace(sp_trainer *t, const sp_train_event **events, int *n);
