@@ -102,9 +102,10 @@ sp_status sp_binding_plan(MPI_Comm node, int want, sp_binding *b)
         if (len < (int)sizeof b->desc)
             len += snprintf(b->desc + len, sizeof b->desc - (size_t)len, " %d", cpus[i]);
     }
-    /* The progress thread takes a spare core of this rank if there is one, else it
-     * shares the last worker's core (see runtime/README.md for why not another's). */
-    b->mpi_cpu = to_logical(topo, cpus[b->nworkers < ncpus ? b->nworkers : b->nworkers - 1]);
+    /* The progress thread takes a spare core of this rank if there is one; else it is
+     * left unbound (-1): as fast as sharing the worker's core (runtime/README.md), and
+     * StarPU then does not warn on every start about binding two threads to one core. */
+    b->mpi_cpu = b->nworkers < ncpus ? to_logical(topo, cpus[b->nworkers]) : -1;
     hwloc_topology_destroy(topo);
     for (int i = 0; i < b->nworkers; i++)
         if (b->worker_cpus[i] < 0)
@@ -129,6 +130,10 @@ void sp_binding_apply(const sp_binding *b)
     for (int i = 0; i < b->nworkers; i++)
         len += snprintf(v + len, sizeof v - (size_t)len, "%s%d", i ? " " : "", b->worker_cpus[i]);
     setenv("STARPU_WORKERS_CPUID", v, 0);
+    if (b->mpi_cpu < 0) {
+        setenv("STARPU_MPI_NOBIND", "1", 0);
+        return;
+    }
     snprintf(v, sizeof v, "%d", b->mpi_cpu);
     setenv("STARPU_MPI_THREAD_CPUID", v, 0);
 }

@@ -22,7 +22,7 @@ static int gemm_batched(cublasHandle_t h, const float *a, int lda, long long sa,
 #define ATT_WARPS 8 /* rows per block */
 
 /* rows of (T,T) score matrices, t = row % T: softmax over columns 0..t, zeros after. */
-__global__ void causal_softmax_kernel(float *__restrict__ att, int64_t rows, int T)
+static __global__ void causal_softmax_kernel(float *__restrict__ att, int64_t rows, int T)
 {
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * ATT_WARPS + (threadIdx.x >> 5);
@@ -46,9 +46,9 @@ __global__ void causal_softmax_kernel(float *__restrict__ att, int64_t rows, int
 }
 
 /* dp row t (holding datt) becomes att (datt - sum(att datt)) scale over 0..t, zero after. */
-__global__ void causal_softmax_backward_kernel(float *__restrict__ dp,
-                                               const float *__restrict__ att, int64_t rows,
-                                               int T, float scale)
+static __global__ void causal_softmax_backward_kernel(float *__restrict__ dp,
+                                                      const float *__restrict__ att, int64_t rows,
+                                                      int T, float scale)
 {
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * ATT_WARPS + (threadIdx.x >> 5);
@@ -133,19 +133,23 @@ extern "C" int sp_cuda_attention_backward(float *dqkv, float *scratch, const flo
         const float *d = dout + (int64_t)b * T * C;
         float *dq = dqkv + (int64_t)b * T * C3, *dk = dq + C, *dv = dq + 2 * C;
         /* datt_h (T,T) = dout_h (T,hs) v_h^T */
-        if ((rc = gemm_batched(h, d, C, hs, 0, v, C3, hs, 1, dp, T, TT, T, T, hs, 1.0f, 0.0f, NH)))
+        rc = gemm_batched(h, d, C, hs, 0, v, C3, hs, 1, dp, T, TT, T, T, hs, 1.0f, 0.0f, NH);
+        if (rc)
             return rc;
         /* dv_h (T,hs) = att_h^T (T,T) dout_h */
-        if ((rc = gemm_batched(h, a, T, TT, 1, d, C, hs, 0, dv, C3, hs, T, hs, T, 1.0f, beta, NH)))
+        rc = gemm_batched(h, a, T, TT, 1, d, C, hs, 0, dv, C3, hs, T, hs, T, 1.0f, beta, NH);
+        if (rc)
             return rc;
         const int64_t rows = (int64_t)NH * T;
         causal_softmax_backward_kernel<<<row_blocks(rows), ATT_WARPS * 32, 0, s>>>(dp, a, rows, T,
                                                                                   scale);
         SP_CUDA_LAUNCHED();
         /* dq_h (T,hs) = dpre_h (T,T) k_h; dk_h (T,hs) = dpre_h^T q_h */
-        if ((rc = gemm_batched(h, dp, T, TT, 0, k, C3, hs, 0, dq, C3, hs, T, hs, T, 1.0f, beta, NH)))
+        rc = gemm_batched(h, dp, T, TT, 0, k, C3, hs, 0, dq, C3, hs, T, hs, T, 1.0f, beta, NH);
+        if (rc)
             return rc;
-        if ((rc = gemm_batched(h, dp, T, TT, 1, q, C3, hs, 0, dk, C3, hs, T, hs, T, 1.0f, beta, NH)))
+        rc = gemm_batched(h, dp, T, TT, 1, q, C3, hs, 0, dk, C3, hs, T, hs, T, 1.0f, beta, NH);
+        if (rc)
             return rc;
     }
     return SP_CUDA_OK;

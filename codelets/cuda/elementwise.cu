@@ -3,8 +3,8 @@
  * alias an input exactly, so nothing here is __restrict__ but the bias. */
 #include "codelets/cuda/common.cuh"
 
-__global__ void bias_add_kernel(float *out, const float *x, const float *__restrict__ bias,
-                                int64_t n, int C)
+static __global__ void bias_add_kernel(float *out, const float *x, const float *__restrict__ bias,
+                                       int64_t n, int C)
 {
     SP_GRID_STRIDE(i, n)
         out[i] = x[i] + bias[i % C];
@@ -25,8 +25,8 @@ extern "C" int sp_cuda_bias_add_forward(float *out, const float *x, const float 
  * 32 lane sums meet in a fixed tree. Reads of one row are 32 consecutive floats. */
 #define COL_W 32
 #define COL_H 32
-__global__ void bias_backward_kernel(float *__restrict__ dbias, const float *__restrict__ dout,
-                                     int N, int C, int acc)
+static __global__ void bias_backward_kernel(float *__restrict__ dbias,
+                                            const float *__restrict__ dout, int N, int C, int acc)
 {
     __shared__ float part[COL_H][COL_W + 1];
     const int c = blockIdx.x * COL_W + threadIdx.x;
@@ -62,7 +62,7 @@ extern "C" int sp_cuda_bias_add_backward_bias(float *dbias, const float *dout, i
     return SP_CUDA_OK;
 }
 
-__global__ void add_kernel(float *out, const float *a, const float *b, int64_t n)
+static __global__ void add_kernel(float *out, const float *a, const float *b, int64_t n)
 {
     SP_GRID_STRIDE(i, n)
         out[i] = a[i] + b[i];
@@ -80,7 +80,7 @@ extern "C" int sp_cuda_add_forward(float *out, const float *a, const float *b, i
 
 /* out = s x, or out += s x: the product is rounded before the add (no FMA), as on the
  * CPU, which keeps acc = 1 bitwise equal to it. */
-__global__ void scale_kernel(float *out, const float *x, float s, int64_t n, int acc)
+static __global__ void scale_kernel(float *out, const float *x, float s, int64_t n, int acc)
 {
     SP_GRID_STRIDE(i, n) {
         float p = __fmul_rn(s, x[i]);
@@ -141,7 +141,7 @@ static __device__ __forceinline__ float tanh_fast(float u)
     return copysignf(t, u);
 }
 
-__global__ void gelu_kernel(float *out, const float *x, int64_t n)
+static __global__ void gelu_kernel(float *out, const float *x, int64_t n)
 {
     SP_GRID_STRIDE(i, n) {
         float xi = x[i];
@@ -159,8 +159,8 @@ extern "C" int sp_cuda_gelu_forward(float *out, const float *x, int64_t n, void 
 }
 
 /* d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3a x^2), t = tanh(k (x + a x^3)). */
-__global__ void gelu_backward_kernel(float *dx, const float *x, const float *dout, int64_t n,
-                                     int acc)
+static __global__ void gelu_backward_kernel(float *dx, const float *x, const float *dout, int64_t n,
+                                            int acc)
 {
     SP_GRID_STRIDE(i, n) {
         float xi = x[i];
@@ -183,7 +183,7 @@ extern "C" int sp_cuda_gelu_backward(float *dx, const float *x, const float *dou
     return SP_CUDA_OK;
 }
 
-__global__ void relu_kernel(float *out, const float *x, int64_t n)
+static __global__ void relu_kernel(float *out, const float *x, int64_t n)
 {
     SP_GRID_STRIDE(i, n)
         out[i] = x[i] > 0.0f ? x[i] : 0.0f;
@@ -198,8 +198,8 @@ extern "C" int sp_cuda_relu_forward(float *out, const float *x, int64_t n, void 
     return SP_CUDA_OK;
 }
 
-__global__ void relu_backward_kernel(float *dx, const float *x, const float *dout, int64_t n,
-                                     int acc)
+static __global__ void relu_backward_kernel(float *dx, const float *x, const float *dout, int64_t n,
+                                            int acc)
 {
     SP_GRID_STRIDE(i, n) {
         float g = x[i] > 0.0f ? dout[i] : 0.0f;

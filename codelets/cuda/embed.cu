@@ -3,9 +3,10 @@
  * first position, which adds every position holding it in (b, t) order. */
 #include "codelets/cuda/common.cuh"
 
-__global__ void embed_forward_kernel(float *__restrict__ out, const int32_t *__restrict__ tokens,
-                                     const float *__restrict__ wte,
-                                     const float *__restrict__ wpe, int T, int C, int64_t n)
+static __global__ void embed_forward_kernel(float *__restrict__ out,
+                                            const int32_t *__restrict__ tokens,
+                                            const float *__restrict__ wte,
+                                            const float *__restrict__ wpe, int T, int C, int64_t n)
 {
     SP_GRID_STRIDE(i, n) {
         int64_t bt = i / C;
@@ -33,9 +34,10 @@ extern "C" int sp_cuda_embed_forward(float *out, const int32_t *tokens, const fl
  * j ascending: the CPU's exact sequence of additions. Cost: one pass over the tokens per
  * distinct token (tokens are read by all threads at once: broadcast loads). */
 #define EMB_THREADS 256
-__global__ void embed_backward_wte_kernel(float *__restrict__ dwte,
-                                          const float *__restrict__ dout,
-                                          const int32_t *__restrict__ tokens, int64_t BT, int C)
+static __global__ void embed_backward_wte_kernel(float *__restrict__ dwte,
+                                                 const float *__restrict__ dout,
+                                                 const int32_t *__restrict__ tokens, int64_t BT,
+                                                 int C)
 {
     const int64_t i = blockIdx.x;
     const int32_t v = tokens[i];
@@ -55,8 +57,9 @@ __global__ void embed_backward_wte_kernel(float *__restrict__ dwte,
 }
 
 /* dwpe[t] += dout[b, t] for b ascending: one thread per (t, c). */
-__global__ void embed_backward_wpe_kernel(float *__restrict__ dwpe, const float *__restrict__ dout,
-                                          int B, int T, int C)
+static __global__ void embed_backward_wpe_kernel(float *__restrict__ dwpe,
+                                                 const float *__restrict__ dout, int B, int T,
+                                                 int C)
 {
     const int64_t n = (int64_t)T * C, stride_b = (int64_t)T * C;
     SP_GRID_STRIDE(i, n) {
@@ -84,7 +87,8 @@ extern "C" int sp_cuda_embed_backward(float *dwte, float *dwpe, const float *dou
     return SP_CUDA_OK;
 }
 
-__global__ void check_tokens_kernel(int *bad, const int32_t *__restrict__ tokens, int64_t n, int V)
+static __global__ void check_tokens_kernel(int *bad, const int32_t *__restrict__ tokens, int64_t n,
+                                           int V)
 {
     int mine = 0;
     SP_GRID_STRIDE(i, n)

@@ -6,10 +6,11 @@
 #define LN_EPS 1e-5f
 #define LN_WARPS 8 /* rows per block */
 
-__global__ void layernorm_forward_kernel(float *__restrict__ out, float *__restrict__ mean,
-                                         float *__restrict__ rstd, const float *__restrict__ x,
-                                         const float *__restrict__ gamma,
-                                         const float *__restrict__ beta, int N, int C)
+static __global__ void layernorm_forward_kernel(float *__restrict__ out, float *__restrict__ mean,
+                                                float *__restrict__ rstd,
+                                                const float *__restrict__ x,
+                                                const float *__restrict__ gamma,
+                                                const float *__restrict__ beta, int N, int C)
 {
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
@@ -50,11 +51,11 @@ extern "C" int sp_cuda_layernorm_forward(float *out, float *mean, float *rstd, c
 }
 
 /* dx = rstd (g - mean(g) - xhat mean(g xhat)), g = gamma dout, xhat = (x - mean) rstd. */
-__global__ void layernorm_backward_x_kernel(float *__restrict__ dx, const float *__restrict__ dout,
-                                            const float *__restrict__ x,
-                                            const float *__restrict__ mean,
-                                            const float *__restrict__ rstd,
-                                            const float *__restrict__ gamma, int N, int C, int acc)
+static __global__ void
+layernorm_backward_x_kernel(float *__restrict__ dx, const float *__restrict__ dout,
+                            const float *__restrict__ x, const float *__restrict__ mean,
+                            const float *__restrict__ rstd, const float *__restrict__ gamma, int N,
+                            int C, int acc)
 {
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
@@ -95,13 +96,11 @@ extern "C" int sp_cuda_layernorm_backward_x(float *dx, const float *dout, const 
  * the 32 lanes: the same bits every run. */
 #define COL_W 32
 #define COL_H 32
-__global__ void layernorm_backward_params_kernel(float *__restrict__ dgamma,
-                                                 float *__restrict__ dbeta,
-                                                 const float *__restrict__ dout,
-                                                 const float *__restrict__ x,
-                                                 const float *__restrict__ mean,
-                                                 const float *__restrict__ rstd, int N, int C,
-                                                 int acc)
+static __global__ void
+layernorm_backward_params_kernel(float *__restrict__ dgamma, float *__restrict__ dbeta,
+                                 const float *__restrict__ dout, const float *__restrict__ x,
+                                 const float *__restrict__ mean, const float *__restrict__ rstd,
+                                 int N, int C, int acc)
 {
     __shared__ float pg[COL_H][COL_W + 1], pb[COL_H][COL_W + 1];
     const int tx = threadIdx.x, ty = threadIdx.y;

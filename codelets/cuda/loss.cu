@@ -11,7 +11,7 @@
 /* One block per row: max, exp and sum, normalize (the CPU's order of operations; the sum
  * is a fixed tree). The row's -log p[target] = log(sum) + max - x[target] goes to rowloss
  * in double; a bad target counts in *bad and contributes 0. */
-__global__ void __launch_bounds__(CE_THREADS)
+static __global__ void __launch_bounds__(CE_THREADS)
     ce_forward_kernel(float *__restrict__ probs, double *__restrict__ rowloss, int *bad,
                       const float *__restrict__ logits, const int32_t *__restrict__ targets,
                       int V)
@@ -56,7 +56,7 @@ static __device__ double block_sum_all(const In *__restrict__ x, int64_t n, doub
     return sp_block_sum(s, sh);
 }
 
-__global__ void __launch_bounds__(SUM_THREADS)
+static __global__ void __launch_bounds__(SUM_THREADS)
     ce_loss_kernel(float *loss, const int *bad, const double *__restrict__ rowloss, int N)
 {
     __shared__ double sh[32];
@@ -90,10 +90,11 @@ extern "C" int sp_cuda_cross_entropy_forward(float *loss, float *probs, const fl
 /* dlogits = s (probs - onehot(target)), s = mult * *dloss / N. The target's entry is
  * formed first and added once, with the CPU's roundings (no FMA); a bad target gets no
  * one-hot term. */
-__global__ void ce_backward_kernel(float *__restrict__ dlogits, const float *__restrict__ probs,
-                                   const int32_t *__restrict__ targets,
-                                   const float *__restrict__ dloss, float mult, int N, int V,
-                                   int acc)
+static __global__ void ce_backward_kernel(float *__restrict__ dlogits,
+                                          const float *__restrict__ probs,
+                                          const int32_t *__restrict__ targets,
+                                          const float *__restrict__ dloss, float mult, int N, int V,
+                                          int acc)
 {
     const float s = __fdiv_rn(__fmul_rn(mult, *dloss), (float)N);
     const int64_t n = (int64_t)N * V;
@@ -125,7 +126,7 @@ extern "C" int sp_cuda_cross_entropy_backward(float *dlogits, const float *probs
     return SP_CUDA_OK;
 }
 
-__global__ void __launch_bounds__(SUM_THREADS)
+static __global__ void __launch_bounds__(SUM_THREADS)
     sum_kernel(float *out, const float *__restrict__ x, int64_t n)
 {
     __shared__ double sh[32];
@@ -142,8 +143,8 @@ extern "C" int sp_cuda_sum_forward(float *out, const float *x, int64_t n, void *
     return SP_CUDA_OK;
 }
 
-__global__ void sum_backward_kernel(float *dx, const float *__restrict__ dout, float mult,
-                                    int64_t n, int acc)
+static __global__ void sum_backward_kernel(float *dx, const float *__restrict__ dout, float mult,
+                                           int64_t n, int acc)
 {
     const float g = __fmul_rn(mult, *dout);
     SP_GRID_STRIDE(i, n)
@@ -161,7 +162,7 @@ extern "C" int sp_cuda_sum_backward(float *dx, const float *dout, float mult, in
     return SP_CUDA_OK;
 }
 
-__global__ void set_scalar_kernel(float *x, float value) { *x = value; }
+static __global__ void set_scalar_kernel(float *x, float value) { *x = value; }
 
 extern "C" int sp_cuda_set_scalar(float *x, float value, void *stream)
 {

@@ -8,10 +8,10 @@
  * intrinsics are never fused into FMAs), so GPU and CPU give the same bits:
  * g = grad gs; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g g;
  * p = p decay - step m / (sqrt(v) rbc2 + eps). */
-__global__ void adamw_kernel(float *__restrict__ param, float *__restrict__ m,
-                             float *__restrict__ v, const float *__restrict__ grad, int64_t n,
-                             float beta1, float beta2, float omb1, float omb2, float eps,
-                             float gscale, float step, float rbc2, float decay)
+static __global__ void adamw_kernel(float *__restrict__ param, float *__restrict__ m,
+                                    float *__restrict__ v, const float *__restrict__ grad,
+                                    int64_t n, float beta1, float beta2, float omb1, float omb2,
+                                    float eps, float gscale, float step, float rbc2, float decay)
 {
     SP_GRID_STRIDE(i, n) {
         float g = __fmul_rn(grad[i], gscale);
@@ -44,7 +44,7 @@ extern "C" int sp_cuda_adamw_update(float *param, float *m, float *v, const floa
 /* One block of 1024: lane j sums x[j], x[j + 1024], ... squared in double, in order, then
  * the fixed block tree. */
 #define SSQ_THREADS 1024
-__global__ void __launch_bounds__(SSQ_THREADS)
+static __global__ void __launch_bounds__(SSQ_THREADS)
     sum_squares_kernel(double *out, const float *__restrict__ x, int64_t n)
 {
     __shared__ double sh[32];
