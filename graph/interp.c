@@ -134,9 +134,10 @@ sp_status sp_reference_forward_backward(sp_reference *r, const void *const *inpu
 {
     if (!r || !inputs) return sp_set_error(SP_ERR_ARG, "sp_reference_forward_backward: NULL");
     const sp_program *p = r->p;
+    sp_status st = sp_program_check_inputs(p, inputs, r->m);
+    if (st) return st;
     for (int s = 0; s < r->S; s++)
         memset(r->grads[s], 0, sp_program_buf_bytes(p, SP_SLAB_GRADS, s));
-    sp_status st;
     for (int i = 0; i < r->m; i++) {
         for (int s = 0; s < r->S; s++)
             if ((st = run(r, s, SP_TASK_F, i, inputs))) return st;

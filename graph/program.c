@@ -151,6 +151,12 @@ sp_loc sp_loc_grad(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode)
                      edge_offset(&p->edge[e], t) };
 }
 
+sp_loc sp_loc_scratch(sp_program *p, sp_kprog *kp, int s, int64_t floats)
+{
+    if (floats > p->scratch_floats[s]) p->scratch_floats[s] = floats;
+    return (sp_loc){ sp_prog_buf(kp, SP_SLAB_SCRATCH, s, 0, SP_SLAB_RW), 0 };
+}
+
 /* --- layout ------------------------------------------------------------------------ */
 
 static sp_status layout(sp_program *p)
@@ -350,6 +356,8 @@ static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t)
         I->o[1] = sp_loc_aux(p, kp, t, SP_SLAB_W);
         I->i[0] = x0;
         I->i[1] = x1;
+        /* the CUDA kernel's per-row losses (N doubles) and its bad-target count */
+        I->i[2] = sp_loc_scratch(p, kp, s, 2 * rows_of(A) + 2);
         I->n[0] = rows_of(A);
         I->n[1] = A->shape[A->ndim - 1];
         return 6.0 * A->numel;
@@ -565,6 +573,41 @@ int sp_program_num_inputs(const sp_program *p) { return p ? p->ninputs : 0; }
 sp_tensor sp_program_input(const sp_program *p, int k)
 {
     return (p && k >= 0 && k < p->ninputs) ? p->input[k] : -1;
+}
+
+/* The exclusive bound of an integer input: the smallest class count among its users. */
+static int64_t input_limit(const sp_program *p, int t)
+{
+    const sp_graph *g = p->g;
+    int64_t lim = INT64_MAX;
+    for (int u = t + 1; u < g->n; u++) {
+        const sp_node *n = &g->node[u];
+        if (n->op == SP_OP_EMBED && n->in[0] == t && g->node[n->in[1]].shape[0] < lim)
+            lim = g->node[n->in[1]].shape[0];
+        if (n->op == SP_OP_CROSS_ENTROPY && n->in[1] == t) {
+            const sp_node *L = &g->node[n->in[0]];
+            if (L->shape[L->ndim - 1] < lim) lim = L->shape[L->ndim - 1];
+        }
+    }
+    return lim;
+}
+
+sp_status sp_program_check_inputs(const sp_program *p, const void *const *inputs, int m)
+{
+    for (int k = 0; k < p->ninputs; k++) {
+        const sp_node *n = &p->g->node[p->input[k]];
+        if (n->dtype != SP_I32) continue;
+        int64_t lim = input_limit(p, p->input[k]);
+        for (int i = 0; i < m; i++) {
+            const int32_t *x = inputs[i * p->ninputs + k];
+            for (int64_t j = 0; j < n->numel; j++)
+                if (x[j] < 0 || x[j] >= lim)
+                    return sp_set_error(SP_ERR_ARG, "input '%s' of microbatch %d: value %d at "
+                                        "position %lld is outside [0,%lld)", n->name, i, x[j],
+                                        (long long)j, (long long)lim);
+        }
+    }
+    return SP_OK;
 }
 
 int64_t sp_program_param_offset(const sp_program *p, int stage, sp_tensor param)

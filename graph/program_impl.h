@@ -81,6 +81,9 @@ sp_loc sp_loc_grad(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode)
 int sp_prog_buf(sp_kprog *kp, sp_slab_class cls, int index, size_t bytes, sp_slab_mode mode);
 sp_kinstr *sp_prog_emit(sp_kprog *kp, sp_icode code, int node);
 int sp_edge_index(const sp_program *p, int src, int dst);
+/* The stage's SCRATCH operand, grown to hold `floats`. Sized for the CPU and the CUDA
+ * kernels alike (their needs differ; codelets/cuda/kernels_cuda.h). */
+sp_loc sp_loc_scratch(sp_program *p, sp_kprog *kp, int s, int64_t floats);
 
 /* Emits B, W and BW of every stage. Returns SP_OK or an error. */
 sp_status sp_autodiff_emit(sp_program *p);

@@ -408,7 +408,7 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
 {
     if (!t || !inputs) return sp_set_error(SP_ERR_ARG, "sp_trainer_step: NULL argument");
     double t0 = now();
-    sp_status st = SP_OK;
+    sp_status st = sp_program_check_inputs(t->p, inputs, t->m);
     void *ptr;
     /* inputs in, gradient accumulators to zero */
     for (int i = 0; i < t->m * t->nin && st == SP_OK; i++)

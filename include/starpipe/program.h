@@ -74,6 +74,12 @@ double sp_program_flops(const sp_program *p, int stage, sp_task_kind kind);
 int sp_program_num_inputs(const sp_program *p);
 sp_tensor sp_program_input(const sp_program *p, int k);
 
+/* Checks every integer input of m microbatches (inputs[i * ninputs + k]) against the
+ * range its ops accept (token ids and class targets in [0, V)): an error names the
+ * input, the microbatch, the position and the value. Runs before any task, so a bad
+ * batch fails the step on every rank alike and no kernel ever sees a bad index. */
+sp_status sp_program_check_inputs(const sp_program *p, const void *const *inputs, int m);
+
 /* Where parameter `param` lives in SP_SLAB_PARAMS/GRADS of `stage`: its float offset, or
  * -1 when the stage does not use it. A parameter used by several stages has a copy in
  * each; its owner is the lowest of them. */
