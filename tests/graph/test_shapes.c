@@ -3,7 +3,9 @@
 #include <string.h>
 
 #include "starpipe/graph.h"
+#include "starpipe/models.h"
 #include "starpipe/program.h"
+#include "starpipe/reference.h"
 #include "tests/check.h"
 
 #define HAS(msg, part) (strstr((msg), (part)) != NULL)
@@ -91,6 +93,28 @@ int main(void)
     w = sp_param(g, "w", 2, (int64_t[]){ 4, 4 }, SP_INIT_NORMAL, 0.5f);
     h0 = sp_pipeline_yield(g, sp_matmul(g, x, w, 0, 0));
     EXPECT(sp_pipeline_yield(g, h0), SP_ERR_GRAPH, "sp_pipeline_yield", "stage 0", "stage 1");
+    sp_graph_free(g);
+    /* a token outside the vocabulary is refused before any kernel runs */
+    sp_gpt_config gc = { .vocab = 256, .context = 4, .layers = 1, .heads = 1, .channels = 4,
+                         .batch = 1, .stages = 1 };
+    g = sp_model_gpt(&gc, &st);
+    p = g ? sp_program_build(g, &st) : NULL;
+    sp_reference *r = p ? sp_reference_create(p, 2, NULL, 1, &st) : NULL;
+    REQUIRE(r, "gpt: %s", sp_last_error());
+    int32_t tok[2][4] = { { 1, 2, 3, 4 }, { 5, 300, 7, 8 } }, tgt[2][4] = { { 0 }, { 0 } };
+    const void *in[4] = { tok[0], tgt[0], tok[1], tgt[1] };
+    float loss;
+    st = sp_reference_step(r, in, &loss);
+    CHECK(st == SP_ERR_ARG && HAS(sp_last_error(), "input 'tokens' of microbatch 1: value 300 "
+                                  "at position 1 is outside [0,256)"), "bad token: %s",
+          sp_last_error());
+    tok[1][1] = 6;
+    tgt[0][3] = -1;
+    st = sp_reference_step(r, in, &loss);
+    CHECK(st == SP_ERR_ARG && HAS(sp_last_error(), "input 'targets' of microbatch 0: value -1"),
+          "bad target: %s", sp_last_error());
+    sp_reference_free(r);
+    sp_program_free(p);
     sp_graph_free(g);
     return check_summary("test_shapes");
 }
