@@ -46,4 +46,15 @@ typedef struct {
 } sp_optim_task_args;
 int sp_optim_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args);
 
+/* CUDA versions (codelets/cuda/stage_cuda.c, only in a CUDA build): same arguments, on
+ * device buffers, enqueued on the worker's stream. */
+int sp_stage_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
+                       void *stream);
+int sp_copy_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
+                      void *stream);
+int sp_combine_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
+                         void *stream);
+int sp_optim_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
+                       void *stream);
+
 #endif

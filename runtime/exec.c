@@ -6,6 +6,9 @@
 #include <stdlib.h>
 
 #include <starpu_mpi.h>
+#ifdef STARPU_USE_CUDA
+#include <starpu_cublas_v2.h>
+#endif
 
 #include "runtime/binding_impl.h"
 #include "runtime/exec_impl.h"
@@ -506,6 +509,24 @@ sp_status sp_exec_mpi_error(const char *file, int line, const char *call, int rc
 }
 
 int sp_exec_rank(void) { return sp_exec_rank_; }
+
+int sp_exec_num_cuda(void)
+{
+#ifdef STARPU_USE_CUDA
+    return X.started ? (int)starpu_cuda_worker_get_count() : 0;
+#else
+    return 0;
+#endif
+}
+
+void *sp_exec_cublas_handle(void)
+{
+#ifdef STARPU_USE_CUDA
+    return starpu_cublas_get_local_handle();
+#else
+    return NULL;
+#endif
+}
 int sp_exec_size(void) { return sp_exec_size_; }
 
 _Noreturn void sp_exec_abort(int code, const char *fmt, ...)
@@ -609,6 +630,9 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     /* The cache only serves starpu_mpi_task_insert's implicit transfers, which starpipe
      * never uses; with it off a stray use cannot serve stale data (tests/runtime). */
     SP_STARPU_CHECK(starpu_mpi_cache_set(0));
+#ifdef STARPU_USE_CUDA
+    starpu_cublas_init(); /* one handle per CUDA worker, bound to its stream */
+#endif
     X.started = 1;
     return sp_comm_check_tag_space();
 }
@@ -618,6 +642,10 @@ sp_status sp_exec_shutdown(void)
     if (!X.started)
         return sp_set_error(SP_ERR_ARG, "sp_exec_shutdown: not initialized");
     X.started = 0;
+#ifdef STARPU_USE_CUDA
+    starpu_task_wait_for_all();
+    starpu_cublas_shutdown();
+#endif
     /* Waits for all tasks and MPI requests, then stops StarPU too (it started it). */
     SP_STARPU_CHECK(starpu_mpi_shutdown());
     free(X.seen);

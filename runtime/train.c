@@ -185,7 +185,20 @@ static int shared_owner(const sp_trainer *t, int k)
     return sp_program_stage_model(t->p)->shared[k].stages[0];
 }
 
-static sp_status submit(sp_trainer *t, const char *name, sp_exec_cpu_fn fn, int nbufs,
+/* A task function for each place a task can run: on a rank with CUDA workers every task
+ * runs there (one device, data stays on it); else on the CPU. */
+typedef struct {
+    sp_exec_cpu_fn cpu;
+    sp_exec_cuda_fn cuda;
+} task_fn;
+
+#ifdef STARPIPE_HAVE_CUDA
+#define TASK_FN(name) ((task_fn){ name##_cpu, name##_cuda })
+#else
+#define TASK_FN(name) ((task_fn){ name##_cpu, NULL })
+#endif
+
+static sp_status submit(sp_trainer *t, const char *name, task_fn fn, int nbufs,
                         sp_exec_buf *const *bufs, const sp_exec_mode *modes, const void *args,
                         size_t args_size, task_id id)
 {
@@ -197,7 +210,9 @@ static sp_status submit(sp_trainer *t, const char *name, sp_exec_cpu_fn fn, int 
         t->seq_cap = cap;
     }
     t->seq_task[t->seq] = id;
-    sp_exec_task task = { .name = name, .cpu = fn, .nbufs = nbufs, .bufs = bufs,
+    int gpu = fn.cuda && sp_exec_num_cuda() > 0;
+    sp_exec_task task = { .name = name, .cpu = gpu ? NULL : fn.cpu, .cuda = gpu ? fn.cuda : NULL,
+                          .nbufs = nbufs, .bufs = bufs,
                           .modes = modes, .args = args, .args_size = args_size,
                           .seq = t->seq++ };
     return sp_exec_submit(&task);
@@ -211,7 +226,7 @@ static sp_status submit_copy(sp_trainer *t, sp_exec_buf *dst, int64_t dst_off,
                                                                                  : SP_EXEC_RW,
                               SP_EXEC_R };
     sp_copy_task_args a = { .dst_off = dst_off, .src_off = src_off, .n = n };
-    return submit(t, name, sp_copy_task_cpu, 2, bufs, modes, &a, sizeof a,
+    return submit(t, name, TASK_FN(sp_copy_task), 2, bufs, modes, &a, sizeof a,
                   (task_id){ -1, -1, -1, -1 });
 }
 
@@ -242,7 +257,7 @@ static sp_status do_run(sp_trainer *t, const sp_task *task, int instr)
         if (t->fault.kind && t->fault.step == t->steps + 1 && t->fault.stage == s &&
             kind == SP_TASK_F && mb == 0)
             a.fault = t->fault.kind;
-        st = submit(t, name, sp_stage_task_cpu, nb, bufs, modes, &a, sizeof a,
+        st = submit(t, name, TASK_FN(sp_stage_task), nb, bufs, modes, &a, sizeof a,
                     (task_id){ kind, mb, s, instr });
         /* BW's activation gradients live and die inside the task (the plan does not
          * track them): the buffer can serve the next user at once */
@@ -326,7 +341,7 @@ static sp_status do_combine(sp_trainer *t, int k, int instr)
         }
         modes[nb++] = SP_EXEC_R;
     }
-    return submit(t, "combine", sp_combine_task_cpu, nb, bufs, modes, &a, sizeof a,
+    return submit(t, "combine", TASK_FN(sp_combine_task), nb, bufs, modes, &a, sizeof a,
                   (task_id){ -1, -1, o, instr });
 }
 
@@ -344,7 +359,7 @@ static sp_status do_optimizer(sp_trainer *t, int s, float scale)
                              .t = t->steps + 1 };
     char name[32];
     snprintf(name, sizeof name, "AdamW s%d", s);
-    sp_status st = submit(t, name, sp_optim_task_cpu, 4, bufs, modes, &a, sizeof a,
+    sp_status st = submit(t, name, TASK_FN(sp_optim_task), 4, bufs, modes, &a, sizeof a,
                           (task_id){ -1, -1, s, -1 });
     /* tied parameters with a copy in another stage of this rank: no message, a copy */
     for (int k = 0; st == SP_OK && k < t->nshared; k++) {

@@ -46,6 +46,10 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts);
 sp_status sp_exec_shutdown(void);
 int sp_exec_rank(void);
 int sp_exec_size(void);
+/* CUDA workers of this rank (0 without a GPU, with STARPU_NCUDA=0, or a CPU-only StarPU). */
+int sp_exec_num_cuda(void);
+/* The cuBLAS handle of the calling CUDA worker, bound to its stream (NULL elsewhere). */
+void *sp_exec_cublas_handle(void);
 
 /* Prints "starpipe: rank R: message" on stderr and makes every rank exit with a non-zero
  * code promptly (MPI_Abort). For an error one rank cannot recover from, e.g. bad input

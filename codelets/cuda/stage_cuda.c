@@ -1,0 +1,84 @@
+/* CUDA task functions of the trainer: the counterparts of codelets/stage.c, run by a
+ * StarPU CUDA worker on its stream with its cuBLAS handle. Built only with CUDA. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cuda_runtime_api.h>
+
+#include "codelets/cuda/kernels_cuda.h"
+#include "codelets/cuda/program_cuda.h"
+#include "codelets/stage.h"
+#include "starpipe/exec.h"
+
+/* TF32 tensor cores are opt-in (STARPIPE_TF32=1): exact fp32 otherwise. */
+static void *handle(void)
+{
+    void *h = sp_exec_cublas_handle();
+    static int tf32 = -1;
+    if (tf32 < 0) tf32 = getenv("STARPIPE_TF32") && atoi(getenv("STARPIPE_TF32")) == 1;
+    if (h) sp_cuda_set_tf32(h, tf32);
+    return h;
+}
+
+int sp_stage_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
+                       void *stream)
+{
+    (void)counts;
+    (void)nbufs;
+    const sp_stage_task_args *a = args;
+    if (a->fault == 1) {
+        fprintf(stderr, "starpipe: stage %d task failed: injected failure (STARPIPE_FAULT)\n",
+                a->stage);
+        return 99;
+    }
+    sp_run_args run = { .dloss = a->dloss };
+    sp_status st = sp_program_run_cuda(a->prog, a->stage, (sp_task_kind)a->kind, bufs, &run,
+                                       stream, handle());
+    if (st != SP_OK) {
+        fprintf(stderr, "starpipe: stage %d task failed: %s\n", a->stage, sp_last_error());
+        return (int)st;
+    }
+    return 0;
+}
+
+int sp_copy_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
+                      void *stream)
+{
+    (void)counts;
+    (void)nbufs;
+    const sp_copy_task_args *a = args;
+    cudaError_t e = cudaMemcpyAsync((float *)bufs[0] + a->dst_off,
+                                    (const float *)bufs[1] + a->src_off,
+                                    (size_t)a->n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                    (cudaStream_t)stream);
+    return e == cudaSuccess ? 0 : (int)e;
+}
+
+int sp_combine_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
+                         void *stream)
+{
+    (void)counts;
+    const sp_combine_task_args *a = args;
+    for (int j = 1; j < nbufs; j++) {
+        int rc = sp_cuda_scale_backward((float *)bufs[0] + a->dst_off,
+                                        (const float *)bufs[j] + a->src_off[j], 1.0f, a->n, 1,
+                                        stream);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+int sp_optim_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
+                       void *stream)
+{
+    (void)counts;
+    (void)nbufs;
+    const sp_optim_task_args *a = args;
+    sp_status st = sp_optim_update_cuda(a->prog, a->stage, bufs[0], bufs[1], bufs[2], bufs[3],
+                                        &a->opt, a->grad_scale, a->t, stream);
+    if (st != SP_OK) {
+        fprintf(stderr, "starpipe: %s\n", sp_last_error());
+        return (int)st;
+    }
+    return 0;
+}
