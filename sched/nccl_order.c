@@ -22,7 +22,11 @@ sp_status sp_nccl_calls(const sp_plan *plan, int actor, size_t threshold, sp_ncc
             open = 0; /* compute in between: the next call starts a new group */
             continue;
         }
-        if ((in->op != SP_OP_SEND && in->op != SP_OP_RECV) || in->bytes < threshold) continue;
+        /* boundary tensors and their gradients; tied-weight transfers (small, once per
+         * step, packed from a slab) stay on StarPU-MPI */
+        if ((in->op != SP_OP_SEND && in->op != SP_OP_RECV) || in->bytes < threshold ||
+            (in->buf.cls != SP_BUF_EDGE_FWD && in->buf.cls != SP_BUF_EDGE_GRAD))
+            continue;
         if (*n == cap) {
             cap = cap ? 2 * cap : 64;
             sp_nccl_call *c = realloc(*out, (size_t)cap * sizeof *c);

@@ -220,8 +220,8 @@ sp_status sp_plan_write(const sp_plan *plan, FILE *f);
 
 /* ------------------------------------------------------------------ NCCL order */
 
-/* One ncclSend/ncclRecv an actor issues: messages of the plan of at least a threshold
- * of bytes, in the plan's order. Calls with the same group number sit between one
+/* One ncclSend/ncclRecv an actor issues: the plan's boundary-tensor messages (EDGE_FWD,
+ * EDGE_GRAD) of at least a threshold of bytes, in the plan's order. Calls with the same group number sit between one
  * ncclGroupStart/ncclGroupEnd (consecutive transfers with no task between them, such as
  * 1F1B's send-forward/receive-backward pair). */
 typedef struct {
