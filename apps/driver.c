@@ -404,6 +404,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const run_opts 
                !o->check ? "" : tol > 0 ? ", checked against the reference within 1e-4"
                                         : ", checked against the reference");
         if (m->describe) m->describe(m->cfg, stdout);
+        if (sp_exec_num_cuda() > 0) printf("transfers: %s\n", sp_trainer_notice(t));
         if (o->load) printf("resumed from %s after step %d\n", o->load, start);
         fflush(stdout);
     }

@@ -644,6 +644,7 @@ sp_status sp_exec_shutdown(void)
     X.started = 0;
 #ifdef STARPU_USE_CUDA
     starpu_task_wait_for_all();
+    sp_exec_nccl_shutdown();
     starpu_cublas_shutdown();
 #endif
     /* Waits for all tasks and MPI requests, then stops StarPU too (it started it). */

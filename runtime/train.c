@@ -45,6 +45,12 @@ struct sp_trainer {
     int nevents, cap_events;
     struct { int kind, step, stage; } fault; /* STARPIPE_FAULT: fail@STEP:STAGE, hang@... */
     int *msg_instr; /* [nmessages]: this rank's SEND/RECV instruction of each message */
+    /* NCCL: per instruction of this rank, -1 (not NCCL), or the index in ncalls of its
+     * call; a group is submitted at its first call */
+    int *nccl_of;
+    sp_nccl_call *ncalls;
+    int nncalls;
+    char notice[256];
     void **host; /* memory behind the lazily registered buffers */
     size_t nhost, caphost;
     sp_exec_buf **pool_free; /* per-microbatch buffers not in use */
@@ -345,6 +351,32 @@ static sp_status do_combine(sp_trainer *t, int k, int instr)
                   (task_id){ -1, -1, o, instr });
 }
 
+/* One task for a whole NCCL group (comm/nccl.c), at the group's first call. */
+static sp_status do_nccl(sp_trainer *t, int call)
+{
+    const sp_nccl_call *c = &t->ncalls[call];
+    if (call > 0 && t->ncalls[call - 1].group == c->group) return SP_OK; /* already issued */
+    sp_exec_buf *bufs[SP_EXEC_NCCL_MAX_GROUP];
+    sp_exec_mode modes[SP_EXEC_NCCL_MAX_GROUP];
+    sp_exec_nccl_group_args a = { 0 };
+    for (int k = call; k < t->nncalls && t->ncalls[k].group == c->group; k++) {
+        if (a.n == SP_EXEC_NCCL_MAX_GROUP)
+            return sp_set_error(SP_ERR_RUNTIME, "trainer: an NCCL group of more than %d calls",
+                                SP_EXEC_NCCL_MAX_GROUP);
+        const sp_instr *in = &t->plan->instr[t->rank][t->ncalls[k].instr];
+        bufs[a.n] = transfer_buf(t, &in->buf);
+        modes[a.n] = in->op == SP_OP_SEND ? SP_EXEC_R : SP_EXEC_W;
+        a.is_send[a.n] = in->op == SP_OP_SEND;
+        a.peer[a.n] = in->peer;
+        if (!bufs[a.n]) return sp_set_error(SP_ERR_RUNTIME, "trainer: no buffer for NCCL");
+        a.n++;
+    }
+    char name[32];
+    snprintf(name, sizeof name, "nccl group %d", c->group);
+    return submit(t, name, (task_fn){ NULL, sp_exec_nccl_group }, a.n, bufs, modes, &a,
+                  sizeof a, (task_id){ -1, -1, -1, c->instr });
+}
+
 static int is_update_phase(const sp_instr *in)
 {
     return in->op == SP_OP_OPTIMIZER ||
@@ -451,7 +483,9 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
         switch (in->op) {
         case SP_OP_RUN: st = do_run(t, &in->task, i); break;
         case SP_OP_SEND:
-        case SP_OP_RECV: st = do_transfer(t, in); break;
+        case SP_OP_RECV:
+            st = t->nccl_of && t->nccl_of[i] >= 0 ? do_nccl(t, t->nccl_of[i]) : do_transfer(t, in);
+            break;
         case SP_OP_COMBINE: st = do_combine(t, in->buf.idx, i); break;
         case SP_OP_FREE: do_free(t, &in->buf); break;
         default: break;
@@ -607,6 +641,22 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
         goto out;
     }
     for (int64_t q = 0; q < t->plan->nmessages; q++) t->msg_instr[q] = -1;
+    /* large boundary tensors between GPU actors go through NCCL when it can start */
+    if ((st = sp_exec_nccl_init(t->notice, sizeof t->notice))) goto out;
+    if (sp_exec_nccl_active()) {
+        const char *th = getenv("STARPIPE_NCCL_THRESHOLD");
+        size_t threshold = th ? (size_t)strtoull(th, NULL, 10) : 65536;
+        if ((st = sp_nccl_calls(t->plan, t->rank, threshold, &t->ncalls, &t->nncalls)))
+            goto out;
+        if (!(t->nccl_of = malloc(sizeof(int) * (size_t)(t->plan->ninstr[t->rank] + 1)))) {
+            st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+            goto out;
+        }
+        for (int i = 0; i < t->plan->ninstr[t->rank]; i++) t->nccl_of[i] = -1;
+        for (int k = 0; k < t->nncalls; k++) t->nccl_of[t->ncalls[k].instr] = k;
+        snprintf(t->notice, sizeof t->notice, "NCCL carries boundary tensors of %zu bytes "
+                 "and more", threshold);
+    }
     for (int i = 0; i < t->plan->ninstr[t->rank]; i++) {
         const sp_instr *in = &t->plan->instr[t->rank][i];
         if (in->op == SP_OP_SEND || in->op == SP_OP_RECV) t->msg_instr[in->seq] = i;
@@ -674,9 +724,12 @@ void sp_trainer_free(sp_trainer *t)
     free(t->h_act), free(t->h_bgrad), free(t->h_efwd), free(t->h_egrad), free(t->h_input);
     free(t->input_host), free(t->h_loss), free(t->loss_host), free(t->shared_param);
     free(t->h_sgrad), free(t->h_sparam), free(t->seq_task), free(t->events), free(t->msg_instr);
+    free(t->nccl_of), free(t->ncalls);
     sp_plan_free(t->plan);
     free(t);
 }
+
+const char *sp_trainer_notice(const sp_trainer *t) { return t ? t->notice : ""; }
 
 sp_train_memory sp_trainer_memory(const sp_trainer *t)
 {

@@ -101,6 +101,30 @@ sp_status sp_exec_end_step(void);
 sp_status sp_exec_send(sp_exec_buf *b, int dst, uint32_t msg);
 sp_status sp_exec_recv(sp_exec_buf *b, int src, uint32_t msg);
 
+/* ---- NCCL (comm/nccl.c) ----
+ * Large GPU-to-GPU messages can go through NCCL instead of StarPU-MPI (which stages
+ * them through host memory). */
+
+/* Collective, after init. Makes one communicator over all ranks when every rank has one
+ * CUDA worker on its own GPU and NCCL starts; else leaves NCCL off and writes the
+ * reason into notice (one line, the same on every rank). */
+sp_status sp_exec_nccl_init(char *notice, size_t len);
+int sp_exec_nccl_active(void);
+void sp_exec_nccl_shutdown(void);
+
+/* A group of NCCL calls as one task's CUDA function: buffer i is sent to (is_send[i]) or
+ * received from peer[i], all between ncclGroupStart and ncclGroupEnd on the worker's
+ * stream. Submit it as an ordered task (modes R for sends, W for receives), in the
+ * plan's message order (sp_nccl_calls). */
+#define SP_EXEC_NCCL_MAX_GROUP 16
+typedef struct {
+    int n;
+    int is_send[SP_EXEC_NCCL_MAX_GROUP];
+    int peer[SP_EXEC_NCCL_MAX_GROUP];
+} sp_exec_nccl_group_args;
+int sp_exec_nccl_group(void *const *bufs, const size_t *counts, int nbufs, const void *args,
+                       void *stream);
+
 /* ---- tasks ---- */
 
 /* A task's work. bufs[i] points to counts[i] elements of buffer i. Returns 0, or a

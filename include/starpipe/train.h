@@ -80,6 +80,11 @@ typedef struct {
 } sp_train_memory;
 sp_train_memory sp_trainer_memory(const sp_trainer *t);
 
+/* How transfers between GPU actors travel (NCCL, or why not), one line. Large boundary
+ * tensors use NCCL when every rank has its own GPU; STARPIPE_NCCL_THRESHOLD (bytes,
+ * default 65536) sets "large". */
+const char *sp_trainer_notice(const sp_trainer *t);
+
 /* What ran in the last step on this rank (empty unless opts.trace): tasks named
  * "F mb3 s2", with start/end times in microseconds since the step began. */
 typedef struct {
