@@ -49,6 +49,15 @@ int sp_combine_task_cpu(void *const *bufs, const size_t *counts, int nbufs, cons
     return 0;
 }
 
+int sp_local_add_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args)
+{
+    (void)counts;
+    (void)nbufs;
+    const sp_local_add_task_args *a = args;
+    sp_program_local_add_run(a->prog, a->stage, bufs[0]);
+    return 0;
+}
+
 int sp_optim_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args)
 {
     (void)counts;

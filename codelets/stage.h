@@ -36,6 +36,14 @@ typedef struct {
 } sp_combine_task_args;
 int sp_combine_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args);
 
+/* The local adds of a stage's repeated parameter uses (sp_program_local_adds): bufs =
+ * GRADS. */
+typedef struct {
+    const sp_program *prog;
+    int stage;
+} sp_local_add_task_args;
+int sp_local_add_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args);
+
 /* AdamW of the parameters stage `stage` owns: bufs = PARAMS, GRADS, m, v. */
 typedef struct {
     const sp_program *prog;
@@ -56,5 +64,7 @@ int sp_combine_task_cuda(void *const *bufs, const size_t *counts, int nbufs, con
                          void *stream);
 int sp_optim_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
                        void *stream);
+int sp_local_add_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
+                           void *stream);
 
 #endif

@@ -29,6 +29,17 @@ typedef struct {
 
 static int64_t rows_of(const sp_node *n) { return n->numel / n->shape[n->ndim - 1]; }
 
+/* The gradient operand of op t's input k: for a parameter, the accumulator of this use
+ * (program_impl.h); for an activation, its gradient. */
+static sp_loc param_use_grad(sp_program *p, sp_kprog *kp, int s, int t, int k, sp_slab_mode mode)
+{
+    int x = p->g->node[t].in[k];
+    if (p->g->node[x].op != SP_OP_PARAM) return sp_loc_grad(p, kp, s, x, mode);
+    sp_loc l = sp_loc_grad(p, kp, s, x, mode);
+    l.off = p->use_goff[t * 3 + k];
+    return l;
+}
+
 /* grad(t) op= f * src (n floats): the copy used by add, bias_add, scale, reshape and the
  * gathering of gradients that came back over edges. */
 static double emit_scaled(sp_kprog *kp, sp_loc dst, sp_loc src, int64_t n, float f, int acc,
@@ -53,7 +64,7 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
     const sp_node *A = &p->g->node[n->in[0]];
     const sp_node *X = &p->g->node[n->in[k]];
     sp_loc dout = sp_loc_grad(p, kp, s, t, SP_SLAB_R);
-    sp_loc dx = sp_loc_grad(p, kp, s, n->in[k], acc ? SP_SLAB_RW : SP_SLAB_W);
+    sp_loc dx = param_use_grad(p, kp, s, t, k, acc ? SP_SLAB_RW : SP_SLAB_W);
     sp_kinstr *I;
     switch (n->op) {
     case SP_OP_MATMUL: {
@@ -103,7 +114,7 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
         } else {
             I = sp_prog_emit(kp, SP_I_LN_DP, t);
             I->o[0] = dx;
-            I->o[1] = sp_loc_grad(p, kp, s, n->in[2], SP_SLAB_RW);
+            I->o[1] = param_use_grad(p, kp, s, t, 2, SP_SLAB_RW);
         }
         I->i[0] = dout;
         I->i[1] = sp_loc_value(p, kp, s, n->in[0], SP_SLAB_R);
@@ -115,7 +126,7 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
     case SP_OP_EMBED:
         I = sp_prog_emit(kp, SP_I_EMBED_DP, t);
         I->o[0] = dx;
-        I->o[1] = sp_loc_grad(p, kp, s, n->in[2], SP_SLAB_RW);
+        I->o[1] = param_use_grad(p, kp, s, t, 2, SP_SLAB_RW);
         I->i[0] = dout;
         I->i[1] = sp_loc_value(p, kp, s, n->in[0], SP_SLAB_R);
         I->n[0] = n->shape[0];

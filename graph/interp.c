@@ -66,7 +66,8 @@ sp_reference *sp_reference_create(const sp_program *p, int microbatches,
         if (!(*slabs[a] = calloc((size_t)r->S, sizeof(float *)))) goto nomem;
     for (int s = 0; s < r->S; s++) {
         size_t pb = sp_program_buf_bytes(p, SP_SLAB_PARAMS, s);
-        if (!(r->params[s] = zalloc(pb)) || !(r->grads[s] = zalloc(pb)) ||
+        if (!(r->params[s] = zalloc(pb)) ||
+            !(r->grads[s] = zalloc(sp_program_buf_bytes(p, SP_SLAB_GRADS, s))) ||
             !(r->mom_m[s] = zalloc(pb)) || !(r->mom_v[s] = zalloc(pb)) ||
             !(r->act[s] = zalloc(sp_program_buf_bytes(p, SP_SLAB_ACT, s))) ||
             !(r->bgrad[s] = zalloc(sp_program_buf_bytes(p, SP_SLAB_BGRAD, s))) ||
@@ -144,7 +145,9 @@ sp_status sp_reference_forward_backward(sp_reference *r, const void *const *inpu
         for (int s = r->S - 1; s >= 0; s--)
             if ((st = run(r, s, SP_TASK_BW, i, inputs))) return st;
     }
-    /* tied parameters: each owner adds the other stages' partial gradients, ascending */
+    /* repeated uses within a stage first, then each owner adds the other stages' partial
+     * gradients, ascending: the sum in use order */
+    for (int s = 0; s < r->S; s++) sp_program_local_add_run(p, s, r->grads[s]);
     for (int s = 1; s < r->S; s++)
         for (int o = 0; o < s; o++)
             if (sp_optim_stages_share(p, o, s)) sp_optim_combine(p, o, r->grads[o], s, r->grads[s]);

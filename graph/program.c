@@ -84,8 +84,9 @@ size_t sp_program_buf_bytes(const sp_program *p, sp_slab_class cls, int index)
     if (!p) return 0;
     switch (cls) {
     case SP_SLAB_PARAMS:
-    case SP_SLAB_GRADS:
         return (index >= 0 && index < p->nstages) ? (size_t)p->param_floats[index] * 4 : 0;
+    case SP_SLAB_GRADS:
+        return (index >= 0 && index < p->nstages) ? (size_t)p->grad_floats[index] * 4 : 0;
     case SP_SLAB_ACT:
         return (index >= 0 && index < p->nstages) ? (size_t)p->act_floats[index] * 4 : 0;
     case SP_SLAB_BGRAD:
@@ -155,6 +156,59 @@ sp_loc sp_loc_scratch(sp_program *p, sp_kprog *kp, int s, int64_t floats)
 {
     if (floats > p->scratch_floats[s]) p->scratch_floats[s] = floats;
     return (sp_loc){ sp_prog_buf(kp, SP_SLAB_SCRATCH, s, 0, SP_SLAB_RW), 0 };
+}
+
+/* One gradient slot per use of a parameter (see program_impl.h): the first use in a
+ * stage gets the PARAMS-shaped slot, later ones extra slots, listed for the local add. */
+static sp_status layout_param_uses(sp_program *p)
+{
+    const sp_graph *g = p->g;
+    int S = p->nstages, T = g->n;
+    p->use_goff = malloc((size_t)T * 3 * sizeof *p->use_goff);
+    p->grad_floats = calloc((size_t)S, sizeof *p->grad_floats);
+    p->nlocal = calloc((size_t)S, sizeof *p->nlocal);
+    p->local = calloc((size_t)S, sizeof *p->local);
+    uint8_t *seen = calloc((size_t)T, 1);
+    if (!p->use_goff || !p->grad_floats || !p->nlocal || !p->local || !seen) {
+        free(seen);
+        return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
+    }
+    for (int i = 0; i < T * 3; i++) p->use_goff[i] = -1;
+    for (int s = 0; s < S; s++) {
+        p->grad_floats[s] = p->param_floats[s];
+        memset(seen, 0, (size_t)T);
+        int cap = 0;
+        for (int t = 0; t < T; t++) {
+            const sp_node *n = &g->node[t];
+            if (n->stage != s || n->op == SP_OP_YIELD) continue;
+            for (int k = 0; k < n->nin; k++) {
+                int x = n->in[k];
+                if (g->node[x].op != SP_OP_PARAM) continue;
+                if (!seen[x]) {
+                    seen[x] = 1;
+                    p->use_goff[t * 3 + k] = p->param_off[s][x];
+                    continue;
+                }
+                p->use_goff[t * 3 + k] = p->grad_floats[s];
+                if (p->nlocal[s] == cap) {
+                    cap = cap ? 2 * cap : 4;
+                    int64_t *l = realloc(p->local[s], (size_t)cap * 3 * sizeof *l);
+                    if (!l) {
+                        free(seen);
+                        return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
+                    }
+                    p->local[s] = l;
+                }
+                int64_t *e = &p->local[s][3 * p->nlocal[s]++];
+                e[0] = p->param_off[s][x];
+                e[1] = p->grad_floats[s];
+                e[2] = g->node[x].numel;
+                p->grad_floats[s] += g->node[x].numel;
+            }
+        }
+    }
+    free(seen);
+    return SP_OK;
 }
 
 /* --- layout ------------------------------------------------------------------------ */
@@ -255,7 +309,7 @@ static sp_status layout(sp_program *p)
             }
         }
     free(pair);
-    return SP_OK;
+    return layout_param_uses(p);
 }
 
 /* --- forward ------------------------------------------------------------------------- */
@@ -521,6 +575,11 @@ void sp_program_free(sp_program *p)
     free(p->prog);
     for (int s = 0; p->param_off && s < p->nstages; s++) free(p->param_off[s]);
     free(p->param_off);
+    for (int s = 0; p->local && s < p->nstages; s++) free(p->local[s]);
+    free(p->local);
+    free(p->nlocal);
+    free(p->use_goff);
+    free(p->grad_floats);
     for (int e = 0; p->edge && e < p->nedges; e++) {
         free(p->edge[e].tensor);
         free(p->edge[e].off);
@@ -608,6 +667,23 @@ sp_status sp_program_check_inputs(const sp_program *p, const void *const *inputs
         }
     }
     return SP_OK;
+}
+
+int sp_program_local_adds(const sp_program *p, int stage, const int64_t **adds)
+{
+    if (!p || stage < 0 || stage >= p->nstages) return 0;
+    if (adds) *adds = p->local[stage];
+    return p->nlocal[stage];
+}
+
+void sp_program_local_add_run(const sp_program *p, int stage, float *grads)
+{
+    for (int j = 0; j < p->nlocal[stage]; j++) {
+        const int64_t *e = &p->local[stage][3 * j];
+        float *dst = grads + e[0];
+        const float *src = grads + e[1];
+        for (int64_t i = 0; i < e[2]; i++) dst[i] += src[i];
+    }
 }
 
 int64_t sp_program_param_offset(const sp_program *p, int stage, sp_tensor param)

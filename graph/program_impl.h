@@ -62,6 +62,14 @@ struct sp_program {
     int64_t *bgrad_off;      /* per tensor needing grad: offset in BGRAD of its stage */
     int64_t **param_off;     /* [stage][tensor] offset in PARAMS/GRADS, -1 if unused */
     int64_t *param_floats;   /* per stage */
+    /* Gradient accumulators: one per use of a parameter. The first use in a stage has
+     * the slot that mirrors PARAMS; later uses in the same stage get slots after it, and
+     * are added into the first after the microbatch loop, in use order, so a model
+     * trains to the same bits however it is cut into stages. */
+    int64_t *use_goff;       /* [tensor * 3 + input]: GRADS offset of that param use */
+    int64_t *grad_floats;    /* per stage: PARAMS size plus the extra slots */
+    int *nlocal;             /* per stage: extra slots, each added into a first slot */
+    int64_t **local;         /* [stage][3 * j]: dst offset, src offset, floats */
     int64_t *act_floats, *bgrad_floats, *scratch_floats;
     int nedges;
     sp_edge_layout *edge;

@@ -268,6 +268,16 @@ static sp_status do_run(sp_trainer *t, const sp_task *task, int instr)
         /* BW's activation gradients live and die inside the task (the plan does not
          * track them): the buffer can serve the next user at once */
         if (kind == SP_TASK_BW) pool_give(t, mb_slot(t, SP_SLAB_BGRAD, s, mb));
+        /* after the stage's last weight gradient: repeated uses of a parameter in the
+         * stage are added into its first accumulator (program.h) */
+        if (st == SP_OK && (kind == SP_TASK_W || kind == SP_TASK_BW) && mb == t->m - 1 &&
+            sp_program_local_adds(t->p, s, NULL) > 0) {
+            sp_exec_buf *g = t->h_grads[s];
+            sp_exec_mode rw = SP_EXEC_RW;
+            sp_local_add_task_args la = { .prog = t->p, .stage = s };
+            st = submit(t, "local add", TASK_FN(sp_local_add_task), 1, &g, &rw, &la, sizeof la,
+                        (task_id){ -1, -1, s, -1 });
+        }
     }
     if (bufs != stack_bufs) free(bufs);
     if (modes != stack_modes) free(modes);
@@ -672,7 +682,8 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
         if (!owns(t, s)) continue;
         size_t pb = sp_program_buf_bytes(p, SP_SLAB_PARAMS, s);
         if ((st = register_host(&t->h_params[s], &t->params[s], pb)) ||
-            (st = register_host(&t->h_grads[s], &t->grads[s], pb)) ||
+            (st = register_host(&t->h_grads[s], &t->grads[s],
+                                sp_program_buf_bytes(p, SP_SLAB_GRADS, s))) ||
             (st = register_host(&t->h_m[s], &t->mom_m[s], pb)) ||
             (st = register_host(&t->h_v[s], &t->mom_v[s], pb)))
             goto out;

@@ -68,6 +68,23 @@ int sp_combine_task_cuda(void *const *bufs, const size_t *counts, int nbufs, con
     return 0;
 }
 
+int sp_local_add_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
+                           void *stream)
+{
+    (void)counts;
+    (void)nbufs;
+    const sp_local_add_task_args *a = args;
+    const int64_t *adds;
+    int n = sp_program_local_adds(a->prog, a->stage, &adds);
+    float *g = bufs[0];
+    for (int j = 0; j < n; j++) {
+        int rc = sp_cuda_scale_backward(g + adds[3 * j], g + adds[3 * j + 1], 1.0f,
+                                        adds[3 * j + 2], 1, stream);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 int sp_optim_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
                        void *stream)
 {

@@ -80,6 +80,15 @@ sp_tensor sp_program_input(const sp_program *p, int k);
  * batch fails the step on every rank alike and no kernel ever sees a bad index. */
 sp_status sp_program_check_inputs(const sp_program *p, const void *const *inputs, int m);
 
+/* A parameter used more than once in a stage (a tied weight in a one-stage model) has
+ * one gradient accumulator per use; after the microbatch loop the later ones are added
+ * into the first, in use order, so that cutting a model into stages never changes its
+ * bits. The adds of a stage: *adds holds (dst, src, floats) triples of GRADS offsets.
+ * Returns their count (0 for most stages). */
+int sp_program_local_adds(const sp_program *p, int stage, const int64_t **adds);
+/* Performs them on a stage's GRADS slab. */
+void sp_program_local_add_run(const sp_program *p, int stage, float *grads);
+
 /* Where parameter `param` lives in SP_SLAB_PARAMS/GRADS of `stage`: its float offset, or
  * -1 when the stage does not use it. A parameter used by several stages has a copy in
  * each; its owner is the lowest of them. */

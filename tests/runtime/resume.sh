@@ -1,7 +1,8 @@
 #!/bin/sh
 # resume.sh MPIEXEC APP: steps 1..4 in one run equal steps 1..2, save, then 3..4 resumed
-# under another schedule and another rank count: the final checkpoints (parameters,
-# AdamW moments, step) must be byte-identical files.
+# under another schedule and another rank count (4 ranks, a V schedule, one rank, the
+# reference interpreter): the final checkpoints (parameters, AdamW moments, step) must
+# be byte-identical files.
 set -e
 mpiexec=$1; app=$2
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
@@ -11,8 +12,13 @@ run 2 --steps 4 --schedule 1f1b --save "$dir/straight.st"
 run 2 --steps 2 --schedule 1f1b --save "$dir/half.st"
 run 4 --steps 2 --schedule gpipe --load "$dir/half.st" --save "$dir/resumed4.st"
 run 2 --steps 2 --schedule zb-v --load "$dir/half.st" --save "$dir/resumedv.st"
+run 1 --steps 2 --schedule 1f1b --load "$dir/half.st" --save "$dir/resumed1.st"
+"$app" $common --reference --steps 2 --load "$dir/half.st" --save "$dir/resumedref.st" >"$dir/log" 2>&1 ||
+  { cat "$dir/log"; exit 1; }
 cmp "$dir/straight.st" "$dir/resumed4.st"
 cmp "$dir/straight.st" "$dir/resumedv.st"
+cmp "$dir/straight.st" "$dir/resumed1.st"
+cmp "$dir/straight.st" "$dir/resumedref.st"
 # a checkpoint of another model is refused, naming what differs
 if "$mpiexec" -np 2 --oversubscribe "$app" --layers 2 --channels 16 --heads 2 --context 16 \
      --load "$dir/half.st" --steps 1 >"$dir/log" 2>&1; then
