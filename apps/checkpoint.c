@@ -127,8 +127,9 @@ sp_status ckpt_load(const char *path, const sp_graph *g, const char *sig, int *s
             const char *name = sp_safetensors_at(f, j)->name;
             char base[80];
             snprintf(base, sizeof base, "%s", name);
-            char *dot = strstr(base, ".adam_");
-            if (dot) *dot = '\0';
+            size_t len = strlen(base);
+            if (len > 7 && (!strcmp(base + len - 7, ".adam_m") || !strcmp(base + len - 7, ".adam_v")))
+                base[len - 7] = '\0';
             sp_tensor p = sp_graph_find(g, base);
             if (p < 0 || !sp_tensor_is_param(g, p)) {
                 st = sp_set_error(SP_ERR_FORMAT, "%s: tensor '%s' is not a parameter of this "

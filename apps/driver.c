@@ -10,136 +10,14 @@
 #include <time.h>
 
 #include "apps/checkpoint.h"
-#include "apps/parse.h"
+#include "apps/options.h"
 #include "starpipe/exec.h"
 #include "starpipe/plan.h"
 #include "starpipe/program.h"
 #include "starpipe/reference.h"
 #include "starpipe/train.h"
 
-typedef struct {
-    int steps, microbatches, chunks, actors, seed, reference, check, save_every, skip_nonfinite;
-    float lr, clip;
-    const char *schedule, *save, *load, *dump_grads;
-} run_opts;
 
-/* The rank as the launcher tells it, before MPI is up: only rank 0 prints. */
-static int launcher_rank(void)
-{
-    const char *vars[] = { "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK" };
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
-        if (getenv(vars[i])) return atoi(getenv(vars[i]));
-    return 0;
-}
-
-static void usage(const sp_app_model *m, FILE *f)
-{
-    fprintf(f,
-            "usage: [mpirun -np P] %s [options]\n%s"
-            "training:\n"
-            "  --steps N           optimizer steps (50)\n"
-            "  --microbatches N    microbatches per step, m (STARPIPE_MICROBATCHES; 4)\n"
-            "  --lr X              AdamW learning rate (1e-3)\n"
-            "  --clip X            clip the global gradient norm to X, 0 = off (1.0)\n"
-            "  --seed N            initialisation and data seed (1337)\n"
-            "  --skip-nonfinite    skip the update of a step whose loss or gradients are not\n"
-            "                      finite (default: stop, naming the step and stage)\n"
-            "checkpoints (safetensors):\n"
-            "  --save FILE         write parameters, AdamW state and step at the end\n"
-            "  --save-every N      also every N steps (needs --save)\n"
-            "  --load FILE         start from a checkpoint (--resume FILE is the same);\n"
-            "                      --steps more steps follow it\n"
-            "  --dump-grads FILE   write the first step's gradients (before clipping)\n"
-            "pipeline:\n"
-            "  --schedule NAME     gpipe, 1f1b, eager-1f1b, interleaved-1f1b, zb-h1, zb-v,\n"
-            "                      dualpipe-v or file:PATH (STARPIPE_SCHEDULE; 1f1b); 'help' lists them\n"
-            "  --chunks V          stages per actor for interleaved and V-shaped schedules\n"
-            "                      (STARPIPE_CHUNKS; 2)\n"
-            "  --actors P          expected number of actors; must equal the MPI ranks\n"
-            "  --reference         run the single-process reference interpreter instead\n"
-            "  --check             also run the reference; fail unless losses, gradients,\n"
-            "                      parameters and AdamW state are bitwise identical\n"
-            "  STARPIPE_TRACE=F    write F (Chrome trace JSON) and F.svg of the last step\n"
-            "  STARPIPE_STEP_TIMEOUT=S  end the run on every rank when no task finishes for\n"
-            "                      S seconds while some are pending (a lost message, a hang)\n"
-            "  STARPIPE_FAULT=K@STEP[:STAGE]  fault injection for tests: nan@STEP (a NaN in\n"
-            "                      the first float input), fail@STEP:STAGE, hang@STEP:STAGE\n"
-            "  --help              this text\n",
-            m->name, m->defaults);
-}
-
-static int takes_value(const sp_app_model *m, const char *a)
-{
-    static const char *const common[] = { "--steps", "--microbatches", "--chunks", "--actors",
-                                          "--seed", "--lr", "--clip", "--schedule", "--save",
-                                          "--load", "--resume", "--dump-grads", "--save-every",
-                                          NULL };
-    for (const char *const *f = common; *f; f++)
-        if (!strcmp(a, *f)) return 1;
-    for (const char *const *f = m->flags; f && *f; f++)
-        if (!strcmp(a, *f)) return 1;
-    return 0;
-}
-
-/* 1 run, 0 exit 0 (help), -1 bad command line (message printed on rank 0). */
-static int parse(int argc, char **argv, sp_app_model *m, run_opts *o)
-{
-    *o = (run_opts){ .steps = 50, .seed = 1337, .lr = 1e-3f, .clip = 1.0f };
-    int quiet = launcher_rank() != 0;
-    FILE *err = quiet ? fopen("/dev/null", "w") : stderr;
-    if (!err) err = stderr;
-    FILE *saved = stderr;
-    stderr = err; /* app_parse_* print to stderr */
-    int rc = 1;
-    for (int i = 1; i < argc && rc == 1; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int ok = 1, takes = 1;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            if (!quiet) usage(m, stdout);
-            rc = 0;
-            break;
-        } else if (!strcmp(a, "--reference")) {
-            o->reference = 1;
-            takes = 0;
-        } else if (!strcmp(a, "--check")) {
-            o->check = 1;
-            takes = 0;
-        } else if (!strcmp(a, "--skip-nonfinite")) {
-            o->skip_nonfinite = 1;
-            takes = 0;
-        } else if (!takes_value(m, a)) {
-            fprintf(err, "%s: error: unknown option '%s' (see --help)\n", m->name, a);
-            rc = -1;
-            break;
-        } else if (!v) {
-            fprintf(err, "%s: error: %s needs a value (see --help)\n", m->name, a);
-            rc = -1;
-            break;
-        } else if (!strcmp(a, "--steps")) ok = app_parse_int(a, v, 0, 1 << 30, &o->steps);
-        else if (!strcmp(a, "--microbatches")) ok = app_parse_int(a, v, 1, 1 << 20, &o->microbatches);
-        else if (!strcmp(a, "--chunks")) ok = app_parse_int(a, v, 1, 64, &o->chunks);
-        else if (!strcmp(a, "--actors")) ok = app_parse_int(a, v, 1, 1 << 16, &o->actors);
-        else if (!strcmp(a, "--seed")) ok = app_parse_int(a, v, 0, INT_MAX, &o->seed);
-        else if (!strcmp(a, "--lr")) ok = app_parse_float(a, v, 0.0, 10.0, &o->lr);
-        else if (!strcmp(a, "--clip")) ok = app_parse_float(a, v, 0.0, 1e30, &o->clip);
-        else if (!strcmp(a, "--schedule")) o->schedule = v;
-        else if (!strcmp(a, "--save")) o->save = v;
-        else if (!strcmp(a, "--load") || !strcmp(a, "--resume")) o->load = v;
-        else if (!strcmp(a, "--dump-grads")) o->dump_grads = v;
-        else if (!strcmp(a, "--save-every")) ok = app_parse_int(a, v, 1, 1 << 30, &o->save_every);
-        else
-            ok = m->flag(m->cfg, a, v) > 0;
-        if (!ok) rc = -1;
-        i += takes;
-    }
-    if (rc == 1 && o->save_every && !o->save) {
-        fprintf(err, "%s: error: --save-every needs --save FILE\n", m->name);
-        rc = -1;
-    }
-    stderr = saved;
-    if (err != saved) fclose(err);
-    return rc;
-}
 
 static double now(void)
 {
@@ -158,7 +36,7 @@ static void **alloc_inputs(const sp_program *p, int m)
     return in;
 }
 
-static void fill_inputs(sp_app_model *m, const run_opts *o, const sp_program *p, int nmb,
+static void fill_inputs(sp_app_model *m, const sp_app_opts *o, const sp_program *p, int nmb,
                         int step, void **in)
 {
     int nin = sp_program_num_inputs(p);
@@ -198,7 +76,7 @@ static sp_status tr_set(void *ctx, sp_tensor p, int what, const float *src)
 }
 
 /* ---- the reference interpreter alone ---- */
-static int run_reference(sp_app_model *m, const run_opts *o, sp_adamw_config *opt)
+static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config *opt)
 {
     sp_schedule *sch = NULL;
     char msg[512];
@@ -330,14 +208,14 @@ static double compare_with_reference(sp_trainer *t, sp_reference *r, const sp_pr
     return bad;
 }
 
-static int run_pipelined(int argc, char **argv, sp_app_model *m, const run_opts *o,
+static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_opts *o,
                          sp_adamw_config *opt)
 {
     const char *trace_path = getenv("STARPIPE_TRACE");
     const char *timeout = getenv("STARPIPE_STEP_TIMEOUT");
     sp_exec_opts eo = { .trace = 1, .watchdog_s = timeout ? atof(timeout) : 0 };
     if (sp_exec_init(&argc, &argv, &eo) != SP_OK) {
-        if (launcher_rank() == 0) fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
+        if (sp_app_launcher_rank() == 0) fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
         return 1;
     }
     int me = sp_exec_rank(), P = sp_exec_size();
@@ -495,12 +373,12 @@ out:
 
 int sp_app_main(int argc, char **argv, sp_app_model *m)
 {
-    run_opts o;
-    int r = parse(argc, argv, m, &o);
+    sp_app_opts o;
+    int r = sp_app_parse(argc, argv, m, &o);
     if (r <= 0) return r == 0 ? 0 : 2;
     const char *sched = o.schedule ? o.schedule : getenv("STARPIPE_SCHEDULE");
     if (sched && !strcmp(sched, "help")) {
-        if (launcher_rank() == 0) fputs(sp_schedule_help(), stdout);
+        if (sp_app_launcher_rank() == 0) fputs(sp_schedule_help(), stdout);
         return 0;
     }
     sp_adamw_config opt;

@@ -69,8 +69,12 @@ static sp_tensor fail(sp_status code, const char *fmt, ...)
     return -(int)code;
 }
 
-static sp_node *push(sp_graph *g, sp_opcode op, sp_dtype dt, int ndim, const int64_t *shape)
+/* Appends a node. The shape is copied first: it often points into another node, which
+ * the realloc below may move. Pointers to nodes taken before a push are stale after it. */
+static sp_node *push(sp_graph *g, sp_opcode op, sp_dtype dt, int ndim, const int64_t *shape_in)
 {
+    int64_t shape[SP_MAX_DIMS];
+    for (int d = 0; d < ndim; d++) shape[d] = shape_in[d];
     if (g->n == g->cap) {
         int cap = g->cap ? 2 * g->cap : 64;
         sp_node *nn = realloc(g->node, (size_t)cap * sizeof *nn);
@@ -348,12 +352,13 @@ sp_tensor sp_attention(sp_graph *g, sp_tensor qkv, int heads)
         return fail(SP_ERR_SHAPE, "sp_attention: %d heads do not divide C=%lld of qkv%s", heads,
                     (long long)C, shape_str(Q, sq, 64));
     int64_t shape[3] = { Q->shape[0], Q->shape[1], C };
+    int64_t probs = Q->shape[0] * heads * Q->shape[1] * Q->shape[1]; /* before push moves Q */
     sp_node *n = push(g, SP_OP_ATTENTION, SP_F32, 3, shape);
     if (!n) return fail(SP_ERR_NOMEM, "sp_attention: out of memory");
     n->nin = 1;
     n->in[0] = in[0];
     n->heads = heads;
-    n->aux = Q->shape[0] * heads * Q->shape[1] * Q->shape[1]; /* probabilities */
+    n->aux = probs;
     return g->n - 1;
 }
 
@@ -371,13 +376,13 @@ sp_tensor sp_cross_entropy(sp_graph *g, sp_tensor logits, sp_tensor targets)
         return fail(SP_ERR_SHAPE,
                     "sp_cross_entropy: targets%s must be i32 with the leading dims of logits%s",
                     shape_str(T, stg, 64), shape_str(L, sl, 64));
-    int64_t one = 1;
+    int64_t one = 1, probs = L->numel; /* softmax probabilities; before push moves L */
     sp_node *n = push(g, SP_OP_CROSS_ENTROPY, SP_F32, 1, &one);
     if (!n) return fail(SP_ERR_NOMEM, "sp_cross_entropy: out of memory");
     n->nin = 2;
     n->in[0] = in[0];
     n->in[1] = in[1];
-    n->aux = L->numel; /* softmax probabilities */
+    n->aux = probs;
     return g->n - 1;
 }
 

@@ -10,13 +10,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A step of more (microbatch, stage) pairs is no pipeline anyone runs, and a header of a
+ * few bytes must not make the parser allocate gigabytes. */
+#define SP_MAX_SLOTS (1 << 22)
+
 sp_schedule *sp_schedule_create(int nactors, int nstages, int nmicro)
 {
     if (nactors < 1 || nstages < 1 || nmicro < 1 || nactors > SP_MAX_INDEX
         || nstages > SP_MAX_INDEX || nmicro > SP_MAX_INDEX
-        || (int64_t)nstages * nmicro * 4 > INT_MAX / 2) {
+        || (int64_t)nstages * nmicro > SP_MAX_SLOTS) {
         sp_set_error(SP_ERR_ARG, "schedule sizes out of range: actors=%d stages=%d "
-                     "microbatches=%d", nactors, nstages, nmicro);
+                     "microbatches=%d (stages x microbatches at most %d)", nactors, nstages,
+                     nmicro, SP_MAX_SLOTS);
         return NULL;
     }
     sp_schedule *s = calloc(1, sizeof *s);

@@ -61,6 +61,13 @@ sp_status sp_tgraph_build(sp_tgraph *g, const sp_stage_model *model, const sp_sc
         return sp_set_error(SP_ERR_SCHEDULE, "schedule '%s' has %d stages but the model has %d",
                             s->name, s->nstages, model->nstages);
     int p = s->nactors, S = s->nstages, m = s->nmicro, E = model->nedges;
+    /* Too few tasks to be complete: say so before allocating anything of size m*S (a
+     * header of a few bytes can declare millions of slots). */
+    if ((int64_t)sp_schedule_total_tasks(s) < 2 * (int64_t)m * S)
+        return sp_set_error(SP_ERR_SCHEDULE, "schedule '%s' lists %d tasks, but %d stages and "
+                            "%d microbatches need at least %lld (an F and a BW, or B and W, "
+                            "for each)", s->name, sp_schedule_total_tasks(s), S, m,
+                            (long long)2 * m * S);
     g->p = p, g->S = S, g->m = m, g->E = E;
     g->model = model;
     g->sched = s;

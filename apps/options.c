@@ -1,0 +1,128 @@
+/* The apps' command line: the flags every app shares, and the model's own through its
+ * sp_app_model. Strict: an unknown flag, a missing value or a number out of range is one
+ * line on rank 0's stderr (every rank parses the same argv) and a refusal. */
+#include "apps/options.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "apps/parse.h"
+
+/* The rank as the launcher tells it, before MPI is up: only rank 0 prints. */
+int sp_app_launcher_rank(void)
+{
+    const char *vars[] = { "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK" };
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        if (getenv(vars[i])) return atoi(getenv(vars[i]));
+    return 0;
+}
+
+static void usage(const sp_app_model *m, FILE *f)
+{
+    fprintf(f,
+            "usage: [mpirun -np P] %s [options]\n%s"
+            "training:\n"
+            "  --steps N           optimizer steps (50)\n"
+            "  --microbatches N    microbatches per step, m (STARPIPE_MICROBATCHES; 4)\n"
+            "  --lr X              AdamW learning rate (1e-3)\n"
+            "  --clip X            clip the global gradient norm to X, 0 = off (1.0)\n"
+            "  --seed N            initialisation and data seed (1337)\n"
+            "  --skip-nonfinite    skip the update of a step whose loss or gradients are not\n"
+            "                      finite (default: stop, naming the step and stage)\n"
+            "checkpoints (safetensors):\n"
+            "  --save FILE         write parameters, AdamW state and step at the end\n"
+            "  --save-every N      also every N steps (needs --save)\n"
+            "  --load FILE         start from a checkpoint (--resume FILE is the same);\n"
+            "                      --steps more steps follow it\n"
+            "  --dump-grads FILE   write the first step's gradients (before clipping)\n"
+            "pipeline:\n"
+            "  --schedule NAME     gpipe, 1f1b, eager-1f1b, interleaved-1f1b, zb-h1, zb-v,\n"
+            "                      dualpipe-v or file:PATH (STARPIPE_SCHEDULE; 1f1b); 'help' lists them\n"
+            "  --chunks V          stages per actor for interleaved and V-shaped schedules\n"
+            "                      (STARPIPE_CHUNKS; 2)\n"
+            "  --actors P          expected number of actors; must equal the MPI ranks\n"
+            "  --reference         run the single-process reference interpreter instead\n"
+            "  --check             also run the reference; fail unless losses, gradients,\n"
+            "                      parameters and AdamW state are bitwise identical\n"
+            "  STARPIPE_TRACE=F    write F (Chrome trace JSON) and F.svg of the last step\n"
+            "  STARPIPE_STEP_TIMEOUT=S  end the run on every rank when no task finishes for\n"
+            "                      S seconds while some are pending (a lost message, a hang)\n"
+            "  STARPIPE_FAULT=K@STEP[:STAGE]  fault injection for tests: nan@STEP (a NaN in\n"
+            "                      the first float input), fail@STEP:STAGE, hang@STEP:STAGE\n"
+            "  --help              this text\n",
+            m->name, m->defaults);
+}
+
+static int takes_value(const sp_app_model *m, const char *a)
+{
+    static const char *const common[] = { "--steps", "--microbatches", "--chunks", "--actors",
+                                          "--seed", "--lr", "--clip", "--schedule", "--save",
+                                          "--load", "--resume", "--dump-grads", "--save-every",
+                                          NULL };
+    for (const char *const *f = common; *f; f++)
+        if (!strcmp(a, *f)) return 1;
+    for (const char *const *f = m->flags; f && *f; f++)
+        if (!strcmp(a, *f)) return 1;
+    return 0;
+}
+
+/* 1 run, 0 exit 0 (help), -1 bad command line (message printed on rank 0). */
+int sp_app_parse(int argc, char **argv, const sp_app_model *m, sp_app_opts *o)
+{
+    *o = (sp_app_opts){ .steps = 50, .seed = 1337, .lr = 1e-3f, .clip = 1.0f };
+    int quiet = sp_app_launcher_rank() != 0;
+    FILE *err = quiet ? fopen("/dev/null", "w") : stderr;
+    if (!err) err = stderr;
+    FILE *saved = stderr;
+    stderr = err; /* app_parse_* print to stderr */
+    int rc = 1;
+    for (int i = 1; i < argc && rc == 1; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int ok = 1, takes = 1;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            if (!quiet) usage(m, stdout);
+            rc = 0;
+            break;
+        } else if (!strcmp(a, "--reference")) {
+            o->reference = 1;
+            takes = 0;
+        } else if (!strcmp(a, "--check")) {
+            o->check = 1;
+            takes = 0;
+        } else if (!strcmp(a, "--skip-nonfinite")) {
+            o->skip_nonfinite = 1;
+            takes = 0;
+        } else if (!takes_value(m, a)) {
+            fprintf(err, "%s: error: unknown option '%s' (see --help)\n", m->name, a);
+            rc = -1;
+            break;
+        } else if (!v) {
+            fprintf(err, "%s: error: %s needs a value (see --help)\n", m->name, a);
+            rc = -1;
+            break;
+        } else if (!strcmp(a, "--steps")) ok = app_parse_int(a, v, 0, 1 << 30, &o->steps);
+        else if (!strcmp(a, "--microbatches")) ok = app_parse_int(a, v, 1, 1 << 20, &o->microbatches);
+        else if (!strcmp(a, "--chunks")) ok = app_parse_int(a, v, 1, 64, &o->chunks);
+        else if (!strcmp(a, "--actors")) ok = app_parse_int(a, v, 1, 1 << 16, &o->actors);
+        else if (!strcmp(a, "--seed")) ok = app_parse_int(a, v, 0, INT_MAX, &o->seed);
+        else if (!strcmp(a, "--lr")) ok = app_parse_float(a, v, 0.0, 10.0, &o->lr);
+        else if (!strcmp(a, "--clip")) ok = app_parse_float(a, v, 0.0, 1e30, &o->clip);
+        else if (!strcmp(a, "--schedule")) o->schedule = v;
+        else if (!strcmp(a, "--save")) o->save = v;
+        else if (!strcmp(a, "--load") || !strcmp(a, "--resume")) o->load = v;
+        else if (!strcmp(a, "--dump-grads")) o->dump_grads = v;
+        else if (!strcmp(a, "--save-every")) ok = app_parse_int(a, v, 1, 1 << 30, &o->save_every);
+        else
+            ok = m->flag(m->cfg, a, v) > 0;
+        if (!ok) rc = -1;
+        i += takes;
+    }
+    if (rc == 1 && o->save_every && !o->save) {
+        fprintf(err, "%s: error: --save-every needs --save FILE\n", m->name);
+        rc = -1;
+    }
+    stderr = saved;
+    if (err != saved) fclose(err);
+    return rc;
+}
+
