@@ -3,7 +3,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all deps build demo test clean
+.PHONY: all deps build demo test test-cuda clean
 
 all: build
 
@@ -19,6 +19,16 @@ demo: build
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The CUDA build (no GPU needed to build): StarPU with CUDA into build/starpu-cuda, then
+# starpipe with CUDA and NCCL into build-cuda, and its CPU tests with CUDA workers off.
+STARPU_CUDA ?= $(BUILD)/starpu-cuda
+CUDA_BUILD ?= build-cuda
+test-cuda: deps
+	@scripts/build-starpu-cuda $(STARPU_CUDA)
+	@cmake -S . -B $(CUDA_BUILD) -DCMAKE_BUILD_TYPE=Release -DSTARPIPE_STARPU_PREFIX=$(abspath $(STARPU_CUDA)) >/dev/null
+	@cmake --build $(CUDA_BUILD) -j $(JOBS)
+	@cd $(CUDA_BUILD) && STARPU_NCUDA=0 ctest --output-on-failure -j $(JOBS)
 
 clean:
 	rm -rf $(BUILD)

@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# The GPU check in one command, for a machine with an NVIDIA GPU, the CUDA 13 toolkit and
+# driver, CMake, a C compiler and Python, but no network and none of starpipe's Debian
+# packages. It brings them from .gpu-deps/ (made beforehand by scripts/fetch-gpu-deps on
+# a CPU machine): unpacks the .debs into a local prefix, builds starpipe with
+# STARPIPE_CUDA=ON against .gpu-deps/starpu, then runs
+#   (a) the CUDA kernel checks (tests/gpu/test_cuda_kernels),
+#   (b) starpipe-gpt --check with 1 actor, and with 2 ranks sharing the GPU (StarPU-MPI),
+#   (c) a larger GPT: step times and the TFLOP/s of the largest stage task.
+# Every phase has a banner and a time limit; the whole run stays under CHECK_BUDGET_S
+# (470 s). Log: $OUT/gpu-check.log when OUT is set, else BUILD/check-logs/. Exit 0 only
+# when every phase passed. See tests/gpu/README.md.
+#   env: GPU_DEPS (.gpu-deps), CHECK_BUILD (build-gpu), CUDA_HOME, CHECK_BUDGET_S,
+#        CHECK_GPT_ARGS (model of (c)), CHECK_CUDA_ARCH (90), CHECK_NO_GPU=1 (a dry run
+#        of the script itself on a CPU machine: CUDA workers off, small model in (c))
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+deps=$(cd "${GPU_DEPS:-$root/.gpu-deps}" 2>/dev/null && pwd || echo "${GPU_DEPS:-$root/.gpu-deps}")
+B=${CHECK_BUILD:-$root/build-gpu}
+mkdir -p "$B"
+B=$(cd "$B" && pwd)
+logdir=${OUT:-$B/check-logs}
+mkdir -p "$logdir"
+log=$logdir/gpu-check.log
+: >"$log"
+exec > >(tee -a "$log") 2>&1
+budget=${CHECK_BUDGET_S:-470}
+deadline=$((SECONDS + budget))
+nogpu=${CHECK_NO_GPU:-0}
+ncuda=1
+perf_default="--layers 4 --heads 16 --channels 1024 --context 256 --batch 8 --microbatches 4 --steps 6"
+if [ "$nogpu" = 1 ]; then ncuda=0; perf_default="--steps 4"; fi
+perf_args=${CHECK_GPT_ARGS:-$perf_default}
+R=$B/deps-root   # the unpacked .debs
+results=()
+nfail=0
+
+banner() { printf '\n======== %s ========\n' "$*"; }
+note() { printf '%s\n' "$*"; }
+record() { results+=("$(printf '%-8s %-34s %s' "$1" "$2" "$3")"); [ "$1" != FAIL ] || nfail=$((nfail + 1)); }
+
+# run_phase NAME LIMIT_S LOGNAME CMD...: the command under `timeout`, its output shown
+# and kept in LOGNAME.log; sets $prc (124/137: timed out).
+run_phase() {
+  local name=$1 limit=$2 lname=$3
+  shift 3
+  local left=$((deadline - SECONDS))
+  if ((left < 10)); then
+    banner "$name: skipped, the ${budget}s budget is spent"
+    prc=124
+    return 0
+  fi
+  ((limit <= left)) || limit=$left
+  banner "$name (limit ${limit}s)"
+  local t0=$SECONDS
+  set +e
+  timeout -k 10 "$limit" "$@" 2>&1 | tee "$logdir/$lname.log"
+  prc=${PIPESTATUS[0]}
+  set -e
+  ptime=$((SECONDS - t0))
+  if ((prc == 124 || prc == 137)); then note "TIMEOUT after ${ptime}s: $name"; fi
+}
+
+# ---------------------------------------------------------------- 0. environment
+banner "0. environment"
+fatal() { note "FAIL: $*"; record FAIL "environment" "$*"; exit 1; }
+[ "$(uname -m)" = x86_64 ] || fatal "this check ships x86_64 (amd64) packages; machine is $(uname -m)"
+cuda=${CUDA_HOME:-}
+if [ -z "$cuda" ]; then
+  if [ -x /usr/local/cuda/bin/nvcc ]; then cuda=/usr/local/cuda
+  elif command -v nvcc >/dev/null; then cuda=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+  fi
+fi
+[ -n "$cuda" ] && [ -x "$cuda/bin/nvcc" ] || fatal "no CUDA toolkit (nvcc): set CUDA_HOME"
+for tool in cmake python3 cc timeout; do
+  command -v $tool >/dev/null || fatal "$tool not found"
+done
+gen=()
+if ! command -v make >/dev/null; then
+  command -v ninja >/dev/null || fatal "neither make nor ninja found"
+  gen=(-G Ninja)
+fi
+[ -d "$deps/debs" ] && [ -f "$deps/starpu/lib/libstarpu-1.3.so.9" ] ||
+  fatal "$deps lacks debs/ or starpu/: run scripts/fetch-gpu-deps on a CPU machine first"
+note "host: $(uname -n), $(nproc) cores, glibc $(ldd --version | head -1 | awk '{print $NF}')"
+grep -h '^# glibc' "$deps/MANIFEST" 2>/dev/null || true
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader || true
+else
+  note "nvidia-smi not found (the driver's tools); going on"
+fi
+note "CUDA: $("$cuda/bin/nvcc" --version | tail -2 | head -1)  ($cuda)"
+note "cmake: $(cmake --version | head -1); cc: $(cc --version | head -1)"
+cudalib=""
+for d in "$cuda/lib64" "$cuda/lib" "$cuda/targets/x86_64-linux/lib"; do
+  [ -d "$d" ] && cudalib=${cudalib:+$cudalib:}$d
+done
+nccl_opt=()
+if ! ls "$cuda"/lib*/libnccl.so* "$cuda"/targets/*/lib/libnccl.so* ${NCCL_HOME:+"$NCCL_HOME"/lib*/libnccl.so*} >/dev/null 2>&1; then
+  note "NOTICE: no libnccl next to the toolkit (or in NCCL_HOME): building with -DSTARPIPE_NCCL=OFF"
+  nccl_opt=(-DSTARPIPE_NCCL=OFF)
+fi
+record PASS "environment" ""
+
+# ---------------------------------------------------------------- 1. packages
+# .debs -> $R with dpkg-deb, or Python when dpkg is missing; pkg-config files point into
+# $R; OpenMPI and PMIx are told where they now live (OPAL_PREFIX, PMIX_*DIR).
+# Common libraries (libudev, libnuma, libgfortran, ...) are used only where the system
+# lacks them, so the system's own copies keep serving everything else.
+unpack() {
+  set -euo pipefail
+  rm -rf "$R" && mkdir -p "$R/main" "$R/common" "$R/fallback"
+  local common=" libudev1 libuuid1 libnuma1 libatomic1 libquadmath0 libgfortran5 " f p dest
+  for f in "$deps"/debs/*.deb; do
+    p=$(basename "$f"); p=${p%%_*}
+    dest=$R/main
+    [[ $common == *" $p "* ]] && dest=$R/common
+    if command -v dpkg-deb >/dev/null; then
+      dpkg-deb -x "$f" "$dest"
+    else
+      python3 - "$dest" "$f" <<'EOF'
+import io, sys, tarfile
+dest, deb = sys.argv[1], sys.argv[2]
+with open(deb, 'rb') as fh:
+    assert fh.read(8) == b'!<arch>\n', deb + ': not a .deb'
+    while True:
+        head = fh.read(60)
+        if len(head) < 60:
+            break
+        name, size = head[:16].decode().strip().rstrip('/'), int(head[48:58])
+        data = fh.read(size)
+        fh.read(size % 2)
+        if name.startswith('data.tar'):
+            with tarfile.open(fileobj=io.BytesIO(data)) as t:
+                if hasattr(tarfile, 'fully_trusted_filter'):
+                    t.extractall(dest, filter='fully_trusted')
+                else:
+                    t.extractall(dest)
+EOF
+    fi
+  done
+  local have
+  have=$( (ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null || true) | awk '{print $1}')
+  for f in "$R"/common/usr/lib/x86_64-linux-gnu/*.so.* "$R"/common/lib/x86_64-linux-gnu/*.so.*; do
+    [ -e "$f" ] || continue
+    p=$(basename "$f")
+    [[ $p =~ \.so\.[0-9]+$ ]] || continue
+    if grep -qxF "$p" <<<"$have"; then echo "system has $p"; else
+      ln -sf "$f" "$R/fallback/$p"; echo "fallback $p"; fi
+  done
+  local u=$R/main/usr
+  for t in mpicc mpicxx mpirun mpiexec; do ln -sf "$t.openmpi" "$u/bin/$t"; done
+  find "$R/main" -name '*.pc' -print0 | xargs -0 sed -i -E \
+    -e "s#^prefix=/usr\$#prefix=$u#" -e "s#(^|[=[:space:]]|-I|-L)/usr/#\\1$u/#g"
+  echo "unpacked $(ls "$deps"/debs/*.deb | wc -l) packages into $R"
+}
+export -f unpack
+export R deps
+lib=$R/main/usr/lib/x86_64-linux-gnu
+export PATH=$R/main/usr/bin:$cuda/bin:$PATH
+export LD_LIBRARY_PATH=$deps/starpu/lib:$lib:$lib/openblas-pthread:$lib/pmix2/lib:$R/fallback:$cudalib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PKG_CONFIG_LIBDIR=$lib/pkgconfig:$lib/openblas-pthread/pkgconfig:$R/main/usr/share/pkgconfig
+unset PKG_CONFIG_PATH
+export OPAL_PREFIX=$R/main/usr OPAL_SYSCONFDIR=$R/main/etc/openmpi
+# PMIx (Debian's prefix /usr/lib/x86_64-linux-gnu/pmix2) needs each folder named
+export PMIX_PREFIX=$lib/pmix2 PMIX_LIBDIR=$lib/pmix2/lib PMIX_PKGLIBDIR=$lib/pmix2/lib/pmix \
+       PMIX_DATADIR=$lib/pmix2/share PMIX_PKGDATADIR=$lib/pmix2/share/pmix
+# one host: launch locally (no ssh), shared memory between ranks, no UCX/OFI probing
+export OMPI_MCA_plm=isolated OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader \
+       OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 \
+       OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export STARPU_HOME=$B/starpu-home   # StarPU's bus calibration, done once
+mkdir -p "$STARPU_HOME"
+
+stamp=$(cd "$deps/debs" && ls -l ./*.deb | md5sum | cut -c1-16)
+if [ -f "$R/.stamp" ] && [ "$(cat "$R/.stamp")" = "$stamp" ]; then
+  banner "1. packages: reused $R"; record PASS "1. packages" "reused"
+else
+  run_phase "1. packages: unpack $(ls "$deps"/debs/*.deb | wc -l) .debs" 90 unpack bash -c unpack
+  if ((prc == 0)); then echo "$stamp" >"$R/.stamp"; record PASS "1. packages" "${ptime}s"
+  else record FAIL "1. packages" "rc $prc"; fi
+fi
+if ((nfail == 0)); then
+  missing=$(for f in "$R"/main/usr/bin/orterun "$lib"/libmpi.so.40 "$lib"/libhwloc.so.15 \
+              "$lib"/openblas-pthread/libopenblas.so.0 "$deps"/starpu/lib/libstarpu*.so.*; do
+              ldd "$f" | grep "not found" | sed "s#^#$(basename "$f"): #"; done | sort -u || true)
+  if [ -n "$missing" ]; then note "FAIL: libraries not found:"; note "$missing"
+    record FAIL "1. packages" "missing libraries (see log)"; fi
+  ompi_info --version 2>&1 | head -1 || true
+fi
+
+# ---------------------------------------------------------------- 2. configure and build
+if ((nfail == 0)); then
+  run_phase "2. configure (STARPIPE_CUDA=ON, StarPU $deps/starpu)" 120 configure \
+    cmake -S "$root" -B "$B" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+      -DSTARPIPE_STARPU_PREFIX="$deps/starpu" -DCMAKE_CUDA_COMPILER="$cuda/bin/nvcc" \
+      -DCMAKE_CUDA_ARCHITECTURES="${CHECK_CUDA_ARCH:-90}" -DPKG_CONFIG_EXECUTABLE="$R/main/usr/bin/pkgconf" \
+      -DMPI_C_COMPILER="$R/main/usr/bin/mpicc" -DMPIEXEC_EXECUTABLE="$R/main/usr/bin/mpiexec" "${nccl_opt[@]}"
+  if ((prc == 0)); then record PASS "2. configure" "${ptime}s"; else record FAIL "2. configure" "rc $prc"; fi
+fi
+if ((nfail == 0)); then
+  run_phase "2. build" 240 build cmake --build "$B" -j "$(nproc)"
+  if ((prc == 0)); then record PASS "2. build" "${ptime}s"; else record FAIL "2. build" "rc $prc"; fi
+fi
+built=0
+if ((nfail == 0)); then
+  built=1
+  ldd "$B/apps/starpipe-gpt" | grep -E "libstarpu|libcudart|libcublas|libnccl|libmpi.so"
+  ldd "$B/apps/starpipe-gpt" | grep -q "libstarpu-1.3.so.9 => $deps/starpu/lib/" ||
+    record FAIL "2. build" "starpipe-gpt does not load the CUDA StarPU"
+fi
+
+# ---------------------------------------------------------------- 3. (a) CUDA kernels
+if ((built)); then
+  if [ -x "$B/tests/gpu/test_cuda_kernels" ]; then
+    run_phase "3. (a) CUDA kernels vs CPU (test_cuda_kernels)" 150 kernels "$B/tests/gpu/test_cuda_kernels"
+    case $prc in
+      0) record PASS "3. (a) CUDA kernels" "${ptime}s" ;;
+      77) if [ "$nogpu" = 1 ]; then record SKIP "3. (a) CUDA kernels" "no GPU (CHECK_NO_GPU=1)"
+          else record FAIL "3. (a) CUDA kernels" "skipped: the test saw no CUDA device"; fi ;;
+      *) record FAIL "3. (a) CUDA kernels" "rc $prc" ;;
+    esac
+  else
+    banner "3. (a) CUDA kernels"
+    note "NOTICE: no tests/gpu/test_cuda_kernels target in this tree (tests/gpu/test_cuda_kernels.c"
+    note "        or .cu, built with STARPIPE_CUDA): the kernel checks did not run"
+    record NOTICE "3. (a) CUDA kernels" "test binary missing"
+  fi
+fi
+
+# ---------------------------------------------------------------- 4. (b) GPT --check
+gpt=$B/apps/starpipe-gpt
+# the apps read the GPL text every Debian machine ships; elsewhere: the tree's own text
+data=()
+if [ ! -r /usr/share/common-licenses/GPL-3 ]; then
+  find "$root" -path "$root/build*" -prune -o \( -name '*.md' -o -name '*.c' \) -type f -print0 |
+    sort -z | xargs -0 cat >"$B/corpus.txt"
+  data=(--data "$B/corpus.txt")
+  note "no /usr/share/common-licenses/GPL-3: the GPT runs read $B/corpus.txt ($(wc -c <"$B/corpus.txt") bytes)"
+fi
+on_gpu() {
+  [ "$nogpu" = 1 ] || grep -q "starpipe-gpt: .*CUDA" "$logdir/$1.log" ||
+    { note "FAIL: the run did not say it ran on CUDA"; return 1; }
+}
+if ((built)); then
+  run_phase "4. (b) starpipe-gpt --check, 1 actor" 120 gpt-1 \
+    env STARPU_NCUDA=$ncuda "$gpt" "${data[@]}" --steps 3 --check
+  if ((prc == 0)) && on_gpu gpt-1; then record PASS "4. (b) GPT --check 1 actor" "${ptime}s"
+  else record FAIL "4. (b) GPT --check 1 actor" "rc $prc"; fi
+  run_phase "4. (b) starpipe-gpt --check, 2 ranks sharing the GPU (StarPU-MPI)" 150 gpt-2 \
+    mpirun -np 2 -x STARPU_NCUDA=$ncuda "$gpt" "${data[@]}" --actors 2 --steps 3 --check
+  if ((prc == 0)) && on_gpu gpt-2; then record PASS "4. (b) GPT --check 2 ranks" "${ptime}s"
+  else record FAIL "4. (b) GPT --check 2 ranks" "rc $prc"; fi
+fi
+
+# ---------------------------------------------------------------- 5. (c) performance
+if ((built)); then
+  # shellcheck disable=SC2086
+  run_phase "5. (c) step time and TFLOP/s: starpipe-gpt $perf_args" 150 perf \
+    env STARPU_NCUDA=$ncuda STARPIPE_TRACE="$logdir/perf-trace.json" "$gpt" "${data[@]}" $perf_args
+  if ((prc == 0)); then
+    record PASS "5. (c) GPT steps" "$(grep -E '^done:' "$logdir/perf.log" | head -1)"
+    # FLOPs of a stage task from the model shape (matmuls and attention; a 1-actor run
+    # is one stage holding every layer), time from the trace of the last step.
+    python3 - "$logdir/perf-trace.json" "$perf_args" <<'EOF' || record NOTICE "5. (c) TFLOP/s" "trace not readable"
+import json, sys
+args = sys.argv[2].split()
+get = lambda k, d: int(args[args.index(k) + 1]) if k in args else d
+L, C, T, Bt = get('--layers', 4), get('--channels', 64), get('--context', 64), get('--batch', 4)
+V = 256
+fwd = L * (24 * Bt * T * C * C + 4 * Bt * T * T * C) + 2 * Bt * T * C * V
+ev = json.load(open(sys.argv[1]))
+ev = ev['traceEvents'] if isinstance(ev, dict) else ev
+tasks = [e for e in ev if e.get('ph') == 'X' and e.get('cat') in ('F', 'B', 'W', 'BW')]
+# backward = 2x forward: B (input gradients) and W (weight gradients) 1x each
+for cat, mult in (('F', 1), ('B', 1), ('W', 1), ('BW', 2)):
+    ts = [e for e in tasks if e['cat'] == cat]
+    if not ts:
+        continue
+    best = min(e['dur'] for e in ts) * 1e-6
+    flops = mult * fwd
+    print(f"{cat} task of the stage: {flops / 1e9:.1f} GFLOP (estimate), fastest "
+          f"{best * 1e3:.2f} ms -> {flops / best / 1e12:.2f} TFLOP/s")
+EOF
+  else
+    record FAIL "5. (c) GPT steps" "rc $prc"
+  fi
+  if [ -x "$B/bench/bench_gpu_stage" ]; then
+    run_phase "5. (c) bench_gpu_stage" 90 bench "$B/bench/bench_gpu_stage"
+    if ((prc == 0)); then record PASS "5. (c) bench_gpu_stage" "${ptime}s"; else record FAIL "5. (c) bench_gpu_stage" "rc $prc"; fi
+  else
+    note "NOTICE: no bench/bench_gpu_stage yet (the largest stage task's F and BW timed on the"
+    note "        GPU, with exact FLOP counts): the TFLOP/s above are estimates from the trace"
+    record NOTICE "5. (c) bench_gpu_stage" "binary missing; TFLOP/s estimated"
+  fi
+  grep -hiE "tflop" "$logdir/kernels.log" 2>/dev/null | sed 's/^/sgemm: /' || true
+fi
+
+# ---------------------------------------------------------------- summary
+banner "summary ($((SECONDS))s of ${budget}s; log $log)"
+printf '%s\n' "${results[@]}"
+grep -hE "^step [0-9]+ " "$logdir/perf.log" 2>/dev/null | tail -3 || true
+if ((nfail)); then note "GPU CHECK FAILED ($nfail)"; exit 1; fi
+note "GPU CHECK PASSED"
