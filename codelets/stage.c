@@ -7,24 +7,34 @@
 #include <string.h>
 #include <unistd.h>
 
-int sp_stage_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args)
+int sp_stage_task_fault(const sp_stage_task_args *a)
 {
-    (void)counts;
-    (void)nbufs;
-    const sp_stage_task_args *a = args;
     if (a->fault == 1) {
         fprintf(stderr, "starpipe: stage %d task failed: injected failure (STARPIPE_FAULT)\n",
                 a->stage);
         return 99;
     }
     while (a->fault == 2) sleep(60); /* injected hang: only the watchdog or a kill ends it */
-    sp_run_args run = { .dloss = a->dloss };
-    sp_status st = sp_program_run(a->prog, a->stage, (sp_task_kind)a->kind, bufs, &run);
-    if (st != SP_OK) {
-        fprintf(stderr, "starpipe: stage %d task failed: %s\n", a->stage, sp_last_error());
-        return (int)st;
-    }
     return 0;
+}
+
+int sp_stage_task_done(const sp_stage_task_args *a, sp_status st)
+{
+    if (st == SP_OK) return 0;
+    fprintf(stderr, "starpipe: stage %d task failed: %s\n", a->stage, sp_last_error());
+    return (int)st;
+}
+
+int sp_stage_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args)
+{
+    (void)counts;
+    (void)nbufs;
+    const sp_stage_task_args *a = args;
+    int rc = sp_stage_task_fault(a);
+    if (rc) return rc;
+    sp_run_args run = { .dloss = a->dloss };
+    return sp_stage_task_done(a, sp_program_run(a->prog, a->stage, (sp_task_kind)a->kind, bufs,
+                                                &run));
 }
 
 int sp_copy_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args)

@@ -19,6 +19,10 @@ typedef struct {
     int fault; /* fault injection (STARPIPE_FAULT): 0 none, 1 fail, 2 hang */
 } sp_stage_task_args;
 int sp_stage_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args);
+/* Shared by the CPU and CUDA versions: an injected fault (non-zero: fail with it; a hang
+ * never returns), and the outcome of the program (prints the message on failure). */
+int sp_stage_task_fault(const sp_stage_task_args *a);
+int sp_stage_task_done(const sp_stage_task_args *a, sp_status st);
 
 /* bufs[0][dst_off..+n) = bufs[1][src_off..+n): a parameter (or its gradient) moved
  * between a stage slab and a transfer buffer. */

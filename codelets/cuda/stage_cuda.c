@@ -26,19 +26,11 @@ int sp_stage_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const
     (void)counts;
     (void)nbufs;
     const sp_stage_task_args *a = args;
-    if (a->fault == 1) {
-        fprintf(stderr, "starpipe: stage %d task failed: injected failure (STARPIPE_FAULT)\n",
-                a->stage);
-        return 99;
-    }
+    int rc = sp_stage_task_fault(a);
+    if (rc) return rc;
     sp_run_args run = { .dloss = a->dloss };
-    sp_status st = sp_program_run_cuda(a->prog, a->stage, (sp_task_kind)a->kind, bufs, &run,
-                                       stream, handle());
-    if (st != SP_OK) {
-        fprintf(stderr, "starpipe: stage %d task failed: %s\n", a->stage, sp_last_error());
-        return (int)st;
-    }
-    return 0;
+    return sp_stage_task_done(a, sp_program_run_cuda(a->prog, a->stage, (sp_task_kind)a->kind,
+                                                     bufs, &run, stream, handle()));
 }
 
 int sp_copy_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
