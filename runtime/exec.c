@@ -440,8 +440,9 @@ sp_status sp_exec_end_step(void)
         memcpy(msg, fail_msg, sizeof msg);
     SP_MPI_CHECK(MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, lowest, X.comm));
     msg[sizeof msg - 1] = '\0';
-    return sp_set_error(SP_ERR_RUNTIME, "step %llu failed: %s",
-                        (unsigned long long)sp_exec_step_, msg);
+    /* the message is the failing rank's own ("rank 1: task 'F mb0 s1' ..."): callers
+     * number their steps themselves (the trainer runs two executor steps per step) */
+    return sp_set_error(SP_ERR_RUNTIME, "%s", msg);
 }
 
 /* ---- small collectives ---- */
@@ -551,10 +552,9 @@ _Noreturn void sp_exec_abort(int code, const char *fmt, ...)
 static void watchdog_fired(void *arg)
 {
     (void)arg;
-    sp_exec_abort(3, "no task finished for %.1f s while %d are pending in step %llu: a "
-                  "message that never arrives, or a peer that died",
-                  X.opts.watchdog_s, starpu_task_nsubmitted(),
-                  (unsigned long long)sp_exec_step_);
+    sp_exec_abort(3, "no task finished for %.1f s while %d are pending: a message that "
+                  "never arrives, a hung task, or a peer that died", X.opts.watchdog_s,
+                  starpu_task_nsubmitted());
 }
 
 /* STARPU_SCHED naming a built-in policy would silently replace ours: StarPU prefers the
