@@ -119,6 +119,8 @@ struct task_args {
     sp_exec_cuda_fn cuda;
     char name[32];
     uint32_t seq;
+    int on_cuda;  /* ran on a CUDA worker: traced from start to the completion callback */
+    double t0;
     _Alignas(max_align_t) unsigned char payload[];
 };
 
@@ -126,6 +128,9 @@ struct task_args {
 #define SP_STACK_BUFS 32
 
 typedef int (*impl_call)(const struct task_args *, void *const *, const size_t *, int);
+#ifdef STARPU_USE_CUDA
+static int call_cuda(const struct task_args *a, void *const *p, const size_t *c, int n);
+#endif
 
 static void run_task(void *descr[], struct task_args *a, impl_call call)
 {
@@ -151,6 +156,14 @@ static void run_task(void *descr[], struct task_args *a, impl_call call)
     }
     double t0 = X.opts.trace ? starpu_timing_now() : 0;
     int rc = call(a, ptrs, counts, n);
+    /* A CUDA function only enqueues its kernels (STARPU_CUDA_ASYNC): its end is when
+     * StarPU sees the stream done and calls the task's callback (cuda_task_done). */
+#ifdef STARPU_USE_CUDA
+    if (call == call_cuda) {
+        a->on_cuda = 1;
+        a->t0 = t0;
+    } else
+#endif
     if (X.opts.trace)
         trace_add(a->name, a->seq, t0, starpu_timing_now(), 0, -1);
     if (rc)
@@ -262,6 +275,14 @@ static sp_status claim_seq(uint32_t seq, const char *name)
     return SP_OK;
 }
 
+/* Completion of a task that may have run on a CUDA worker: the end of its trace record. */
+static void cuda_task_done(void *arg)
+{
+    struct task_args *a = arg;
+    if (a->on_cuda && X.opts.trace)
+        trace_add(a->name, a->seq, a->t0, starpu_timing_now(), 0, -1);
+}
+
 /* StarPU refuses to destroy a never-submitted task still marked destroy-on-completion. */
 static void discard_task(struct starpu_task *task)
 {
@@ -296,6 +317,11 @@ sp_status sp_exec_submit(const sp_exec_task *t)
 
     task->cl = &sp_codelet;
     task->cl_arg = a;
+    a->on_cuda = 0;
+    if (t->cuda) {
+        task->callback_func = cuda_task_done;
+        task->callback_arg = a;
+    }
     task->cl_arg_size = sizeof *a + t->args_size;
     task->cl_arg_free = 1;
     task->name = a->name;
