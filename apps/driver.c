@@ -153,6 +153,26 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
     return 0;
 }
 
+/* STARPIPE_VERBOSE=1: what the planner predicts, per actor; 2 adds every instruction. */
+static void describe_plan(const sp_plan *pl, const sp_stage_model *model)
+{
+    sp_sim_result *r = NULL;
+    sp_sim_config cfg = { 0 };
+    int simulated = sp_simulate(pl, model, &cfg, &r) == SP_OK;
+    printf("plan: %d tasks, %lld messages per step; with FLOP-proportional task times the "
+           "simulated bubble is %.1f%%\n", pl->ntasks, (long long)pl->nmessages,
+           simulated ? 100 * r->bubble_fraction : 0.0);
+    for (int a = 0; a < pl->nactors; a++)
+        printf("  actor %d: %d instructions, peak %.2f MiB (activations %.2f, boundary %.2f, "
+               "parameters %.2f, %d stage activations live)\n", a, pl->ninstr[a],
+               pl->peak[a].total / 1048576.0, pl->peak[a].acts / 1048576.0,
+               pl->peak[a].boundary / 1048576.0, pl->peak[a].params / 1048576.0,
+               pl->peak[a].act_units);
+    if (simulated) sp_sim_result_free(r);
+    const char *v = getenv("STARPIPE_VERBOSE");
+    if (v && atoi(v) >= 2) sp_plan_write(pl, stdout);
+}
+
 /* ---- the pipelined run ---- */
 
 static int nmb_or_zero(const sp_schedule *s) { return s ? s->nmicro : 0; }
@@ -213,7 +233,10 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
 {
     const char *trace_path = getenv("STARPIPE_TRACE");
     const char *timeout = getenv("STARPIPE_STEP_TIMEOUT");
-    sp_exec_opts eo = { .trace = 1, .watchdog_s = timeout ? atof(timeout) : 0 };
+    const char *verbose_env = getenv("STARPIPE_VERBOSE");
+    int verbose = verbose_env ? atoi(verbose_env) : 0;
+    sp_exec_opts eo = { .trace = 1, .watchdog_s = timeout ? atof(timeout) : 0,
+                        .verbose = verbose >= 1 };
     if (sp_exec_init(&argc, &argv, &eo) != SP_OK) {
         if (sp_app_launcher_rank() == 0) fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
         return 1;
@@ -283,6 +306,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
                                         : ", checked against the reference");
         if (m->describe) m->describe(m->cfg, stdout);
         if (sp_exec_num_cuda() > 0) printf("transfers: %s\n", sp_trainer_notice(t));
+        if (verbose >= 1) describe_plan(sp_trainer_plan(t), sp_program_stage_model(p));
         if (o->load) printf("resumed from %s after step %d\n", o->load, start);
         fflush(stdout);
     }

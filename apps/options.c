@@ -45,6 +45,8 @@ static void usage(const sp_app_model *m, FILE *f)
             "  --check             also run the reference; fail unless losses, gradients,\n"
             "                      parameters and AdamW state are bitwise identical\n"
             "  STARPIPE_TRACE=F    write F (Chrome trace JSON) and F.svg of the last step\n"
+            "  STARPIPE_VERBOSE=N  1: the plan's predictions and each rank's cores; 2: also\n"
+            "                      every instruction of the plan\n"
             "  STARPIPE_STEP_TIMEOUT=S  end the run on every rank when no task finishes for\n"
             "                      S seconds while some are pending (a lost message, a hang)\n"
             "  STARPIPE_FAULT=K@STEP[:STAGE]  fault injection for tests: nan@STEP (a NaN in\n"
