@@ -81,6 +81,7 @@ int main(int argc, char **argv)
             sp_trainer_trace(t, &ev, &n);
             double first = 1e30, last = 0, busy = 0;
             for (int e = 0; e < n; e++) {
+                if (ev[e].transfer) continue; /* tasks only: transfers overlap them */
                 if (ev[e].start_us < first) first = ev[e].start_us;
                 if (ev[e].end_us > last) last = ev[e].end_us;
                 busy += ev[e].end_us - ev[e].start_us;

@@ -363,7 +363,8 @@ static int accesses(const ctx *c, const sp_instr *in, sp_access *out)
             ACC(SP_BUF_EDGE_FWD, g->out_e[j], i, -1, SP_ACCESS_W);
         if (s == S - 1) ACC(SP_BUF_LOSS, s, i, -1, SP_ACCESS_W);
     }
-    if (t.kind == SP_TASK_B) ACC(SP_BUF_BGRAD, s, i, -1, SP_ACCESS_W);
+    /* B keeps its activation gradients for W; BW needs the same space inside the task */
+    if (t.kind == SP_TASK_B || t.kind == SP_TASK_BW) ACC(SP_BUF_BGRAD, s, i, -1, SP_ACCESS_W);
     if (isb)
         for (int j = g->in_off[s]; j < g->in_off[s + 1]; j++)
             if (model->edge[g->in_e[j]].needs_grad)

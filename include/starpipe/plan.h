@@ -118,7 +118,7 @@ int sp_schedule_find_cycle(const sp_schedule *s, const sp_stage_model *model,
 /* Buffers are named structurally so the runtime can map them to data handles. */
 typedef enum {
     SP_BUF_ACT = 0,         /* (mb, idx=stage): saved by F for B/W/BW */
-    SP_BUF_BGRAD = 1,       /* (mb, idx=stage): kept by B for W */
+    SP_BUF_BGRAD = 1,       /* (mb, idx=stage): kept by B for W; a BW uses it inside */
     SP_BUF_EDGE_FWD = 2,    /* (mb, idx=edge): the tensor of stage edge idx */
     SP_BUF_EDGE_GRAD = 3,   /* (mb, idx=edge): its gradient */
     SP_BUF_PARAM = 4,       /* (idx=stage): the stage's own parameters */
