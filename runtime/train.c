@@ -99,15 +99,24 @@ static sp_exec_buf *lazy(sp_trainer *t, sp_exec_buf **slot, size_t floats)
  * a pool: a slot takes a buffer of its size when first used in a step and gives it back
  * at the plan's FREE, so memory follows the planner's liveness. Reusing a buffer is safe
  * without any wait here: StarPU orders the new writer after the old readers and sends. */
-static sp_exec_buf *pool_take(sp_trainer *t, sp_exec_buf **slot, size_t floats)
+static sp_exec_buf *pool_take(sp_trainer *t, sp_exec_buf **slot, size_t floats, int exact)
 {
     if (*slot) return *slot;
-    for (size_t i = t->nfree; i-- > 0;)
-        if (sp_exec_buf_count(t->pool_free[i]) == floats) {
-            *slot = t->pool_free[i];
-            t->pool_free[i] = t->pool_free[--t->nfree];
-            return *slot;
-        }
+    /* Buffers that travel must have the size the peer registered; those that stay on the
+     * rank (activations and their gradients) may take the smallest larger free one. */
+    size_t best = t->nfree;
+    for (size_t i = 0; i < t->nfree; i++) {
+        size_t c = sp_exec_buf_count(t->pool_free[i]);
+        if (c == floats || (!exact && c > floats &&
+                            (best == t->nfree || c < sp_exec_buf_count(t->pool_free[best]))))
+            best = i;
+        if (c == floats) break;
+    }
+    if (best < t->nfree) {
+        *slot = t->pool_free[best];
+        t->pool_free[best] = t->pool_free[--t->nfree];
+        return *slot;
+    }
     if (t->nfree == t->capfree || t->npooled == t->capfree) {
         size_t cap = t->capfree ? 2 * t->capfree : 64;
         sp_exec_buf **f = realloc(t->pool_free, cap * sizeof *f);
@@ -148,9 +157,9 @@ static sp_exec_buf *slab_buf(sp_trainer *t, sp_slab_class c, int idx, int mb)
     case SP_SLAB_SCRATCH:
         return lazy(t, &t->h_scratch[idx], floats_of(t, c, idx));
     case SP_SLAB_ACT:
-    case SP_SLAB_BGRAD:
+    case SP_SLAB_BGRAD: return pool_take(t, mb_slot(t, c, idx, mb), floats_of(t, c, idx), 0);
     case SP_SLAB_EDGE_FWD:
-    case SP_SLAB_EDGE_GRAD: return pool_take(t, mb_slot(t, c, idx, mb), floats_of(t, c, idx));
+    case SP_SLAB_EDGE_GRAD: return pool_take(t, mb_slot(t, c, idx, mb), floats_of(t, c, idx), 1);
     case SP_SLAB_INPUT: return t->h_input[mb * t->nin + idx];
     case SP_SLAB_LOSS: return lazy(t, &t->h_loss[mb], 1);
     default: return NULL;
