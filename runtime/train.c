@@ -33,7 +33,6 @@ struct sp_trainer {
     /* per-microbatch buffers, created on first use: [mb * count + index] */
     sp_exec_buf **h_act, **h_bgrad, **h_efwd, **h_egrad, **h_input, **h_loss;
     void **input_host;
-    float *loss_host;
     /* tied parameters: graph tensor of shared k; transfer buffers per (k, stage) */
     sp_tensor *shared_param;
     sp_exec_buf **h_sgrad, **h_sparam;
@@ -432,11 +431,6 @@ static double now(void)
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-/* Host access to a registered slab: acquire, use, release. */
-static sp_status with_slab(sp_exec_buf *b, sp_exec_mode mode, void **ptr)
-{
-    return sp_exec_buf_acquire(b, mode, ptr);
-}
 
 static sp_status record_events(sp_trainer *t)
 {
@@ -478,12 +472,12 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
     void *ptr;
     /* inputs in, gradient accumulators to zero */
     for (int i = 0; i < t->m * t->nin && st == SP_OK; i++)
-        if (!(st = with_slab(t->h_input[i], SP_EXEC_W, &ptr))) {
+        if (!(st = sp_exec_buf_acquire(t->h_input[i], SP_EXEC_W, &ptr))) {
             memcpy(ptr, inputs[i], sp_program_buf_bytes(t->p, SP_SLAB_INPUT, i % t->nin));
             st = sp_exec_buf_release(t->h_input[i]);
         }
     for (int s = 0; s < t->S && st == SP_OK; s++)
-        if (owns(t, s) && !(st = with_slab(t->h_grads[s], SP_EXEC_W, &ptr))) {
+        if (owns(t, s) && !(st = sp_exec_buf_acquire(t->h_grads[s], SP_EXEC_W, &ptr))) {
             memset(ptr, 0, sp_program_buf_bytes(t->p, SP_SLAB_GRADS, s));
             st = sp_exec_buf_release(t->h_grads[s]);
         }
@@ -532,7 +526,7 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
     if (t->rank == last) {
         double total = 0.0;
         for (int i = 0; i < t->m && st == SP_OK; i++)
-            if (!(st = with_slab(t->h_loss[i], SP_EXEC_R, &ptr))) {
+            if (!(st = sp_exec_buf_acquire(t->h_loss[i], SP_EXEC_R, &ptr))) {
                 total += *(float *)ptr;
                 st = sp_exec_buf_release(t->h_loss[i]);
             }
@@ -544,7 +538,7 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
     double *v = calloc((size_t)t->S + (size_t)pl->nactors, sizeof(double));
     if (!v) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
     for (int s = 0; s < t->S && st == SP_OK; s++)
-        if (owns(t, s) && !(st = with_slab(t->h_grads[s], SP_EXEC_R, &ptr))) {
+        if (owns(t, s) && !(st = sp_exec_buf_acquire(t->h_grads[s], SP_EXEC_R, &ptr))) {
             v[s] = sp_optim_sumsq(t->p, s, ptr);
             st = sp_exec_buf_release(t->h_grads[s]);
         }
@@ -601,7 +595,7 @@ static sp_status alloc_arrays(sp_trainer *t)
     ALLOC(h_params, S) ALLOC(h_grads, S) ALLOC(h_m, S) ALLOC(h_v, S) ALLOC(h_scratch, S)
     ALLOC(h_act, m * S) ALLOC(h_bgrad, m * S) ALLOC(h_efwd, m * E) ALLOC(h_egrad, m * E)
     ALLOC(h_input, m * t->nin) ALLOC(input_host, m * t->nin) ALLOC(h_loss, m)
-    ALLOC(loss_host, m) ALLOC(shared_param, t->nshared) ALLOC(h_sgrad, t->nshared * S)
+    ALLOC(shared_param, t->nshared) ALLOC(h_sgrad, t->nshared * S)
     ALLOC(h_sparam, t->nshared)
 #undef ALLOC
     return SP_OK;
@@ -742,7 +736,7 @@ void sp_trainer_free(sp_trainer *t)
     free(t->params), free(t->grads), free(t->mom_m), free(t->mom_v);
     free(t->h_params), free(t->h_grads), free(t->h_m), free(t->h_v), free(t->h_scratch);
     free(t->h_act), free(t->h_bgrad), free(t->h_efwd), free(t->h_egrad), free(t->h_input);
-    free(t->input_host), free(t->h_loss), free(t->loss_host), free(t->shared_param);
+    free(t->input_host), free(t->h_loss), free(t->shared_param);
     free(t->h_sgrad), free(t->h_sparam), free(t->seq_task), free(t->events), free(t->msg_instr);
     free(t->nccl_of), free(t->ncalls);
     sp_plan_free(t->plan);
