@@ -202,17 +202,38 @@ static int can_execute(unsigned worker, struct starpu_task *task, unsigned nimpl
     }
 }
 
-static struct starpu_codelet sp_codelet = {
-    .can_execute = can_execute,
-    .cpu_funcs = {run_cpu},
-    .cpu_funcs_name = {"sp_exec_run_cpu"},
+/* One codelet per task class (sp_exec_task.codelet: "F", "B", "W", "BW", "AdamW", ...),
+ * all with the same generic wrapper, so StarPU's own tools (statistics, FxT traces)
+ * count and time the classes apart. Created on first use, at most SP_MAX_CODELETS. */
+#define SP_MAX_CODELETS 16
+static struct starpu_codelet codelets[SP_MAX_CODELETS];
+static char codelet_names[SP_MAX_CODELETS][16];
+static int ncodelets;
+
+static struct starpu_codelet *codelet_for(const char *cls)
+{
+    if (!cls || !cls[0])
+        cls = "starpipe";
+    for (int i = 0; i < ncodelets; i++)
+        if (!strcmp(codelet_names[i], cls))
+            return &codelets[i];
+    int i = ncodelets < SP_MAX_CODELETS ? ncodelets++ : SP_MAX_CODELETS - 1; /* last: shared */
+    if (codelets[i].name)
+        return &codelets[i];
+    snprintf(codelet_names[i], sizeof codelet_names[i], "%s", cls);
+    codelets[i] = (struct starpu_codelet){
+        .can_execute = can_execute,
+        .cpu_funcs = {run_cpu},
+        .cpu_funcs_name = {"sp_exec_run_cpu"},
 #ifdef STARPU_USE_CUDA
-    .cuda_funcs = {run_cuda},
-    .cuda_flags = {STARPU_CUDA_ASYNC},
+        .cuda_funcs = {run_cuda},
+        .cuda_flags = {STARPU_CUDA_ASYNC},
 #endif
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .name = "starpipe",
-};
+        .nbuffers = STARPU_VARIABLE_NBUFFERS,
+        .name = codelet_names[i],
+    };
+    return &codelets[i];
+}
 
 static enum starpu_data_access_mode starpu_mode(sp_exec_mode m)
 {
@@ -315,7 +336,7 @@ sp_status sp_exec_submit(const sp_exec_task *t)
     if (t->args_size)
         memcpy(a->payload, t->args, t->args_size);
 
-    task->cl = &sp_codelet;
+    task->cl = codelet_for(t->codelet);
     task->cl_arg = a;
     a->on_cuda = 0;
     if (t->cuda) {

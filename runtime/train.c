@@ -216,6 +216,10 @@ static sp_status submit(sp_trainer *t, const char *name, task_fn fn, int nbufs,
                         sp_exec_buf *const *bufs, const sp_exec_mode *modes, const void *args,
                         size_t args_size, task_id id)
 {
+    /* the StarPU codelet of the task: a stage program's kind, else the helper's name */
+    const char *cls = id.kind >= 0 ? sp_task_kind_name((sp_task_kind)id.kind)
+                    : !strncmp(name, "AdamW", 5) ? "AdamW"
+                    : !strncmp(name, "nccl", 4) ? "nccl" : name;
     if (t->seq == t->seq_cap) {
         size_t cap = t->seq_cap ? 2 * t->seq_cap : 256;
         task_id *n = realloc(t->seq_task, cap * sizeof *n);
@@ -228,6 +232,7 @@ static sp_status submit(sp_trainer *t, const char *name, task_fn fn, int nbufs,
     sp_exec_task task = { .name = name, .cpu = gpu ? NULL : fn.cpu, .cuda = gpu ? fn.cuda : NULL,
                           .nbufs = nbufs, .bufs = bufs,
                           .modes = modes, .args = args, .args_size = args_size,
+                          .codelet = cls,
                           .seq = t->seq++ };
     return sp_exec_submit(&task);
 }

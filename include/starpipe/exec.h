@@ -146,6 +146,8 @@ typedef struct sp_exec_task {
     const void *args;           /* copied (args_size bytes) */
     size_t args_size;
     uint32_t seq;               /* position in this rank's order within the step */
+    const char *codelet;        /* the task's class, one StarPU codelet each ("F", "BW",
+                                   "AdamW"; NULL: "starpipe"); at most 16 classes */
 } sp_exec_task;
 
 sp_status sp_exec_submit(const sp_exec_task *t);
