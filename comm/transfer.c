@@ -73,24 +73,27 @@ static transfer_info *traced(int is_send, int peer, uint32_t msg)
     return t;
 }
 
-sp_status sp_exec_send(sp_exec_buf *b, int dst, uint32_t msg)
+/* A detached send or receive of b's handle, tagged for this step and message. */
+static sp_status post(sp_exec_buf *b, int peer, uint32_t msg, int is_send)
 {
-    sp_status st = check_peer("sp_exec_send", b, dst);
+    sp_status st = check_peer(is_send ? "sp_exec_send" : "sp_exec_recv", b, peer);
     if (st)
         return st;
-    SP_STARPU_CHECK(starpu_mpi_isend_detached(b->handle, dst, sp_comm_tag(sp_exec_step_, msg),
-                                              MPI_COMM_WORLD, transfer_done,
-                                              traced(1, dst, msg)));
+    int64_t tag = sp_comm_tag(sp_exec_step_, msg);
+    transfer_info *info = traced(is_send, peer, msg);
+    int rc = is_send ? starpu_mpi_isend_detached(b->handle, peer, tag, MPI_COMM_WORLD,
+                                                 transfer_done, info)
+                     : starpu_mpi_irecv_detached(b->handle, peer, tag, MPI_COMM_WORLD,
+                                                 transfer_done, info);
+    if (rc < 0) {
+        free(info);
+        return sp_set_error(SP_ERR_RUNTIME, "%s:%d: starpu_mpi_%s_detached to rank %d failed: "
+                            "%s", __FILE__, __LINE__, is_send ? "isend" : "irecv", peer,
+                            strerror(-rc));
+    }
     return SP_OK;
 }
 
-sp_status sp_exec_recv(sp_exec_buf *b, int src, uint32_t msg)
-{
-    sp_status st = check_peer("sp_exec_recv", b, src);
-    if (st)
-        return st;
-    SP_STARPU_CHECK(starpu_mpi_irecv_detached(b->handle, src, sp_comm_tag(sp_exec_step_, msg),
-                                              MPI_COMM_WORLD, transfer_done,
-                                              traced(0, src, msg)));
-    return SP_OK;
-}
+sp_status sp_exec_send(sp_exec_buf *b, int dst, uint32_t msg) { return post(b, dst, msg, 1); }
+
+sp_status sp_exec_recv(sp_exec_buf *b, int src, uint32_t msg) { return post(b, src, msg, 0); }
