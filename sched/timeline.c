@@ -5,9 +5,27 @@
 
 #include <string.h>
 
+/* Pictures are written to PATH.tmp and renamed over PATH when complete: a crash or a full
+ * disk never leaves a half-written file under the name the user asked for. */
+static FILE *open_tmp(const char *path, char *tmp, size_t len)
+{
+    snprintf(tmp, len, "%s.tmp", path);
+    return fopen(tmp, "w");
+}
+
+static sp_status close_tmp(FILE *f, const char *tmp, const char *path, const char *what)
+{
+    int bad = ferror(f);
+    bad |= fclose(f) != 0;
+    if (!bad && rename(tmp, path) == 0) return SP_OK;
+    remove(tmp);
+    return sp_set_error(SP_ERR_IO, "writing %s '%s' failed", what, path);
+}
+
 sp_status sp_sim_write_trace(const sp_plan *plan, const sp_sim_result *r, const char *path)
 {
-    FILE *f = fopen(path, "w");
+    char tmp[4096];
+    FILE *f = open_tmp(path, tmp, sizeof tmp);
     if (!f) return sp_set_error(SP_ERR_IO, "cannot write trace '%s'", path);
     fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
     int first = 1;
@@ -60,9 +78,7 @@ sp_status sp_sim_write_trace(const sp_plan *plan, const sp_sim_result *r, const 
         }
     }
     fprintf(f, "\n]}\n");
-    int bad = ferror(f);
-    bad |= fclose(f) != 0;
-    return bad ? sp_set_error(SP_ERR_IO, "writing trace '%s' failed", path) : SP_OK;
+    return close_tmp(f, tmp, path, "trace");
 }
 
 static void colour(int kind, int chunk, int nchunks, char out[8])
@@ -81,13 +97,14 @@ static void colour(int kind, int chunk, int nchunks, char out[8])
 
 sp_status sp_sim_write_svg(const sp_plan *plan, const sp_sim_result *r, const char *path)
 {
-    FILE *f = fopen(path, "w");
+    char tmp[4096];
+    FILE *f = open_tmp(path, tmp, sizeof tmp);
     if (!f) return sp_set_error(SP_ERR_IO, "cannot write SVG '%s'", path);
     int p = plan->nactors, S = plan->nstages;
     /* chunk index of each stage on its actor, for shading */
     int *chunk = calloc((size_t)S, sizeof *chunk), *nch = calloc((size_t)p, sizeof *nch);
     if (!chunk || !nch) {
-        free(chunk), free(nch), fclose(f);
+        free(chunk), free(nch), fclose(f), remove(tmp);
         return sp_set_error(SP_ERR_NOMEM, "out of memory");
     }
     for (int s = 0; s < S; s++) chunk[s] = nch[plan->stage_actor[s]]++;
@@ -140,7 +157,5 @@ sp_status sp_sim_write_svg(const sp_plan *plan, const sp_sim_result *r, const ch
                 ly + 11);
     fprintf(f, "</svg>\n");
     free(chunk), free(nch);
-    int bad = ferror(f);
-    bad |= fclose(f) != 0;
-    return bad ? sp_set_error(SP_ERR_IO, "writing SVG '%s' failed", path) : SP_OK;
+    return close_tmp(f, tmp, path, "SVG");
 }
