@@ -55,7 +55,10 @@ int sp_prog_buf(sp_kprog *kp, sp_slab_class cls, int index, size_t bytes, sp_sla
     if (kp->nbufs == kp->capbufs) {
         int cap = kp->capbufs ? 2 * kp->capbufs : 8;
         sp_slab_ref *nb = realloc(kp->bufs, (size_t)cap * sizeof *nb);
-        if (!nb) abort(); /* a few dozen bytes: treat as fatal like malloc in libc */
+        if (!nb) { /* remembered; sp_program_build fails with SP_ERR_NOMEM */
+            kp->oom = 1;
+            return 0;
+        }
         kp->bufs = nb;
         kp->capbufs = cap;
     }
@@ -68,7 +71,11 @@ sp_kinstr *sp_prog_emit(sp_kprog *kp, sp_icode code, int node)
     if (kp->nins == kp->capins) {
         int cap = kp->capins ? 2 * kp->capins : 32;
         sp_kinstr *ni = realloc(kp->ins, (size_t)cap * sizeof *ni);
-        if (!ni) abort();
+        if (!ni) { /* the caller fills a scratch instruction; the build then fails */
+            static _Thread_local sp_kinstr sink;
+            kp->oom = 1;
+            return &sink;
+        }
         kp->ins = ni;
         kp->capins = cap;
     }
@@ -461,11 +468,15 @@ static void emit_forward(sp_program *p, int s)
 
 /* --- build, queries ------------------------------------------------------------------ */
 
-static void analyze(sp_program *p)
+static sp_status analyze(sp_program *p)
 {
     const sp_graph *g = p->g;
     uint8_t *req = calloc((size_t)g->n, 1), *reach = calloc((size_t)g->n, 1);
-    if (!req || !reach) abort();
+    if (!req || !reach) {
+        free(req);
+        free(reach);
+        return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
+    }
     for (int t = 0; t < g->n; t++) {
         const sp_node *n = &g->node[t];
         if (n->op == SP_OP_PARAM) req[t] = 1;
@@ -482,6 +493,7 @@ static void analyze(sp_program *p)
                            g->node[t].op != SP_OP_YIELD;
     free(req);
     free(reach);
+    return SP_OK;
 }
 
 static sp_status build_model(sp_program *p)
@@ -551,10 +563,15 @@ sp_program *sp_program_build(const sp_graph *g, sp_status *status)
         st = sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
         goto out;
     }
-    analyze(p);
+    if ((st = analyze(p)) != SP_OK) goto out;
     if ((st = layout(p)) != SP_OK) goto out;
     for (int s = 0; s < p->nstages; s++) emit_forward(p, s);
     if ((st = sp_autodiff_emit(p)) != SP_OK) goto out;
+    for (int i = 0; i < p->nstages * SP_NUM_TASK_KINDS; i++)
+        if (p->prog[i].oom) {
+            st = sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
+            goto out;
+        }
     if ((st = build_model(p)) != SP_OK) goto out;
 out:
     if (st != SP_OK) {

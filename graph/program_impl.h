@@ -43,6 +43,7 @@ typedef struct {
     int nins, capins;
     sp_kinstr *ins;
     double flops;
+    int oom; /* an allocation failed while emitting: the build fails */
 } sp_kprog;
 
 typedef struct {
