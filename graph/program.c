@@ -113,50 +113,40 @@ size_t sp_program_buf_bytes(const sp_program *p, sp_slab_class cls, int index)
     }
 }
 
+/* The operand at float offset `off` of slab (cls, idx), which joins kp's buffer list. */
+static sp_loc slab_at(sp_program *p, sp_kprog *kp, sp_slab_class cls, int idx,
+                      sp_slab_mode mode, int64_t off)
+{
+    return (sp_loc){ sp_prog_buf(kp, cls, idx, sp_program_buf_bytes(p, cls, idx), mode), off };
+}
+
 sp_loc sp_loc_value(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode)
 {
     const sp_node *n = &p->g->node[t];
-    if (n->op == SP_OP_PARAM)
-        return (sp_loc){ sp_prog_buf(kp, SP_SLAB_PARAMS, s, sp_program_buf_bytes(p, SP_SLAB_PARAMS, s),
-                                     mode),
-                         p->param_off[s][t] };
+    if (n->op == SP_OP_PARAM) return slab_at(p, kp, SP_SLAB_PARAMS, s, mode, p->param_off[s][t]);
     if (n->op == SP_OP_INPUT) {
         int k = 0;
         while (p->input[k] != t) k++;
-        return (sp_loc){ sp_prog_buf(kp, SP_SLAB_INPUT, k, sp_program_buf_bytes(p, SP_SLAB_INPUT, k),
-                                     mode), 0 };
+        return slab_at(p, kp, SP_SLAB_INPUT, k, mode, 0);
     }
-    if (n->stage == s)
-        return (sp_loc){ sp_prog_buf(kp, SP_SLAB_ACT, s, sp_program_buf_bytes(p, SP_SLAB_ACT, s), mode),
-                         p->act_off[t] };
+    if (n->stage == s) return slab_at(p, kp, SP_SLAB_ACT, s, mode, p->act_off[t]);
     int e = sp_edge_index(p, n->stage, s);
-    return (sp_loc){ sp_prog_buf(kp, SP_SLAB_EDGE_FWD, e, sp_program_buf_bytes(p, SP_SLAB_EDGE_FWD, e),
-                                 mode),
-                     edge_offset(&p->edge[e], t) };
+    return slab_at(p, kp, SP_SLAB_EDGE_FWD, e, mode, edge_offset(&p->edge[e], t));
 }
 
 sp_loc sp_loc_aux(sp_program *p, sp_kprog *kp, int t, sp_slab_mode mode)
 {
     int s = p->g->node[t].stage;
-    return (sp_loc){ sp_prog_buf(kp, SP_SLAB_ACT, s, sp_program_buf_bytes(p, SP_SLAB_ACT, s), mode),
-                     p->act_off[t] + p->g->node[t].numel };
+    return slab_at(p, kp, SP_SLAB_ACT, s, mode, p->act_off[t] + p->g->node[t].numel);
 }
 
 sp_loc sp_loc_grad(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode)
 {
     const sp_node *n = &p->g->node[t];
-    if (n->op == SP_OP_PARAM)
-        return (sp_loc){ sp_prog_buf(kp, SP_SLAB_GRADS, s, sp_program_buf_bytes(p, SP_SLAB_GRADS, s),
-                                     mode),
-                         p->param_off[s][t] };
-    if (n->stage == s)
-        return (sp_loc){ sp_prog_buf(kp, SP_SLAB_BGRAD, s, sp_program_buf_bytes(p, SP_SLAB_BGRAD, s),
-                                     mode),
-                         p->bgrad_off[t] };
+    if (n->op == SP_OP_PARAM) return slab_at(p, kp, SP_SLAB_GRADS, s, mode, p->param_off[s][t]);
+    if (n->stage == s) return slab_at(p, kp, SP_SLAB_BGRAD, s, mode, p->bgrad_off[t]);
     int e = sp_edge_index(p, n->stage, s);
-    return (sp_loc){ sp_prog_buf(kp, SP_SLAB_EDGE_GRAD, e,
-                                 sp_program_buf_bytes(p, SP_SLAB_EDGE_GRAD, e), mode),
-                     edge_offset(&p->edge[e], t) };
+    return slab_at(p, kp, SP_SLAB_EDGE_GRAD, e, mode, edge_offset(&p->edge[e], t));
 }
 
 sp_loc sp_loc_scratch(sp_program *p, sp_kprog *kp, int s, int64_t floats)

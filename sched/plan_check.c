@@ -145,6 +145,17 @@ static int step_local(checker *c, int a, const sp_instr *in)
     return 0;
 }
 
+sp_status sp_plan_stuck_error(const sp_plan *plan, const int *pc, const char *headline)
+{
+    char msg[900], s1[128];
+    size_t off = (size_t)snprintf(msg, sizeof msg, "%s", headline);
+    for (int a = 0; a < plan->nactors && off < sizeof msg - 200; a++)
+        if (pc[a] < plan->ninstr[a])
+            off += (size_t)snprintf(msg + off, sizeof msg - off, " actor %d waits at %s;", a,
+                                    sp_instr_format(&plan->instr[a][pc[a]], s1, sizeof s1));
+    return sp_set_error(SP_ERR_SCHEDULE, "%s", msg);
+}
+
 sp_status sp_plan_check(const sp_plan *plan)
 {
     int p = plan->nactors;
@@ -259,15 +270,7 @@ sp_status sp_plan_check(const sp_plan *plan)
     }
     for (int a = 0; a < p; a++) finished += pc[a] == plan->ninstr[a];
     if (finished < p) {
-        char msg[900];
-        size_t off = (size_t)snprintf(msg, sizeof msg, "plan deadlocks on rendezvous "
-                                      "channels:");
-        for (int a = 0; a < p && off < sizeof msg - 200; a++)
-            if (pc[a] < plan->ninstr[a])
-                off += (size_t)snprintf(msg + off, sizeof msg - off, " actor %d blocked at %s;",
-                                        a, sp_instr_format(&plan->instr[a][pc[a]], s1,
-                                                           sizeof s1));
-        st = sp_set_error(SP_ERR_SCHEDULE, "%s", msg);
+        st = sp_plan_stuck_error(plan, pc, "plan deadlocks on rendezvous channels:");
         goto out;
     }
     /* 3. Nothing transient outlives the step. */

@@ -108,4 +108,8 @@ size_t sp_buf_bytes(const sp_stage_model *model, sp_buf b);
 void sp_mem_add(sp_mem_peak *peak, size_t cur[5], int *act_count, sp_buf b, size_t bytes,
                 int sign);
 
+/* SP_ERR_SCHEDULE "<headline> actor A waits at <instr>; ..." for every actor whose
+ * program counter pc[a] stopped short of its end (plan_check.c, sim.c). */
+sp_status sp_plan_stuck_error(const sp_plan *plan, const int *pc, const char *headline);
+
 #endif

@@ -190,15 +190,9 @@ sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
     int stuck = 0;
     for (int a = 0; a < p; a++) stuck += pc[a] < plan->ninstr[a];
     if (stuck) {
-        char msg[900];
-        size_t off = (size_t)snprintf(msg, sizeof msg, "simulation deadlocked (%s channels):",
-                                      cfg->rendezvous ? "rendezvous" : "buffered");
-        for (int a = 0; a < p && off < sizeof msg - 200; a++)
-            if (pc[a] < plan->ninstr[a])
-                off += (size_t)snprintf(msg + off, sizeof msg - off, " actor %d waits at %s;",
-                                        a, sp_instr_format(&plan->instr[a][pc[a]], s1,
-                                                           sizeof s1));
-        st = sp_set_error(SP_ERR_SCHEDULE, "%s", msg);
+        st = sp_plan_stuck_error(plan, pc, cfg->rendezvous
+                                               ? "simulation deadlocked (rendezvous channels):"
+                                               : "simulation deadlocked (buffered channels):");
         goto fail;
     }
     for (int64_t q = 0; q < nm; q++)
