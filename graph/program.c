@@ -456,6 +456,8 @@ static void emit_forward(sp_program *p, int s)
     }
 }
 
+static int64_t find_input_limit(const sp_program *p, int t);
+
 /* --- build, queries ------------------------------------------------------------------ */
 
 static sp_status analyze(sp_program *p)
@@ -555,6 +557,11 @@ sp_program *sp_program_build(const sp_graph *g, sp_status *status)
     }
     if ((st = analyze(p)) != SP_OK) goto out;
     if ((st = layout(p)) != SP_OK) goto out;
+    if (!(p->input_limit = malloc(sizeof(int64_t) * (size_t)(p->ninputs + 1)))) {
+        st = sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
+        goto out;
+    }
+    for (int k = 0; k < p->ninputs; k++) p->input_limit[k] = find_input_limit(p, p->input[k]);
     for (int s = 0; s < p->nstages; s++) emit_forward(p, s);
     if ((st = sp_autodiff_emit(p)) != SP_OK) goto out;
     for (int i = 0; i < p->nstages * SP_NUM_TASK_KINDS; i++)
@@ -600,6 +607,7 @@ void sp_program_free(sp_program *p)
     free(p->bgrad_floats);
     free(p->scratch_floats);
     free(p->input);
+    free(p->input_limit);
     free(p->model.stage);
     free(p->model.edge);
     free(p->model.shared);
@@ -642,7 +650,7 @@ sp_tensor sp_program_input(const sp_program *p, int k)
 }
 
 /* The exclusive bound of an integer input: the smallest class count among its users. */
-static int64_t input_limit(const sp_program *p, int t)
+static int64_t find_input_limit(const sp_program *p, int t)
 {
     const sp_graph *g = p->g;
     int64_t lim = INT64_MAX;
@@ -663,7 +671,7 @@ sp_status sp_program_check_inputs(const sp_program *p, const void *const *inputs
     for (int k = 0; k < p->ninputs; k++) {
         const sp_node *n = &p->g->node[p->input[k]];
         if (n->dtype != SP_I32) continue;
-        int64_t lim = input_limit(p, p->input[k]);
+        int64_t lim = p->input_limit[k];
         for (int i = 0; i < m; i++) {
             const int32_t *x = inputs[i * p->ninputs + k];
             for (int64_t j = 0; j < n->numel; j++)

@@ -76,6 +76,7 @@ struct sp_program {
     sp_edge_layout *edge;
     int ninputs;
     int *input;              /* tensor id of each input number */
+    int64_t *input_limit;    /* per input: exclusive bound of its values (i32), or INT64_MAX */
     sp_kprog *prog;          /* [stage * 4 + kind] */
     sp_stage_model model;
 };
