@@ -550,6 +550,9 @@ static int parse_header(parser *p)
             if (!strcmp(key, "__metadata__")) {
                 free(key);
                 rc = parse_metadata(p);
+            } else if (!*key) {
+                free(key); /* the writer refuses these too: a file we read must write back */
+                return fail(p, "a tensor with an empty name");
             } else
                 rc = parse_tensor(p, key); /* takes key */
             if (rc) return -1;
