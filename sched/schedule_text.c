@@ -13,6 +13,8 @@ typedef struct {
     int p, S, m;      /* 0 until given */
     char name[64];
     int *seen_line;   /* [4 m S] line where each task was listed, 0 if not yet */
+    int place_line;   /* line of the 'place' line, 0 if none yet */
+    int tasks_seen;   /* an 'actor' line came: the placement is fixed */
 } parser;
 
 static sp_status perr(const parser *ps, const char *tok, const char *fmt, const char *detail)
@@ -90,6 +92,13 @@ static sp_status parse_line(parser *ps, char **tok, int nt)
     if (!strcmp(kw, "place")) {
         sp_status st = header_done(ps, kw);
         if (st) return st;
+        /* tasks were checked against the placement in force when they were read */
+        if (ps->tasks_seen) return perr(ps, kw, "must come before 'actor' lines:", NULL);
+        if (ps->place_line) {
+            snprintf(detail, sizeof detail, " (first given on line %d)", ps->place_line);
+            return perr(ps, kw, "given twice:", detail);
+        }
+        ps->place_line = ps->line;
         if (nt - 1 != ps->S) {
             snprintf(detail, sizeof detail, ": %d actors listed for %d stages", nt - 1, ps->S);
             return perr(ps, kw, "wrong length of", detail);
@@ -108,6 +117,7 @@ static sp_status parse_line(parser *ps, char **tok, int nt)
         sp_status st = header_done(ps, kw);
         if (st) return st;
         if (nt < 2) return perr(ps, kw, "expected 'actor A:' in", NULL);
+        ps->tasks_seen = 1;
         /* "actor 3:" or "actor 3 :" */
         char num[32];
         int first = 2, a;

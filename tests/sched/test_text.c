@@ -113,6 +113,11 @@ int main(void)
     bad(buf, "t.sched:6: duplicate task 'F(0,0)' (first listed on line 4)");
     snprintf(buf, sizeof buf, "%splace 0\n", hdr);
     bad(buf, "t.sched:4: wrong length of 'place'");
+    /* a second placement would move stages under tasks already checked against the first */
+    snprintf(buf, sizeof buf, "%splace 0 1\nplace 1 0\n", hdr);
+    bad(buf, "t.sched:5: given twice: 'place' (first given on line 4)");
+    snprintf(buf, sizeof buf, "%sactor 0: F(0,0)\nplace 1 0\n", hdr);
+    bad(buf, "t.sched:5: must come before 'actor' lines: 'place'");
     snprintf(buf, sizeof buf, "%splace 0 7\n", hdr);
     bad(buf, "t.sched:4: bad actor '7'");
     snprintf(buf, sizeof buf, "%sactor 9: F(0,0)\n", hdr);
