@@ -12,6 +12,7 @@
 typedef struct {
     const char *data;
     sp_gpt_config model;
+    int stage_layers[1024], nstage_layers; /* --stage-layers, one count per stage */
     sp_text *text;
 } gpt_app;
 
@@ -22,6 +23,9 @@ static int gpt_flag(void *cfg, const char *a, const char *v)
         c->data = v;
         return 1;
     }
+    if (!strcmp(a, "--stage-layers"))
+        return app_parse_int_list(a, v, 0, 1024, c->stage_layers, 1024, &c->nstage_layers) ? 1
+                                                                                          : -1;
     const struct { const char *flag; int *dst; long hi; } ints[] = {
         { "--layers", &c->model.layers, 1024 },    { "--heads", &c->model.heads, 1024 },
         { "--channels", &c->model.channels, 65536 }, { "--context", &c->model.context, 65536 },
@@ -53,6 +57,8 @@ static sp_graph *gpt_build(void *cfg, int stages, sp_status *st)
 {
     gpt_app *c = cfg;
     c->model.stages = stages;
+    if (app_check_stage_layers(c->nstage_layers, stages, st)) return NULL;
+    c->model.stage_layers = c->nstage_layers ? c->stage_layers : NULL;
     return sp_model_gpt(&c->model, st);
 }
 
@@ -83,11 +89,17 @@ static void gpt_signature(void *cfg, char *buf, size_t len)
              c->context, c->layers, c->heads, c->channels);
 }
 
+/* The defaults and the flags this model takes (also used by fuzz/fuzz_app_args.c). */
+#define GPT_APP_DEFAULTS                                                                   \
+    { .data = SP_DEFAULT_CORPUS, .model = { .vocab = 256, .context = 64, .layers = 4,       \
+                                            .heads = 4, .channels = 64, .batch = 4,         \
+                                            .stages = 1 } }
+static const char *const gpt_flags[] = { "--data", "--layers", "--heads", "--channels",
+                                         "--context", "--batch", "--stage-layers", NULL };
+
 int main(int argc, char **argv)
 {
-    gpt_app cfg = { .data = SP_DEFAULT_CORPUS,
-                    .model = { .vocab = 256, .context = 64, .layers = 4, .heads = 4,
-                               .channels = 64, .batch = 4, .stages = 1 } };
+    gpt_app cfg = GPT_APP_DEFAULTS;
     static char defaults[512];
     snprintf(defaults, sizeof defaults,
              "model:\n"
@@ -96,11 +108,11 @@ int main(int argc, char **argv)
              "  --heads N           attention heads (4)\n"
              "  --channels N        model width, divisible by heads (64)\n"
              "  --context N         sequence length T (64)\n"
-             "  --batch N           sequences per microbatch (4)\n",
+             "  --batch N           sequences per microbatch (4)\n"
+             "  --stage-layers L    blocks per stage, e.g. 0,3,3,2 (even split); the first\n"
+             "                      and last may be 0: embedding or head alone\n",
              SP_DEFAULT_CORPUS);
-    static const char *const flags[] = { "--data", "--layers", "--heads", "--channels",
-                                         "--context", "--batch", NULL };
-    sp_app_model m = { .name = "starpipe-gpt", .flags = flags, .defaults = defaults, .cfg = &cfg,
+    sp_app_model m = { .name = "starpipe-gpt", .flags = gpt_flags, .defaults = defaults, .cfg = &cfg,
                        .flag = gpt_flag, .prepare = gpt_prepare, .build = gpt_build,
                        .batch = gpt_batch, .describe = gpt_describe, .sample_unit = "tok",
                        .signature = gpt_signature };

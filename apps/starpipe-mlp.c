@@ -9,9 +9,18 @@
 #include "starpipe/data.h"
 #include "starpipe/models.h"
 
+typedef struct {
+    sp_mlp_config model;
+    int stage_layers[4096], nstage_layers; /* --stage-layers, one count per stage */
+} mlp_app;
+
 static int mlp_flag(void *cfg, const char *a, const char *v)
 {
-    sp_mlp_config *c = cfg;
+    mlp_app *app = cfg;
+    sp_mlp_config *c = &app->model;
+    if (!strcmp(a, "--stage-layers"))
+        return app_parse_int_list(a, v, 0, 4096, app->stage_layers, 4096, &app->nstage_layers)
+                   ? 1 : -1;
     struct { const char *flag; int *dst; long lo, hi; } ints[] = {
         { "--in", &c->in_dim, 1, 1 << 20 },    { "--width", &c->width, 1, 1 << 20 },
         { "--depth", &c->depth, 1, 4096 },     { "--classes", &c->classes, 2, 1 << 20 },
@@ -27,52 +36,60 @@ static int mlp_prepare(void *cfg, double *samples, char *msg, size_t len)
 {
     (void)msg;
     (void)len;
-    *samples = ((sp_mlp_config *)cfg)->batch;
+    *samples = ((mlp_app *)cfg)->model.batch;
     return 0;
 }
 
 static sp_graph *mlp_build(void *cfg, int stages, sp_status *st)
 {
-    sp_mlp_config *c = cfg;
-    c->stages = stages;
-    return sp_model_mlp(c, st);
+    mlp_app *app = cfg;
+    app->model.stages = stages;
+    if (app_check_stage_layers(app->nstage_layers, stages, st)) return NULL;
+    app->model.stage_layers = app->nstage_layers ? app->stage_layers : NULL;
+    return sp_model_mlp(&app->model, st);
 }
 
 static void mlp_batch(void *cfg, uint64_t seed, int step, int mb, void *const *in)
 {
-    sp_mlp_config *c = cfg;
+    const sp_mlp_config *c = &((mlp_app *)cfg)->model;
     sp_mlp_batch(seed, step, mb, c->batch, c->in_dim, c->classes, in[0], in[1]);
 }
 
 static void mlp_describe(void *cfg, FILE *f)
 {
-    sp_mlp_config *c = cfg;
+    const sp_mlp_config *c = &((mlp_app *)cfg)->model;
     fprintf(f, "MLP: %d -> %d x %d (relu) -> %d classes, batch %d per microbatch\n", c->in_dim,
             c->depth, c->width, c->classes, c->batch);
 }
 
 static void mlp_signature(void *cfg, char *buf, size_t len)
 {
-    const sp_mlp_config *c = cfg;
+    const sp_mlp_config *c = &((mlp_app *)cfg)->model;
     snprintf(buf, len, "mlp in=%d width=%d depth=%d classes=%d", c->in_dim, c->width, c->depth,
              c->classes);
 }
 
+/* The defaults and the flags this model takes (also used by fuzz/fuzz_app_args.c). */
+#define MLP_APP_DEFAULTS                                                                   \
+    { .model = { .in_dim = 32, .width = 128, .depth = 8, .classes = 10, .batch = 32,       \
+                 .stages = 1 } }
+static const char *const mlp_flags[] = { "--in", "--width", "--depth", "--classes", "--batch",
+                                         "--stage-layers", NULL };
+
 int main(int argc, char **argv)
 {
-    sp_mlp_config cfg = { .in_dim = 32, .width = 128, .depth = 8, .classes = 10, .batch = 32,
-                          .stages = 1 };
-    static const char *const flags[] = { "--in", "--width", "--depth", "--classes", "--batch",
-                                         NULL };
+    mlp_app cfg = MLP_APP_DEFAULTS;
     sp_app_model m = {
         .name = "starpipe-mlp",
-        .flags = flags,
+        .flags = mlp_flags,
         .defaults = "model:\n"
                     "  --in N              input features (32)\n"
                     "  --width N           hidden width (128)\n"
                     "  --depth N           hidden layers, >= stages (8)\n"
                     "  --classes N         classes (10)\n"
-                    "  --batch N           rows per microbatch (32)\n",
+                    "  --batch N           rows per microbatch (32)\n"
+                    "  --stage-layers L    hidden layers per stage, e.g. 3,3,2 (even\n"
+                    "                      split); the last may be 0: the head alone\n",
         .cfg = &cfg, .flag = mlp_flag, .prepare = mlp_prepare, .build = mlp_build,
         .batch = mlp_batch, .describe = mlp_describe, .sample_unit = "rows",
         .signature = mlp_signature,

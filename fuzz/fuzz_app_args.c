@@ -13,6 +13,15 @@
 #include "apps/starpipe-mlp.c"
 #undef main
 
+/* a parsed --stage-layers list: 0..max entries, each in [0, max] */
+static int in_range(const int *v, int n, int max)
+{
+    if (n < 0 || n > max) return 0;
+    for (int i = 0; i < n; i++)
+        if (v[i] < 0 || v[i] > max) return 0;
+    return 1;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n)
 {
     if (n < 1 || n > 4096) return 0;
@@ -23,18 +32,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n)
     if (!store) return 0;
     argv[argc] = NULL;
 
-    gpt_app gcfg = { .data = SP_DEFAULT_CORPUS,
-                     .model = { .vocab = 256, .context = 64, .layers = 4, .heads = 4,
-                                .channels = 64, .batch = 4, .stages = 1 } };
-    sp_mlp_config mcfg = { .in_dim = 32, .width = 128, .depth = 8, .classes = 10, .batch = 32,
-                           .stages = 1 };
-    static const char *const gflags[] = { "--data", "--layers", "--heads", "--channels",
-                                          "--context", "--batch", NULL };
-    static const char *const mflags[] = { "--in", "--width", "--depth", "--classes", "--batch",
-                                          NULL };
-    sp_app_model m = mlp ? (sp_app_model){ .name = "starpipe-mlp", .flags = mflags,
-                                           .defaults = "", .cfg = &mcfg, .flag = mlp_flag }
-                         : (sp_app_model){ .name = "starpipe-gpt", .flags = gflags,
+    gpt_app gcfg = GPT_APP_DEFAULTS;
+    mlp_app mapp = MLP_APP_DEFAULTS;
+    const sp_mlp_config *mc = &mapp.model;
+    sp_app_model m = mlp ? (sp_app_model){ .name = "starpipe-mlp", .flags = mlp_flags,
+                                           .defaults = "", .cfg = &mapp, .flag = mlp_flag }
+                         : (sp_app_model){ .name = "starpipe-gpt", .flags = gpt_flags,
                                            .defaults = "", .cfg = &gcfg, .flag = gpt_flag };
     /* bit 1: parse as a non-zero rank would (quiet); else its messages go to /dev/null */
     static FILE *devnull;
@@ -59,13 +62,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n)
         FZ_CHECK(o.clip >= 0 && o.clip <= 1e30f, "clip %g", o.clip);
         FZ_CHECK(!o.save_every || o.save, "--save-every without --save accepted");
         if (mlp) {
-            FZ_CHECK(mcfg.in_dim >= 1 && mcfg.width >= 1 && mcfg.depth >= 1 && mcfg.depth <= 4096
-                         && mcfg.classes >= 2 && mcfg.batch >= 1, "mlp config out of range");
+            FZ_CHECK(mc->in_dim >= 1 && mc->width >= 1 && mc->depth >= 1 && mc->depth <= 4096
+                         && mc->classes >= 2 && mc->batch >= 1, "mlp config out of range");
+            FZ_CHECK(in_range(mapp.stage_layers, mapp.nstage_layers, 4096),
+                     "mlp --stage-layers out of range");
         } else {
             const sp_gpt_config *c = &gcfg.model;
             FZ_CHECK(c->layers >= 1 && c->layers <= 1024 && c->heads >= 1 && c->heads <= 1024 &&
                          c->channels >= 1 && c->context >= 1 && c->batch >= 1 && gcfg.data,
                      "gpt config out of range");
+            FZ_CHECK(in_range(gcfg.stage_layers, gcfg.nstage_layers, 1024),
+                     "gpt --stage-layers out of range");
         }
         /* every pointer kept must point into the argument strings */
         const char *kept[] = { o.schedule, o.save, o.load, o.dump_grads, mlp ? NULL : gcfg.data };

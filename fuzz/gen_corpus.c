@@ -152,6 +152,8 @@ static void args(void)
         (const char *const[]){ "--lr", "nan", "--clip", "1e40", NULL },
         (const char *const[]){ "--help", NULL },
         (const char *const[]){ "--data", "/dev/null", "--context", "65536", NULL },
+        (const char *const[]){ "--layers", "4", "--stage-layers", "0,2,2,0", NULL },
+        (const char *const[]){ "--stage-layers", "1,,2", "--stage-layers", "-1", NULL },
     };
     char name[32];
     for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) {
@@ -164,6 +166,8 @@ static void args(void)
     args_seed("mlp-1", 1, (const char *const[]){ "--in", "8", "--width", "16", "--depth", "4",
                                                  "--classes", "3", "--batch", "5", NULL });
     args_seed("mlp-2", 1, (const char *const[]){ "--classes", "1", "--depth", "0", NULL });
+    args_seed("mlp-3", 1, (const char *const[]){ "--depth", "4", "--stage-layers", "3,1,0",
+                                                 NULL });
 }
 
 static void raw_st(const char *name, const char *json, const void *data, size_t n)

@@ -3,9 +3,45 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
-/* Stage of layer i of n when n layers are split evenly over S stages. */
-static int stage_of(int i, int n, int S) { return (int)((long long)i * S / n); }
+/* The stage of each of n layers (out[n]): `given` (S counts, or NULL for an even split),
+ * checked. A stage may be empty only where it still holds other work: the first when
+ * first_may_be_empty (the GPT's embedding), the last (the head). */
+static sp_status split_layers(const char *who, int n, int S, const int *given,
+                              int first_may_be_empty, int *out)
+{
+    if (!given) {
+        if (S > n)
+            return sp_set_error(SP_ERR_ARG, "%s: %d stages need at least as many layers (have %d)",
+                                who, S, n);
+        for (int i = 0; i < n; i++) out[i] = (int)((long long)i * S / n);
+        return SP_OK;
+    }
+    long long sum = 0;
+    for (int s = 0; s < S; s++) {
+        int may_be_empty = (s == 0 && first_may_be_empty) || (s == S - 1 && S > 1);
+        if (given[s] < 0 || (given[s] == 0 && !may_be_empty))
+            return sp_set_error(SP_ERR_ARG, "%s: stage %d of %d would have %d layers (only %s "
+                                "may be empty)", who, s, S, given[s],
+                                first_may_be_empty ? "the first and the last stage"
+                                                   : "the last stage");
+        sum += given[s];
+    }
+    if (sum != n)
+        return sp_set_error(SP_ERR_ARG, "%s: the stages' layer counts add up to %lld, not the "
+                            "model's %d layers", who, sum, n);
+    for (int s = 0, i = 0; s < S; s++)
+        for (int k = 0; k < given[s]; k++) out[i++] = s;
+    return SP_OK;
+}
+
+/* Ends stages until x is in stage `to` (several when stages in between are empty). */
+static sp_tensor yield_to(sp_graph *g, sp_tensor x, int *cur, int to)
+{
+    for (; *cur < to; ++*cur) x = sp_pipeline_yield(g, x);
+    return x;
+}
 
 static sp_tensor param(sp_graph *g, const char *fmt, int l, int ndim, int64_t d0, int64_t d1,
                        sp_init init, float std)
@@ -36,12 +72,13 @@ sp_graph *sp_model_gpt(const sp_gpt_config *c, sp_status *status)
     else if (c->channels % c->heads)
         st = sp_set_error(SP_ERR_ARG, "sp_model_gpt: %d heads do not divide %d channels",
                           c->heads, c->channels);
-    else if (c->stages > c->layers)
-        st = sp_set_error(SP_ERR_ARG, "sp_model_gpt: %d stages need at least as many layers "
-                          "(have %d)", c->stages, c->layers);
+    int *stage = st ? NULL : malloc((size_t)c->layers * sizeof *stage);
+    if (!st && !stage) st = sp_set_error(SP_ERR_NOMEM, "sp_model_gpt: out of memory");
+    if (!st) st = split_layers("sp_model_gpt", c->layers, c->stages, c->stage_layers, 1, stage);
     sp_graph *g = st ? NULL : sp_graph_create();
     if (!st && !g) st = sp_set_error(SP_ERR_NOMEM, "sp_model_gpt: out of memory");
     if (st) {
+        free(stage);
         if (status) *status = st;
         return NULL;
     }
@@ -52,9 +89,9 @@ sp_graph *sp_model_gpt(const sp_gpt_config *c, sp_status *status)
     sp_tensor wte = param(g, "wte", 0, 2, V, C, SP_INIT_NORMAL, std);
     sp_tensor wpe = param(g, "wpe", 0, 2, T, C, SP_INIT_NORMAL, std);
     sp_tensor x = sp_embed(g, tokens, wte, wpe);
+    int cur = 0;
     for (int l = 0; l < c->layers; l++) {
-        if (l > 0 && stage_of(l, c->layers, c->stages) != stage_of(l - 1, c->layers, c->stages))
-            x = sp_pipeline_yield(g, x);
+        x = yield_to(g, x, &cur, stage[l]);
         sp_tensor h = sp_layernorm(g, x, param(g, "h%d.ln1.g", l, 1, C, 0, SP_INIT_ONES, 0),
                                    param(g, "h%d.ln1.b", l, 1, C, 0, SP_INIT_ZEROS, 0));
         h = sp_matmul(g, h, param(g, "h%d.attn.w", l, 2, C, 3 * C, SP_INIT_NORMAL, std), 0, 0);
@@ -73,6 +110,8 @@ sp_graph *sp_model_gpt(const sp_gpt_config *c, sp_status *status)
         h = sp_bias_add(g, h, param(g, "h%d.fcproj.b", l, 1, C, 0, SP_INIT_ZEROS, 0));
         x = sp_add(g, x, h);
     }
+    free(stage);
+    x = yield_to(g, x, &cur, c->stages - 1);
     x = sp_layernorm(g, x, param(g, "lnf.g", 0, 1, C, 0, SP_INIT_ONES, 0),
                      param(g, "lnf.b", 0, 1, C, 0, SP_INIT_ZEROS, 0));
     sp_tensor logits = sp_matmul(g, x, wte, 0, 1); /* tied: (B,T,C) x (V,C)^T */
@@ -85,21 +124,22 @@ sp_graph *sp_model_mlp(const sp_mlp_config *c, sp_status *status)
     if (!c || c->in_dim < 1 || c->width < 1 || c->depth < 1 || c->classes < 2 || c->batch < 1 ||
         c->stages < 1)
         st = sp_set_error(SP_ERR_ARG, "sp_model_mlp: every size must be >= 1 (classes >= 2)");
-    else if (c->stages > c->depth)
-        st = sp_set_error(SP_ERR_ARG, "sp_model_mlp: %d stages need at least as many hidden "
-                          "layers (have %d)", c->stages, c->depth);
+    int *stage = st ? NULL : malloc((size_t)c->depth * sizeof *stage);
+    if (!st && !stage) st = sp_set_error(SP_ERR_NOMEM, "sp_model_mlp: out of memory");
+    if (!st) st = split_layers("sp_model_mlp", c->depth, c->stages, c->stage_layers, 0, stage);
     sp_graph *g = st ? NULL : sp_graph_create();
     if (!st && !g) st = sp_set_error(SP_ERR_NOMEM, "sp_model_mlp: out of memory");
     if (st) {
+        free(stage);
         if (status) *status = st;
         return NULL;
     }
     sp_tensor h = sp_input_f32(g, "x", 2, (int64_t[]){ c->batch, c->in_dim });
     sp_tensor y = sp_input_i32(g, "y", 1, (int64_t[]){ c->batch });
     int64_t fan_in = c->in_dim;
+    int cur = 0;
     for (int l = 0; l < c->depth; l++) {
-        if (l > 0 && stage_of(l, c->depth, c->stages) != stage_of(l - 1, c->depth, c->stages))
-            h = sp_pipeline_yield(g, h);
+        h = yield_to(g, h, &cur, stage[l]);
         sp_tensor w = param(g, "l%d.w", l, 2, fan_in, c->width, SP_INIT_NORMAL,
                             sqrtf(2.0f / (float)fan_in));
         h = sp_matmul(g, h, w, 0, 0);
@@ -107,6 +147,8 @@ sp_graph *sp_model_mlp(const sp_mlp_config *c, sp_status *status)
         h = sp_relu(g, h);
         fan_in = c->width;
     }
+    free(stage);
+    h = yield_to(g, h, &cur, c->stages - 1);
     sp_tensor w = param(g, "head.w", 0, 2, fan_in, c->classes, SP_INIT_NORMAL,
                         sqrtf(1.0f / (float)fan_in));
     h = sp_bias_add(g, sp_matmul(g, h, w, 0, 0),

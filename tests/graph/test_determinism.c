@@ -2,7 +2,8 @@
  * and AdamW moments in two runs; another seed gives other numbers; and a model cut into
  * 1, 2 or 4 stages trains to bitwise the same parameters: an MLP, and the GPT, whose tied
  * embedding has one gradient accumulator per use, summed in use order, however the
- * uses fall into stages. */
+ * uses fall into stages; the same for uneven cuts (stage_layers), including a GPT stage
+ * holding only the embedding or only the head, and bad cuts are refused with a message. */
 #include <string.h>
 
 #include "starpipe/data.h"
@@ -94,7 +95,61 @@ int main(void)
     }
     CHECK(same(&cut[0], &cut[1]), "gpt: 1 and 2 stages differ");
     CHECK(same(&cut[0], &cut[2]), "gpt: 1 and 4 stages differ");
+
+    /* uneven cuts of the same 4-layer models */
+    static const int gcuts[][5] = { { 2, 0, 4 }, { 2, 4, 0 }, { 2, 1, 3 },
+                                    { 4, 0, 2, 2, 0 }, { 3, 0, 4, 0 } }; /* S, counts */
+    for (size_t k = 0; k < sizeof gcuts / sizeof *gcuts; k++) {
+        sp_gpt_config gk = gc;
+        gk.layers = 4;
+        gk.stages = gcuts[k][0];
+        gk.stage_layers = &gcuts[k][1];
+        sp_graph *g = sp_model_gpt(&gk, &st);
+        REQUIRE(g, "gpt cut %zu refused: %s", k, sp_last_error());
+        CHECK(sp_graph_num_stages(g) == gk.stages, "gpt cut %zu: %d stages, not %d", k,
+              sp_graph_num_stages(g), gk.stages);
+        run_result u = run(g, 3, 5, 1, 2, 8, 0, 0);
+        CHECK(same(&cut[0], &u), "gpt: cut %zu differs from 1 stage", k);
+        free(u.params);
+    }
     for (int k = 0; k < 3; k++) free(cut[k].params);
+    sp_mlp_config m1 = { .in_dim = 11, .width = 17, .depth = 4, .classes = 5, .batch = 6,
+                         .stages = 1 };
+    run_result whole = run(sp_model_mlp(&m1, &st), 4, 9, 0, 6, 0, 11, 5);
+    static const int mcuts[][4] = { { 2, 1, 3 }, { 2, 4, 0 }, { 3, 2, 2, 0 } };
+    for (size_t k = 0; k < sizeof mcuts / sizeof *mcuts; k++) {
+        sp_mlp_config mk = m1;
+        mk.stages = mcuts[k][0];
+        mk.stage_layers = &mcuts[k][1];
+        run_result u = run(sp_model_mlp(&mk, &st), 4, 9, 0, 6, 0, 11, 5);
+        CHECK(same(&whole, &u), "mlp: cut %zu differs from 1 stage", k);
+        free(u.params);
+    }
+    free(whole.params);
+
+    /* bad cuts: status, message, no graph */
+    static const struct { int gpt, S, n[3]; const char *msg; } bad[] = {
+        { 1, 3, { 2, 0, 2 }, "stage 1 of 3 would have 0 layers (only the first and the last" },
+        { 1, 2, { 1, 1 }, "add up to 2, not the model's 4 layers" },
+        { 1, 2, { -1, 5 }, "stage 0 of 2 would have -1 layers" },
+        { 0, 2, { 0, 4 }, "stage 0 of 2 would have 0 layers (only the last stage" },
+        { 0, 2, { 3, 3 }, "add up to 6, not the model's 4 layers" },
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        sp_graph *g;
+        if (bad[k].gpt) {
+            sp_gpt_config gk = gc;
+            gk.layers = 4, gk.stages = bad[k].S, gk.stage_layers = bad[k].n;
+            g = sp_model_gpt(&gk, &st);
+        } else {
+            sp_mlp_config mk = m1;
+            mk.stages = bad[k].S, mk.stage_layers = bad[k].n;
+            g = sp_model_mlp(&mk, &st);
+        }
+        CHECK(!g && st == SP_ERR_ARG && strstr(sp_last_error(), bad[k].msg),
+              "bad cut %zu: status %d, message '%s'", k, st, sp_last_error());
+        sp_graph_free(g);
+    }
     free(a.params), free(b.params), free(c.params);
     return check_summary("test_determinism");
 }
