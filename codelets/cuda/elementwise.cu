@@ -2,6 +2,7 @@
  * GELU (the CPU's tanh polynomial), ReLU. Grid-stride loops over int64 n; outputs may
  * alias an input exactly, so nothing here is __restrict__ but the bias. */
 #include "codelets/cuda/common.cuh"
+#include "codelets/gelu.h"
 
 static __global__ void bias_add_kernel(float *out, const float *x, const float *__restrict__ bias,
                                        int64_t n, int C)
@@ -115,37 +116,11 @@ extern "C" int sp_cuda_scale_backward(float *dx, const float *dout, float s, int
     return SP_CUDA_OK;
 }
 
-#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_A 0.044715f
-
-/* The CPU's tanh_fast (elementwise.c), operation for operation: exp(-2|u|) by Cody-Waite
- * reduction and Cephes' degree-5 polynomial, 2^n built from its bits. nvcc may fuse the
- * polynomial into FMAs, so results can differ from the CPU by an ulp or so. */
-static __device__ __forceinline__ float tanh_fast(float u)
-{
-    int ai = __float_as_int(fabsf(u));
-    ai = ai < 0x422E0000 ? ai : 0x422E0000; /* 43.5f; clamps NaN too, as on the CPU */
-    float z = -2.0f * __int_as_float(ai);
-    int n = (int)(z * 1.44269504088896341f - 0.5f); /* truncation, as C's cast */
-    float fn = (float)n;
-    float r = z - fn * 0.693359375f - fn * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    float e = p * __int_as_float((n + 127) << 23);
-    float t = (1.0f - e) / (1.0f + e);
-    return copysignf(t, u);
-}
-
 static __global__ void gelu_kernel(float *out, const float *x, int64_t n)
 {
     SP_GRID_STRIDE(i, n) {
         float xi = x[i];
-        out[i] = 0.5f * xi * (1.0f + tanh_fast(GELU_K * (xi + GELU_A * xi * xi * xi)));
+        out[i] = sp_gelu(xi);
     }
 }
 
@@ -158,16 +133,11 @@ extern "C" int sp_cuda_gelu_forward(float *out, const float *x, int64_t n, void 
     return SP_CUDA_OK;
 }
 
-/* d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3a x^2), t = tanh(k (x + a x^3)). */
 static __global__ void gelu_backward_kernel(float *dx, const float *x, const float *dout, int64_t n,
                                             int acc)
 {
     SP_GRID_STRIDE(i, n) {
-        float xi = x[i];
-        float t = tanh_fast(GELU_K * (xi + GELU_A * xi * xi * xi));
-        float g = 0.5f * (1.0f + t) +
-                  0.5f * xi * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_A * xi * xi);
-        float p = __fmul_rn(g, dout[i]);
+        float p = __fmul_rn(sp_gelu_grad(x[i]), dout[i]);
         dx[i] = acc ? __fadd_rn(dx[i], p) : p;
     }
 }
