@@ -68,7 +68,8 @@ int sp_cuda_add_forward(float *out, const float *a, const float *b, int64_t n, v
 int sp_cuda_scale_forward(float *out, const float *x, float s, int64_t n, void *stream);
 int sp_cuda_scale_backward(float *dx, const float *dout, float s, int64_t n, int acc,
                            void *stream);
-/* GELU uses the CPU's branch-free tanh (same polynomial), so it tracks it to an ulp. */
+/* GELU uses the CPU's branch-free tanh (codelets/gelu.h), so it tracks it within a few
+ * ulp (FMA contraction on the GPU). */
 int sp_cuda_gelu_forward(float *out, const float *x, int64_t n, void *stream);
 int sp_cuda_gelu_backward(float *dx, const float *x, const float *dout, int64_t n, int acc,
                           void *stream);
