@@ -36,12 +36,16 @@
     } while (0)
 
 /* Threads per block of the elementwise kernels, and the grid for n elements: capped, the
- * kernels loop with a grid stride, so any int64 n is covered. */
+ * kernels loop with a grid stride, so any int64 n is covered. The CPU emulation
+ * (tests/gpu/emu) lowers the cap so that the loop runs more than once at test sizes. */
 #define SP_EW_THREADS 256
+#ifndef SP_EW_MAX_BLOCKS
+#define SP_EW_MAX_BLOCKS 65536 /* 16.7M threads in flight: the H200 holds ~270k */
+#endif
 static inline unsigned sp_ew_blocks(int64_t n)
 {
     int64_t b = (n + SP_EW_THREADS - 1) / SP_EW_THREADS;
-    const int64_t cap = 65536; /* 16.7M threads in flight: the H200 holds ~270k */
+    const int64_t cap = SP_EW_MAX_BLOCKS;
     return (unsigned)(b < 1 ? 1 : (b > cap ? cap : b));
 }
 

@@ -2,6 +2,7 @@
  * backward, acc 0 and 1, awkward sizes, fresh random inputs. Each GPU call runs twice from
  * the same state and must give the same bits. Ends with the fp32 sgemm rate, TF32 off and
  * on. Exits 77 (skipped) without a CUDA device, 1 when any check failed.
+ * `--rate-size S` sets the sgemm size (4096); tests/gpu/emu, on a CPU, runs 256.
  *
  * Tolerance: max|gpu - cpu| / max(1, max|cpu|) <= 1e-5 for every op (TF32 off). Each op's
  * reductions are over at most a few thousand fp32 terms of magnitude <= ~15, so the two
@@ -716,9 +717,9 @@ static void test_misc(void)
 /* out (S,S) = a (S,S) b (S,S): checks the first rows against the CPU, then times it with
  * TF32 off and on. Reported, not enforced: the H200's fp32 peak is ~67 TFLOP/s (SXM); a
  * number far below that means a wrong math mode or a throttled GPU. */
-static void test_matmul_rate(void)
+static void test_matmul_rate(int S)
 {
-    const int S = 4096, R = 64, reps = 10;
+    const int R = 64, reps = 10;
     const int64_t nn = (int64_t)S * S;
     float *a = hrand(nn, -1, 1), *b = hrand(nn, -1, 1);
     float *da_ = dcopy(a, nn), *db_ = dcopy(b, nn), *dc = dalloc(sizeof(float) * (size_t)nn);
@@ -769,8 +770,15 @@ static void test_matmul_rate(void)
     dfree(da_), dfree(db_), dfree(dc);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    int rate_size = 4096;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--rate-size") && i + 1 < argc && (rate_size = atoi(argv[++i])) >= 64)
+            continue;
+        fprintf(stderr, "usage: %s [--rate-size S]: S >= 64, default 4096\n", argv[0]);
+        return 2;
+    }
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("SKIP: no CUDA device\n");
@@ -804,7 +812,7 @@ int main(void)
     test_sum();
     test_optim();
     test_misc();
-    test_matmul_rate();
+    test_matmul_rate(rate_size);
 
     printf("worst error vs CPU per op:\n");
     for (int i = 0; i < n_worst; i++)

@@ -1,0 +1,49 @@
+/* cuBLAS as the CPU emulation provides it (emu.cpp): handle state and sgemm on OpenBLAS,
+ * with cuBLAS's argument checks. Only what codelets/cuda and tests/gpu call. Plain C. */
+#ifndef STARPIPE_EMU_CUBLAS_V2_H
+#define STARPIPE_EMU_CUBLAS_V2_H
+
+#include "cuda_runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cublasContext *cublasHandle_t;
+
+typedef enum {
+    CUBLAS_STATUS_SUCCESS = 0,
+    CUBLAS_STATUS_NOT_INITIALIZED = 1,
+    CUBLAS_STATUS_ALLOC_FAILED = 3,
+    CUBLAS_STATUS_INVALID_VALUE = 7,
+    CUBLAS_STATUS_EXECUTION_FAILED = 13,
+    CUBLAS_STATUS_NOT_SUPPORTED = 15
+} cublasStatus_t;
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 } cublasOperation_t;
+typedef enum { CUBLAS_POINTER_MODE_HOST = 0, CUBLAS_POINTER_MODE_DEVICE = 1 } cublasPointerMode_t;
+typedef enum { CUBLAS_DEFAULT_MATH = 0, CUBLAS_TF32_TENSOR_OP_MATH = 3 } cublasMath_t;
+
+cublasStatus_t cublasCreate(cublasHandle_t *handle);
+cublasStatus_t cublasDestroy(cublasHandle_t handle);
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
+cublasStatus_t cublasGetStream(cublasHandle_t handle, cudaStream_t *stream);
+cublasStatus_t cublasSetPointerMode(cublasHandle_t handle, cublasPointerMode_t mode);
+cublasStatus_t cublasGetPointerMode(cublasHandle_t handle, cublasPointerMode_t *mode);
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
+const char *cublasGetStatusString(cublasStatus_t status);
+
+cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa,
+                           cublasOperation_t transb, int m, int n, int k, const float *alpha,
+                           const float *A, int lda, const float *B, int ldb, const float *beta,
+                           float *C, int ldc);
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                         cublasOperation_t transb, int m, int n, int k,
+                                         const float *alpha, const float *A, int lda,
+                                         long long strideA, const float *B, int ldb,
+                                         long long strideB, const float *beta, float *C,
+                                         int ldc, long long strideC, int batchCount);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,325 @@
+/* Training steps with the GPU code on the CPU emulation, against the CPU reference: the
+ * stage programs (codelets/cuda/program_cuda.c) and the trainer's CUDA tasks
+ * (codelets/cuda/stage_cuda.c: stage, local add, combine, copy, AdamW) inside the
+ * reference interpreter itself (graph/interp.c), whose calls of sp_program_run,
+ * sp_program_local_add_run, sp_optim_combine, sp_optim_copy_shared and sp_optim_update
+ * are linked to the __wrap_ functions here (ld --wrap); they run the CUDA task while
+ * on_gpu is set and the CPU code otherwise.
+ *
+ * Models: the GPT on 1 stage (the tied embedding's two uses meet in a local add) and on 2
+ * (they meet in a combine, the owner's values go back by copy; BW runs as B then W, as
+ * under the zero-bubble schedules), 5 x 64 = 320 positions (the embed backward's scan
+ * over earlier positions takes two rounds of 256 threads); the MLP on 2 (ReLU). As on
+ * a GPU, a program finds NaN in its scratch, in what it only writes, and in the
+ * activations (and activation gradients) of its microbatch when it starts.
+ *
+ * Each step: loss, parameters, gradients and AdamW moments of every stage within 1e-4,
+ * |gpu - cpu| <= 1e-4 (1 + |cpu|), the tolerance of starpipe-gpt --check on a GPU. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "codelets/cuda/kernels_cuda.h"
+#include "codelets/stage.h"
+#include "starpipe/data.h"
+#include "starpipe/exec.h"
+#include "starpipe/models.h"
+#include "starpipe/reference.h"
+#include "tests/check.h"
+
+#define TOL 1e-4
+
+static int on_gpu, split_bw;
+static long gpu_tasks;
+/* CUDA tasks run through each hook: a hook that never runs (ld --wrap no longer reaches
+ * the call) would leave that part on the CPU on both sides. */
+enum { H_STAGE, H_LOCAL_ADD, H_COMBINE, H_COPY, H_ADAMW, NHOOKS };
+static const char *hook_name[NHOOKS] = { "stage", "local add", "combine", "copy", "AdamW" };
+static long hook_ran[NHOOKS];
+static cudaStream_t stream;
+static cublasHandle_t blas;
+
+/* stage_cuda.c asks the executor for its worker's handle */
+void *sp_exec_cublas_handle(void) { return blas; }
+
+/* ---- the hooks ------------------------------------------------------------------- */
+
+sp_status __real_sp_program_run(const sp_program *p, int stage, sp_task_kind kind,
+                                void *const *bufs, const sp_run_args *args);
+void __real_sp_program_local_add_run(const sp_program *p, int stage, float *grads);
+void __real_sp_optim_combine(const sp_program *p, int owner, float *owner_grads, int other,
+                             const float *other_grads);
+void __real_sp_optim_copy_shared(const sp_program *p, int owner, const float *owner_params,
+                                 int other, float *other_params);
+void __real_sp_optim_update(const sp_program *p, int s, float *params, const float *grads,
+                            float *m, float *v, const sp_adamw_config *cfg, float grad_scale,
+                            int t);
+
+static void task_ok(int hook, int stage, int rc)
+{
+    gpu_tasks++;
+    hook_ran[hook]++;
+    REQUIRE(rc == 0, "%s task of stage %d failed on the emulated GPU: %d", hook_name[hook],
+            stage, rc);
+}
+
+/* What a program may not rely on: its scratch, what it only writes, and, when its
+ * microbatch starts (F; B or BW for the activation gradients), the per-microbatch slabs. */
+static void poison(const sp_program *p, int stage, sp_task_kind kind, void *const *bufs)
+{
+    for (int j = 0; j < sp_program_num_bufs(p, stage, kind); j++) {
+        sp_slab_ref r = sp_program_buf(p, stage, kind, j);
+        int fresh = r.cls == SP_SLAB_SCRATCH || r.mode == SP_SLAB_W ||
+                    (kind == SP_TASK_F && r.cls == SP_SLAB_ACT) ||
+                    (kind != SP_TASK_W && r.cls == SP_SLAB_BGRAD);
+        size_t n = (r.cls == SP_SLAB_LOSS ? 4 : sp_program_buf_bytes(p, r.cls, r.index)) / 4;
+        for (size_t i = 0; fresh && i < n; i++)
+            ((float *)bufs[j])[i] = NAN;
+    }
+}
+
+static sp_status run_task(const sp_program *p, int stage, sp_task_kind kind, void *const *bufs,
+                          float dloss)
+{
+    if (!sp_program_num_ops(p, stage, kind))
+        return SP_OK; /* the trainer submits no task */
+    poison(p, stage, kind, bufs);
+    sp_stage_task_args a = { .prog = p, .stage = stage, .kind = kind, .dloss = dloss };
+    int rc = sp_stage_task_cuda(bufs, NULL, sp_program_num_bufs(p, stage, kind), &a, stream);
+    gpu_tasks++;
+    hook_ran[H_STAGE]++;
+    return rc ? sp_set_error(SP_ERR_RUNTIME, "stage %d task failed on the emulated GPU: %d",
+                             stage, rc)
+              : SP_OK;
+}
+
+/* B and W take BW's buffers in their own order: map them by (class, index). */
+static sp_status run_split(const sp_program *p, int stage, sp_task_kind kind,
+                           void *const *bw_bufs, float dloss)
+{
+    void *bufs[64];
+    int n = sp_program_num_bufs(p, stage, kind), nbw = sp_program_num_bufs(p, stage, SP_TASK_BW);
+    REQUIRE(n <= 64, "stage %d: %d buffers", stage, n);
+    for (int j = 0; j < n; j++) {
+        sp_slab_ref r = sp_program_buf(p, stage, kind, j);
+        bufs[j] = NULL;
+        for (int k = 0; k < nbw && !bufs[j]; k++) {
+            sp_slab_ref q = sp_program_buf(p, stage, SP_TASK_BW, k);
+            if (q.cls == r.cls && q.index == r.index)
+                bufs[j] = bw_bufs[k];
+        }
+        REQUIRE(bufs[j], "stage %d: a buffer of B or W that BW lacks", stage);
+    }
+    return run_task(p, stage, kind, bufs, dloss);
+}
+
+sp_status __wrap_sp_program_run(const sp_program *p, int stage, sp_task_kind kind,
+                                void *const *bufs, const sp_run_args *args)
+{
+    if (!on_gpu)
+        return __real_sp_program_run(p, stage, kind, bufs, args);
+    float dloss = args ? args->dloss : 1.0f;
+    if (kind != SP_TASK_BW || !split_bw)
+        return run_task(p, stage, kind, bufs, dloss);
+    sp_status st = run_split(p, stage, SP_TASK_B, bufs, dloss);
+    return st ? st : run_split(p, stage, SP_TASK_W, bufs, dloss);
+}
+
+void __wrap_sp_program_local_add_run(const sp_program *p, int stage, float *grads)
+{
+    if (!on_gpu) {
+        __real_sp_program_local_add_run(p, stage, grads);
+        return;
+    }
+    sp_local_add_task_args a = { .prog = p, .stage = stage };
+    void *bufs[1] = { grads };
+    if (sp_program_local_adds(p, stage, NULL))
+        task_ok(H_LOCAL_ADD, stage, sp_local_add_task_cuda(bufs, NULL, 1, &a, stream));
+}
+
+/* The parameters stages owner and other share, as the trainer's combine and copies see
+ * them: (owner offset, other offset, floats). */
+static int shared_params(const sp_program *p, int owner, int other, int64_t (*out)[3], int cap)
+{
+    const sp_graph *g = sp_program_graph(p);
+    int n = 0;
+    for (int i = 0; i < sp_graph_num_params(g); i++) {
+        sp_tensor t = sp_graph_param(g, i);
+        int64_t a = sp_program_param_offset(p, owner, t), b = sp_program_param_offset(p, other, t);
+        if (a < 0 || b < 0 || sp_program_param_owner(p, t) != owner)
+            continue;
+        REQUIRE(n < cap, "more than %d shared parameters", cap);
+        out[n][0] = a, out[n][1] = b, out[n][2] = sp_tensor_numel(g, t);
+        n++;
+    }
+    return n;
+}
+
+void __wrap_sp_optim_combine(const sp_program *p, int owner, float *owner_grads, int other,
+                             const float *other_grads)
+{
+    if (!on_gpu) {
+        __real_sp_optim_combine(p, owner, owner_grads, other, other_grads);
+        return;
+    }
+    int64_t sh[16][3];
+    void *bufs[2] = { owner_grads, (void *)other_grads };
+    for (int k = 0, n = shared_params(p, owner, other, sh, 16); k < n; k++) {
+        sp_combine_task_args a = { .dst_off = sh[k][0], .n = sh[k][2] };
+        a.src_off[1] = sh[k][1];
+        task_ok(H_COMBINE, owner, sp_combine_task_cuda(bufs, NULL, 2, &a, stream));
+    }
+}
+
+void __wrap_sp_optim_copy_shared(const sp_program *p, int owner, const float *owner_params,
+                                 int other, float *other_params)
+{
+    if (!on_gpu) {
+        __real_sp_optim_copy_shared(p, owner, owner_params, other, other_params);
+        return;
+    }
+    int64_t sh[16][3];
+    void *bufs[2] = { other_params, (void *)owner_params };
+    for (int k = 0, n = shared_params(p, owner, other, sh, 16); k < n; k++) {
+        sp_copy_task_args a = { .dst_off = sh[k][1], .src_off = sh[k][0], .n = sh[k][2] };
+        task_ok(H_COPY, other, sp_copy_task_cuda(bufs, NULL, 2, &a, stream));
+    }
+}
+
+void __wrap_sp_optim_update(const sp_program *p, int s, float *params, const float *grads,
+                            float *m, float *v, const sp_adamw_config *cfg, float grad_scale,
+                            int t)
+{
+    if (!on_gpu) {
+        __real_sp_optim_update(p, s, params, grads, m, v, cfg, grad_scale, t);
+        return;
+    }
+    sp_optim_task_args a = { .prog = p, .stage = s, .opt = *cfg, .grad_scale = grad_scale,
+                             .t = t };
+    void *bufs[4] = { params, (void *)grads, m, v };
+    task_ok(H_ADAMW, s, sp_optim_task_cuda(bufs, NULL, 4, &a, stream));
+}
+
+/* ---- the comparison --------------------------------------------------------------- */
+
+static int close_to(double got, double want) { return fabs(got - want) <= TOL * (1 + fabs(want)); }
+
+static void compare(const char *model, int step, int s, const char *what, const float *gpu,
+                    const float *cpu, size_t n)
+{
+    size_t bad = 0, worst_at = 0;
+    double worst = 0.0;
+    for (size_t j = 0; j < n; j++) {
+        double d = fabs((double)gpu[j] - cpu[j]) / (1 + fabs((double)cpu[j]));
+        bad += !close_to(gpu[j], cpu[j]);
+        if (!(d <= worst))
+            worst = d, worst_at = j;
+    }
+    printf("  step %d stage %d %-6s %7zu floats, worst %.2g\n", step, s, what, n, worst);
+    CHECK(!bad, "%s step %d stage %d %s: %zu of %zu floats beyond %g, worst at %zu: gpu %.9g "
+          "cpu %.9g", model, step, s, what, bad, n, TOL, worst_at, gpu[worst_at], cpu[worst_at]);
+}
+
+typedef struct {
+    const char *name;
+    sp_graph *g;
+    int m, gpt, split_bw;
+    int B, T, in_dim, classes; /* the inputs of one microbatch */
+} model;
+
+static void train(const model *md, int steps)
+{
+    sp_status st;
+    REQUIRE(md->g, "%s: %s", md->name, sp_last_error());
+    sp_program *p = sp_program_build(md->g, &st);
+    REQUIRE(p, "%s: %s", md->name, sp_last_error());
+    sp_adamw_config opt;
+    sp_adamw_defaults(&opt);
+    opt.lr = 1e-3f;
+    opt.grad_clip = 1.0f;
+    sp_reference *cpu = sp_reference_create(p, md->m, &opt, 1337, &st);
+    sp_reference *gpu = sp_reference_create(p, md->m, &opt, 1337, &st);
+    REQUIRE(cpu && gpu, "%s: %s", md->name, sp_last_error());
+    REQUIRE(sp_program_num_inputs(p) == 2, "%s: 2 inputs expected", md->name);
+    void *in[2 * 8];
+    REQUIRE(md->m <= 8, "at most 8 microbatches");
+    const size_t n0 = (size_t)md->B * (md->gpt ? md->T : md->in_dim);
+    const size_t n1 = (size_t)md->B * (md->gpt ? md->T : 1);
+    for (int i = 0; i < md->m; i++)
+        in[2 * i] = malloc(n0 * 4), in[2 * i + 1] = malloc(n1 * 4);
+    printf("%s: %d stages, %d microbatches%s\n", md->name, sp_program_num_stages(p), md->m,
+           md->split_bw ? ", BW as B then W" : "");
+    for (int step = 1; step <= steps; step++) {
+        for (int i = 0; i < md->m; i++) {
+            if (!md->gpt) {
+                sp_mlp_batch(7, step, i, md->B, md->in_dim, md->classes, in[2 * i], in[2 * i + 1]);
+                continue;
+            }
+            for (size_t k = 0; k < n0; k++) {
+                ((int32_t *)in[2 * i])[k] = (int32_t)(sp_mix64(1000u * step + 100u * i + k) % 256);
+                ((int32_t *)in[2 * i + 1])[k] = (int32_t)(sp_mix64(7u * step + 100u * i + k) % 256);
+            }
+        }
+        float lc = NAN, lg = NAN;
+        REQUIRE(sp_reference_step(cpu, (const void *const *)in, &lc) == SP_OK, "%s cpu: %s",
+                md->name, sp_last_error());
+        on_gpu = 1, split_bw = md->split_bw;
+        long before = gpu_tasks;
+        st = sp_reference_step(gpu, (const void *const *)in, &lg);
+        on_gpu = 0;
+        REQUIRE(st == SP_OK, "%s emulated gpu: %s", md->name, sp_last_error());
+        REQUIRE(gpu_tasks > before, "%s: no CUDA task ran: the --wrap hooks are not in effect",
+                md->name);
+        printf(" step %d loss cpu %.7f gpu %.7f\n", step, lc, lg);
+        CHECK(isfinite(lg) && close_to(lg, lc), "%s step %d: loss gpu %.9g cpu %.9g", md->name,
+              step, lg, lc);
+        for (int s = 0; s < sp_program_num_stages(p); s++) {
+            size_t np = sp_program_buf_bytes(p, SP_SLAB_PARAMS, s) / 4;
+            size_t ng = sp_program_buf_bytes(p, SP_SLAB_GRADS, s) / 4;
+            compare(md->name, step, s, "params", sp_reference_slab(gpu, SP_SLAB_PARAMS, s),
+                    sp_reference_slab(cpu, SP_SLAB_PARAMS, s), np);
+            compare(md->name, step, s, "grads", sp_reference_slab(gpu, SP_SLAB_GRADS, s),
+                    sp_reference_slab(cpu, SP_SLAB_GRADS, s), ng);
+            compare(md->name, step, s, "adam m", sp_reference_moment(gpu, 0, s),
+                    sp_reference_moment(cpu, 0, s), np);
+            compare(md->name, step, s, "adam v", sp_reference_moment(gpu, 1, s),
+                    sp_reference_moment(cpu, 1, s), np);
+        }
+    }
+    for (int i = 0; i < 2 * md->m; i++)
+        free(in[i]);
+    sp_reference_free(cpu);
+    sp_reference_free(gpu);
+    sp_program_free(p);
+    sp_graph_free(md->g);
+}
+
+int main(void)
+{
+    REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess &&
+                cublasCreate(&blas) == CUBLAS_STATUS_SUCCESS && !sp_cuda_kernels_init(blas),
+            "emulated CUDA setup");
+    sp_status st;
+    for (int stages = 1; stages <= 2; stages++) {
+        sp_gpt_config c = { .vocab = 256, .context = 64, .layers = 2, .heads = 4, .channels = 64,
+                            .batch = 5, .stages = stages };
+        model md = { .name = "gpt", .g = sp_model_gpt(&c, &st), .m = 2, .gpt = 1,
+                     .split_bw = stages == 2, .B = c.batch, .T = c.context };
+        train(&md, 3);
+    }
+    sp_mlp_config mc = { .in_dim = 24, .width = 48, .depth = 2, .classes = 10, .batch = 16,
+                         .stages = 2 };
+    model mlp = { .name = "mlp", .g = sp_model_mlp(&mc, &st), .m = 3, .B = mc.batch,
+                  .in_dim = mc.in_dim, .classes = mc.classes };
+    train(&mlp, 3);
+    cublasDestroy(blas);
+    cudaStreamDestroy(stream);
+    printf("%ld CUDA tasks\n", gpu_tasks);
+    for (int k = 0; k < NHOOKS; k++)
+        CHECK(hook_ran[k] > 0, "no %s task ran: ld --wrap does not reach that call of "
+              "graph/interp.c any more", hook_name[k]);
+    return check_summary("gpu_emu.programs");
+}
