@@ -3,21 +3,16 @@
 
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 
-/* The stage of each of n layers (out[n]): `given` (S counts, or NULL for an even split),
- * checked. A stage may be empty only where it still holds other work: the first when
+/* Checks a cut of n layers into S stages: `given` (S counts) or, when NULL, an even split.
+ * A stage may be empty only where it still holds other work: the first when
  * first_may_be_empty (the GPT's embedding), the last (the head). */
-static sp_status split_layers(const char *who, int n, int S, const int *given,
-                              int first_may_be_empty, int *out)
+static sp_status check_split(const char *who, int n, int S, const int *given,
+                             int first_may_be_empty)
 {
-    if (!given) {
-        if (S > n)
-            return sp_set_error(SP_ERR_ARG, "%s: %d stages need at least as many layers (have %d)",
-                                who, S, n);
-        for (int i = 0; i < n; i++) out[i] = (int)((long long)i * S / n);
-        return SP_OK;
-    }
+    if (!given)
+        return S > n ? sp_set_error(SP_ERR_ARG, "%s: %d stages need at least as many layers "
+                                    "(have %d)", who, S, n) : SP_OK;
     long long sum = 0;
     for (int s = 0; s < S; s++) {
         int may_be_empty = (s == 0 && first_may_be_empty) || (s == S - 1 && S > 1);
@@ -31,9 +26,16 @@ static sp_status split_layers(const char *who, int n, int S, const int *given,
     if (sum != n)
         return sp_set_error(SP_ERR_ARG, "%s: the stages' layer counts add up to %lld, not the "
                             "model's %d layers", who, sum, n);
-    for (int s = 0, i = 0; s < S; s++)
-        for (int k = 0; k < given[s]; k++) out[i++] = s;
     return SP_OK;
+}
+
+/* The stage of layer l of n under a checked cut. */
+static int layer_stage(int l, int n, int S, const int *given)
+{
+    if (!given) return (int)((long long)l * S / n);
+    int s = 0;
+    for (int end = given[0]; l >= end; end += given[++s]) {}
+    return s;
 }
 
 /* Ends stages until x is in stage `to` (several when stages in between are empty). */
@@ -72,13 +74,11 @@ sp_graph *sp_model_gpt(const sp_gpt_config *c, sp_status *status)
     else if (c->channels % c->heads)
         st = sp_set_error(SP_ERR_ARG, "sp_model_gpt: %d heads do not divide %d channels",
                           c->heads, c->channels);
-    int *stage = st ? NULL : malloc((size_t)c->layers * sizeof *stage);
-    if (!st && !stage) st = sp_set_error(SP_ERR_NOMEM, "sp_model_gpt: out of memory");
-    if (!st) st = split_layers("sp_model_gpt", c->layers, c->stages, c->stage_layers, 1, stage);
+    else
+        st = check_split("sp_model_gpt", c->layers, c->stages, c->stage_layers, 1);
     sp_graph *g = st ? NULL : sp_graph_create();
     if (!st && !g) st = sp_set_error(SP_ERR_NOMEM, "sp_model_gpt: out of memory");
     if (st) {
-        free(stage);
         if (status) *status = st;
         return NULL;
     }
@@ -91,7 +91,7 @@ sp_graph *sp_model_gpt(const sp_gpt_config *c, sp_status *status)
     sp_tensor x = sp_embed(g, tokens, wte, wpe);
     int cur = 0;
     for (int l = 0; l < c->layers; l++) {
-        x = yield_to(g, x, &cur, stage[l]);
+        x = yield_to(g, x, &cur, layer_stage(l, c->layers, c->stages, c->stage_layers));
         sp_tensor h = sp_layernorm(g, x, param(g, "h%d.ln1.g", l, 1, C, 0, SP_INIT_ONES, 0),
                                    param(g, "h%d.ln1.b", l, 1, C, 0, SP_INIT_ZEROS, 0));
         h = sp_matmul(g, h, param(g, "h%d.attn.w", l, 2, C, 3 * C, SP_INIT_NORMAL, std), 0, 0);
@@ -110,7 +110,6 @@ sp_graph *sp_model_gpt(const sp_gpt_config *c, sp_status *status)
         h = sp_bias_add(g, h, param(g, "h%d.fcproj.b", l, 1, C, 0, SP_INIT_ZEROS, 0));
         x = sp_add(g, x, h);
     }
-    free(stage);
     x = yield_to(g, x, &cur, c->stages - 1);
     x = sp_layernorm(g, x, param(g, "lnf.g", 0, 1, C, 0, SP_INIT_ONES, 0),
                      param(g, "lnf.b", 0, 1, C, 0, SP_INIT_ZEROS, 0));
@@ -124,13 +123,11 @@ sp_graph *sp_model_mlp(const sp_mlp_config *c, sp_status *status)
     if (!c || c->in_dim < 1 || c->width < 1 || c->depth < 1 || c->classes < 2 || c->batch < 1 ||
         c->stages < 1)
         st = sp_set_error(SP_ERR_ARG, "sp_model_mlp: every size must be >= 1 (classes >= 2)");
-    int *stage = st ? NULL : malloc((size_t)c->depth * sizeof *stage);
-    if (!st && !stage) st = sp_set_error(SP_ERR_NOMEM, "sp_model_mlp: out of memory");
-    if (!st) st = split_layers("sp_model_mlp", c->depth, c->stages, c->stage_layers, 0, stage);
+    else
+        st = check_split("sp_model_mlp", c->depth, c->stages, c->stage_layers, 0);
     sp_graph *g = st ? NULL : sp_graph_create();
     if (!st && !g) st = sp_set_error(SP_ERR_NOMEM, "sp_model_mlp: out of memory");
     if (st) {
-        free(stage);
         if (status) *status = st;
         return NULL;
     }
@@ -139,7 +136,7 @@ sp_graph *sp_model_mlp(const sp_mlp_config *c, sp_status *status)
     int64_t fan_in = c->in_dim;
     int cur = 0;
     for (int l = 0; l < c->depth; l++) {
-        h = yield_to(g, h, &cur, stage[l]);
+        h = yield_to(g, h, &cur, layer_stage(l, c->depth, c->stages, c->stage_layers));
         sp_tensor w = param(g, "l%d.w", l, 2, fan_in, c->width, SP_INIT_NORMAL,
                             sqrtf(2.0f / (float)fan_in));
         h = sp_matmul(g, h, w, 0, 0);
@@ -147,7 +144,6 @@ sp_graph *sp_model_mlp(const sp_mlp_config *c, sp_status *status)
         h = sp_relu(g, h);
         fan_in = c->width;
     }
-    free(stage);
     h = yield_to(g, h, &cur, c->stages - 1);
     sp_tensor w = param(g, "head.w", 0, 2, fan_in, c->classes, SP_INIT_NORMAL,
                         sqrtf(1.0f / (float)fan_in));
