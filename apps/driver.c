@@ -19,6 +19,12 @@
 
 
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static double now(void)
 {
     struct timespec ts;
@@ -274,6 +280,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         }
     }
     int code = 0;
+    double *bound_ratio = NULL;
     if (any_failed(bad, m->name, msg)) {
         code = 1;
         goto out;
@@ -312,6 +319,13 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
     }
     double t_start = now(), busy_steps = 0;
     float first = 0, last = 0;
+    /* each step's pipeline span over what its schedule allows with the same tasks */
+    bound_ratio = calloc((size_t)o->steps + 1, sizeof *bound_ratio);
+    int nratio = 0;
+    if (any_failed(!bound_ratio, m->name, "out of memory")) {
+        code = 1;
+        goto out;
+    }
     for (int step = start + 1; step <= start + o->steps; step++) {
         fill_inputs(m, o, p, nmb, step, in);
         sp_step_stats stats;
@@ -323,6 +337,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         if (step == start + 1) first = stats.loss;
         last = stats.loss;
         busy_steps += stats.step_s;
+        if (stats.plan_span_s > 0) bound_ratio[nratio++] = stats.span_s / stats.plan_span_s;
         char where[256] = "";
         double mismatch = 0;
         float ref_loss = 0;
@@ -342,9 +357,9 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
             }
         }
         if (me == 0) {
-            printf("step %d loss %.6f  %.0f %s/s  %.1f ms  bubble %.1f%%%s%s\n", step,
-                   stats.loss, samples * nmb / stats.step_s, m->sample_unit, 1e3 * stats.step_s,
-                   100 * stats.bubble,
+            printf("step %d loss %.6f  %.0f %s/s  %.1f ms  bubble %.1f%% (plan %.1f%%)%s%s\n",
+                   step, stats.loss, samples * nmb / stats.step_s, m->sample_unit,
+                   1e3 * stats.step_s, 100 * stats.bubble, 100 * stats.plan_bubble,
                    ref && !mismatch ? (tol > 0 ? "  (~ reference)" : "  (= reference)") : "",
                    stats.skipped ? "  update skipped: non-finite loss or gradients" : "");
             fflush(stdout);
@@ -378,12 +393,21 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
                now() - t_start, o->steps ? 1e3 * busy_steps / o->steps : 0.0, first, last,
                !ref ? "" : tol > 0 ? ", every step within 1e-4 of the reference"
                                    : ", every step bitwise equal to the reference");
+        if (nratio > 0) {
+            /* the first step allocates buffers: leave it out when there are others */
+            int skip = nratio > 1;
+            qsort(bound_ratio + skip, (size_t)(nratio - skip), sizeof *bound_ratio, cmp_double);
+            printf("pipeline: %.2fx the schedule's bound (median step; the bound replays the "
+                   "plan with the run's own task times and instant messages)\n",
+                   bound_ratio[skip + (nratio - skip) / 2]);
+        }
         if (trace_path && o->steps > 0)
             printf("trace of the last step: %s (open in https://ui.perfetto.dev), picture: %s.svg\n",
                    trace_path, trace_path);
         fflush(stdout);
     }
 out:
+    free(bound_ratio);
     for (int i = 0; in && i < nmb_or_zero(sch) * sp_program_num_inputs(p); i++) free(in[i]);
     free(in);
     sp_reference_free(ref);

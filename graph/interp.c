@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "codelets/cpu/kernels.h"
 #include "graph/program_impl.h"
@@ -182,6 +183,47 @@ sp_status sp_reference_step(sp_reference *r, const void *const *inputs, float *l
             if (sp_optim_stages_share(p, o, s))
                 sp_optim_copy_shared(p, o, r->params[o], s, r->params[s]);
     return SP_OK;
+}
+
+static double seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+sp_status sp_reference_task_times(sp_reference *r, const void *const *inputs, int reps,
+                                  double *secs)
+{
+    if (!r || !inputs || !secs || reps < 1)
+        return sp_set_error(SP_ERR_ARG, "sp_reference_task_times: bad argument");
+    sp_status st = sp_program_check_inputs(r->p, inputs, r->m);
+    if (st) return st;
+    double *t = malloc((size_t)reps * sizeof *t);
+    if (!t) return sp_set_error(SP_ERR_NOMEM, "reference: out of memory");
+    for (int k = 0; k < r->S * SP_NUM_TASK_KINDS; k++) secs[k] = 0;
+    /* microbatch 0 forward through every stage, then each stage's backward kinds from
+     * the last stage down, so that every task finds the buffers it reads */
+    const sp_task_kind order[] = { SP_TASK_F, SP_TASK_B, SP_TASK_W, SP_TASK_BW };
+    for (int o = 0; o < 4 && st == SP_OK; o++)
+        for (int q = 0; q < r->S && st == SP_OK; q++) {
+            int s = order[o] == SP_TASK_F ? q : r->S - 1 - q;
+            for (int k = 0; k < reps && st == SP_OK; k++) {
+                double t0 = seconds();
+                st = run(r, s, order[o], 0, inputs);
+                t[k] = seconds() - t0;
+            }
+            qsort(t, (size_t)reps, sizeof *t, cmp_double);
+            secs[s * SP_NUM_TASK_KINDS + order[o]] = t[reps / 2];
+        }
+    free(t);
+    return st;
 }
 
 const sp_program *sp_reference_program(const sp_reference *r) { return r ? r->p : NULL; }

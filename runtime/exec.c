@@ -10,6 +10,7 @@
 #include <starpu_cublas_v2.h>
 #endif
 
+#include "codelets/cpu/kernels.h"
 #include "runtime/binding_impl.h"
 #include "runtime/exec_impl.h"
 
@@ -23,6 +24,8 @@ static struct {
     sp_exec_opts opts;
     int in_step;
     double step_t0;       /* starpu_timing_now() at begin_step */
+    double epoch;         /* starpu_timing_now() right after a barrier at init: the
+                             origin of the clock all ranks share (sp_exec_step_origin_us) */
     /* Sequence numbers submitted in this step: seen[s] for duplicates, gaps at end. */
     unsigned char *seen;
     size_t seen_cap, nsubmitted;
@@ -80,6 +83,8 @@ static void trace_add(const char *name, uint32_t seq, double t0, double t1, int 
 }
 
 int sp_exec_tracing(void) { return X.opts.trace; }
+
+double sp_exec_step_origin_us(void) { return X.step_t0 - X.epoch; }
 
 void sp_exec_trace_transfer(int is_send, uint32_t msg, int peer, double posted, double done)
 {
@@ -634,6 +639,13 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     int up = 0, level = 0;
     SP_MPI_CHECK(MPI_Initialized(&up));
     if (!up) {
+        /* OpenMPI's polling never yields the core unless the node is oversubscribed, and
+         * StarPU-MPI's progress thread polls while any request is pending: on a rank with
+         * one core it took half of it from the worker (runtime/README.md). Yielding costs
+         * a system call per idle poll where the thread has a core of its own, and gives
+         * the worker the core where it has not. Only ours to set before MPI starts, and
+         * a user's own choice (mpirun --mca, the environment) wins. */
+        setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
         /* StarPU-MPI needs SERIALIZED (its progress thread and ours call MPI); MULTIPLE
          * also covers our agreement collectives while its thread is parked. */
         SP_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &level));
@@ -657,11 +669,13 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     if (st)
         return st;
     sp_binding_apply(&b);
-    if (X.opts.verbose)
+    if (X.opts.verbose) {
+        const char *y = getenv("OMPI_MCA_mpi_yield_when_idle");
         fprintf(stderr, "starpipe: rank %d (local %d of %d): %d CPU worker(s), %s, MPI "
-                "progress thread %s\n", sp_exec_rank_, b.local_rank, b.local_size,
-                b.nworkers, b.desc, getenv("STARPU_MPI_NOBIND") ? "unbound" : "on the "
-                "last worker's core");
+                "progress thread %s%s\n", sp_exec_rank_, b.local_rank, b.local_size,
+                b.nworkers, b.desc, getenv("STARPU_MPI_NOBIND") ? "unbound" : "on its own core",
+                y && strcmp(y, "0") ? ", yields when idle" : "");
+    }
 
     if (X.opts.watchdog_s > 0) {
         char us[32];
@@ -680,6 +694,14 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
 #ifdef STARPU_USE_CUDA
     starpu_cublas_init(); /* one handle per CUDA worker, bound to its stream */
 #endif
+    /* The CPU kernels' bits and speed must not depend on how the rank was launched:
+     * OpenBLAS would otherwise run its own thread pool inside our tasks whenever the
+     * launcher leaves the rank more than one core (--bind-to none, -np > 2). */
+    sp_kernels_init();
+    /* A clock origin shared by every rank, for traces and message latencies: one host's
+     * ranks read the same monotonic clock, so the skew is the barrier's exit skew. */
+    SP_MPI_CHECK(MPI_Barrier(X.comm));
+    X.epoch = starpu_timing_now();
     X.started = 1;
     return sp_comm_check_tag_space();
 }

@@ -54,6 +54,10 @@ struct sp_trainer {
     size_t nhost, caphost;
     sp_exec_buf **pool_free; /* per-microbatch buffers not in use */
     size_t nfree, capfree, npooled, pool_bytes;
+    /* the last step's instruction times of every actor, seconds on the ranks' common
+     * clock, -1 where nothing was measured: [actor][instr] rows of one allocation */
+    double **tstart, **tend, *tbuf;
+    int tmax; /* longest actor program */
 };
 
 static int owns(const sp_trainer *t, int stage) { return t->plan->stage_actor[stage] == t->rank; }
@@ -469,6 +473,35 @@ static sp_status record_events(sp_trainer *t)
     return SP_OK;
 }
 
+/* Every actor's instruction times of the step, on every rank: each rank fills its own
+ * row, the others add zeros (exact), so one allreduce gathers them all. */
+static sp_status gather_times(sp_trainer *t)
+{
+    const sp_plan *pl = t->plan;
+    size_t cells = (size_t)pl->nactors * (size_t)t->tmax;
+    if (!t->tbuf) {
+        t->tbuf = malloc(2 * cells * sizeof *t->tbuf + 1);
+        t->tstart = malloc((size_t)pl->nactors * sizeof *t->tstart);
+        t->tend = malloc((size_t)pl->nactors * sizeof *t->tend);
+        if (!t->tbuf || !t->tstart || !t->tend) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+        for (int a = 0; a < pl->nactors; a++) {
+            t->tstart[a] = t->tbuf + (size_t)a * t->tmax;
+            t->tend[a] = t->tbuf + cells + (size_t)a * t->tmax;
+        }
+    }
+    memset(t->tbuf, 0, 2 * cells * sizeof *t->tbuf);
+    double *mine = t->tstart[t->rank], *mine_end = t->tend[t->rank];
+    for (int i = 0; i < pl->ninstr[t->rank]; i++) mine[i] = mine_end[i] = -1;
+    double origin = sp_exec_step_origin_us();
+    for (int e = 0; e < t->nevents; e++) {
+        const sp_train_event *ev = &t->events[e];
+        if (ev->instr < 0) continue;
+        mine[ev->instr] = 1e-6 * (origin + ev->start_us);
+        mine_end[ev->instr] = 1e-6 * (origin + ev->end_us);
+    }
+    return sp_exec_allreduce_sum(t->tbuf, 2 * cells, 1);
+}
+
 sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stats *stats)
 {
     if (!t || !inputs) return sp_set_error(SP_ERR_ARG, "sp_trainer_step: NULL argument");
@@ -494,7 +527,6 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
     int n = pl->ninstr[t->rank];
     if ((st = sp_exec_begin_step())) return st;
     t->seq = 0;
-    double p0 = now();
     for (int i = 0; i < n && st == SP_OK; i++) {
         const sp_instr *in = &prog[i];
         if (is_update_phase(in)) continue;
@@ -519,11 +551,15 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
         pool_give(t, &t->h_egrad[i]);
     }
     sp_status end = sp_exec_end_step(); /* always: the other ranks wait for us */
-    double span = now() - p0;
     if (st) /* a local submit error: make it everyone's, then stop */
         sp_exec_abort(1, "step %d: %s", t->steps + 1, sp_last_error());
     if (end) return end;
-    if (t->o.trace && (st = record_events(t))) return st;
+    sp_run_measure run = { 0 };
+    if (t->o.trace && ((st = record_events(t)) || (st = gather_times(t)) ||
+                       (st = sp_plan_measure(pl, sp_program_stage_model(t->p),
+                                             (const double *const *)t->tstart,
+                                             (const double *const *)t->tend, &run))))
+        return st;
 
     /* the loss, from the last stage's rank to all */
     int last = pl->stage_actor[t->S - 1];
@@ -540,31 +576,30 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
     if (st || (st = sp_exec_bcast(&loss, sizeof loss, last))) return st;
 
     /* phase 2: norm, clip, update */
-    double *v = calloc((size_t)t->S + (size_t)pl->nactors, sizeof(double));
+    double *v = calloc((size_t)t->S, sizeof(double));
     if (!v) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
     for (int s = 0; s < t->S && st == SP_OK; s++)
         if (owns(t, s) && !(st = sp_exec_buf_acquire(t->h_grads[s], SP_EXEC_R, &ptr))) {
             v[s] = sp_optim_sumsq(t->p, s, ptr);
             st = sp_exec_buf_release(t->h_grads[s]);
         }
-    /* idle share of this rank in phase 1, for the bubble */
-    double busy = 0.0;
-    for (int e = 0; e < t->nevents; e++)
-        if (!t->events[e].transfer) busy += t->events[e].end_us - t->events[e].start_us;
-    v[t->S + t->rank] = span > 0 ? 1.0 - 1e-6 * busy / span : 0.0;
-    if (st == SP_OK) st = sp_exec_allreduce_sum(v, (size_t)t->S + (size_t)pl->nactors, 1);
-    double norm = 0.0, bubble = 0.0;
+    if (st == SP_OK) st = sp_exec_allreduce_sum(v, (size_t)t->S, 1);
+    double norm = 0.0;
     float scale = st == SP_OK ? sp_optim_clip_scale(&t->o.opt, v, t->S, &norm) : 1.0f;
-    for (int a = 0; a < pl->nactors; a++) bubble += v[t->S + a] / pl->nactors;
     int bad = sp_optim_nonfinite_stage(v, t->S, loss);
     int bad_is_loss = bad >= 0 && isfinite(v[bad]);
     free(v);
     if (st) return st;
     if (stats) {
-        stats->loss = loss;
-        stats->grad_norm = norm;
-        stats->bubble = t->o.trace ? bubble : 0.0;
-        stats->skipped = bad >= 0;
+        *stats = (sp_step_stats){ .loss = loss, .grad_norm = norm, .skipped = bad >= 0 };
+        if (t->o.trace) {
+            stats->bubble = run.bubble;
+            stats->span_s = run.span;
+            stats->plan_bubble = run.replay_bubble;
+            stats->plan_span_s = run.replay_span;
+            stats->wait_median_s = run.wait_median;
+            stats->wait_p90_s = run.wait_p90;
+        }
     }
     if (bad >= 0) { /* the same decision on every rank: v was allreduced */
         if (stats) stats->step_s = now() - t0;
@@ -679,6 +714,8 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
         const sp_instr *in = &t->plan->instr[t->rank][i];
         if (in->op == SP_OP_SEND || in->op == SP_OP_RECV) t->msg_instr[in->seq] = i;
     }
+    for (int a = 0; a < t->plan->nactors; a++)
+        if (t->plan->ninstr[a] > t->tmax) t->tmax = t->plan->ninstr[a];
     if ((st = alloc_arrays(t))) goto out;
     for (int i = 0, k = 0; i < sp_graph_num_params(t->g); i++) {
         sp_tensor x = sp_graph_param(t->g, i);
@@ -744,6 +781,7 @@ void sp_trainer_free(sp_trainer *t)
     free(t->input_host), free(t->h_loss), free(t->shared_param);
     free(t->h_sgrad), free(t->h_sparam), free(t->seq_task), free(t->events), free(t->msg_instr);
     free(t->nccl_of), free(t->ncalls);
+    free(t->tbuf), free(t->tstart), free(t->tend);
     sp_plan_free(t->plan);
     free(t);
 }
@@ -793,13 +831,14 @@ sp_status sp_trainer_fetch(sp_trainer *t, sp_tensor param, int what, float *dst)
         return sp_set_error(SP_ERR_ARG, "sp_trainer_fetch: bad argument");
     int o = sp_program_param_owner(t->p, param);
     int64_t n = sp_tensor_numel(t->g, param);
-    memset(dst, 0, (size_t)n * sizeof(float));
     if (owns(t, o)) {
         const float *src = host_slab(t, what, o);
         if (!src) return sp_set_error(SP_ERR_RUNTIME, "sp_trainer_fetch: %s", sp_last_error());
         memcpy(dst, src + sp_program_param_offset(t->p, o, param), (size_t)n * sizeof(float));
     }
-    return sp_exec_allreduce_sum(dst, (size_t)n, 0); /* x + 0 + ... = x: exact */
+    /* a broadcast from the owner, not a sum with the others' zeros: -0.0 + 0.0 is +0.0,
+     * and the bits must not depend on how many ranks there are */
+    return sp_exec_bcast(dst, (size_t)n * sizeof(float), t->plan->stage_actor[o]);
 }
 
 sp_status sp_trainer_store(sp_trainer *t, sp_tensor param, int what, const float *src)
@@ -830,67 +869,51 @@ sp_status sp_trainer_trace(sp_trainer *t, const sp_train_event **events, int *n)
 
 /* ---- timeline of what ran --------------------------------------------------------- */
 
-typedef struct {
-    int32_t instr;
-    double start, end; /* seconds since the step began */
-} timed_instr;
-
 sp_status sp_trainer_write_timeline(sp_trainer *t, const char *json_path, const char *svg_path)
 {
     if (!t) return sp_set_error(SP_ERR_ARG, "sp_trainer_write_timeline: NULL");
+    if (!t->tbuf)
+        return sp_set_error(SP_ERR_ARG, "sp_trainer_write_timeline: no step was traced");
+    if (t->rank != 0) return SP_OK;
     const sp_plan *pl = t->plan;
-    int maxn = 0;
-    for (int a = 0; a < pl->nactors; a++)
-        if (pl->ninstr[a] > maxn) maxn = pl->ninstr[a];
-    size_t bytes = (size_t)maxn * sizeof(timed_instr);
-    timed_instr *mine = calloc((size_t)maxn + 1, sizeof *mine);
-    timed_instr *all = t->rank == 0 ? calloc((size_t)pl->nactors * maxn + 1, sizeof *all) : NULL;
-    if (!mine || (t->rank == 0 && !all)) {
-        free(mine), free(all);
-        return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
-    }
-    for (int j = 0; j < maxn; j++) mine[j].instr = -1;
-    int k = 0;
-    for (int e = 0; e < t->nevents && k < maxn; e++)
-        if (t->events[e].instr >= 0)
-            mine[k++] = (timed_instr){ t->events[e].instr, 1e-6 * t->events[e].start_us,
-                                       1e-6 * t->events[e].end_us };
-    sp_status st = sp_exec_gather(mine, bytes, all, 0);
-    free(mine);
-    if (st || t->rank != 0) {
-        free(all);
-        return st;
-    }
-    sp_sim_result r = { .nactors = pl->nactors };
+    sp_status st = SP_OK;
+    sp_sim_result r = { .nactors = pl->nactors, .nmessages = pl->nmessages,
+                        .async_transfers = 1 };
     r.busy = calloc((size_t)pl->nactors, sizeof(double));
     r.idle = calloc((size_t)pl->nactors, sizeof(double));
     r.start = calloc((size_t)pl->nactors, sizeof(double *));
     r.end = calloc((size_t)pl->nactors, sizeof(double *));
+    if (!r.busy || !r.idle || !r.start || !r.end) st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    /* times from the first measured start; instructions not measured drawn as empty */
+    double t0 = -1;
+    for (int a = 0; st == SP_OK && a < pl->nactors; a++)
+        for (int i = 0; i < pl->ninstr[a]; i++)
+            if (t->tstart[a][i] >= 0 && (t0 < 0 || t->tstart[a][i] < t0)) t0 = t->tstart[a][i];
     for (int a = 0; st == SP_OK && a < pl->nactors; a++) {
         r.start[a] = calloc((size_t)pl->ninstr[a] + 1, sizeof(double));
         r.end[a] = calloc((size_t)pl->ninstr[a] + 1, sizeof(double));
-        if (!r.start[a] || !r.end[a]) st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
-        for (int j = 0; st == SP_OK && j < maxn; j++) {
-            const timed_instr *x = &all[(size_t)a * maxn + j];
-            if (x->instr < 0 || x->instr >= pl->ninstr[a]) continue;
-            r.start[a][x->instr] = x->start;
-            r.end[a][x->instr] = x->end;
-            int op = pl->instr[a][x->instr].op;
-            if (op != SP_OP_SEND && op != SP_OP_RECV) r.busy[a] += x->end - x->start;
-            if (x->end > r.step_time) r.step_time = x->end;
+        if (!r.start[a] || !r.end[a]) {
+            st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+            break;
+        }
+        for (int i = 0; i < pl->ninstr[a]; i++) {
+            if (t->tstart[a][i] < 0) continue;
+            r.start[a][i] = t->tstart[a][i] - t0;
+            r.end[a][i] = t->tend[a][i] - t0;
+            int op = pl->instr[a][i].op;
+            if (op != SP_OP_SEND && op != SP_OP_RECV) r.busy[a] += r.end[a][i] - r.start[a][i];
+            if (r.end[a][i] > r.step_time) r.step_time = r.end[a][i];
         }
     }
     double idle = 0;
-    for (int a = 0; a < pl->nactors; a++) idle += r.idle[a] = r.step_time - r.busy[a];
+    for (int a = 0; st == SP_OK && a < pl->nactors; a++) idle += r.idle[a] = r.step_time - r.busy[a];
     r.bubble_fraction = r.step_time > 0 ? idle / (pl->nactors * r.step_time) : 0;
-    r.nmessages = pl->nmessages;
-    r.async_transfers = 1;
     if (st == SP_OK && json_path) st = sp_sim_write_trace(pl, &r, json_path);
     if (st == SP_OK && svg_path) st = sp_sim_write_svg(pl, &r, svg_path);
     for (int a = 0; a < pl->nactors; a++) {
         if (r.start) free(r.start[a]);
         if (r.end) free(r.end[a]);
     }
-    free(r.start), free(r.end), free(r.busy), free(r.idle), free(all);
+    free(r.start), free(r.end), free(r.busy), free(r.idle);
     return st;
 }

@@ -167,12 +167,11 @@ sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
                 qhead[ch] = m->next;
                 if (qhead[ch] < 0) qtail[ch] = -1;
                 clock[a] = m->done > t ? m->done : t;
-            } else if (in->op == SP_OP_RUN) {
-                dur = task_time(model, cfg, in->task);
-            } else if (in->op == SP_OP_COMBINE) {
-                dur = cfg->combine_time;
-            } else if (in->op == SP_OP_OPTIMIZER) {
-                dur = cfg->optimizer_time;
+            } else if (in->op == SP_OP_RUN || in->op == SP_OP_COMBINE ||
+                       in->op == SP_OP_OPTIMIZER) {
+                dur = cfg->instr_time ? cfg->instr_time[a][pc[a]]
+                    : in->op == SP_OP_RUN ? task_time(model, cfg, in->task)
+                    : in->op == SP_OP_COMBINE ? cfg->combine_time : cfg->optimizer_time;
             }
             if (in->op == SP_OP_RECV || in->op == SP_OP_SEND) {
                 r->start[a][pc[a]] = t;

@@ -174,6 +174,11 @@ typedef struct sp_exec_record {
     double start_us, end_us;    /* since sp_exec_begin_step */
 } sp_exec_record;
 
+/* When the current (or last) step began on this rank, in microseconds of a clock all
+ * ranks share (its origin is a barrier in sp_exec_init; ranks of one host read the same
+ * monotonic clock). Add it to a record's times to compare them across ranks. */
+double sp_exec_step_origin_us(void);
+
 /* Records of the tasks that ran in the current (or last ended) step, and of its
  * transfers (from posting to completion), in the order they started; valid until the
  * next sp_exec_begin_step. Empty unless opts.trace was set. */

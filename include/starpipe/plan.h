@@ -248,6 +248,9 @@ typedef struct {
     double bandwidth;   /* bytes per time unit; 0 = infinite */
     double combine_time;   /* per COMBINE instruction */
     double optimizer_time; /* per OPTIMIZER instruction */
+    /* [actor][instruction]: when given, each RUN, COMBINE and OPTIMIZER takes its own
+     * time from here (a replay of measured durations) instead of the above */
+    const double *const *instr_time;
     int rendezvous;     /* 1: a SEND also blocks until its RECV is posted (NCCL-like) */
 } sp_sim_config;
 
@@ -275,6 +278,30 @@ void sp_sim_result_free(sp_sim_result *r);
  * actor, a box per task coloured by kind, labelled with its microbatch. */
 sp_status sp_sim_write_trace(const sp_plan *plan, const sp_sim_result *r, const char *path);
 sp_status sp_sim_write_svg(const sp_plan *plan, const sp_sim_result *r, const char *path);
+
+/* ------------------------------------------------------------------ measured runs */
+
+/* A measured run of a plan next to what the schedule allows with the same tasks. */
+typedef struct {
+    double span;          /* first measured start to last measured end, all actors */
+    double busy;          /* sum of the measured RUN and COMBINE durations */
+    double bubble;        /* 1 - busy / (p * span) */
+    double replay_span;   /* the plan simulated with each instruction's measured duration
+                             and free, instant messages: the schedule's bound for this run */
+    double replay_bubble;
+    /* Message waits: for each received buffer, its consumer's start minus the later of
+     * its producer's end (on the sender) and the consumer actor's previous task end, i.e.
+     * how long a task that could have run waited for communication and the runtime. */
+    int nwaits;
+    double wait_median, wait_p90, wait_max;
+} sp_run_measure;
+
+/* start/end: [actor][instruction] times on a clock all actors share; a negative start
+ * marks an instruction that was not measured (it takes no time in the replay). Only RUN
+ * and COMBINE instructions count as work. */
+sp_status sp_plan_measure(const sp_plan *plan, const sp_stage_model *model,
+                          const double *const *start, const double *const *end,
+                          sp_run_measure *out);
 
 #ifdef __cplusplus
 }

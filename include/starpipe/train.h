@@ -34,8 +34,14 @@ typedef struct {
     float loss;         /* mean over the microbatches, as the reference computes it */
     double step_s;      /* wall time of the step, all phases */
     double grad_norm;   /* global gradient norm before clipping */
-    double bubble;      /* idle share of the actors during the pipelined phase, from the
-                           executed tasks (only when opts.trace) */
+    /* The pipelined phase, from the executed tasks of every rank (only when opts.trace;
+     * else 0): its span (first task start to last task end) and bubble, 1 - busy /
+     * (actors x span); the same for the plan replayed with this step's own task durations
+     * and instant messages (sp_plan_measure), i.e. what the schedule allows with these
+     * tasks; and how long tasks that could have run waited for a message (median, p90). */
+    double bubble, span_s;
+    double plan_bubble, plan_span_s;
+    double wait_median_s, wait_p90_s;
     int skipped;        /* the update was skipped: non-finite loss or gradient, and
                            opts.opt.skip_nonfinite */
 } sp_step_stats;
@@ -96,9 +102,9 @@ typedef struct {
 } sp_train_event;
 sp_status sp_trainer_trace(sp_trainer *t, const sp_train_event **events, int *n);
 
-/* Gathers the last step's events of every rank and writes, on rank 0, a Chrome
- * trace-event JSON (Perfetto) and an SVG timeline (a row per actor, a box per task) of
- * what really ran. Either path may be NULL. Collective. */
+/* Writes, on rank 0, a Chrome trace-event JSON (Perfetto) and an SVG timeline (a row per
+ * actor, a box per task) of what really ran in the last step on every rank (opts.trace;
+ * the step gathered the times). Either path may be NULL. Call it on every rank. */
 sp_status sp_trainer_write_timeline(sp_trainer *t, const char *json_path, const char *svg_path);
 
 #ifdef __cplusplus
