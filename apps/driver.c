@@ -330,6 +330,10 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         fill_inputs(m, o, p, nmb, step, in);
         sp_step_stats stats;
         if (sp_trainer_step(t, (const void *const *)in, &stats) != SP_OK) {
+            /* lost on this rank only (watchdog, submission): its peers may be waiting for
+             * it, so this rank ends them all with its own message */
+            if (!sp_exec_usable())
+                sp_exec_abort(1, "%s: error at step %d: %s", m->name, step, sp_last_error());
             if (me == 0) fprintf(stderr, "%s: error at step %d: %s\n", m->name, step, sp_last_error());
             code = 1;
             goto out;

@@ -32,6 +32,7 @@ const char *sp_status_name(sp_status s)
     case SP_ERR_RUNTIME: return "SP_ERR_RUNTIME";
     case SP_ERR_FORMAT: return "SP_ERR_FORMAT";
     case SP_ERR_NUMERIC: return "SP_ERR_NUMERIC";
+    case SP_ERR_TIMEOUT: return "SP_ERR_TIMEOUT";
     }
     return "SP_ERR_UNKNOWN";
 }

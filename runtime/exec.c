@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include <starpu_mpi.h>
 #ifdef STARPU_USE_CUDA
@@ -23,6 +24,8 @@ static struct {
     MPI_Comm comm;        /* our own duplicate of MPI_COMM_WORLD for agreement */
     sp_exec_opts opts;
     int in_step;
+    int broken;           /* a step was given up (watchdog, local error): StarPU still holds
+                             its tasks, so every later call fails at once instead of waiting */
     double step_t0;       /* starpu_timing_now() at begin_step */
     double epoch;         /* starpu_timing_now() right after a barrier at init: the
                              origin of the clock all ranks share (sp_exec_step_origin_us) */
@@ -34,6 +37,7 @@ static struct {
 
 /* ---- failure of a task: first one wins, later tasks of the step skip their work ---- */
 static atomic_int step_failed;
+static atomic_ulong tasks_done; /* tasks finished since init: the watchdog's progress */
 static starpu_pthread_mutex_t fail_lock = STARPU_PTHREAD_MUTEX_INITIALIZER;
 static char fail_msg[512];
 
@@ -116,6 +120,13 @@ sp_status sp_exec_trace(const sp_exec_record **records, size_t *n)
     return SP_OK;
 }
 
+/* The error of every call after a step was given up (sp_exec_cancel_step, watchdog). */
+static sp_status broken_error(const char *what)
+{
+    return sp_set_error(SP_ERR_RUNTIME, "%s: the executor gave up a step and cannot go on; "
+                        "end the process (sp_exec_abort)", what);
+}
+
 /* ---- the generic codelet ---- */
 
 /* cl_arg of every task: what to call, and a copy of the caller's argument struct. */
@@ -174,6 +185,7 @@ static void run_task(void *descr[], struct task_args *a, impl_call call)
     if (rc)
         fail_step("rank %d: task '%s' (seq %u) failed with code %d", sp_exec_rank_, a->name,
                   a->seq, rc);
+    atomic_fetch_add(&tasks_done, 1);
     if (ptrs != ptr_stack) {
         free(ptrs);
         free(counts);
@@ -408,6 +420,10 @@ sp_status sp_exec_buf_unregister(sp_exec_buf *b)
 {
     if (!b)
         return SP_OK;
+    if (X.broken) { /* tasks of the lost step may still hold it: leave it to the exit */
+        free(b);
+        return broken_error("sp_exec_buf_unregister");
+    }
     starpu_data_unregister(b->handle);
     free(b);
     return SP_OK;
@@ -419,6 +435,8 @@ sp_status sp_exec_buf_acquire(sp_exec_buf *b, sp_exec_mode mode, void **ptr)
 {
     if (!b || !ptr || (mode != SP_EXEC_R && mode != SP_EXEC_W && mode != SP_EXEC_RW))
         return sp_set_error(SP_ERR_ARG, "sp_exec_buf_acquire: bad arguments");
+    if (X.broken)
+        return broken_error("sp_exec_buf_acquire");
     SP_STARPU_CHECK(starpu_data_acquire(b->handle, starpu_mode(mode)));
     *ptr = (void *)starpu_vector_get_local_ptr(b->handle);
     return SP_OK;
@@ -434,10 +452,58 @@ sp_status sp_exec_buf_release(sp_exec_buf *b)
 
 /* ---- steps ---- */
 
+int sp_exec_usable(void) { return X.started && !X.broken; }
+
+void sp_exec_cancel_step(void)
+{
+    if (X.started && X.in_step) {
+        X.in_step = 0;
+        X.broken = 1;
+    }
+}
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* Waits for this rank's tasks of the step. With a watchdog, gives up when tasks are
+ * pending and none has finished for watchdog_s seconds: a hung task or a message that
+ * never comes cannot be recalled, so the step is lost and the executor with it. */
+static sp_status wait_tasks(void)
+{
+    if (X.opts.watchdog_s <= 0) {
+        SP_STARPU_CHECK(starpu_task_wait_for_all());
+        return SP_OK;
+    }
+    unsigned long seen = atomic_load(&tasks_done);
+    double quiet_since = seconds_now();
+    int pending;
+    while ((pending = starpu_task_nsubmitted()) > 0) {
+        nanosleep(&(struct timespec){ 0, 2000000 }, NULL); /* the main thread only watches */
+        unsigned long done = atomic_load(&tasks_done);
+        if (done != seen) {
+            seen = done;
+            quiet_since = seconds_now();
+        } else if (seconds_now() - quiet_since > X.opts.watchdog_s) {
+            X.broken = 1;
+            return sp_set_error(SP_ERR_TIMEOUT, "rank %d: no task finished for %.1f s while %d "
+                                "are pending: a message that never arrives, a hung task, or a "
+                                "peer that died", sp_exec_rank_, X.opts.watchdog_s, pending);
+        }
+    }
+    SP_STARPU_CHECK(starpu_task_wait_for_all());
+    return SP_OK;
+}
+
 sp_status sp_exec_begin_step(void)
 {
     if (!X.started)
         return sp_set_error(SP_ERR_ARG, "sp_exec_begin_step: sp_exec_init first");
+    if (X.broken)
+        return broken_error("sp_exec_begin_step");
     if (X.in_step)
         return sp_set_error(SP_ERR_ARG, "sp_exec_begin_step: step %llu has not ended",
                             (unsigned long long)sp_exec_step_);
@@ -477,8 +543,12 @@ sp_status sp_exec_end_step(void)
                   X.nsubmitted, X.max_seq, hole);
     }
 
-    /* All tasks here, then all pending MPI requests everywhere (a barrier). */
-    SP_STARPU_CHECK(starpu_task_wait_for_all());
+    /* All tasks here, then all pending MPI requests everywhere (a barrier). A rank whose
+     * watchdog fired returns at once: its peers' barrier then waits for a process that is
+     * about to end, and the launcher ends them with it. */
+    sp_status st = wait_tasks();
+    if (st)
+        return st;
     SP_STARPU_CHECK(starpu_mpi_wait_for_all(MPI_COMM_WORLD));
 
     /* Agreement: every rank returns the error of the lowest failing rank. */
@@ -506,6 +576,8 @@ static sp_status between_steps(const char *what)
 {
     if (!X.started)
         return sp_set_error(SP_ERR_ARG, "%s: sp_exec_init has not been called", what);
+    if (X.broken)
+        return broken_error(what);
     if (X.in_step)
         return sp_set_error(SP_ERR_ARG, "%s: only between steps", what);
     return SP_OK;
@@ -601,14 +673,6 @@ _Noreturn void sp_exec_abort(int code, const char *fmt, ...)
     exit(code);
 }
 
-static void watchdog_fired(void *arg)
-{
-    (void)arg;
-    sp_exec_abort(3, "no task finished for %.1f s while %d are pending: a message that "
-                  "never arrives, a hung task, or a peer that died", X.opts.watchdog_s,
-                  starpu_task_nsubmitted());
-}
-
 /* STARPU_SCHED naming a built-in policy would silently replace ours: StarPU prefers the
  * variable to starpu_conf.sched_policy. Our order is a correctness property (the
  * schedule's memory bound and message order rest on it), so refuse rather than run. */
@@ -677,12 +741,6 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
                 y && strcmp(y, "0") ? ", yields when idle" : "");
     }
 
-    if (X.opts.watchdog_s > 0) {
-        char us[32];
-        snprintf(us, sizeof us, "%lld", (long long)(X.opts.watchdog_s * 1e6));
-        setenv("STARPU_WATCHDOG_TIMEOUT", us, 1);
-        starpu_task_watchdog_set_hook(watchdog_fired, NULL);
-    }
 
     struct starpu_conf conf;
     SP_STARPU_CHECK(starpu_conf_init(&conf));
@@ -710,6 +768,8 @@ sp_status sp_exec_shutdown(void)
 {
     if (!X.started)
         return sp_set_error(SP_ERR_ARG, "sp_exec_shutdown: not initialized");
+    if (X.broken) /* StarPU would wait forever for the lost step's tasks */
+        return broken_error("sp_exec_shutdown");
     X.started = 0;
 #ifdef STARPU_USE_CUDA
     starpu_task_wait_for_all();

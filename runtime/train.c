@@ -550,9 +550,11 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
         pool_give(t, &t->h_efwd[i]);
         pool_give(t, &t->h_egrad[i]);
     }
-    sp_status end = sp_exec_end_step(); /* always: the other ranks wait for us */
-    if (st) /* a local submit error: make it everyone's, then stop */
-        sp_exec_abort(1, "step %d: %s", t->steps + 1, sp_last_error());
+    if (st) { /* a local submission error the peers cannot know of: the step is lost */
+        sp_exec_cancel_step();
+        return st;
+    }
+    sp_status end = sp_exec_end_step();
     if (end) return end;
     sp_run_measure run = { 0 };
     if (t->o.trace && ((st = record_events(t)) || (st = gather_times(t)) ||
@@ -615,8 +617,11 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
         if (!is_update_phase(in)) continue;
         st = in->op == SP_OP_OPTIMIZER ? do_optimizer(t, in->stage, scale) : do_transfer(t, in);
     }
+    if (st) {
+        sp_exec_cancel_step();
+        return st;
+    }
     end = sp_exec_end_step();
-    if (st) sp_exec_abort(1, "step %d: %s", t->steps + 1, sp_last_error());
     if (end) return end;
     t->steps++;
     if (stats) stats->step_s = now() - t0;

@@ -3,6 +3,7 @@
  * of the step has been popped; tasks without a sequence number (StarPU-MPI's or any
  * library's own) go through a FIFO that is always served first, so they never wait. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -227,6 +228,18 @@ static struct starpu_task *pop_task(unsigned ctx)
     return t;
 }
 
+/* After a task its outputs are released, and a send waiting for them has become a ready
+ * request of StarPU-MPI's progress thread. Where that thread shares the worker's core it
+ * polls with sched_yield (runtime/README.md) and is not woken: the worker would keep the
+ * core for the rest of its time slice (up to 4 ms) with the send not even posted, while
+ * the peer waits for it. One yield here lets the thread post it now; with nothing else
+ * runnable on the core it returns at once. */
+static void post_exec_hook(struct starpu_task *task, unsigned ctx)
+{
+    (void)task, (void)ctx;
+    sched_yield();
+}
+
 sp_status sp_policy_begin_step(void)
 {
     struct sp_policy_data *d = policy_data(main_ctx);
@@ -264,6 +277,7 @@ struct starpu_sched_policy sp_policy = {
     .add_workers = add_workers,
     .push_task = push_task,
     .pop_task = pop_task,
+    .post_exec_hook = post_exec_hook,
     .policy_name = "starpipe",
     .policy_description = "starpipe: pops each actor's tasks in plan (sequence) order",
     .worker_type = STARPU_WORKER_LIST,

@@ -33,8 +33,9 @@ extern "C" {
 typedef struct sp_exec_opts {
     int ncpus;          /* CPU workers per rank; <= 0: 1 (an actor runs its tasks in order) */
     int trace;          /* 1: record every task that runs, read with sp_exec_trace */
-    double watchdog_s;  /* > 0: abort every rank when tasks are pending and none has
-                           finished for this long (a lost message, a dead peer) */
+    double watchdog_s;  /* > 0: sp_exec_end_step gives up (SP_ERR_TIMEOUT) when tasks are
+                           pending and none has finished for this long (a hung task, a lost
+                           message, a dead peer) */
     int verbose;        /* 1: each rank prints its core set and progress-thread setup */
 } sp_exec_opts;
 
@@ -52,8 +53,9 @@ int sp_exec_num_cuda(void);
 void *sp_exec_cublas_handle(void);
 
 /* Prints "starpipe: rank R: message" on stderr and makes every rank exit with a non-zero
- * code promptly (MPI_Abort). For an error one rank cannot recover from, e.g. bad input
- * seen by one rank only: the other ranks would otherwise wait for it forever. */
+ * code promptly (MPI_Abort). For the application, never called by the library: for an
+ * error one rank cannot recover from (bad input seen by one rank only, an executor that
+ * is no longer usable), where the other ranks would otherwise wait for it forever. */
 _Noreturn void sp_exec_abort(int code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
@@ -90,8 +92,18 @@ sp_status sp_exec_begin_step(void);
 /* Waits for all tasks and transfers of the step on every rank (collective), then agrees
  * on the outcome: SP_OK on all ranks, or on all ranks the error of the lowest failing
  * rank with its message. A failed task does not stop the step: later tasks on its rank
- * skip their function, transfers still complete, so no peer waits forever. */
+ * skip their function, transfers still complete, so no peer waits forever.
+ * With opts.watchdog_s, a rank whose tasks stop finishing returns SP_ERR_TIMEOUT at once,
+ * without agreement (its peers may be waiting for it), and the executor is unusable. */
 sp_status sp_exec_end_step(void);
+
+/* Gives up the current step after a local error the peers cannot know of (a submission
+ * that failed half-way): its tasks and messages cannot be recalled. Afterwards, as after a
+ * watchdog timeout, sp_exec_usable() is 0 and every call fails at once instead of waiting
+ * (unregister, acquire, shutdown included): the process must end, and sp_exec_abort ends
+ * its peers with it. The library never ends the process itself. */
+void sp_exec_cancel_step(void);
+int sp_exec_usable(void);
 
 /* ---- transfers (comm/) ----
  * msg: the plan's message number, unique within a step for this (src, dst) pair or

@@ -18,7 +18,8 @@ typedef enum {
     SP_ERR_NOMEM = 6,   /* an allocation failed */
     SP_ERR_RUNTIME = 7, /* StarPU, MPI, CUDA or NCCL reported a failure */
     SP_ERR_FORMAT = 8,  /* a file is malformed (schedule text, checkpoint) */
-    SP_ERR_NUMERIC = 9  /* a loss or gradient is not finite */
+    SP_ERR_NUMERIC = 9, /* a loss or gradient is not finite */
+    SP_ERR_TIMEOUT = 10 /* the watchdog saw no progress: a hung task or a lost peer */
 } sp_status;
 
 /* Message of the last failure on this thread ("" if none). */

@@ -59,7 +59,11 @@ const sp_plan *sp_trainer_plan(const sp_trainer *t);
 /* One step. inputs[i * ninputs + k]: microbatch i of graph input k (every rank passes
  * the whole batch; each reads what its stages use). Collective; the same status and
  * stats on every rank. A non-finite loss or gradient fails with SP_ERR_NUMERIC naming
- * the step and the first stage affected, or skips the update (opts.opt.skip_nonfinite). */
+ * the step and the first stage affected, or skips the update (opts.opt.skip_nonfinite).
+ * A failed task fails the step on every rank (SP_ERR_RUNTIME, naming rank and task); the
+ * trainer stays usable. Some failures lose the step on one rank only (the watchdog's
+ * SP_ERR_TIMEOUT, a submission error): then sp_exec_usable() is 0, and the caller should
+ * end every rank (sp_exec_abort). Nothing here ends the process. */
 sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stats *stats);
 
 /* Host copies of this rank's stage slabs, for checks and checkpoints: PARAMS, GRADS

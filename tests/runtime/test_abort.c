@@ -3,8 +3,12 @@
  *   task:      rank 1's task fails; all ranks must agree on the error at end of step,
  *              then rank 1 aborts while the others wait for its next message.
  *   abort:     rank 1 aborts mid-step while the others wait for its message.
+ *   watchdog:  rank 1's task hangs; the watchdog makes end_step return SP_ERR_TIMEOUT to
+ *              the caller (the library does not end the process), later calls fail at
+ *              once instead of waiting, and the caller ends every rank itself.
  *   sched-env: STARPU_SCHED names another policy; init must refuse on every rank. */
 #include <string.h>
+#include <time.h>
 
 #include "rt_check.h"
 
@@ -16,6 +20,12 @@ static int work(void *const *bufs, const size_t *counts, int nbufs, const void *
     for (size_t i = 0; i < counts[0]; i++)
         x[i] += 1.0f;
     return *(const int *)args; /* the failure code asked for */
+}
+
+static int hang(void *const *bufs, const size_t *counts, int nbufs, const void *args)
+{
+    nanosleep(&(struct timespec){ 60, 0 }, NULL);
+    return 0;
 }
 
 static void run_task(sp_exec_buf *b, int code, uint32_t seq)
@@ -42,7 +52,8 @@ static sp_status pipeline_step(sp_exec_buf *b, int fail_rank)
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
-    sp_status st = sp_exec_init(&argc, &argv, &(sp_exec_opts){0});
+    int watchdog = strcmp(mode, "watchdog") == 0;
+    sp_status st = sp_exec_init(&argc, &argv, &(sp_exec_opts){ .watchdog_s = watchdog ? 2 : 0 });
     if (strcmp(mode, "sched-env") == 0) {
         if (st == SP_ERR_ARG && strstr(sp_last_error(), "STARPU_SCHED=")) {
             printf("refused as expected: %s\n", sp_last_error());
@@ -64,6 +75,29 @@ int main(int argc, char **argv)
                  "rank %d did not see rank 1's failure: %s %s", rank, sp_status_name(st),
                  sp_last_error());
         fprintf(stderr, "rank %d agreed: %s\n", rank, sp_last_error());
+    } else if (watchdog) {
+        RT_OK(sp_exec_begin_step());
+        sp_exec_mode m = SP_EXEC_RW;
+        if (rank > 0)
+            RT_OK(sp_exec_recv(b, rank - 1, 0));
+        RT_OK(sp_exec_submit(&(sp_exec_task){ .name = "maybe hang", .cpu = rank == 1 ? hang : work,
+                                              .nbufs = 1, .bufs = &b, .modes = &m,
+                                              .args = &(int){ 0 }, .args_size = sizeof(int) }));
+        if (rank + 1 < sp_exec_size())
+            RT_OK(sp_exec_send(b, rank + 1, 0));
+        st = sp_exec_end_step();
+        /* rank 0 finishes its work and waits in the step's barrier for rank 1, which
+         * never comes: it ends when rank 1 (or 2) aborts below */
+        RT_CHECK(st == SP_ERR_TIMEOUT && strstr(sp_last_error(), "no task finished for 2.0 s"),
+                 "rank %d: %s %s", rank, sp_status_name(st), sp_last_error());
+        RT_CHECK(!sp_exec_usable(), "rank %d: executor still usable after the watchdog", rank);
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", sp_last_error());
+        void *ptr;
+        RT_CHECK(sp_exec_buf_acquire(b, SP_EXEC_R, &ptr) != SP_OK &&
+                     sp_exec_begin_step() != SP_OK && sp_exec_shutdown() != SP_OK,
+                 "rank %d: calls after the watchdog did not fail at once", rank);
+        sp_exec_abort(7, "alive after the watchdog's status (%s); giving up on purpose", msg);
     } else if (strcmp(mode, "abort") != 0) {
         sp_exec_abort(2, "unknown mode '%s'", mode);
     }
