@@ -60,6 +60,10 @@ int sp_optim_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const 
 
 /* CUDA versions (codelets/cuda/stage_cuda.c, only in a CUDA build): same arguments, on
  * device buffers, enqueued on the worker's stream. */
+/* The calling CUDA worker's cuBLAS handle, bound to its stream. Provided by the layer
+ * that runs these functions (runtime/exec.c; a test's own in the CPU emulation), so that
+ * codelets/ never includes a runtime header. */
+void *sp_stage_cublas_handle(void);
 int sp_stage_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
                        void *stream);
 int sp_copy_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,

@@ -1,11 +1,12 @@
-/* Point-to-point transfers over StarPU-MPI: detached sends and receives of a registered
- * buffer, tagged so that every message of every step has its own tag. */
+/* Point-to-point transfers over StarPU-MPI: detached sends and receives of StarPU data,
+ * tagged so that every message of every step has its own tag. */
 #include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <starpu_mpi.h>
 
-#include "runtime/exec_impl.h"
+#include "comm/comm.h"
 
 /* A tag is (step << 32) | msg. The step keeps messages of consecutive steps apart even
  * when a fast rank posts step k+1 while a slow one still drains step k; the msg is the
@@ -24,7 +25,10 @@ sp_status sp_comm_check_tag_space(void)
 {
     int64_t *ub = NULL;
     int flag = 0;
-    SP_STARPU_CHECK(starpu_mpi_comm_get_attr(MPI_COMM_WORLD, STARPU_MPI_TAG_UB, &ub, &flag));
+    int rc = starpu_mpi_comm_get_attr(MPI_COMM_WORLD, STARPU_MPI_TAG_UB, &ub, &flag);
+    if (rc < 0)
+        return sp_set_error(SP_ERR_RUNTIME, "%s:%d: starpu_mpi_comm_get_attr failed: %s",
+                            __FILE__, __LINE__, strerror(-rc));
     int64_t need = sp_comm_tag((UINT64_C(1) << SP_COMM_STEP_BITS) - 1, UINT32_MAX);
     if (!flag || !ub || *ub < need)
         return sp_set_error(SP_ERR_RUNTIME, "%s:%d: StarPU-MPI tag bound %" PRId64
@@ -33,67 +37,20 @@ sp_status sp_comm_check_tag_space(void)
     return SP_OK;
 }
 
-static sp_status check_peer(const char *what, const sp_exec_buf *b, int peer)
+/* The callback is what keeps StarPU-MPI's "cooperative sends" off: with a NULL callback,
+ * detached sends of one buffer to several ranks are merged and rerouted through a
+ * broadcast tree in which receivers forward the data. That would add messages the plan
+ * does not know about, breaking its single global message order. */
+sp_status sp_comm_post(starpu_data_handle_t h, int peer, int64_t tag, int is_send,
+                       void (*done)(void *), void *arg)
 {
-    if (!b)
-        return sp_set_error(SP_ERR_ARG, "%s: NULL buffer", what);
-    if (peer < 0 || peer >= sp_exec_size_ || peer == sp_exec_rank_)
-        return sp_set_error(SP_ERR_ARG, "%s: rank %d cannot exchange with rank %d of %d",
-                            what, sp_exec_rank_, peer, sp_exec_size_);
-    return SP_OK;
-}
-
-/* The completion callback is what keeps StarPU-MPI's "cooperative sends" off: with a
- * NULL callback, detached sends of one buffer to several ranks are merged and rerouted
- * through a broadcast tree in which receivers forward the data. That would add messages
- * the plan does not know about, breaking its single global message order. */
-/* With tracing on, the callback also records the transfer, from posting to completion. */
-typedef struct {
-    int is_send, peer;
-    uint32_t msg;
-    double posted;
-} transfer_info;
-
-static void transfer_done(void *arg)
-{
-    transfer_info *t = arg;
-    if (!t)
-        return;
-    sp_exec_trace_transfer(t->is_send, t->msg, t->peer, t->posted, starpu_timing_now());
-    free(t);
-}
-
-static transfer_info *traced(int is_send, int peer, uint32_t msg)
-{
-    if (!sp_exec_tracing())
-        return NULL;
-    transfer_info *t = malloc(sizeof *t);
-    if (t)
-        *t = (transfer_info){ is_send, peer, msg, starpu_timing_now() };
-    return t;
-}
-
-/* A detached send or receive of b's handle, tagged for this step and message. */
-static sp_status post(sp_exec_buf *b, int peer, uint32_t msg, int is_send)
-{
-    sp_status st = check_peer(is_send ? "sp_exec_send" : "sp_exec_recv", b, peer);
-    if (st)
-        return st;
-    int64_t tag = sp_comm_tag(sp_exec_step_, msg);
-    transfer_info *info = traced(is_send, peer, msg);
-    int rc = is_send ? starpu_mpi_isend_detached(b->handle, peer, tag, MPI_COMM_WORLD,
-                                                 transfer_done, info)
-                     : starpu_mpi_irecv_detached(b->handle, peer, tag, MPI_COMM_WORLD,
-                                                 transfer_done, info);
-    if (rc < 0) {
-        free(info);
-        return sp_set_error(SP_ERR_RUNTIME, "%s:%d: starpu_mpi_%s_detached to rank %d failed: "
+    if (!done)
+        return sp_set_error(SP_ERR_ARG, "sp_comm_post: a completion callback is required");
+    int rc = is_send ? starpu_mpi_isend_detached(h, peer, tag, MPI_COMM_WORLD, done, arg)
+                     : starpu_mpi_irecv_detached(h, peer, tag, MPI_COMM_WORLD, done, arg);
+    if (rc < 0)
+        return sp_set_error(SP_ERR_RUNTIME, "%s:%d: starpu_mpi_%s_detached with rank %d failed: "
                             "%s", __FILE__, __LINE__, is_send ? "isend" : "irecv", peer,
                             strerror(-rc));
-    }
     return SP_OK;
 }
-
-sp_status sp_exec_send(sp_exec_buf *b, int dst, uint32_t msg) { return post(b, dst, msg, 1); }
-
-sp_status sp_exec_recv(sp_exec_buf *b, int src, uint32_t msg) { return post(b, src, msg, 0); }

@@ -12,8 +12,11 @@
 #endif
 
 #include "codelets/cpu/kernels.h"
+#include "codelets/stage.h"
+#include "comm/comm.h"
 #include "runtime/binding_impl.h"
 #include "runtime/exec_impl.h"
+#include "sched/policy.h"
 
 int sp_exec_rank_ = 0, sp_exec_size_ = 1;
 uint64_t sp_exec_step_ = 0;
@@ -90,13 +93,6 @@ int sp_exec_tracing(void) { return X.opts.trace; }
 
 double sp_exec_step_origin_us(void) { return X.step_t0 - X.epoch; }
 
-void sp_exec_trace_transfer(int is_send, uint32_t msg, int peer, double posted, double done)
-{
-    char name[32];
-    snprintf(name, sizeof name, "%s #%u %s %d", is_send ? "send" : "recv", msg,
-             is_send ? "to" : "from", peer);
-    trace_add(name, msg, posted, done, is_send ? 1 : 2, peer);
-}
 
 static int by_start(const void *a, const void *b)
 {
@@ -395,6 +391,51 @@ sp_status sp_exec_submit(const sp_exec_task *t)
     return SP_OK;
 }
 
+/* ---- transfers (comm/ moves the data; the executor tags and traces them) ---- */
+
+typedef struct {
+    int is_send, peer;
+    uint32_t msg;
+    double posted;
+} transfer_info;
+
+/* Completion of a transfer: with tracing on, its record from posting to completion. */
+static void transfer_done(void *arg)
+{
+    transfer_info *t = arg;
+    if (!t)
+        return;
+    char name[32];
+    snprintf(name, sizeof name, "%s #%u %s %d", t->is_send ? "send" : "recv", t->msg,
+             t->is_send ? "to" : "from", t->peer);
+    trace_add(name, t->msg, t->posted, starpu_timing_now(), t->is_send ? 1 : 2, t->peer);
+    free(t);
+}
+
+static sp_status post(sp_exec_buf *b, int peer, uint32_t msg, int is_send)
+{
+    const char *what = is_send ? "sp_exec_send" : "sp_exec_recv";
+    if (!X.started || !X.in_step)
+        return sp_set_error(SP_ERR_ARG, "%s: not inside a step", what);
+    if (!b)
+        return sp_set_error(SP_ERR_ARG, "%s: NULL buffer", what);
+    if (peer < 0 || peer >= sp_exec_size_ || peer == sp_exec_rank_)
+        return sp_set_error(SP_ERR_ARG, "%s: rank %d cannot exchange with rank %d of %d",
+                            what, sp_exec_rank_, peer, sp_exec_size_);
+    transfer_info *info = NULL;
+    if (X.opts.trace && (info = malloc(sizeof *info)))
+        *info = (transfer_info){ is_send, peer, msg, starpu_timing_now() };
+    sp_status st = sp_comm_post(b->handle, peer, sp_comm_tag(sp_exec_step_, msg), is_send,
+                                transfer_done, info);
+    if (st)
+        free(info);
+    return st;
+}
+
+sp_status sp_exec_send(sp_exec_buf *b, int dst, uint32_t msg) { return post(b, dst, msg, 1); }
+
+sp_status sp_exec_recv(sp_exec_buf *b, int src, uint32_t msg) { return post(b, src, msg, 0); }
+
 /* ---- buffers ---- */
 
 sp_status sp_exec_buf_register(sp_exec_buf **out, void *ptr, size_t count, size_t elemsize)
@@ -622,6 +663,17 @@ sp_status sp_exec_gather(const void *send, size_t bytes, void *recv, int root)
     return SP_OK;
 }
 
+/* ---- NCCL (comm/nccl.c) over the executor's communicator ---- */
+sp_status sp_exec_nccl_init(char *notice, size_t len)
+{
+    sp_status st = between_steps("sp_exec_nccl_init");
+    return st ? st : sp_comm_nccl_init(X.comm, sp_exec_num_cuda(), notice, len);
+}
+
+int sp_exec_nccl_active(void) { return sp_comm_nccl_active(); }
+
+void sp_exec_nccl_shutdown(void) { sp_comm_nccl_shutdown(); }
+
 /* ---- start-up, shutdown, abort ---- */
 
 sp_status sp_exec_mpi_error(const char *file, int line, const char *call, int rc)
@@ -652,6 +704,8 @@ void *sp_exec_cublas_handle(void)
     return NULL;
 #endif
 }
+
+void *sp_stage_cublas_handle(void) { return sp_exec_cublas_handle(); }
 int sp_exec_size(void) { return sp_exec_size_; }
 
 _Noreturn void sp_exec_abort(int code, const char *fmt, ...)
@@ -773,7 +827,7 @@ sp_status sp_exec_shutdown(void)
     X.started = 0;
 #ifdef STARPU_USE_CUDA
     starpu_task_wait_for_all();
-    sp_exec_nccl_shutdown();
+    sp_comm_nccl_shutdown();
     starpu_cublas_shutdown();
 #endif
     /* Waits for all tasks and MPI requests, then stops StarPU too (it started it). */

@@ -14,6 +14,8 @@
 #include <time.h>
 
 #include "codelets/stage.h"
+#include "comm/comm.h"
+#include "starpipe/env.h"
 #include "starpipe/exec.h"
 
 typedef struct {
@@ -383,13 +385,13 @@ static sp_status do_nccl(sp_trainer *t, int call)
 {
     const sp_nccl_call *c = &t->ncalls[call];
     if (call > 0 && t->ncalls[call - 1].group == c->group) return SP_OK; /* already issued */
-    sp_exec_buf *bufs[SP_EXEC_NCCL_MAX_GROUP];
-    sp_exec_mode modes[SP_EXEC_NCCL_MAX_GROUP];
-    sp_exec_nccl_group_args a = { 0 };
+    sp_exec_buf *bufs[SP_COMM_NCCL_MAX_GROUP];
+    sp_exec_mode modes[SP_COMM_NCCL_MAX_GROUP];
+    sp_comm_nccl_group_args a = { 0 };
     for (int k = call; k < t->nncalls && t->ncalls[k].group == c->group; k++) {
-        if (a.n == SP_EXEC_NCCL_MAX_GROUP)
+        if (a.n == SP_COMM_NCCL_MAX_GROUP)
             return sp_set_error(SP_ERR_RUNTIME, "trainer: an NCCL group of more than %d calls",
-                                SP_EXEC_NCCL_MAX_GROUP);
+                                SP_COMM_NCCL_MAX_GROUP);
         const sp_instr *in = &t->plan->instr[t->rank][t->ncalls[k].instr];
         bufs[a.n] = transfer_buf(t, &in->buf);
         modes[a.n] = in->op == SP_OP_SEND ? SP_EXEC_R : SP_EXEC_W;
@@ -400,7 +402,7 @@ static sp_status do_nccl(sp_trainer *t, int call)
     }
     char name[32];
     snprintf(name, sizeof name, "nccl group %d", c->group);
-    return submit(t, name, (task_fn){ NULL, sp_exec_nccl_group }, a.n, bufs, modes, &a,
+    return submit(t, name, (task_fn){ NULL, sp_comm_nccl_group }, a.n, bufs, modes, &a,
                   sizeof a, (task_id){ -1, -1, -1, c->instr });
 }
 
@@ -688,10 +690,10 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
     t->m = sched->nmicro;
     t->nin = sp_program_num_inputs(p);
     t->nshared = model->nshared;
-    const char *fault = getenv("STARPIPE_FAULT");
-    if (fault && (sscanf(fault, "fail@%d:%d", &t->fault.step, &t->fault.stage) == 2 ||
-                  sscanf(fault, "hang@%d:%d", &t->fault.step, &t->fault.stage) == 2))
-        t->fault.kind = fault[0] == 'f' ? 1 : 2;
+    sp_fault fault; /* STARPIPE_FAULT, parsed strictly (starpipe/env.h) */
+    if ((st = sp_env_fault(&fault))) goto out;
+    if (fault.kind == SP_FAULT_FAIL || fault.kind == SP_FAULT_HANG)
+        t->fault.kind = fault.kind, t->fault.step = fault.step, t->fault.stage = fault.stage;
     if ((st = sp_plan_build(model, sched, &t->plan))) goto out;
     if ((st = sp_plan_check(t->plan))) goto out;
     if (!(t->msg_instr = malloc(sizeof(int) * (size_t)(t->plan->nmessages + 1)))) {
@@ -702,8 +704,9 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
     /* large boundary tensors between GPU actors go through NCCL when it can start */
     if ((st = sp_exec_nccl_init(t->notice, sizeof t->notice))) goto out;
     if (sp_exec_nccl_active()) {
-        const char *th = getenv("STARPIPE_NCCL_THRESHOLD");
-        size_t threshold = th ? (size_t)strtoull(th, NULL, 10) : 65536;
+        int64_t th = 65536; /* STARPIPE_NCCL_THRESHOLD, parsed strictly */
+        if ((st = sp_env_int("STARPIPE_NCCL_THRESHOLD", 0, SP_NCCL_THRESHOLD_MAX, &th))) goto out;
+        size_t threshold = (size_t)th;
         if ((st = sp_nccl_calls(t->plan, t->rank, threshold, &t->ncalls, &t->nncalls)))
             goto out;
         if (!(t->nccl_of = malloc(sizeof(int) * (size_t)(t->plan->ninstr[t->rank] + 1)))) {

@@ -5,11 +5,13 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <starpu_scheduler.h>
 
-#include "runtime/exec_impl.h"
+#include "sched/policy.h"
 
 /* How long an idle CPU worker waits inside pop before going back to its driver loop.
  * Pushes wake it at once; the timeout only bounds what nobody signals (shutdown). */

@@ -8,12 +8,11 @@
 #include "codelets/cuda/kernels_cuda.h"
 #include "codelets/cuda/program_cuda.h"
 #include "codelets/stage.h"
-#include "starpipe/exec.h"
 
 /* TF32 tensor cores are opt-in (STARPIPE_TF32=1): exact fp32 otherwise. */
 static void *handle(void)
 {
-    void *h = sp_exec_cublas_handle();
+    void *h = sp_stage_cublas_handle();
     static int tf32 = -1;
     if (tf32 < 0) tf32 = getenv("STARPIPE_TF32") && atoi(getenv("STARPIPE_TF32")) == 1;
     if (h) sp_cuda_set_tf32(h, tf32);

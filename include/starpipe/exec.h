@@ -124,18 +124,6 @@ sp_status sp_exec_nccl_init(char *notice, size_t len);
 int sp_exec_nccl_active(void);
 void sp_exec_nccl_shutdown(void);
 
-/* A group of NCCL calls as one task's CUDA function: buffer i is sent to (is_send[i]) or
- * received from peer[i], all between ncclGroupStart and ncclGroupEnd on the worker's
- * stream. Submit it as an ordered task (modes R for sends, W for receives), in the
- * plan's message order (sp_nccl_calls). */
-#define SP_EXEC_NCCL_MAX_GROUP 16
-typedef struct {
-    int n;
-    int is_send[SP_EXEC_NCCL_MAX_GROUP];
-    int peer[SP_EXEC_NCCL_MAX_GROUP];
-} sp_exec_nccl_group_args;
-int sp_exec_nccl_group(void *const *bufs, const size_t *counts, int nbufs, const void *args,
-                       void *stream);
 
 /* ---- tasks ---- */
 

@@ -42,8 +42,8 @@ static long hook_ran[NHOOKS];
 static cudaStream_t stream;
 static cublasHandle_t blas;
 
-/* stage_cuda.c asks the executor for its worker's handle */
-void *sp_exec_cublas_handle(void) { return blas; }
+/* stage_cuda.c asks the layer that runs it for its worker's handle */
+void *sp_stage_cublas_handle(void) { return blas; }
 
 /* ---- the hooks ------------------------------------------------------------------- */
 

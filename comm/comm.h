@@ -1,0 +1,44 @@
+/* What comm/ offers the executor (runtime/exec.c): tagged point-to-point transfers of
+ * StarPU data over StarPU-MPI, and the NCCL transport. comm/ sits below the runtime: it
+ * uses StarPU, StarPU-MPI, MPI and NCCL, never a runtime header. */
+#ifndef STARPIPE_COMM_H
+#define STARPIPE_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mpi.h>
+#include <starpu.h>
+
+#include "starpipe/status.h"
+
+/* The StarPU-MPI tag of message msg of step `step`; and a check, once StarPU-MPI runs,
+ * that every tag starpipe can make fits its bound. */
+int64_t sp_comm_tag(uint64_t step, uint32_t msg);
+sp_status sp_comm_check_tag_space(void);
+
+/* A detached send (is_send) or receive of h to or from rank peer with this tag; done(arg)
+ * runs at completion. done must not be NULL: a callback is what keeps StarPU-MPI's
+ * cooperative sends off (transfer.c). */
+sp_status sp_comm_post(starpu_data_handle_t h, int peer, int64_t tag, int is_send,
+                       void (*done)(void *), void *arg);
+
+/* NCCL over the ranks of comm (collective; once per process; see nccl.c). ncuda: this
+ * rank's CUDA workers. notice gets one line saying what carries GPU transfers. */
+sp_status sp_comm_nccl_init(MPI_Comm comm, int ncuda, char *notice, size_t len);
+int sp_comm_nccl_active(void);
+void sp_comm_nccl_shutdown(void);
+/* A group of NCCL calls as one task's CUDA function: buffer i is sent to (is_send[i]) or
+ * received from peer[i], all between ncclGroupStart and ncclGroupEnd on the worker's
+ * stream. Submit it as an ordered task (modes R for sends, W for receives), in the plan's
+ * message order (sp_nccl_calls). */
+#define SP_COMM_NCCL_MAX_GROUP 16
+typedef struct {
+    int n;
+    int is_send[SP_COMM_NCCL_MAX_GROUP];
+    int peer[SP_COMM_NCCL_MAX_GROUP];
+} sp_comm_nccl_group_args;
+int sp_comm_nccl_group(void *const *bufs, const size_t *counts, int nbufs, const void *args,
+                       void *stream);
+
+#endif

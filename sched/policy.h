@@ -1,0 +1,22 @@
+/* The "starpipe" StarPU scheduling policy (policy.c): what the executor (runtime/exec.c)
+ * uses of it. The only StarPU-facing file of sched/; it includes no runtime header. */
+#ifndef STARPIPE_SCHED_POLICY_H
+#define STARPIPE_SCHED_POLICY_H
+
+#include <stdint.h>
+
+#include <starpu.h>
+
+#include "starpipe/status.h"
+
+extern struct starpu_sched_policy sp_policy;
+/* Marks t as an ordered task with this sequence number (task->sched_data holds seq+1;
+ * tasks left at NULL, such as StarPU-MPI's own, bypass the order). */
+void sp_policy_set_seq(struct starpu_task *t, uint32_t seq);
+/* Restart the order at seq 0. Fails if tasks of the previous step are still held. */
+sp_status sp_policy_begin_step(void);
+/* Stop holding tasks: hand the held ones out in seq order despite gaps. Used when the
+ * submitted seqs of a step are not 0..n-1, so the step drains instead of hanging. */
+void sp_policy_drain(void);
+
+#endif
