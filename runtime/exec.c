@@ -131,6 +131,7 @@ struct task_args {
     sp_exec_cuda_fn cuda;
     char name[32];
     uint32_t seq;
+    uint32_t footprint;
     int on_cuda;  /* ran on a CUDA worker: traced from start to the completion callback */
     double t0;
     _Alignas(max_align_t) unsigned char payload[];
@@ -222,6 +223,17 @@ static int can_execute(unsigned worker, struct starpu_task *task, unsigned nimpl
 static struct starpu_codelet codelets[SP_MAX_CODELETS];
 static char codelet_names[SP_MAX_CODELETS][16];
 static int ncodelets;
+/* A history-based performance model per class and rank, named "starpipe_<class>_r<rank>"
+ * (what starpu_perfmodel_display -s takes), its entries keyed by the task's footprint:
+ * the trainer's stage, so a run leaves each stage's measured F, B, W, BW times behind. */
+static struct starpu_perfmodel models[SP_MAX_CODELETS];
+static char model_symbols[SP_MAX_CODELETS][32];
+
+static uint32_t task_footprint(struct starpu_task *task)
+{
+    const struct task_args *a = task->cl_arg;
+    return a->footprint ? a->footprint : starpu_task_data_footprint(task);
+}
 
 static struct starpu_codelet *codelet_for(const char *cls)
 {
@@ -234,7 +246,16 @@ static struct starpu_codelet *codelet_for(const char *cls)
     if (codelets[i].name)
         return &codelets[i];
     snprintf(codelet_names[i], sizeof codelet_names[i], "%s", cls);
+    /* one file per rank: ranks of one host would overwrite each other's */
+    snprintf(model_symbols[i], sizeof model_symbols[i], "starpipe_%s_r%d", cls, sp_exec_rank_);
+    for (char *c = model_symbols[i]; *c; c++) /* a file name: "local add" -> "local_add" */
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')))
+            *c = '_';
+    models[i] = (struct starpu_perfmodel){ .type = STARPU_HISTORY_BASED,
+                                           .symbol = model_symbols[i],
+                                           .footprint = task_footprint };
     codelets[i] = (struct starpu_codelet){
+        .model = &models[i],
         .can_execute = can_execute,
         .cpu_funcs = {run_cpu},
         .cpu_funcs_name = {"sp_exec_run_cpu"},
@@ -345,6 +366,7 @@ sp_status sp_exec_submit(const sp_exec_task *t)
     a->cpu = t->cpu;
     a->cuda = t->cuda;
     a->seq = t->seq;
+    a->footprint = t->footprint;
     snprintf(a->name, sizeof a->name, "%s", t->name ? t->name : "task");
     if (t->args_size)
         memcpy(a->payload, t->args, t->args_size);
@@ -796,6 +818,9 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     }
 
 
+    /* Our policy never asks the performance models for predictions, so StarPU would
+     * never record into them: record always (the user's STARPU_CALIBRATE wins). */
+    setenv("STARPU_CALIBRATE", "1", 0);
     struct starpu_conf conf;
     SP_STARPU_CHECK(starpu_conf_init(&conf));
     conf.sched_policy = &sp_policy;

@@ -239,6 +239,7 @@ static sp_status submit(sp_trainer *t, const char *name, task_fn fn, int nbufs,
                           .nbufs = nbufs, .bufs = bufs,
                           .modes = modes, .args = args, .args_size = args_size,
                           .codelet = cls,
+                          .footprint = id.stage >= 0 ? (uint32_t)id.stage + 1 : 0,
                           .seq = t->seq++ };
     return sp_exec_submit(&task);
 }
