@@ -15,54 +15,9 @@
 
 #include "codelets/stage.h"
 #include "comm/comm.h"
+#include "runtime/train_impl.h"
 #include "starpipe/env.h"
-#include "starpipe/exec.h"
 
-typedef struct {
-    int kind, mb, stage;
-    int instr; /* index in this rank's plan program; -1 for helper tasks */
-} task_id;
-
-struct sp_trainer {
-    const sp_program *p;
-    const sp_graph *g;
-    sp_plan *plan;
-    sp_train_opts o;
-    int rank, S, E, m, nin, nshared, steps;
-    /* persistent per-stage slabs (owned stages only) */
-    float **params, **grads, **mom_m, **mom_v;
-    sp_exec_buf **h_params, **h_grads, **h_m, **h_v, **h_scratch;
-    /* per-microbatch buffers, created on first use: [mb * count + index] */
-    sp_exec_buf **h_act, **h_bgrad, **h_efwd, **h_egrad, **h_input, **h_loss;
-    void **input_host;
-    /* tied parameters: graph tensor of shared k; transfer buffers per (k, stage) */
-    sp_tensor *shared_param;
-    sp_exec_buf **h_sgrad, **h_sparam;
-    /* this step */
-    uint32_t seq;
-    task_id *seq_task;
-    size_t seq_cap;
-    sp_train_event *events;
-    int nevents, cap_events;
-    struct { int kind, step, stage; } fault; /* STARPIPE_FAULT: fail@STEP:STAGE, hang@... */
-    int *msg_instr; /* [nmessages]: this rank's SEND/RECV instruction of each message */
-    /* NCCL: per instruction of this rank, -1 (not NCCL), or the index in ncalls of its
-     * call; a group is submitted at its first call */
-    int *nccl_of;
-    sp_nccl_call *ncalls;
-    int nncalls;
-    char notice[256];
-    void **host; /* memory behind the lazily registered buffers */
-    size_t nhost, caphost;
-    sp_exec_buf **pool_free; /* per-microbatch buffers not in use */
-    size_t nfree, capfree, npooled, pool_bytes;
-    /* the last step's instruction times of every actor, seconds on the ranks' common
-     * clock, -1 where nothing was measured: [actor][instr] rows of one allocation */
-    double **tstart, **tend, *tbuf;
-    int tmax; /* longest actor program */
-};
-
-static int owns(const sp_trainer *t, int stage) { return t->plan->stage_actor[stage] == t->rank; }
 int sp_trainer_owns_stage(const sp_trainer *t, int stage)
 {
     return t && stage >= 0 && stage < t->S && owns(t, stage);
@@ -71,138 +26,10 @@ int sp_trainer_steps_done(const sp_trainer *t) { return t ? t->steps : 0; }
 void sp_trainer_set_steps_done(sp_trainer *t, int steps) { t->steps = steps; }
 const sp_plan *sp_trainer_plan(const sp_trainer *t) { return t ? t->plan : NULL; }
 
-static size_t floats_of(const sp_trainer *t, sp_slab_class c, int idx)
-{
-    size_t b = sp_program_buf_bytes(t->p, c, idx) / 4;
-    return b ? b : 1; /* StarPU wants non-empty buffers */
-}
-
-/* A per-microbatch buffer, registered on first use. It gets zeroed host memory rather
- * than StarPU's lazy allocation: StarPU refuses to read a never-written buffer, and a
- * program may accumulate (read) into a buffer whose first writer it is. */
-static sp_exec_buf *lazy(sp_trainer *t, sp_exec_buf **slot, size_t floats)
-{
-    if (*slot) return *slot;
-    if (t->nhost == t->caphost) {
-        size_t cap = t->caphost ? 2 * t->caphost : 64;
-        void **h = realloc(t->host, cap * sizeof *h);
-        if (!h) return NULL;
-        t->host = h;
-        t->caphost = cap;
-    }
-    float *mem = calloc(floats, sizeof(float));
-    if (!mem) return NULL;
-    if (sp_exec_buf_register(slot, mem, floats, sizeof(float)) != SP_OK) {
-        free(mem);
-        return NULL;
-    }
-    t->host[t->nhost++] = mem;
-    return *slot;
-}
-
-/* Per-microbatch buffers (activations, boundary tensors and their gradients) come from
- * a pool: a slot takes a buffer of its size when first used in a step and gives it back
- * at the plan's FREE, so memory follows the planner's liveness. Reusing a buffer is safe
- * without any wait here: StarPU orders the new writer after the old readers and sends. */
-static sp_exec_buf *pool_take(sp_trainer *t, sp_exec_buf **slot, size_t floats, int exact)
-{
-    if (*slot) return *slot;
-    /* Buffers that travel must have the size the peer registered; those that stay on the
-     * rank (activations and their gradients) may take the smallest larger free one. */
-    size_t best = t->nfree;
-    for (size_t i = 0; i < t->nfree; i++) {
-        size_t c = sp_exec_buf_count(t->pool_free[i]);
-        if (c == floats || (!exact && c > floats &&
-                            (best == t->nfree || c < sp_exec_buf_count(t->pool_free[best]))))
-            best = i;
-        if (c == floats) break;
-    }
-    if (best < t->nfree) {
-        *slot = t->pool_free[best];
-        t->pool_free[best] = t->pool_free[--t->nfree];
-        return *slot;
-    }
-    if (t->nfree == t->capfree || t->npooled == t->capfree) {
-        size_t cap = t->capfree ? 2 * t->capfree : 64;
-        sp_exec_buf **f = realloc(t->pool_free, cap * sizeof *f);
-        if (!f) return NULL;
-        t->pool_free = f;
-        t->capfree = cap;
-    }
-    sp_exec_buf *b = NULL;
-    if (!lazy(t, &b, floats)) return NULL;
-    t->npooled++;
-    t->pool_bytes += floats * sizeof(float);
-    return *slot = b;
-}
-
-static void pool_give(sp_trainer *t, sp_exec_buf **slot)
-{
-    if (!*slot) return;
-    t->pool_free[t->nfree++] = *slot; /* capacity >= npooled >= nfree + 1 */
-    *slot = NULL;
-}
-
-static sp_exec_buf **mb_slot(sp_trainer *t, sp_slab_class c, int idx, int mb)
-{
-    switch (c) {
-    case SP_SLAB_ACT: return &t->h_act[mb * t->S + idx];
-    case SP_SLAB_BGRAD: return &t->h_bgrad[mb * t->S + idx];
-    case SP_SLAB_EDGE_FWD: return &t->h_efwd[mb * t->E + idx];
-    case SP_SLAB_EDGE_GRAD: return &t->h_egrad[mb * t->E + idx];
-    default: return NULL;
-    }
-}
-
-static sp_exec_buf *slab_buf(sp_trainer *t, sp_slab_class c, int idx, int mb)
-{
-    switch (c) {
-    case SP_SLAB_PARAMS: return t->h_params[idx];
-    case SP_SLAB_GRADS: return t->h_grads[idx];
-    case SP_SLAB_SCRATCH:
-        return lazy(t, &t->h_scratch[idx], floats_of(t, c, idx));
-    case SP_SLAB_ACT:
-    case SP_SLAB_BGRAD: return pool_take(t, mb_slot(t, c, idx, mb), floats_of(t, c, idx), 0);
-    case SP_SLAB_EDGE_FWD:
-    case SP_SLAB_EDGE_GRAD: return pool_take(t, mb_slot(t, c, idx, mb), floats_of(t, c, idx), 1);
-    case SP_SLAB_INPUT: return t->h_input[mb * t->nin + idx];
-    case SP_SLAB_LOSS: return lazy(t, &t->h_loss[mb], 1);
-    default: return NULL;
-    }
-}
-
-/* The plan's FREE: the buffer goes back to the pool. */
-static void do_free(sp_trainer *t, const sp_buf *b)
-{
-    sp_exec_buf **slot = NULL;
-    switch (b->cls) {
-    case SP_BUF_ACT: slot = mb_slot(t, SP_SLAB_ACT, b->idx, b->mb); break;
-    case SP_BUF_BGRAD: slot = mb_slot(t, SP_SLAB_BGRAD, b->idx, b->mb); break;
-    case SP_BUF_EDGE_FWD: slot = mb_slot(t, SP_SLAB_EDGE_FWD, b->idx, b->mb); break;
-    case SP_BUF_EDGE_GRAD: slot = mb_slot(t, SP_SLAB_EDGE_GRAD, b->idx, b->mb); break;
-    default: return; /* persistent buffers and tied-weight transfers stay */
-    }
-    pool_give(t, slot);
-}
-
 static sp_exec_mode exec_mode(sp_slab_class c, sp_slab_mode m)
 {
     if (c == SP_SLAB_SCRATCH) return SP_EXEC_SCRATCH;
     return m == SP_SLAB_R ? SP_EXEC_R : m == SP_SLAB_W ? SP_EXEC_W : SP_EXEC_RW;
-}
-
-/* Index of the tied parameter behind the plan's shared k, and its slab offsets. */
-static int64_t shared_off(const sp_trainer *t, int k, int stage)
-{
-    return sp_program_param_offset(t->p, stage, t->shared_param[k]);
-}
-static int64_t shared_numel(const sp_trainer *t, int k)
-{
-    return sp_tensor_numel(t->g, t->shared_param[k]);
-}
-static int shared_owner(const sp_trainer *t, int k)
-{
-    return sp_program_stage_model(t->p)->shared[k].stages[0];
 }
 
 /* A task function for each place a task can run: on a rank with CUDA workers every task
@@ -269,7 +96,7 @@ static sp_status do_run(sp_trainer *t, const sp_task *task, int instr)
     if (!bufs || !modes) st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
     for (int j = 0; st == SP_OK && j < nb; j++) {
         sp_slab_ref r = sp_program_buf(t->p, s, kind, j);
-        bufs[j] = slab_buf(t, r.cls, r.index, mb);
+        bufs[j] = sp_tr_slab_buf(t, r.cls, r.index, mb);
         modes[j] = exec_mode(r.cls, r.mode);
         if (!bufs[j]) st = sp_set_error(SP_ERR_RUNTIME, "trainer: no buffer %s[%d] for %s mb%d "
                                         "s%d: %s", sp_slab_class_name(r.cls), r.index,
@@ -287,7 +114,7 @@ static sp_status do_run(sp_trainer *t, const sp_task *task, int instr)
                     (task_id){ kind, mb, s, instr });
         /* BW's activation gradients live and die inside the task (the plan does not
          * track them): the buffer can serve the next user at once */
-        if (kind == SP_TASK_BW) pool_give(t, mb_slot(t, SP_SLAB_BGRAD, s, mb));
+        if (kind == SP_TASK_BW) sp_tr_pool_give(t, sp_tr_mb_slot(t, SP_SLAB_BGRAD, s, mb));
         /* after the stage's last weight gradient: repeated uses of a parameter in the
          * stage are added into its first accumulator (program.h) */
         if (st == SP_OK && (kind == SP_TASK_W || kind == SP_TASK_BW) && mb == t->m - 1 &&
@@ -304,24 +131,10 @@ static sp_status do_run(sp_trainer *t, const sp_task *task, int instr)
     return st;
 }
 
-/* The buffer a SEND or RECV of the plan moves. */
-static sp_exec_buf *transfer_buf(sp_trainer *t, const sp_buf *b)
-{
-    switch (b->cls) {
-    case SP_BUF_EDGE_FWD: return slab_buf(t, SP_SLAB_EDGE_FWD, b->idx, b->mb);
-    case SP_BUF_EDGE_GRAD: return slab_buf(t, SP_SLAB_EDGE_GRAD, b->idx, b->mb);
-    case SP_BUF_SHARED_GRAD:
-        return lazy(t, &t->h_sgrad[b->idx * t->S + b->stage], (size_t)shared_numel(t, b->idx));
-    case SP_BUF_SHARED_PARAM:
-        return lazy(t, &t->h_sparam[b->idx], (size_t)shared_numel(t, b->idx));
-    default: return NULL;
-    }
-}
-
 static sp_status do_transfer(sp_trainer *t, const sp_instr *in)
 {
     const sp_buf *b = &in->buf;
-    sp_exec_buf *x = transfer_buf(t, b);
+    sp_exec_buf *x = sp_tr_transfer_buf(t, b);
     if (!x)
         return sp_set_error(SP_ERR_RUNTIME, "trainer: the plan moves %s, which has no buffer",
                             sp_buf_class_name((sp_buf_class)b->cls));
@@ -332,13 +145,13 @@ static sp_status do_transfer(sp_trainer *t, const sp_instr *in)
     if (in->op == SP_OP_SEND) {
         /* tied parameters travel out of their stage slab through a transfer buffer */
         if (b->cls == SP_BUF_SHARED_GRAD &&
-            (st = submit_copy(t, x, 0, t->h_grads[b->stage], shared_off(t, b->idx, b->stage),
-                              shared_numel(t, b->idx), "pack grad")))
+            (st = submit_copy(t, x, 0, t->h_grads[b->stage], sp_tr_shared_off(t, b->idx, b->stage),
+                              sp_tr_shared_numel(t, b->idx), "pack grad")))
             return st;
         if (b->cls == SP_BUF_SHARED_PARAM) {
-            int o = shared_owner(t, b->idx);
-            if ((st = submit_copy(t, x, 0, t->h_params[o], shared_off(t, b->idx, o),
-                                  shared_numel(t, b->idx), "pack param")))
+            int o = sp_tr_shared_owner(t, b->idx);
+            if ((st = submit_copy(t, x, 0, t->h_params[o], sp_tr_shared_off(t, b->idx, o),
+                                  sp_tr_shared_numel(t, b->idx), "pack param")))
                 return st;
         }
         return sp_exec_send(x, in->peer, (uint32_t)in->seq);
@@ -346,9 +159,9 @@ static sp_status do_transfer(sp_trainer *t, const sp_instr *in)
     if ((st = sp_exec_recv(x, in->peer, (uint32_t)in->seq))) return st;
     if (b->cls == SP_BUF_SHARED_PARAM) /* the owner's new values into every local copy */
         for (int s = 0; s < t->S; s++) {
-            int64_t off = owns(t, s) ? shared_off(t, b->idx, s) : -1;
-            if (off >= 0 && s != shared_owner(t, b->idx) &&
-                (st = submit_copy(t, t->h_params[s], off, x, 0, shared_numel(t, b->idx),
+            int64_t off = owns(t, s) ? sp_tr_shared_off(t, b->idx, s) : -1;
+            if (off >= 0 && s != sp_tr_shared_owner(t, b->idx) &&
+                (st = submit_copy(t, t->h_params[s], off, x, 0, sp_tr_shared_numel(t, b->idx),
                                   "unpack param")))
                 return st;
         }
@@ -361,7 +174,7 @@ static sp_status do_combine(sp_trainer *t, int k, int instr)
     int o = sh->stages[0];
     sp_exec_buf *bufs[SP_COMBINE_MAX];
     sp_exec_mode modes[SP_COMBINE_MAX];
-    sp_combine_task_args a = { .dst_off = shared_off(t, k, o), .n = shared_numel(t, k) };
+    sp_combine_task_args a = { .dst_off = sp_tr_shared_off(t, k, o), .n = sp_tr_shared_numel(t, k) };
     bufs[0] = t->h_grads[o];
     modes[0] = SP_EXEC_RW;
     int nb = 1;
@@ -369,9 +182,9 @@ static sp_status do_combine(sp_trainer *t, int k, int instr)
         int s = sh->stages[q];
         if (owns(t, s)) {
             bufs[nb] = t->h_grads[s];
-            a.src_off[nb] = shared_off(t, k, s);
+            a.src_off[nb] = sp_tr_shared_off(t, k, s);
         } else {
-            bufs[nb] = transfer_buf(t, &(sp_buf){ .cls = SP_BUF_SHARED_GRAD, .idx = k,
+            bufs[nb] = sp_tr_transfer_buf(t, &(sp_buf){ .cls = SP_BUF_SHARED_GRAD, .idx = k,
                                                   .mb = -1, .stage = s });
             a.src_off[nb] = 0;
         }
@@ -394,7 +207,7 @@ static sp_status do_nccl(sp_trainer *t, int call)
             return sp_set_error(SP_ERR_RUNTIME, "trainer: an NCCL group of more than %d calls",
                                 SP_COMM_NCCL_MAX_GROUP);
         const sp_instr *in = &t->plan->instr[t->rank][t->ncalls[k].instr];
-        bufs[a.n] = transfer_buf(t, &in->buf);
+        bufs[a.n] = sp_tr_transfer_buf(t, &in->buf);
         modes[a.n] = in->op == SP_OP_SEND ? SP_EXEC_R : SP_EXEC_W;
         a.is_send[a.n] = in->op == SP_OP_SEND;
         a.peer[a.n] = in->peer;
@@ -429,8 +242,8 @@ static sp_status do_optimizer(sp_trainer *t, int s, float scale)
         if (sh->stages[0] != s) continue;
         for (int q = 1; st == SP_OK && q < sh->nstages; q++)
             if (owns(t, sh->stages[q]))
-                st = submit_copy(t, t->h_params[sh->stages[q]], shared_off(t, k, sh->stages[q]),
-                                 t->h_params[s], shared_off(t, k, s), shared_numel(t, k),
+                st = submit_copy(t, t->h_params[sh->stages[q]], sp_tr_shared_off(t, k, sh->stages[q]),
+                                 t->h_params[s], sp_tr_shared_off(t, k, s), sp_tr_shared_numel(t, k),
                                  "copy param");
     }
     return st;
@@ -540,18 +353,18 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
             st = t->nccl_of && t->nccl_of[i] >= 0 ? do_nccl(t, t->nccl_of[i]) : do_transfer(t, in);
             break;
         case SP_OP_COMBINE: st = do_combine(t, in->buf.idx, i); break;
-        case SP_OP_FREE: do_free(t, &in->buf); break;
+        case SP_OP_FREE: sp_tr_free_buf(t, &in->buf); break;
         default: break;
         }
     }
     /* whatever the plan left alive (nothing, for a well-formed plan) returns too */
     for (int i = 0; i < t->m * t->S; i++) {
-        pool_give(t, &t->h_act[i]);
-        pool_give(t, &t->h_bgrad[i]);
+        sp_tr_pool_give(t, &t->h_act[i]);
+        sp_tr_pool_give(t, &t->h_bgrad[i]);
     }
     for (int i = 0; i < t->m * t->E; i++) {
-        pool_give(t, &t->h_efwd[i]);
-        pool_give(t, &t->h_egrad[i]);
+        sp_tr_pool_give(t, &t->h_efwd[i]);
+        sp_tr_pool_give(t, &t->h_egrad[i]);
     }
     if (st) { /* a local submission error the peers cannot know of: the step is lost */
         sp_exec_cancel_step();
@@ -649,14 +462,6 @@ static sp_status alloc_arrays(sp_trainer *t)
     return SP_OK;
 }
 
-static sp_status register_host(sp_exec_buf **h, float **host, size_t bytes)
-{
-    size_t n = bytes / 4 ? bytes / 4 : 1;
-    if (!(*host = calloc(n, sizeof(float))))
-        return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
-    return sp_exec_buf_register(h, *host, n, sizeof(float));
-}
-
 sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
                               const sp_train_opts *opts, sp_status *status)
 {
@@ -735,11 +540,11 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
     for (int s = 0; s < t->S; s++) {
         if (!owns(t, s)) continue;
         size_t pb = sp_program_buf_bytes(p, SP_SLAB_PARAMS, s);
-        if ((st = register_host(&t->h_params[s], &t->params[s], pb)) ||
-            (st = register_host(&t->h_grads[s], &t->grads[s],
+        if ((st = sp_tr_register_host(&t->h_params[s], &t->params[s], pb)) ||
+            (st = sp_tr_register_host(&t->h_grads[s], &t->grads[s],
                                 sp_program_buf_bytes(p, SP_SLAB_GRADS, s))) ||
-            (st = register_host(&t->h_m[s], &t->mom_m[s], pb)) ||
-            (st = register_host(&t->h_v[s], &t->mom_v[s], pb)))
+            (st = sp_tr_register_host(&t->h_m[s], &t->mom_m[s], pb)) ||
+            (st = sp_tr_register_host(&t->h_v[s], &t->mom_v[s], pb)))
             goto out;
         for (int i = 0; i < sp_graph_num_params(t->g); i++) {
             sp_tensor x = sp_graph_param(t->g, i);
@@ -749,7 +554,7 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
         }
     }
     for (int i = 0; i < t->m * t->nin; i++)
-        if ((st = register_host(&t->h_input[i], (float **)&t->input_host[i],
+        if ((st = sp_tr_register_host(&t->h_input[i], (float **)&t->input_host[i],
                                 sp_program_buf_bytes(p, SP_SLAB_INPUT, i % t->nin))))
             goto out;
 out:
@@ -795,134 +600,3 @@ void sp_trainer_free(sp_trainer *t)
     free(t);
 }
 
-const char *sp_trainer_notice(const sp_trainer *t) { return t ? t->notice : ""; }
-
-sp_train_memory sp_trainer_memory(const sp_trainer *t)
-{
-    sp_train_memory m = { 0, 0 };
-    if (!t) return m;
-    m.transient = t->pool_bytes;
-    for (int s = 0; s < t->S; s++)
-        if (owns(t, s)) m.persistent += 4 * sp_program_buf_bytes(t->p, SP_SLAB_PARAMS, s);
-    return m;
-}
-
-/* ---- host access ------------------------------------------------------------------- */
-
-static float *host_slab(sp_trainer *t, int which, int stage)
-{
-    if (!t || stage < 0 || stage >= t->S || !owns(t, stage)) return NULL;
-    sp_exec_buf *h = which == 0 ? t->h_params[stage] : which == 1 ? t->h_grads[stage]
-                   : which == 2 ? t->h_m[stage] : t->h_v[stage];
-    float *host = which == 0 ? t->params[stage] : which == 1 ? t->grads[stage]
-                : which == 2 ? t->mom_m[stage] : t->mom_v[stage];
-    void *ptr;
-    /* brings the data home; the host copy stays valid until tasks touch it again */
-    if (sp_exec_buf_acquire(h, SP_EXEC_R, &ptr) != SP_OK) return NULL;
-    sp_exec_buf_release(h);
-    return host;
-}
-
-const float *sp_trainer_slab(sp_trainer *t, sp_slab_class cls, int stage)
-{
-    return cls == SP_SLAB_PARAMS ? host_slab(t, 0, stage)
-         : cls == SP_SLAB_GRADS  ? host_slab(t, 1, stage) : NULL;
-}
-
-const float *sp_trainer_moment(sp_trainer *t, int which, int stage)
-{
-    return host_slab(t, which ? 3 : 2, stage);
-}
-
-sp_status sp_trainer_fetch(sp_trainer *t, sp_tensor param, int what, float *dst)
-{
-    if (!t || !sp_tensor_is_param(t->g, param) || what < 0 || what > 3 || !dst)
-        return sp_set_error(SP_ERR_ARG, "sp_trainer_fetch: bad argument");
-    int o = sp_program_param_owner(t->p, param);
-    int64_t n = sp_tensor_numel(t->g, param);
-    if (owns(t, o)) {
-        const float *src = host_slab(t, what, o);
-        if (!src) return sp_set_error(SP_ERR_RUNTIME, "sp_trainer_fetch: %s", sp_last_error());
-        memcpy(dst, src + sp_program_param_offset(t->p, o, param), (size_t)n * sizeof(float));
-    }
-    /* a broadcast from the owner, not a sum with the others' zeros: -0.0 + 0.0 is +0.0,
-     * and the bits must not depend on how many ranks there are */
-    return sp_exec_bcast(dst, (size_t)n * sizeof(float), t->plan->stage_actor[o]);
-}
-
-sp_status sp_trainer_store(sp_trainer *t, sp_tensor param, int what, const float *src)
-{
-    if (!t || !sp_tensor_is_param(t->g, param) || what < 0 || what > 3 || what == 1 || !src)
-        return sp_set_error(SP_ERR_ARG, "sp_trainer_store: bad argument");
-    int64_t n = sp_tensor_numel(t->g, param);
-    for (int s = 0; s < t->S; s++) {
-        int64_t off = sp_program_param_offset(t->p, s, param);
-        if (!owns(t, s) || off < 0) continue;
-        sp_exec_buf *h = what == 0 ? t->h_params[s] : what == 2 ? t->h_m[s] : t->h_v[s];
-        void *ptr;
-        sp_status st = sp_exec_buf_acquire(h, SP_EXEC_RW, &ptr);
-        if (st) return st;
-        memcpy((float *)ptr + off, src, (size_t)n * sizeof(float));
-        if ((st = sp_exec_buf_release(h))) return st;
-    }
-    return SP_OK;
-}
-
-sp_status sp_trainer_trace(sp_trainer *t, const sp_train_event **events, int *n)
-{
-    if (!t || !events || !n) return sp_set_error(SP_ERR_ARG, "sp_trainer_trace: NULL");
-    *events = t->events;
-    *n = t->nevents;
-    return SP_OK;
-}
-
-/* ---- timeline of what ran --------------------------------------------------------- */
-
-sp_status sp_trainer_write_timeline(sp_trainer *t, const char *json_path, const char *svg_path)
-{
-    if (!t) return sp_set_error(SP_ERR_ARG, "sp_trainer_write_timeline: NULL");
-    if (!t->tbuf)
-        return sp_set_error(SP_ERR_ARG, "sp_trainer_write_timeline: no step was traced");
-    if (t->rank != 0) return SP_OK;
-    const sp_plan *pl = t->plan;
-    sp_status st = SP_OK;
-    sp_sim_result r = { .nactors = pl->nactors, .nmessages = pl->nmessages,
-                        .async_transfers = 1 };
-    r.busy = calloc((size_t)pl->nactors, sizeof(double));
-    r.idle = calloc((size_t)pl->nactors, sizeof(double));
-    r.start = calloc((size_t)pl->nactors, sizeof(double *));
-    r.end = calloc((size_t)pl->nactors, sizeof(double *));
-    if (!r.busy || !r.idle || !r.start || !r.end) st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
-    /* times from the first measured start; instructions not measured drawn as empty */
-    double t0 = -1;
-    for (int a = 0; st == SP_OK && a < pl->nactors; a++)
-        for (int i = 0; i < pl->ninstr[a]; i++)
-            if (t->tstart[a][i] >= 0 && (t0 < 0 || t->tstart[a][i] < t0)) t0 = t->tstart[a][i];
-    for (int a = 0; st == SP_OK && a < pl->nactors; a++) {
-        r.start[a] = calloc((size_t)pl->ninstr[a] + 1, sizeof(double));
-        r.end[a] = calloc((size_t)pl->ninstr[a] + 1, sizeof(double));
-        if (!r.start[a] || !r.end[a]) {
-            st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
-            break;
-        }
-        for (int i = 0; i < pl->ninstr[a]; i++) {
-            if (t->tstart[a][i] < 0) continue;
-            r.start[a][i] = t->tstart[a][i] - t0;
-            r.end[a][i] = t->tend[a][i] - t0;
-            int op = pl->instr[a][i].op;
-            if (op != SP_OP_SEND && op != SP_OP_RECV) r.busy[a] += r.end[a][i] - r.start[a][i];
-            if (r.end[a][i] > r.step_time) r.step_time = r.end[a][i];
-        }
-    }
-    double idle = 0;
-    for (int a = 0; st == SP_OK && a < pl->nactors; a++) idle += r.idle[a] = r.step_time - r.busy[a];
-    r.bubble_fraction = r.step_time > 0 ? idle / (pl->nactors * r.step_time) : 0;
-    if (st == SP_OK && json_path) st = sp_sim_write_trace(pl, &r, json_path);
-    if (st == SP_OK && svg_path) st = sp_sim_write_svg(pl, &r, svg_path);
-    for (int a = 0; a < pl->nactors; a++) {
-        if (r.start) free(r.start[a]);
-        if (r.end) free(r.end[a]);
-    }
-    free(r.start), free(r.end), free(r.busy), free(r.idle);
-    return st;
-}

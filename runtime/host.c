@@ -1,0 +1,138 @@
+/* The trainer seen from the host: its stage slabs and moments (checks, checkpoints),
+ * parameters gathered or stored across ranks, memory, and the trace of the last step. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/train_impl.h"
+
+const char *sp_trainer_notice(const sp_trainer *t) { return t ? t->notice : ""; }
+
+sp_train_memory sp_trainer_memory(const sp_trainer *t)
+{
+    sp_train_memory m = { 0, 0 };
+    if (!t) return m;
+    m.transient = t->pool_bytes;
+    for (int s = 0; s < t->S; s++)
+        if (owns(t, s)) m.persistent += 4 * sp_program_buf_bytes(t->p, SP_SLAB_PARAMS, s);
+    return m;
+}
+
+/* ---- host access ------------------------------------------------------------------- */
+
+static float *host_slab(sp_trainer *t, int which, int stage)
+{
+    if (!t || stage < 0 || stage >= t->S || !owns(t, stage)) return NULL;
+    sp_exec_buf *h = which == 0 ? t->h_params[stage] : which == 1 ? t->h_grads[stage]
+                   : which == 2 ? t->h_m[stage] : t->h_v[stage];
+    float *host = which == 0 ? t->params[stage] : which == 1 ? t->grads[stage]
+                : which == 2 ? t->mom_m[stage] : t->mom_v[stage];
+    void *ptr;
+    /* brings the data home; the host copy stays valid until tasks touch it again */
+    if (sp_exec_buf_acquire(h, SP_EXEC_R, &ptr) != SP_OK) return NULL;
+    sp_exec_buf_release(h);
+    return host;
+}
+
+const float *sp_trainer_slab(sp_trainer *t, sp_slab_class cls, int stage)
+{
+    return cls == SP_SLAB_PARAMS ? host_slab(t, 0, stage)
+         : cls == SP_SLAB_GRADS  ? host_slab(t, 1, stage) : NULL;
+}
+
+const float *sp_trainer_moment(sp_trainer *t, int which, int stage)
+{
+    return host_slab(t, which ? 3 : 2, stage);
+}
+
+sp_status sp_trainer_fetch(sp_trainer *t, sp_tensor param, int what, float *dst)
+{
+    if (!t || !sp_tensor_is_param(t->g, param) || what < 0 || what > 3 || !dst)
+        return sp_set_error(SP_ERR_ARG, "sp_trainer_fetch: bad argument");
+    int o = sp_program_param_owner(t->p, param);
+    int64_t n = sp_tensor_numel(t->g, param);
+    if (owns(t, o)) {
+        const float *src = host_slab(t, what, o);
+        if (!src) return sp_set_error(SP_ERR_RUNTIME, "sp_trainer_fetch: %s", sp_last_error());
+        memcpy(dst, src + sp_program_param_offset(t->p, o, param), (size_t)n * sizeof(float));
+    }
+    /* a broadcast from the owner, not a sum with the others' zeros: -0.0 + 0.0 is +0.0,
+     * and the bits must not depend on how many ranks there are */
+    return sp_exec_bcast(dst, (size_t)n * sizeof(float), t->plan->stage_actor[o]);
+}
+
+sp_status sp_trainer_store(sp_trainer *t, sp_tensor param, int what, const float *src)
+{
+    if (!t || !sp_tensor_is_param(t->g, param) || what < 0 || what > 3 || what == 1 || !src)
+        return sp_set_error(SP_ERR_ARG, "sp_trainer_store: bad argument");
+    int64_t n = sp_tensor_numel(t->g, param);
+    for (int s = 0; s < t->S; s++) {
+        int64_t off = sp_program_param_offset(t->p, s, param);
+        if (!owns(t, s) || off < 0) continue;
+        sp_exec_buf *h = what == 0 ? t->h_params[s] : what == 2 ? t->h_m[s] : t->h_v[s];
+        void *ptr;
+        sp_status st = sp_exec_buf_acquire(h, SP_EXEC_RW, &ptr);
+        if (st) return st;
+        memcpy((float *)ptr + off, src, (size_t)n * sizeof(float));
+        if ((st = sp_exec_buf_release(h))) return st;
+    }
+    return SP_OK;
+}
+
+sp_status sp_trainer_trace(sp_trainer *t, const sp_train_event **events, int *n)
+{
+    if (!t || !events || !n) return sp_set_error(SP_ERR_ARG, "sp_trainer_trace: NULL");
+    *events = t->events;
+    *n = t->nevents;
+    return SP_OK;
+}
+
+/* ---- timeline of what ran --------------------------------------------------------- */
+
+sp_status sp_trainer_write_timeline(sp_trainer *t, const char *json_path, const char *svg_path)
+{
+    if (!t) return sp_set_error(SP_ERR_ARG, "sp_trainer_write_timeline: NULL");
+    if (!t->tbuf)
+        return sp_set_error(SP_ERR_ARG, "sp_trainer_write_timeline: no step was traced");
+    if (t->rank != 0) return SP_OK;
+    const sp_plan *pl = t->plan;
+    sp_status st = SP_OK;
+    sp_sim_result r = { .nactors = pl->nactors, .nmessages = pl->nmessages,
+                        .async_transfers = 1 };
+    r.busy = calloc((size_t)pl->nactors, sizeof(double));
+    r.idle = calloc((size_t)pl->nactors, sizeof(double));
+    r.start = calloc((size_t)pl->nactors, sizeof(double *));
+    r.end = calloc((size_t)pl->nactors, sizeof(double *));
+    if (!r.busy || !r.idle || !r.start || !r.end) st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    /* times from the first measured start; instructions not measured drawn as empty */
+    double t0 = -1;
+    for (int a = 0; st == SP_OK && a < pl->nactors; a++)
+        for (int i = 0; i < pl->ninstr[a]; i++)
+            if (t->tstart[a][i] >= 0 && (t0 < 0 || t->tstart[a][i] < t0)) t0 = t->tstart[a][i];
+    for (int a = 0; st == SP_OK && a < pl->nactors; a++) {
+        r.start[a] = calloc((size_t)pl->ninstr[a] + 1, sizeof(double));
+        r.end[a] = calloc((size_t)pl->ninstr[a] + 1, sizeof(double));
+        if (!r.start[a] || !r.end[a]) {
+            st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+            break;
+        }
+        for (int i = 0; i < pl->ninstr[a]; i++) {
+            if (t->tstart[a][i] < 0) continue;
+            r.start[a][i] = t->tstart[a][i] - t0;
+            r.end[a][i] = t->tend[a][i] - t0;
+            int op = pl->instr[a][i].op;
+            if (op != SP_OP_SEND && op != SP_OP_RECV) r.busy[a] += r.end[a][i] - r.start[a][i];
+            if (r.end[a][i] > r.step_time) r.step_time = r.end[a][i];
+        }
+    }
+    double idle = 0;
+    for (int a = 0; st == SP_OK && a < pl->nactors; a++) idle += r.idle[a] = r.step_time - r.busy[a];
+    r.bubble_fraction = r.step_time > 0 ? idle / (pl->nactors * r.step_time) : 0;
+    if (st == SP_OK && json_path) st = sp_sim_write_trace(pl, &r, json_path);
+    if (st == SP_OK && svg_path) st = sp_sim_write_svg(pl, &r, svg_path);
+    for (int a = 0; a < pl->nactors; a++) {
+        if (r.start) free(r.start[a]);
+        if (r.end) free(r.end[a]);
+    }
+    free(r.start), free(r.end), free(r.busy), free(r.idle);
+    return st;
+}

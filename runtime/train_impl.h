@@ -1,0 +1,79 @@
+/* The trainer's state and the helpers its files share (runtime/train.c: steps and
+ * creation; buffers.c: the per-microbatch pool and the slabs; host.c: host access,
+ * traces). Private to runtime/. */
+#ifndef STARPIPE_TRAIN_IMPL_H
+#define STARPIPE_TRAIN_IMPL_H
+
+#include <stdint.h>
+
+#include "starpipe/exec.h"
+#include "starpipe/train.h"
+
+typedef struct {
+    int kind, mb, stage;
+    int instr; /* index in this rank's plan program; -1 for helper tasks */
+} task_id;
+
+struct sp_trainer {
+    const sp_program *p;
+    const sp_graph *g;
+    sp_plan *plan;
+    sp_train_opts o;
+    int rank, S, E, m, nin, nshared, steps;
+    /* persistent per-stage slabs (owned stages only) */
+    float **params, **grads, **mom_m, **mom_v;
+    sp_exec_buf **h_params, **h_grads, **h_m, **h_v, **h_scratch;
+    /* per-microbatch buffers, created on first use: [mb * count + index] */
+    sp_exec_buf **h_act, **h_bgrad, **h_efwd, **h_egrad, **h_input, **h_loss;
+    void **input_host;
+    /* tied parameters: graph tensor of shared k; transfer buffers per (k, stage) */
+    sp_tensor *shared_param;
+    sp_exec_buf **h_sgrad, **h_sparam;
+    /* this step */
+    uint32_t seq;
+    task_id *seq_task;
+    size_t seq_cap;
+    sp_train_event *events;
+    int nevents, cap_events;
+    struct { int kind, step, stage; } fault; /* STARPIPE_FAULT: fail@STEP:STAGE, hang@... */
+    int *msg_instr; /* [nmessages]: this rank's SEND/RECV instruction of each message */
+    /* NCCL: per instruction of this rank, -1 (not NCCL), or the index in ncalls of its
+     * call; a group is submitted at its first call */
+    int *nccl_of;
+    sp_nccl_call *ncalls;
+    int nncalls;
+    char notice[256];
+    void **host; /* memory behind the lazily registered buffers */
+    size_t nhost, caphost;
+    sp_exec_buf **pool_free; /* per-microbatch buffers not in use */
+    size_t nfree, capfree, npooled, pool_bytes;
+    /* the last step's instruction times of every actor, seconds on the ranks' common
+     * clock, -1 where nothing was measured: [actor][instr] rows of one allocation */
+    double **tstart, **tend, *tbuf;
+    int tmax; /* longest actor program */
+};
+
+static inline int owns(const sp_trainer *t, int stage)
+{
+    return t->plan->stage_actor[stage] == t->rank;
+}
+
+/* ---- buffers.c ---- */
+/* The executor buffer of slab (class, index) for microbatch mb: persistent slabs, and
+ * per-microbatch buffers taken from the pool on first use in a step. NULL on failure. */
+sp_exec_buf *sp_tr_slab_buf(sp_trainer *t, sp_slab_class c, int idx, int mb);
+/* The slot of a per-microbatch buffer (ACT, BGRAD, EDGE_FWD, EDGE_GRAD). */
+sp_exec_buf **sp_tr_mb_slot(sp_trainer *t, sp_slab_class c, int idx, int mb);
+/* Gives a per-microbatch buffer back to the pool (the plan's FREE). */
+void sp_tr_pool_give(sp_trainer *t, sp_exec_buf **slot);
+void sp_tr_free_buf(sp_trainer *t, const sp_buf *b);
+/* The buffer a SEND or RECV of the plan moves (boundary tensors, tied parameters). */
+sp_exec_buf *sp_tr_transfer_buf(sp_trainer *t, const sp_buf *b);
+/* A registered, zeroed host slab of bytes (at least one float). */
+sp_status sp_tr_register_host(sp_exec_buf **h, float **host, size_t bytes);
+/* Tied parameter k: its offset in stage's slab, its size, its owner stage. */
+int64_t sp_tr_shared_off(const sp_trainer *t, int k, int stage);
+int64_t sp_tr_shared_numel(const sp_trainer *t, int k);
+int sp_tr_shared_owner(const sp_trainer *t, int k);
+
+#endif
