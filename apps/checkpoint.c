@@ -12,8 +12,9 @@
 static const char *const suffix[4] = { "", ".grad", ".adam_m", ".adam_v" };
 
 /* Writes the tensors of the given kinds (what values) of every parameter. */
-static sp_status save(const char *path, const sp_graph *g, const char *sig, int step,
-                      const ckpt_io *io, const int *whats, int nwhat)
+static sp_status save(const char *path, const sp_graph *g, const char *sig,
+                      const char *settings, int step, const ckpt_io *io, const int *whats,
+                      int nwhat)
 {
     int np = sp_graph_num_params(g), n = np * nwhat;
     sp_st_tensor *t = calloc((size_t)n + 1, sizeof *t);
@@ -41,28 +42,56 @@ static sp_status save(const char *path, const sp_graph *g, const char *sig, int 
     }
     char stepbuf[32];
     snprintf(stepbuf, sizeof stepbuf, "%d", step);
-    sp_st_meta meta[3] = { { "starpipe.format", FORMAT_VERSION },
+    sp_st_meta meta[4] = { { "starpipe.format", FORMAT_VERSION },
                            { "starpipe.model", sig },
-                           { "starpipe.step", stepbuf } };
+                           { "starpipe.step", stepbuf },
+                           { "starpipe.settings", settings } };
     if (st == SP_OK && io->writer)
-        st = sp_safetensors_write(path, t, n, meta, 3, SP_ST_CHECKSUM);
+        st = sp_safetensors_write(path, t, n, meta, settings ? 4 : 3, SP_ST_CHECKSUM);
     for (int k = 0; data && k < n; k++) free(data[k]);
     free(data), free(shapes), free(names), free(t);
     return st;
 }
 
-sp_status ckpt_save(const char *path, const sp_graph *g, const char *sig, int steps_done,
-                    const ckpt_io *io)
+sp_status ckpt_save(const char *path, const sp_graph *g, const char *sig, const char *settings,
+                    int steps_done, const ckpt_io *io)
 {
     static const int whats[3] = { 0, 2, 3 };
-    return save(path, g, sig, steps_done, io, whats, 3);
+    return save(path, g, sig, settings, steps_done, io, whats, 3);
 }
 
 sp_status ckpt_dump_grads(const char *path, const sp_graph *g, const char *sig, int step,
                           const ckpt_io *io)
 {
     static const int whats[1] = { 1 };
-    return save(path, g, sig, step, io, whats, 1);
+    return save(path, g, sig, NULL, step, io, whats, 1);
+}
+
+char *ckpt_read_settings(const char *path)
+{
+    sp_safetensors *f = sp_safetensors_open(path, SP_ST_REQUIRE_CHECKSUM, NULL);
+    const char *s = f ? sp_safetensors_meta(f, "starpipe.settings") : NULL;
+    char *copy = s ? strdup(s) : NULL;
+    sp_safetensors_close(f);
+    return copy;
+}
+
+/* Signatures are "kind key=value key=value ...": the first word or key=value of one that
+ * the other does not have, into a (this checkpoint's) and b (this run's). */
+static void first_difference(const char *fsig, const char *sig, char *a, char *b, size_t len)
+{
+    char x[256], y[256], *sx = NULL, *sy = NULL;
+    snprintf(x, sizeof x, "%s", fsig);
+    snprintf(y, sizeof y, "%s", sig);
+    char *tx = strtok_r(x, " ", &sx), *ty = strtok_r(y, " ", &sy);
+    for (; tx || ty; tx = strtok_r(NULL, " ", &sx), ty = strtok_r(NULL, " ", &sy))
+        if (!tx || !ty || strcmp(tx, ty)) {
+            snprintf(a, len, "%s", tx ? tx : "(nothing)");
+            snprintf(b, len, "%s", ty ? ty : "(nothing)");
+            return;
+        }
+    snprintf(a, len, "?");
+    snprintf(b, len, "?");
 }
 
 static int same_shape(const sp_st_tensor *t, const sp_graph *g, sp_tensor p)
@@ -92,10 +121,20 @@ sp_status ckpt_load(const char *path, const sp_graph *g, const char *sig, int *s
     const char *fstep = sp_safetensors_meta(f, "starpipe.step");
     char *end = NULL;
     long step = fstep ? strtol(fstep, &end, 10) : -1;
-    if (!fmt || strcmp(fmt, FORMAT_VERSION) || !fsig || !fstep || *end || step < 0 ||
+    if (!fmt || strcmp(fmt, FORMAT_VERSION) || !fsig || !fstep || end == fstep || *end || step < 0 ||
         step > 1L << 30) {
         st = sp_set_error(SP_ERR_FORMAT, "%s: not a starpipe checkpoint (metadata "
                           "starpipe.format/model/step missing or malformed)", path);
+        goto out;
+    }
+    /* the signature holds everything that changes the computation (heads, context,
+     * vocabulary, sizes), even when every tensor name and shape would agree */
+    if (strcmp(fsig, sig)) {
+        char a[128], b[128];
+        first_difference(fsig, sig, a, b, sizeof a);
+        st = sp_set_error(SP_ERR_FORMAT, "%s: a checkpoint of another model: %s there, %s in "
+                          "this run (checkpoint of '%s', this run is '%s')", path, a, b, fsig,
+                          sig);
         goto out;
     }
     /* every parameter with its moments, the right dtype and shape; nothing else */

@@ -4,20 +4,50 @@
  * the lowest failing rank prints, and every rank shuts down and exits non-zero. */
 #include "apps/driver.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "apps/checkpoint.h"
 #include "apps/options.h"
+#include "starpipe/env.h"
 #include "starpipe/exec.h"
 #include "starpipe/plan.h"
 #include "starpipe/program.h"
 #include "starpipe/reference.h"
 #include "starpipe/train.h"
 
+/* ---- the STARPIPE_* variables, read once before any work, as strictly as the flags ---- */
+static struct {
+    const char *trace; /* STARPIPE_TRACE: where the last step's trace goes, or NULL */
+    double timeout;    /* STARPIPE_STEP_TIMEOUT: seconds, 0 = no watchdog */
+    int verbose;       /* STARPIPE_VERBOSE: 0, 1, 2 */
+    sp_fault fault;    /* STARPIPE_FAULT */
+} env;
 
+static sp_status read_env(void)
+{
+    int64_t v = 0, x = 0;
+    const char *s;
+    sp_status st;
+    if ((st = sp_env_string("STARPIPE_TRACE", &env.trace)) ||
+        (st = sp_env_double("STARPIPE_STEP_TIMEOUT", 0, 1e6, &env.timeout)) ||
+        (st = sp_env_int("STARPIPE_VERBOSE", 0, 2, &v)) || (st = sp_env_fault(&env.fault)))
+        return st;
+    env.verbose = (int)v;
+    /* read where they act (the planner, the trainer, the CUDA kernels), refused here first,
+     * with the flags' limits */
+    if ((st = sp_env_string("STARPIPE_SCHEDULE", &s)) ||
+        (st = sp_env_int("STARPIPE_MICROBATCHES", 1, SP_SCHEDULE_MAX_COUNT, &x)) ||
+        (st = sp_env_int("STARPIPE_CHUNKS", 1, 64, &x)) ||
+        (st = sp_env_int("STARPIPE_NCCL_THRESHOLD", 0, SP_NCCL_THRESHOLD_MAX, &x)) ||
+        (st = sp_env_int("STARPIPE_TF32", 0, 1, &x)))
+        return st;
+    return SP_OK;
+}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -48,9 +78,7 @@ static void fill_inputs(sp_app_model *m, const sp_app_opts *o, const sp_program 
     int nin = sp_program_num_inputs(p);
     for (int i = 0; i < nmb; i++) m->batch(m->cfg, (uint64_t)o->seed, step, i, in + (size_t)i * nin);
     /* STARPIPE_FAULT=nan@STEP: a NaN in microbatch 0's first float input */
-    const char *fault = getenv("STARPIPE_FAULT");
-    int at;
-    if (fault && sscanf(fault, "nan@%d", &at) == 1 && at == step)
+    if (env.fault.kind == SP_FAULT_NAN && env.fault.step == step)
         for (int k = 0; k < nin; k++)
             if (sp_tensor_dtype(sp_program_graph(p), sp_program_input(p, k)) == SP_F32) {
                 ((float *)in[k])[0] = NAN;
@@ -81,12 +109,335 @@ static sp_status tr_set(void *ctx, sp_tensor p, int what, const float *src)
     return sp_trainer_store(ctx, p, what, src);
 }
 
+/* ---- before the first step: outputs, settings, sizes ---- */
+
+/* Every file the run writes, checked at start-up on the rank that writes it: a path that
+ * cannot be written is refused before any step, not after the work. */
+static sp_status check_outputs(const sp_app_opts *o)
+{
+    sp_status st;
+    if (o->save && (st = sp_output_check(o->save, "--save file"))) return st;
+    if (o->dump_grads && o->steps > 0 &&
+        (st = sp_output_check(o->dump_grads, "--dump-grads file")))
+        return st;
+    if (env.trace && o->steps > 0) {
+        char svg[PATH_MAX + 8];
+        snprintf(svg, sizeof svg, "%s.svg", env.trace);
+        if ((st = sp_output_check(env.trace, "STARPIPE_TRACE file")) ||
+            (st = sp_output_check(svg, "STARPIPE_TRACE picture")))
+            return st;
+    }
+    return SP_OK;
+}
+
+/* The flags that continue this run from a checkpoint ("--flag value" lines): those that
+ * change the computation and are not in the model's signature. Floats with as many
+ * digits as they need to read back as the same float. */
+static const char *float_str(float x, char *buf, size_t len)
+{
+    for (int digits = 6; digits <= 9; digits++) { /* the shortest that reads back */
+        snprintf(buf, len, "%.*g", digits, (double)x);
+        if (strtof(buf, NULL) == x) break;
+    }
+    return buf;
+}
+
+static void settings_of(const sp_app_model *m, const sp_app_opts *o, int nmicro, char *buf,
+                        size_t len)
+{
+    char lr[32], clip[32];
+    int k = snprintf(buf, len, "--microbatches %d\n--seed %d\n--lr %s\n--clip %s\n", nmicro,
+                     o->seed, float_str(o->lr, lr, sizeof lr), float_str(o->clip, clip, sizeof clip));
+    if (m->settings && k > 0 && (size_t)k < len) m->settings(m->cfg, buf + k, len - k);
+}
+
+/* The value of `flag` in a settings text, into out ("" when absent). */
+static void setting_value(const char *text, const char *flag, char *out, size_t len)
+{
+    size_t fl = strlen(flag);
+    out[0] = 0;
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (!strncmp(l, flag, fl) && l[fl] == ' ') {
+            const char *e = strchr(l, '\n');
+            size_t n = e ? (size_t)(e - l - fl - 1) : strlen(l + fl + 1);
+            snprintf(out, len, "%.*s", (int)(n < len ? n : len - 1), l + fl + 1);
+            return;
+        }
+}
+
+/* --resume FILE continues the run that wrote FILE: its stored settings apply wherever the
+ * command line (or STARPIPE_MICROBATCHES) says nothing, and a setting given that differs
+ * is said in one line. Returns the stored text, which the model's options may point into
+ * (free it at the end), or NULL: no settings stored, or a file ckpt_load will refuse. */
+static char *resume_settings(const sp_app_model *m, sp_app_opts *o, int *bad)
+{
+    char *stored = ckpt_read_settings(o->load);
+    if (!stored) return NULL;
+    int64_t env_m = 0;
+    sp_env_int("STARPIPE_MICROBATCHES", 1, SP_SCHEDULE_MAX_COUNT, &env_m); /* read_env checked it */
+    int m_given = o->microbatches > 0 ? o->microbatches : (int)env_m;
+    char cur[4096], now[1024], changed[1024] = "";
+    settings_of(m, o, m_given, cur, sizeof cur);
+    size_t nc = 0;
+    for (char *line = stored, *next; line && *line && !*bad; line = next) {
+        if ((next = strchr(line, '\n'))) *next++ = 0;
+        char *sp = strchr(line, ' ');
+        if (!sp) continue;
+        *sp = 0;
+        const char *flag = line, *value = sp + 1;
+        if (!sp_app_given(m, o, flag) && !(!strcmp(flag, "--microbatches") && m_given)) {
+            /* a flag of another app: its checkpoint is refused by signature, later */
+            *bad = sp_app_apply(m, o, flag, value) == 0;
+            continue;
+        }
+        setting_value(cur, flag, now, sizeof now);
+        if (strcmp(now, value) && nc < sizeof changed)
+            nc += (size_t)snprintf(changed + nc, sizeof changed - nc, "%s%s %s (was %s)",
+                                   nc ? ", " : "", flag, now, value);
+    }
+    if (nc && !*bad && sp_app_launcher_rank() == 0) {
+        printf("%s: resuming %s with changed settings: %s\n", m->name, o->load, changed);
+        fflush(stdout);
+    }
+    return stored;
+}
+
+static const char *fmt_bytes(double b, char *buf, size_t len)
+{
+    if (b >= 1024.0 * 1024 * 1024 * 1024) snprintf(buf, len, "%.1f TiB", b / (1024.0 * 1024 * 1024 * 1024));
+    else if (b >= 1024.0 * 1024 * 1024) snprintf(buf, len, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+    else snprintf(buf, len, "%.1f MiB", b / (1024.0 * 1024));
+    return buf;
+}
+
+/* Every tensor within what the kernels index (int element counts): a size a flag allows
+ * must end in a message, never in an overflow. */
+static int check_tensor_sizes(const sp_app_model *m, const sp_graph *g, char *msg, size_t len)
+{
+    for (sp_tensor t = 0; t < sp_graph_num_tensors(g); t++) {
+        int64_t n = sp_tensor_numel(g, t);
+        if (n <= INT32_MAX) continue;
+        char shape[128];
+        size_t k = (size_t)snprintf(shape, sizeof shape, "(");
+        for (int d = 0; d < sp_tensor_ndim(g, t) && k < sizeof shape; d++)
+            k += (size_t)snprintf(shape + k, sizeof shape - k, d ? ",%lld" : "%lld",
+                                  (long long)sp_tensor_shape(g, t)[d]);
+        if (k < sizeof shape) snprintf(shape + k, sizeof shape - k, ")");
+        int param = sp_tensor_is_param(g, t);
+        char what[160];
+        if (param || sp_tensor_is_input(g, t))
+            snprintf(what, sizeof what, "%s '%s'", param ? "parameter" : "input",
+                     sp_tensor_name(g, t));
+        else snprintf(what, sizeof what, "a tensor of stage %d", sp_tensor_stage(g, t));
+        const char *flags = param ? m->param_flags : m->act_flags;
+        snprintf(msg, len, "%s %s has %lld elements, over the limit of %d per tensor: lower %s",
+                 what, shape, (long long)n, INT32_MAX, flags ? flags : "the model's sizes");
+        return 1;
+    }
+    return 0;
+}
+
+/* Bytes this machine can still give (MemAvailable), 0 when unknown. */
+static double available_memory(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "MemAvailable:", 13)) {
+            kb = strtod(line + 13, NULL);
+            break;
+        }
+    if (f) fclose(f);
+    if (kb > 0) return kb * 1024;
+    long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (double)pages * size : 0;
+}
+
+/* What one actor holds at its peak, by part, in bytes. */
+enum { PART_PARAMS, PART_ACTS, PART_BOUNDARY, PART_SCRATCH, PART_INPUTS, PART_TASKS, PART_REF,
+       NPARTS };
+static const char *const part_name[NPARTS] = {
+    "parameters, gradients and AdamW moments", "saved activations", "boundary tensors",
+    "task scratch space", "input batches", "bookkeeping of a step's tasks and transfers",
+    "reference interpreter (--check)" };
+/* What the runtime keeps per instruction of a step (its StarPU task, handles, plan
+ * entry), measured: about 3.5 kB. */
+#define BYTES_PER_INSTR 4096.0
+
+/* The parts of each actor (na of them) three ways: kind 0 an upper bound (every
+ * microbatch in flight), 1 a lower bound (one), 2 exact, from the plan pl. */
+static void memory_parts(double (*part)[NPARTS], int na, int kind, const sp_plan *pl,
+                         const sp_program *p, const sp_schedule *sch, const double *rpart,
+                         double ref, double inputs, int reference, int check)
+{
+    const sp_stage_model *model = sp_program_stage_model(p);
+    int S = sp_program_num_stages(p), nm = sch->nmicro;
+    double inflight = kind == 0 ? nm : 1;
+#define BB(cls, i) ((double)sp_program_buf_bytes(p, cls, i))
+    memset(part, 0, (size_t)na * sizeof *part);
+    for (int a = 0; a < na; a++) {
+        double *q = part[a];
+        if (reference) {
+            memcpy(q, rpart, NPARTS * sizeof *q);
+        } else if (kind < 2) {
+            int mine = 0;
+            for (int s = 0; s < S; s++) {
+                if (sch->stage_actor[s] != a) continue;
+                mine++;
+                q[PART_PARAMS] += 3 * BB(SP_SLAB_PARAMS, s) + BB(SP_SLAB_GRADS, s);
+                q[PART_ACTS] += inflight * (BB(SP_SLAB_ACT, s) + BB(SP_SLAB_BGRAD, s));
+                if (BB(SP_SLAB_SCRATCH, s) > q[PART_SCRATCH]) q[PART_SCRATCH] = BB(SP_SLAB_SCRATCH, s);
+            }
+            for (int e = 0; kind == 0 && e < model->nedges; e++)
+                if (sch->stage_actor[model->edge[e].src_stage] == a ||
+                    sch->stage_actor[model->edge[e].dst_stage] == a)
+                    q[PART_BOUNDARY] += nm * (BB(SP_SLAB_EDGE_FWD, e) + BB(SP_SLAB_EDGE_GRAD, e));
+            /* per microbatch and stage: at least F and BW; at most four tasks, a few
+             * transfers and frees */
+            q[PART_TASKS] = BYTES_PER_INSTR * nm * mine * (kind == 0 ? 16 : 2);
+        } else {
+            const sp_mem_peak *pk = &pl->peak[a];
+            q[PART_PARAMS] = (double)pk->params + (double)pk->grads + (double)pk->opt;
+            q[PART_ACTS] = (double)pk->acts;
+            q[PART_BOUNDARY] = (double)pk->boundary;
+            /* the peak of the sum, spread over the parts by their own peaks */
+            double sum = q[PART_PARAMS] + q[PART_ACTS] + q[PART_BOUNDARY];
+            if (sum > 0)
+                for (int k = PART_PARAMS; k <= PART_BOUNDARY; k++) q[k] *= (double)pk->total / sum;
+            for (int s = 0; s < S; s++) /* one worker: one task's scratch at a time */
+                if (sch->stage_actor[s] == a && BB(SP_SLAB_SCRATCH, s) > q[PART_SCRATCH])
+                    q[PART_SCRATCH] = BB(SP_SLAB_SCRATCH, s);
+            q[PART_TASKS] = BYTES_PER_INSTR * pl->ninstr[a];
+        }
+        if (!reference) q[PART_REF] = check ? ref : 0;
+        q[PART_INPUTS] = (reference ? 1 : 2) * nm * inputs; /* the driver's, the trainer's */
+    }
+#undef BB
+}
+
+/* The bytes the ranks on this machine need: all actors, or as many of the largest as the
+ * launcher puts here. *worst: the largest actor's. */
+static double machine_total(double (*part)[NPARTS], int na, double *worst)
+{
+    double total = 0;
+    *worst = 0;
+    for (int a = 0; a < na; a++) {
+        double t = 0;
+        for (int k = 0; k < NPARTS; k++) t += part[a][k];
+        total += t;
+        if (t > *worst) *worst = t;
+    }
+    int local = sp_app_launcher_local_size();
+    return local < na ? *worst * local : total;
+}
+
+/* The memory the run will hold, from the program and the plan (pure C, before StarPU),
+ * against what this machine has: 1 and a message naming the largest part, the bytes
+ * and the flag to lower when it cannot fit. */
+static int check_memory(const sp_app_model *m, const sp_app_opts *o, const sp_schedule *sch,
+                        const sp_program *p, int P, int reference, char *msg, size_t len)
+{
+    double avail = available_memory();
+    if (avail <= 0) return 0;
+    const sp_stage_model *model = sp_program_stage_model(p);
+    int S = sp_program_num_stages(p);
+#define BB(cls, i) ((double)sp_program_buf_bytes(p, cls, i))
+    double inputs = 0, rpart[NPARTS] = { 0 }, ref = 0;
+    for (int k = 0; k < sp_program_num_inputs(p); k++) inputs += BB(SP_SLAB_INPUT, k);
+    /* the reference holds every stage, one microbatch at a time */
+    for (int s = 0; s < S; s++) {
+        rpart[PART_PARAMS] += 3 * BB(SP_SLAB_PARAMS, s) + BB(SP_SLAB_GRADS, s);
+        rpart[PART_ACTS] += BB(SP_SLAB_ACT, s) + BB(SP_SLAB_BGRAD, s);
+        rpart[PART_SCRATCH] += BB(SP_SLAB_SCRATCH, s);
+    }
+    for (int e = 0; e < model->nedges; e++)
+        rpart[PART_BOUNDARY] += BB(SP_SLAB_EDGE_FWD, e) + BB(SP_SLAB_EDGE_GRAD, e);
+#undef BB
+    for (int k = 0; k < NPARTS; k++) ref += rpart[k];
+    int na = reference ? 1 : P;
+    double (*part)[NPARTS] = calloc((size_t)na, sizeof *part);
+    if (!part) return 0;
+    sp_plan *pl = NULL;
+    double worst, total;
+    const char *atleast = "";
+    /* in doubles, without a plan first: everything in flight fits, or one microbatch
+     * does not; the plan (whose byte counts are size_t) only in between */
+    memory_parts(part, na, 0, NULL, p, sch, rpart, ref, inputs, reference, o->check);
+    total = machine_total(part, na, &worst);
+    if (total > avail && !reference) {
+        memory_parts(part, na, 1, NULL, p, sch, rpart, ref, inputs, reference, o->check);
+        total = machine_total(part, na, &worst);
+        atleast = "at least ";
+        if (total <= avail) {
+            if (sp_plan_build(model, sch, &pl) != SP_OK) { /* reported when the run plans */
+                free(part);
+                return 0;
+            }
+            memory_parts(part, na, 2, pl, p, sch, rpart, ref, inputs, reference, o->check);
+            total = machine_total(part, na, &worst);
+            atleast = "";
+        }
+    }
+    int bad = total > avail;
+    if (bad) {
+        int wa = 0, wk = 0;
+        for (int a = 0; a < na; a++)
+            for (int k = 0; k < NPARTS; k++)
+                if (part[a][k] > part[wa][wk]) wa = a, wk = k;
+        const char *lower = wk == PART_PARAMS ? m->param_flags
+                          : wk == PART_INPUTS ? "--microbatches or --batch"
+                          : wk == PART_TASKS ? "--microbatches"
+                          : wk == PART_REF ? "the model's sizes, or leave out --check"
+                          : m->act_flags;
+        char b1[32], b2[32], b3[32], who[32] = "";
+        if (!reference) snprintf(who, sizeof who, " of actor %d", wa);
+        snprintf(msg, len, "this run needs %s%s of memory on this machine but %s is available "
+                 "(MemAvailable); the largest part is the %s%s, %s: lower %s", atleast,
+                 fmt_bytes(total, b1, sizeof b1), fmt_bytes(avail, b2, sizeof b2),
+                 part_name[wk], who, fmt_bytes(part[wa][wk], b3, sizeof b3),
+                 lower ? lower : "the model's sizes");
+    }
+    sp_plan_free(pl);
+    free(part);
+    return bad;
+}
+
+/* Before any work (before MPI and StarPU start): every tensor within the kernels'
+ * limits, and the memory the run will hold within what this machine has. 1 with a
+ * message when the run cannot fit; 0 when it fits, or when something else is wrong (a
+ * schedule, a data file, a cut), which the run reports the usual way. */
+static int preflight(sp_app_model *m, const sp_app_opts *o, int P, int reference, char *msg,
+                     size_t len)
+{
+    sp_schedule *sch = NULL;
+    sp_graph *g = NULL;
+    sp_program *p = NULL;
+    sp_status st;
+    double samples;
+    char pmsg[512];
+    int bad = 0;
+    if (sp_schedule_from_env(o->schedule, P, o->microbatches, o->chunks, &sch) == SP_OK &&
+        !m->prepare(m->cfg, &samples, pmsg, sizeof pmsg) &&
+        (g = m->build(m->cfg, sch->nstages, &st)) && !(bad = check_tensor_sizes(m, g, msg, len)) &&
+        (p = sp_program_build(g, &st)))
+        bad = check_memory(m, o, sch, p, P, reference, msg, len);
+    sp_program_free(p);
+    sp_graph_free(g);
+    sp_schedule_free(sch);
+    return bad;
+}
+
 /* ---- the reference interpreter alone ---- */
 static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config *opt)
 {
     sp_schedule *sch = NULL;
-    char msg[512];
+    char msg[1024];
     double samples = 0;
+    if (preflight(m, o, o->actors ? o->actors : 1, 1, msg, sizeof msg)) {
+        fprintf(stderr, "%s: error: %s\n", m->name, msg);
+        return 2;
+    }
     if (sp_schedule_from_env(o->schedule, o->actors ? o->actors : 1, o->microbatches, o->chunks,
                              &sch) != SP_OK) {
         fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
@@ -106,16 +457,26 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
         fprintf(stderr, "%s: error: %s\n", m->name, st ? sp_last_error() : "out of memory");
         return 1;
     }
-    char sig[256];
+    char sig[256], settings[4096];
     m->signature(m->cfg, sig, sizeof sig);
+    settings_of(m, o, nmb, settings, sizeof settings);
     ckpt_io io = { .ctx = r, .get = ref_get, .set = ref_set, .writer = 1 };
     int start = 0;
+    if (check_outputs(o) != SP_OK) {
+        fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
+        return 1;
+    }
     if (o->load) {
         if (ckpt_load(o->load, g, sig, &start, &io) != SP_OK) {
             fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
             return 1;
         }
         sp_reference_set_steps_done(r, start);
+    }
+    /* --steps 0 --save F: the loaded (or initial) state, as it is */
+    if (o->steps == 0 && o->save && ckpt_save(o->save, g, sig, settings, start, &io) != SP_OK) {
+        fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
+        return 1;
     }
     printf("%s: reference interpreter, %d stages, %d microbatches\n", m->name, sch->nstages, nmb);
     if (m->describe) m->describe(m->cfg, stdout);
@@ -143,7 +504,7 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
             cst = ckpt_dump_grads(o->dump_grads, g, sig, step, &io);
         if (cst == SP_OK && o->save && (step == start + o->steps ||
                                         (o->save_every && step % o->save_every == 0)))
-            cst = ckpt_save(o->save, g, sig, step, &io);
+            cst = ckpt_save(o->save, g, sig, settings, step, &io);
         if (cst != SP_OK) {
             fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
             return 1;
@@ -175,8 +536,7 @@ static void describe_plan(const sp_plan *pl, const sp_stage_model *model)
                pl->peak[a].boundary / 1048576.0, pl->peak[a].params / 1048576.0,
                pl->peak[a].act_units);
     if (simulated) sp_sim_result_free(r);
-    const char *v = getenv("STARPIPE_VERBOSE");
-    if (v && atoi(v) >= 2) sp_plan_write(pl, stdout);
+    if (env.verbose >= 2) sp_plan_write(pl, stdout);
 }
 
 /* ---- the pipelined run ---- */
@@ -237,18 +597,21 @@ static double compare_with_reference(sp_trainer *t, sp_reference *r, const sp_pr
 static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_opts *o,
                          sp_adamw_config *opt)
 {
-    const char *trace_path = getenv("STARPIPE_TRACE");
-    const char *timeout = getenv("STARPIPE_STEP_TIMEOUT");
-    const char *verbose_env = getenv("STARPIPE_VERBOSE");
-    int verbose = verbose_env ? atoi(verbose_env) : 0;
-    sp_exec_opts eo = { .trace = 1, .watchdog_s = timeout ? atof(timeout) : 0,
-                        .verbose = verbose >= 1 };
+    const char *trace_path = env.trace;
+    int verbose = env.verbose;
+    char msg[1024] = "";
+    /* a run that cannot fit says so before StarPU and MPI start; every rank sees the
+     * same sizes, and one per machine prints */
+    if (preflight(m, o, o->actors ? o->actors : sp_app_launcher_size(), 0, msg, sizeof msg)) {
+        if (sp_app_launcher_local_rank() == 0) fprintf(stderr, "%s: error: %s\n", m->name, msg);
+        return 2;
+    }
+    sp_exec_opts eo = { .trace = 1, .watchdog_s = env.timeout, .verbose = verbose >= 1 };
     if (sp_exec_init(&argc, &argv, &eo) != SP_OK) {
         if (sp_app_launcher_rank() == 0) fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
         return 1;
     }
     int me = sp_exec_rank(), P = sp_exec_size();
-    char msg[1024] = "";
     int bad = 0;
     sp_schedule *sch = NULL;
     if (o->actors && o->actors != P) {
@@ -256,6 +619,17 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
                  o->actors, P, o->actors);
         bad = 1;
     } else if (sp_schedule_from_env(o->schedule, P, o->microbatches, o->chunks, &sch) != SP_OK) {
+        snprintf(msg, sizeof msg, "%s", sp_last_error());
+        bad = 1;
+    }
+    if (!bad && (env.fault.kind == SP_FAULT_FAIL || env.fault.kind == SP_FAULT_HANG) &&
+        env.fault.stage >= sch->nstages) {
+        snprintf(msg, sizeof msg, "STARPIPE_FAULT='%s': there is no stage %d (the schedule has "
+                 "%d stages)", getenv("STARPIPE_FAULT"), env.fault.stage, sch->nstages);
+        bad = 1;
+    }
+    /* rank 0 writes checkpoints, dumps and traces: it checks them now, before step 1 */
+    if (!bad && me == 0 && check_outputs(o) != SP_OK) {
         snprintf(msg, sizeof msg, "%s", sp_last_error());
         bad = 1;
     }
@@ -288,8 +662,9 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
     int nmb = sch->nmicro;
     /* a GPU run is checked against the CPU reference within a tolerance, not bitwise */
     double tol = sp_exec_num_cuda() > 0 ? 1e-4 : 0.0;
-    char sig[256];
+    char sig[256], settings[4096];
     m->signature(m->cfg, sig, sizeof sig);
+    settings_of(m, o, nmb, settings, sizeof settings);
     ckpt_io io = { .ctx = t, .get = tr_get, .set = tr_set, .writer = me == 0 };
     int start = 0;
     if (o->load) {
@@ -304,6 +679,13 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         }
         sp_trainer_set_steps_done(t, start);
         if (ref) sp_reference_set_steps_done(ref, start);
+    }
+    /* --steps 0 --save F: the loaded (or initial) state, as it is */
+    if (o->steps == 0 && o->save &&
+        any_failed(ckpt_save(o->save, g, sig, settings, start, &io) != SP_OK, m->name,
+                   sp_last_error())) {
+        code = 1;
+        goto out;
     }
     if (me == 0) {
         printf("%s: %d actors, schedule %s, %d stages, %d microbatches, %s%s\n", m->name, P,
@@ -377,7 +759,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
             st = ckpt_dump_grads(o->dump_grads, g, sig, step, &io);
         if (st == SP_OK && o->save && (step == start + o->steps ||
                                        (o->save_every && step % o->save_every == 0)))
-            st = ckpt_save(o->save, g, sig, step, &io);
+            st = ckpt_save(o->save, g, sig, settings, step, &io);
         if (any_failed(st != SP_OK, m->name, sp_last_error())) {
             code = 1;
             goto out;
@@ -433,11 +815,23 @@ int sp_app_main(int argc, char **argv, sp_app_model *m)
         if (sp_app_launcher_rank() == 0) fputs(sp_schedule_help(), stdout);
         return 0;
     }
+    /* before MPI starts every rank reads the same environment: rank 0 says, all exit 2 */
+    if (read_env() != SP_OK) {
+        if (sp_app_launcher_rank() == 0) fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
+        return 2;
+    }
+    int bad = 0;
+    char *resumed = o.load ? resume_settings(m, &o, &bad) : NULL;
+    if (bad) {
+        free(resumed);
+        return 2;
+    }
     sp_adamw_config opt;
     sp_adamw_defaults(&opt);
     opt.lr = o.lr;
     opt.grad_clip = o.clip;
     opt.skip_nonfinite = o.skip_nonfinite;
-    if (o.reference) return run_reference(m, &o, &opt);
-    return run_pipelined(argc, argv, m, &o, &opt);
+    r = o.reference ? run_reference(m, &o, &opt) : run_pipelined(argc, argv, m, &o, &opt);
+    free(resumed);
+    return r;
 }

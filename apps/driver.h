@@ -26,9 +26,15 @@ typedef struct {
     /* "220544 parameters, ..." line after the banner; may be NULL. */
     void (*describe)(void *cfg, FILE *f);
     const char *sample_unit;       /* "tok", "rows" */
-    /* What fixes the parameter shapes, e.g. "gpt vocab=256 context=64 layers=4 ...";
-     * stored in checkpoints and shown when one does not fit. */
+    /* Everything that changes the computation, e.g. "gpt vocab=256 context=64 layers=4
+     * ..."; stored in checkpoints, and a checkpoint of another signature is refused. */
     void (*signature)(void *cfg, char *buf, size_t len);
+    /* The model's flags a resume needs to continue the same run, "--flag value" lines
+     * ("--layers 4\n--batch 8\n"), stored in checkpoints; may be NULL. */
+    void (*settings)(void *cfg, char *buf, size_t len);
+    /* Flags to lower when the parameters, or the activations, do not fit, for messages
+     * ("--channels or --layers"); may be NULL. */
+    const char *param_flags, *act_flags;
 } sp_app_model;
 
 /* Parses argv, runs, returns the process exit code. */

@@ -7,14 +7,43 @@
 #include <string.h>
 
 #include "apps/parse.h"
+#include "starpipe/env.h"
+#include "starpipe/plan.h"
+
+/* The first of the launcher's variables that is set, as an int (def when none is, or
+ * when it is not a number: these come from mpirun, not from the user). */
+static int launcher_var(const char *const *vars, int def)
+{
+    for (; *vars; vars++) {
+        int64_t v;
+        if (getenv(*vars)) return sp_parse_int(getenv(*vars), 0, 1 << 24, &v) ? def : (int)v;
+    }
+    return def;
+}
 
 /* The rank as the launcher tells it, before MPI is up: only rank 0 prints. */
 int sp_app_launcher_rank(void)
 {
-    const char *vars[] = { "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK" };
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
-        if (getenv(vars[i])) return atoi(getenv(vars[i]));
-    return 0;
+    static const char *const vars[] = { "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", NULL };
+    return launcher_var(vars, 0);
+}
+
+int sp_app_launcher_size(void)
+{
+    static const char *const vars[] = { "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", NULL };
+    return launcher_var(vars, 1);
+}
+
+int sp_app_launcher_local_size(void)
+{
+    static const char *const vars[] = { "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", NULL };
+    return launcher_var(vars, sp_app_launcher_size());
+}
+
+int sp_app_launcher_local_rank(void)
+{
+    static const char *const vars[] = { "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", NULL };
+    return launcher_var(vars, sp_app_launcher_rank());
 }
 
 static void usage(const sp_app_model *m, FILE *f)
@@ -33,7 +62,8 @@ static void usage(const sp_app_model *m, FILE *f)
             "  --save FILE         write parameters, AdamW state and step at the end\n"
             "  --save-every N      also every N steps (needs --save)\n"
             "  --load FILE         start from a checkpoint (--resume FILE is the same);\n"
-            "                      --steps more steps follow it\n"
+            "                      --steps more steps follow it, with the settings stored in\n"
+            "                      FILE where no flag says otherwise (--steps 0: save it)\n"
             "  --dump-grads FILE   write the first step's gradients (before clipping)\n"
             "pipeline:\n"
             "  --schedule NAME     gpipe, 1f1b, eager-1f1b, interleaved-1f1b, zb-h1, zb-v,\n"
@@ -48,24 +78,73 @@ static void usage(const sp_app_model *m, FILE *f)
             "  STARPIPE_VERBOSE=N  1: the plan's predictions and each rank's cores; 2: also\n"
             "                      every instruction of the plan\n"
             "  STARPIPE_STEP_TIMEOUT=S  end the run on every rank when no task finishes for\n"
-            "                      S seconds while some are pending (a lost message, a hang)\n"
+            "                      S seconds while some are pending (a lost message, a hang;\n"
+            "                      0: off)\n"
             "  STARPIPE_FAULT=K@STEP[:STAGE]  fault injection for tests: nan@STEP (a NaN in\n"
             "                      the first float input), fail@STEP:STAGE, hang@STEP:STAGE\n"
             "  --help              this text\n",
             m->name, m->defaults);
 }
 
-static int takes_value(const sp_app_model *m, const char *a)
+static const char *const common[] = { "--steps", "--microbatches", "--chunks", "--actors",
+                                      "--seed", "--lr", "--clip", "--schedule", "--save",
+                                      "--load", "--resume", "--dump-grads", "--save-every",
+                                      NULL };
+
+/* The bit of a flag that takes a value in sp_app_opts.given: common flags first, then
+ * the model's; -1 for none. */
+static int flag_bit(const sp_app_model *m, const char *a)
 {
-    static const char *const common[] = { "--steps", "--microbatches", "--chunks", "--actors",
-                                          "--seed", "--lr", "--clip", "--schedule", "--save",
-                                          "--load", "--resume", "--dump-grads", "--save-every",
-                                          NULL };
-    for (const char *const *f = common; *f; f++)
-        if (!strcmp(a, *f)) return 1;
-    for (const char *const *f = m->flags; f && *f; f++)
-        if (!strcmp(a, *f)) return 1;
-    return 0;
+    int i = 0;
+    for (const char *const *f = common; *f; f++, i++)
+        if (!strcmp(a, *f)) return i;
+    i = 32;
+    for (const char *const *f = m->flags; f && *f && i < 64; f++, i++)
+        if (!strcmp(a, *f)) return i;
+    return -1;
+}
+
+static int takes_value(const sp_app_model *m, const char *a) { return flag_bit(m, a) >= 0; }
+
+int sp_app_given(const sp_app_model *m, const sp_app_opts *o, const char *flag)
+{
+    int b = flag_bit(m, flag);
+    return b >= 0 && (o->given >> b & 1);
+}
+
+/* One flag that takes a value: 1 taken, 0 a bad value (message on stderr). */
+static int apply(const sp_app_model *m, sp_app_opts *o, const char *a, const char *v)
+{
+    int ok = 1;
+    if (!strcmp(a, "--steps")) ok = app_parse_int(a, v, 0, 1 << 30, &o->steps);
+    else if (!strcmp(a, "--microbatches"))
+        ok = app_parse_int(a, v, 1, SP_SCHEDULE_MAX_COUNT, &o->microbatches);
+    else if (!strcmp(a, "--chunks")) ok = app_parse_int(a, v, 1, 64, &o->chunks);
+    else if (!strcmp(a, "--actors")) ok = app_parse_int(a, v, 1, 1 << 16, &o->actors);
+    else if (!strcmp(a, "--seed")) ok = app_parse_int(a, v, 0, INT_MAX, &o->seed);
+    else if (!strcmp(a, "--lr")) ok = app_parse_float(a, v, 0.0, 10.0, &o->lr);
+    else if (!strcmp(a, "--clip")) ok = app_parse_float(a, v, 0.0, 1e30, &o->clip);
+    else if (!strcmp(a, "--schedule")) o->schedule = v;
+    else if (!strcmp(a, "--save")) o->save = v;
+    else if (!strcmp(a, "--load") || !strcmp(a, "--resume")) o->load = v;
+    else if (!strcmp(a, "--dump-grads")) o->dump_grads = v;
+    else if (!strcmp(a, "--save-every")) ok = app_parse_int(a, v, 1, 1 << 30, &o->save_every);
+    else ok = m->flag(m->cfg, a, v) > 0;
+    return ok;
+}
+
+int sp_app_apply(const sp_app_model *m, sp_app_opts *o, const char *flag, const char *value)
+{
+    if (!takes_value(m, flag)) return -1;
+    int quiet = sp_app_launcher_rank() != 0;
+    FILE *err = quiet ? fopen("/dev/null", "w") : stderr;
+    if (!err) err = stderr;
+    FILE *saved = stderr;
+    stderr = err; /* app_parse_* print to stderr */
+    int ok = apply(m, o, flag, value);
+    stderr = saved;
+    if (err != saved) fclose(err);
+    return ok;
 }
 
 /* 1 run, 0 exit 0 (help), -1 bad command line (message printed on rank 0). */
@@ -102,20 +181,10 @@ int sp_app_parse(int argc, char **argv, const sp_app_model *m, sp_app_opts *o)
             fprintf(err, "%s: error: %s needs a value (see --help)\n", m->name, a);
             rc = -1;
             break;
-        } else if (!strcmp(a, "--steps")) ok = app_parse_int(a, v, 0, 1 << 30, &o->steps);
-        else if (!strcmp(a, "--microbatches")) ok = app_parse_int(a, v, 1, 1 << 20, &o->microbatches);
-        else if (!strcmp(a, "--chunks")) ok = app_parse_int(a, v, 1, 64, &o->chunks);
-        else if (!strcmp(a, "--actors")) ok = app_parse_int(a, v, 1, 1 << 16, &o->actors);
-        else if (!strcmp(a, "--seed")) ok = app_parse_int(a, v, 0, INT_MAX, &o->seed);
-        else if (!strcmp(a, "--lr")) ok = app_parse_float(a, v, 0.0, 10.0, &o->lr);
-        else if (!strcmp(a, "--clip")) ok = app_parse_float(a, v, 0.0, 1e30, &o->clip);
-        else if (!strcmp(a, "--schedule")) o->schedule = v;
-        else if (!strcmp(a, "--save")) o->save = v;
-        else if (!strcmp(a, "--load") || !strcmp(a, "--resume")) o->load = v;
-        else if (!strcmp(a, "--dump-grads")) o->dump_grads = v;
-        else if (!strcmp(a, "--save-every")) ok = app_parse_int(a, v, 1, 1 << 30, &o->save_every);
-        else
-            ok = m->flag(m->cfg, a, v) > 0;
+        } else {
+            ok = apply(m, o, a, v);
+            o->given |= 1ull << flag_bit(m, a);
+        }
         if (!ok) rc = -1;
         i += takes;
     }

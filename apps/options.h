@@ -8,13 +8,24 @@ typedef struct {
     int steps, microbatches, chunks, actors, seed, reference, check, save_every, skip_nonfinite;
     float lr, clip;
     const char *schedule, *save, *load, *dump_grads;
+    unsigned long long given; /* which flags the command line gave (sp_app_given) */
 } sp_app_opts;
 
-/* The rank as the launcher tells it, before MPI is up (0 when not under mpirun). */
+/* What the launcher tells, before MPI is up: this process's rank (0 when not under
+ * mpirun), the number of ranks (1), the ranks on this machine and the rank among them. */
 int sp_app_launcher_rank(void);
+int sp_app_launcher_size(void);
+int sp_app_launcher_local_size(void);
+int sp_app_launcher_local_rank(void);
 
 /* Parses argv into o and the model's configuration. 1: run; 0: exit 0 (--help printed);
  * -1: a bad command line (one message printed on rank 0). */
 int sp_app_parse(int argc, char **argv, const sp_app_model *m, sp_app_opts *o);
+
+/* Whether the command line gave `flag` (one that takes a value). */
+int sp_app_given(const sp_app_model *m, const sp_app_opts *o, const char *flag);
+/* Sets one flag that takes a value, as the command line would: 1 taken, 0 a bad value
+ * (one message on rank 0), -1 a flag this app does not have. */
+int sp_app_apply(const sp_app_model *m, sp_app_opts *o, const char *flag, const char *value);
 
 #endif

@@ -89,6 +89,17 @@ static void gpt_signature(void *cfg, char *buf, size_t len)
              c->context, c->layers, c->heads, c->channels);
 }
 
+/* What a resume needs besides the signature: the batch and the data. */
+static void gpt_settings(void *cfg, char *buf, size_t len)
+{
+    const gpt_app *c = cfg;
+    int k = snprintf(buf, len, "--layers %d\n--heads %d\n--channels %d\n--context %d\n"
+                     "--batch %d\n", c->model.layers, c->model.heads, c->model.channels,
+                     c->model.context, c->model.batch);
+    if (k > 0 && (size_t)k < len && !strchr(c->data, '\n')) /* one line per setting */
+        snprintf(buf + k, len - (size_t)k, "--data %s\n", c->data);
+}
+
 /* The defaults and the flags this model takes (also used by fuzz/fuzz_app_args.c). */
 #define GPT_APP_DEFAULTS                                                                   \
     { .data = SP_DEFAULT_CORPUS, .model = { .vocab = 256, .context = 64, .layers = 4,       \
@@ -115,7 +126,9 @@ int main(int argc, char **argv)
     sp_app_model m = { .name = "starpipe-gpt", .flags = gpt_flags, .defaults = defaults, .cfg = &cfg,
                        .flag = gpt_flag, .prepare = gpt_prepare, .build = gpt_build,
                        .batch = gpt_batch, .describe = gpt_describe, .sample_unit = "tok",
-                       .signature = gpt_signature };
+                       .signature = gpt_signature, .settings = gpt_settings,
+                       .param_flags = "--channels or --layers",
+                       .act_flags = "--batch, --context or --channels" };
     int rc = sp_app_main(argc, argv, &m);
     sp_text_free(cfg.text);
     return rc;

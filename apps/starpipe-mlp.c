@@ -69,6 +69,14 @@ static void mlp_signature(void *cfg, char *buf, size_t len)
              c->classes);
 }
 
+/* What a resume needs besides the signature: the batch. */
+static void mlp_settings(void *cfg, char *buf, size_t len)
+{
+    const sp_mlp_config *c = &((mlp_app *)cfg)->model;
+    snprintf(buf, len, "--in %d\n--width %d\n--depth %d\n--classes %d\n--batch %d\n", c->in_dim,
+             c->width, c->depth, c->classes, c->batch);
+}
+
 /* The defaults and the flags this model takes (also used by fuzz/fuzz_app_args.c). */
 #define MLP_APP_DEFAULTS                                                                   \
     { .model = { .in_dim = 32, .width = 128, .depth = 8, .classes = 10, .batch = 32,       \
@@ -92,7 +100,8 @@ int main(int argc, char **argv)
                     "                      split); the last may be 0: the head alone\n",
         .cfg = &cfg, .flag = mlp_flag, .prepare = mlp_prepare, .build = mlp_build,
         .batch = mlp_batch, .describe = mlp_describe, .sample_unit = "rows",
-        .signature = mlp_signature,
+        .signature = mlp_signature, .settings = mlp_settings,
+        .param_flags = "--width, --depth or --in", .act_flags = "--batch, --width or --classes",
     };
     return sp_app_main(argc, argv, &m);
 }

@@ -2,6 +2,7 @@
  * summary (or JSON), optionally an SVG timeline and a Chrome trace. Exit 0 for a valid
  * plan, 2 for an invalid one (message on stderr), 1 for a usage error. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,8 +53,10 @@ static int parse_cost(const char *spec, double kind[4], int *bw_given, double *l
         *eq = 0;
         errno = 0;
         double v = strtod(eq + 1, &end);
-        if (end == eq + 1 || *end || errno || v < 0) {
-            fprintf(stderr, "starpipe-plan: --cost: bad value '%s' for %s\n", eq + 1, t);
+        /* finite and not negative: a nan or inf cost would give a nan or inf step time */
+        if (end == eq + 1 || *end || errno || !isfinite(v) || v < 0 || v > 1e100) {
+            fprintf(stderr, "starpipe-plan: --cost: bad value '%s' for %s (a finite number in "
+                    "[0, 1e100])\n", eq + 1, t);
             bad = 1;
             break;
         }
@@ -177,6 +180,13 @@ int main(int argc, char **argv)
     if (trace && sp_sim_write_trace(plan, res, trace)) rc = 1;
     if (rc) {
         fprintf(stderr, "starpipe-plan: %s\n", sp_last_error());
+        goto out;
+    }
+    /* JSON has no nan or inf: every number printed below is checked first */
+    int finite = isfinite(res->step_time) && isfinite(res->bubble_fraction);
+    for (int a = 0; a < p; a++) finite &= isfinite(res->busy[a]) && isfinite(res->idle[a]);
+    if (!finite) {
+        rc = invalid(json, "the simulated times are not finite numbers (costs too large?)");
         goto out;
     }
     if (json) {

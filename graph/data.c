@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "starpipe/env.h"
+
 struct sp_text {
     uint8_t *bytes;
     size_t n;
@@ -29,42 +31,22 @@ static uint64_t key4(uint64_t seed, uint64_t a, uint64_t b, uint64_t c)
 sp_text *sp_text_load(const char *path, int context, sp_status *status)
 {
     sp_status st = SP_OK;
-    sp_text *t = NULL;
-    FILE *f = path ? fopen(path, "rb") : NULL;
-    if (!f) {
-        st = sp_set_error(SP_ERR_IO, "cannot open data file '%s': %s", path ? path : "(null)",
-                          strerror(errno));
+    sp_text *t = calloc(1, sizeof *t);
+    char *bytes = NULL;
+    size_t n = 0;
+    if (!t) {
+        st = sp_set_error(SP_ERR_NOMEM, "out of memory reading '%s'", path ? path : "(null)");
         goto out;
     }
-    t = calloc(1, sizeof *t);
-    size_t cap = 1 << 16;
-    if (t) t->bytes = malloc(cap);
-    if (!t || !t->bytes) {
-        st = sp_set_error(SP_ERR_NOMEM, "out of memory reading '%s'", path);
-        goto out;
-    }
-    for (;;) {
-        if (t->n == cap) {
-            uint8_t *nb = realloc(t->bytes, cap *= 2);
-            if (!nb) {
-                st = sp_set_error(SP_ERR_NOMEM, "out of memory reading '%s'", path);
-                goto out;
-            }
-            t->bytes = nb;
-        }
-        size_t got = fread(t->bytes + t->n, 1, cap - t->n, f);
-        t->n += got;
-        if (got == 0) break;
-    }
-    if (ferror(f)) {
-        st = sp_set_error(SP_ERR_IO, "error reading data file '%s'", path);
-        goto out;
-    }
+    /* a regular file, read whole, never more than the limit: a FIFO or /dev/zero is
+     * refused at once rather than waited on or read forever */
+    if ((st = sp_file_read(path, "data file", SP_TEXT_MAX_BYTES, &bytes, &n))) goto out;
+    t->bytes = (uint8_t *)bytes;
+    t->n = n;
     if (context < 1 || t->n < (size_t)context + 2)
         st = sp_set_error(SP_ERR_IO, "data file '%s' has %zu bytes; a context of %d needs at "
                           "least %d", path, t->n, context, context + 2);
 out:
-    if (f) fclose(f);
     if (st != SP_OK) {
         sp_text_free(t);
         t = NULL;

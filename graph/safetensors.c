@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,8 @@
 #include <sys/stat.h>
 #include <threads.h>
 #include <unistd.h>
+
+#include "starpipe/env.h"
 
 #define CRC_DATA_KEY "starpipe.crc32"
 #define CRC_HEADER_KEY "starpipe.header_crc32"
@@ -824,7 +827,8 @@ sp_safetensors *sp_safetensors_open(const char *path, unsigned flags, sp_status 
         goto out;
     }
     if (!S_ISREG(sb.st_mode)) {
-        st = sp_set_error(SP_ERR_IO, "%s: not a regular file", path);
+        st = sp_set_error(SP_ERR_IO, "%s: not a regular file (it is %s)", path,
+                          sp_file_kind(sb.st_mode));
         goto out;
     }
     uint64_t size = (uint64_t)sb.st_size;
@@ -1180,17 +1184,23 @@ sp_status sp_safetensors_write(const char *path, const sp_st_tensor *tensors, in
         free(b.p);
         return st;
     }
-    size_t tlen = strlen(path) + 32;
+    /* the file to replace: path, or the regular file a symbolic link at path names; a
+     * directory, FIFO or device there is refused before anything is written */
+    char *target = malloc(PATH_MAX);
+    size_t tlen = PATH_MAX + 32;
     char *tmp = malloc(tlen);
-    if (!tmp) {
-        free(b.p);
+    if (!tmp || !target) {
+        free(b.p), free(tmp), free(target);
         return sp_set_error(SP_ERR_NOMEM, "%s: out of memory", path);
     }
-    snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
+    if ((st = sp_output_target(path, "output file", target, PATH_MAX))) {
+        free(b.p), free(tmp), free(target);
+        return st;
+    }
 
     const char *step = "create";
     FILE *fp = NULL;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    int fd = sp_output_tmp_open(target, tmp, tlen);
     if (fd < 0) goto failed_nofile;
     if (!(fp = fdopen(fd, "wb"))) {
         int e = errno;
@@ -1212,10 +1222,17 @@ sp_status sp_safetensors_write(const char *path, const sp_st_tensor *tensors, in
     fp = NULL;
     if (rc) goto failed;
     step = "rename";
-    if (rename(tmp, path)) goto failed;
+    struct stat sb; /* something else put there meanwhile is never replaced */
+    if (!lstat(target, &sb) && !S_ISREG(sb.st_mode)) {
+        errno = S_ISDIR(sb.st_mode) ? EISDIR : EEXIST;
+        goto failed;
+    }
+    if (rename(tmp, target)) goto failed;
     free(b.p);
     free(tmp);
-    if (fsync_dir_of(path))
+    int synced = fsync_dir_of(target);
+    free(target);
+    if (synced)
         return sp_set_error(SP_ERR_IO, "%s: written, but the directory fsync failed: %s", path,
                             strerror(errno));
     return SP_OK;
@@ -1232,5 +1249,6 @@ failed_nofile:
 done:
     free(b.p);
     free(tmp);
+    free(target);
     return st;
 }

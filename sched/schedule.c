@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "starpipe/env.h"
+
 /* A step of more (microbatch, stage) pairs is no pipeline anyone runs, and a header of a
  * few bytes must not make the parser allocate gigabytes. */
 #define SP_MAX_SLOTS (1 << 22)
@@ -498,14 +500,17 @@ sp_status sp_schedule_builtin(const char *name, int p, int m, int v, sp_schedule
 
 /* ------------------------------------------------------------------ environment */
 
-static sp_status parse_count(const char *what, const char *text, int *out)
+/* STARPIPE_MICROBATCHES and STARPIPE_CHUNKS: set means a positive integer, as the flags
+ * (an empty value is refused, never read as "unset"). */
+static sp_status parse_count(const char *what, int *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    while (*end && isspace((unsigned char)*end)) end++;
-    if (end == text || *end || errno || v < 1 || v > SP_MAX_INDEX)
-        return sp_set_error(SP_ERR_ARG, "%s='%s' is not a positive integer", what, text);
+    int64_t v = 0;
+    const char *text;
+    sp_status st = sp_env_string(what, &text);
+    if (st || !text) return st;
+    if (sp_parse_int(text, 1, SP_MAX_INDEX, &v))
+        return sp_set_error(SP_ERR_ARG, "%s='%s' is not a positive integer (at most %d)", what,
+                            text, SP_MAX_INDEX);
     *out = (int)v;
     return SP_OK;
 }
@@ -513,24 +518,23 @@ static sp_status parse_count(const char *what, const char *text, int *out)
 sp_status sp_schedule_from_env(const char *name, int p, int m, int v, sp_schedule **out)
 {
     *out = NULL;
-    const char *env;
-    if (!name) name = (env = getenv("STARPIPE_SCHEDULE")) && *env ? env : "1f1b";
+    sp_status st;
+    if (!name) {
+        if ((st = sp_env_string("STARPIPE_SCHEDULE", &name))) return st;
+        if (!name) name = "1f1b";
+    }
     if (!strcmp(name, "help"))
         return sp_set_error(SP_ERR_ARG, "schedules (STARPIPE_SCHEDULE):\n%s",
                             sp_schedule_help());
-    if (m <= 0 && (env = getenv("STARPIPE_MICROBATCHES")) && *env) {
-        sp_status st = parse_count("STARPIPE_MICROBATCHES", env, &m);
-        if (st) return st;
-    }
+    if (m <= 0 && (st = parse_count("STARPIPE_MICROBATCHES", &m))) return st;
     int v_from_env = 0;
-    if (v <= 0 && (env = getenv("STARPIPE_CHUNKS")) && *env) {
-        sp_status st = parse_count("STARPIPE_CHUNKS", env, &v);
-        if (st) return st;
-        v_from_env = 1;
+    if (v <= 0) {
+        if ((st = parse_count("STARPIPE_CHUNKS", &v))) return st;
+        v_from_env = v > 0;
     }
     if (!strncmp(name, "file:", 5)) {
         sp_schedule *s;
-        sp_status st = sp_schedule_load(name + 5, &s);
+        st = sp_schedule_load(name + 5, &s);
         if (st) return st;
         if (s->nactors != p || (m > 0 && s->nmicro != m)) {
             st = sp_set_error(SP_ERR_ARG, "%s: the file has %d actors and %d microbatches, "
@@ -543,7 +547,7 @@ sp_status sp_schedule_from_env(const char *name, int p, int m, int v, sp_schedul
         return SP_OK;
     }
     if (m <= 0) m = 2 * p;
-    sp_status st = sp_schedule_builtin(name, p, m, v, out);
+    st = sp_schedule_builtin(name, p, m, v, out);
     if (st && v_from_env) {
         char msg[768];
         snprintf(msg, sizeof msg, "%s", sp_last_error());

@@ -6,6 +6,12 @@
 #include <errno.h>
 #include <string.h>
 
+#include "starpipe/env.h"
+
+/* The largest schedule file read: SP_MAX_SLOTS (4M) (microbatch, stage) pairs of at most
+ * three tasks each (F, B, W), a task token of at most 20 bytes, is 240 MB. */
+#define SP_SCHEDULE_TEXT_MAX ((size_t)256 << 20)
+
 typedef struct {
     const char *src;
     int line;
@@ -77,7 +83,15 @@ static sp_status parse_line(parser *ps, char **tok, int nt)
     if (!strcmp(kw, "schedule")) {
         if (nt != 2) return perr(ps, nt > 2 ? tok[2] : kw, "expected one name after", NULL);
         if (ps->s) return perr(ps, kw, "must come before 'place' and 'actor' lines:", NULL);
-        snprintf(ps->name, sizeof ps->name, "%s", tok[1]);
+        /* cut a long name at a character boundary: it stays valid UTF-8 */
+        size_t n = strlen(tok[1]), k = 0;
+        while (k < n) {
+            size_t l = sp_utf8_seq((const unsigned char *)tok[1] + k, n - k);
+            if (!l || k + l >= sizeof ps->name) break;
+            k += l;
+        }
+        memcpy(ps->name, tok[1], k);
+        ps->name[k] = 0;
         return SP_OK;
     }
     if (!strcmp(kw, "actors") || !strcmp(kw, "stages") || !strcmp(kw, "microbatches")) {
@@ -169,11 +183,35 @@ static sp_status parse_line(parser *ps, char **tok, int nt)
     return perr(ps, kw, "unknown keyword", KEYWORDS);
 }
 
+/* A schedule is text to its last byte: a NUL byte or an invalid UTF-8 sequence anywhere,
+ * even after a valid schedule, is an error naming the line. */
+static sp_status check_text(const char *text, size_t n, const char *src)
+{
+    const unsigned char *p = (const unsigned char *)text;
+    int line = 1;
+    size_t col0 = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l = p[i] ? sp_utf8_seq(p + i, n - i) : 0;
+        if (!l && !p[i])
+            return sp_set_error(SP_ERR_FORMAT, "%s:%d: a NUL byte at column %zu: a schedule "
+                                "is UTF-8 text to its last byte", src, line, i - col0 + 1);
+        if (!l)
+            return sp_set_error(SP_ERR_FORMAT, "%s:%d: invalid UTF-8 (byte 0x%02x) at column "
+                                "%zu: a schedule is UTF-8 text to its last byte", src, line,
+                                p[i], i - col0 + 1);
+        if (p[i] == '\n') line++, col0 = i + 1;
+        i += l;
+    }
+    return SP_OK;
+}
+
 sp_status sp_schedule_parse(const char *text, const char *source, sp_schedule **out)
 {
     *out = NULL;
     parser ps = { .src = source ? source : "<text>" };
     size_t len = strlen(text);
+    sp_status cst = check_text(text, len, ps.src);
+    if (cst) return cst;
     char *copy = malloc(len + 1);
     if (copy) memcpy(copy, text, len + 1);
     size_t cap = 64;
@@ -227,31 +265,11 @@ sp_status sp_schedule_parse(const char *text, const char *source, sp_schedule **
 sp_status sp_schedule_load(const char *path, sp_schedule **out)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return sp_set_error(SP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t n = 0, cap = 1 << 16;
-    char *text = malloc(cap);
-    for (;;) {
-        if (!text) break;
-        n += fread(text + n, 1, cap - n - 1, f);
-        if (n < cap - 1) break;
-        char *t = realloc(text, cap *= 2);
-        if (!t) {
-            free(text);
-            text = NULL;
-        } else {
-            text = t;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!text) return sp_set_error(SP_ERR_NOMEM, "%s: out of memory", path);
-    if (bad) {
-        free(text);
-        return sp_set_error(SP_ERR_IO, "%s: read error", path);
-    }
-    text[n] = 0;
-    sp_status st = sp_schedule_parse(text, path, out);
+    char *text;
+    size_t n;
+    sp_status st = sp_file_read(path, "schedule file", SP_SCHEDULE_TEXT_MAX, &text, &n);
+    if (st) return st;
+    if (!(st = check_text(text, n, path))) st = sp_schedule_parse(text, path, out);
     free(text);
     return st;
 }
@@ -287,9 +305,12 @@ sp_status sp_schedule_write(const sp_schedule *s, FILE *f)
 
 sp_status sp_schedule_save(const sp_schedule *s, const char *path)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) return sp_set_error(SP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-    sp_status st = sp_schedule_write(s, f);
-    if (fclose(f) && !st) st = sp_set_error(SP_ERR_IO, "%s: write failed", path);
-    return st;
+    sp_output o;
+    sp_status st = sp_output_open(&o, path, "schedule file");
+    if (st) return st;
+    if ((st = sp_schedule_write(s, o.f))) {
+        sp_output_abort(&o);
+        return st;
+    }
+    return sp_output_commit(&o, "schedule file");
 }

@@ -80,12 +80,66 @@ nomem:
     return sp_set_error(SP_ERR_NOMEM, "out of memory");
 }
 
+/* Times and costs the simulator accepts: finite, not negative, and small enough that no
+ * sum over a step (at most a few million instructions) leaves the doubles' range, so
+ * every time it reports, and every trace drawn from them, is a finite number. */
+#define SIM_MAX 1e100
+
+static int bad_time(double x) { return !(x >= 0 && x <= SIM_MAX); } /* NaN too */
+
+static sp_status check_inputs(const sp_plan *plan, const sp_stage_model *model,
+                              const sp_sim_config *cfg)
+{
+    static const char *const kinds[SP_NUM_TASK_KINDS] = { "F", "B", "W", "BW" };
+    if (!plan || !model) return sp_set_error(SP_ERR_ARG, "sp_simulate: NULL plan or model");
+    const struct { const char *what; double v; } scalars[] = {
+        { "latency", cfg->latency }, { "bandwidth", cfg->bandwidth },
+        { "combine time", cfg->combine_time }, { "optimizer time", cfg->optimizer_time },
+        { "device FLOP rate", cfg->device_flops } };
+    for (size_t k = 0; k < sizeof scalars / sizeof *scalars; k++)
+        if (bad_time(scalars[k].v))
+            return sp_set_error(SP_ERR_ARG, "simulator: the %s is %g; it must be a finite "
+                                "number in [0, %g]", scalars[k].what, scalars[k].v, SIM_MAX);
+    /* bytes / bandwidth stays finite: a bandwidth is 0 (infinite) or at least 1/SIM_MAX */
+    if (cfg->bandwidth > 0 && cfg->bandwidth < 1 / SIM_MAX)
+        return sp_set_error(SP_ERR_ARG, "simulator: the bandwidth %g is below %g (0 means "
+                            "infinite)", cfg->bandwidth, 1 / SIM_MAX);
+    int use_flops = cfg->flops && cfg->device_flops > 0;
+    if (use_flops && cfg->device_flops < 1 / SIM_MAX)
+        return sp_set_error(SP_ERR_ARG, "simulator: the device FLOP rate %g is below %g",
+                            cfg->device_flops, 1 / SIM_MAX);
+    if (model->nstages < plan->nstages)
+        return sp_set_error(SP_ERR_ARG, "simulator: the model has %d stages, the plan %d",
+                            model->nstages, plan->nstages);
+    for (int s = 0; !cfg->instr_time && s < plan->nstages; s++)
+        for (int k = 0; k < SP_NUM_TASK_KINDS; k++) {
+            double c = use_flops ? cfg->flops[s * SP_NUM_TASK_KINDS + k]
+                                 : model->stage[s].cost[k];
+            if (bad_time(c))
+                return sp_set_error(SP_ERR_ARG, "simulator: the %s of %s on stage %d is %g; it "
+                                    "must be a finite number in [0, %g]",
+                                    use_flops ? "FLOP count" : "cost", kinds[k], s, c, SIM_MAX);
+        }
+    for (int a = 0; cfg->instr_time && a < plan->nactors; a++)
+        for (int j = 0; j < plan->ninstr[a]; j++) {
+            int op = plan->instr[a][j].op;
+            if ((op == SP_OP_RUN || op == SP_OP_COMBINE || op == SP_OP_OPTIMIZER) &&
+                bad_time(cfg->instr_time[a][j]))
+                return sp_set_error(SP_ERR_ARG, "simulator: instruction %d of actor %d takes %g; "
+                                    "times must be finite numbers in [0, %g]", j, a,
+                                    cfg->instr_time[a][j], SIM_MAX);
+        }
+    return SP_OK;
+}
+
 sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
                       const sp_sim_config *cfg_in, sp_sim_result **out)
 {
     *out = NULL;
     sp_sim_config cfg0 = { 0 };
     const sp_sim_config *cfg = cfg_in ? cfg_in : &cfg0;
+    sp_status vst = check_inputs(plan, model, cfg);
+    if (vst) return vst;
     int p = plan->nactors;
     int64_t nm = plan->nmessages;
     sp_sim_result *r = calloc(1, sizeof *r);

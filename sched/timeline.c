@@ -3,30 +3,39 @@
  * lighter for later chunks, labelled with the microbatch). */
 #include "sched/sched_impl.h"
 
+#include <math.h>
 #include <string.h>
 
-/* Pictures are written to PATH.tmp and renamed over PATH when complete: a crash or a full
- * disk never leaves a half-written file under the name the user asked for. */
-static FILE *open_tmp(const char *path, char *tmp, size_t len)
-{
-    snprintf(tmp, len, "%s.tmp", path);
-    return fopen(tmp, "w");
-}
+#include "starpipe/env.h"
 
-static sp_status close_tmp(FILE *f, const char *tmp, const char *path, const char *what)
+/* Pictures are written to a temporary beside PATH and renamed over it when complete
+ * (starpipe/env.h): a crash or a full disk never leaves a half-written file under the
+ * name the user asked for, and a device, a FIFO or a directory at PATH is refused. */
+
+/* Every time a picture prints is finite (JSON has no nan or inf): checked before a byte
+ * is written, so a bad result gives an error and no file. */
+static sp_status check_finite(const sp_plan *plan, const sp_sim_result *r, const char *path)
 {
-    int bad = ferror(f);
-    bad |= fclose(f) != 0;
-    if (!bad && rename(tmp, path) == 0) return SP_OK;
-    remove(tmp);
-    return sp_set_error(SP_ERR_IO, "writing %s '%s' failed", what, path);
+    if (!isfinite(r->step_time) || !isfinite(r->bubble_fraction))
+        return sp_set_error(SP_ERR_ARG, "'%s' not written: the step time or bubble is not "
+                            "finite (%g, %g)", path, r->step_time, r->bubble_fraction);
+    for (int a = 0; a < plan->nactors; a++)
+        for (int j = 0; j < plan->ninstr[a]; j++) {
+            double s = r->start[a][j] * 1e6, e = r->end[a][j] * 1e6;
+            if (!isfinite(s) || !isfinite(e) || !isfinite(e - s))
+                return sp_set_error(SP_ERR_ARG, "'%s' not written: instruction %d of actor %d "
+                                    "has a non-finite time (start %g, end %g)", path, j, a,
+                                    r->start[a][j], r->end[a][j]);
+        }
+    return SP_OK;
 }
 
 sp_status sp_sim_write_trace(const sp_plan *plan, const sp_sim_result *r, const char *path)
 {
-    char tmp[4096];
-    FILE *f = open_tmp(path, tmp, sizeof tmp);
-    if (!f) return sp_set_error(SP_ERR_IO, "cannot write trace '%s'", path);
+    sp_output out;
+    sp_status st = check_finite(plan, r, path);
+    if (st || (st = sp_output_open(&out, path, "trace"))) return st;
+    FILE *f = out.f;
     fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
     int first = 1;
     for (int a = 0; a < plan->nactors; a++) {
@@ -78,7 +87,7 @@ sp_status sp_sim_write_trace(const sp_plan *plan, const sp_sim_result *r, const 
         }
     }
     fprintf(f, "\n]}\n");
-    return close_tmp(f, tmp, path, "trace");
+    return sp_output_commit(&out, "trace");
 }
 
 static void colour(int kind, int chunk, int nchunks, char out[8])
@@ -97,14 +106,15 @@ static void colour(int kind, int chunk, int nchunks, char out[8])
 
 sp_status sp_sim_write_svg(const sp_plan *plan, const sp_sim_result *r, const char *path)
 {
-    char tmp[4096];
-    FILE *f = open_tmp(path, tmp, sizeof tmp);
-    if (!f) return sp_set_error(SP_ERR_IO, "cannot write SVG '%s'", path);
+    sp_output out;
+    sp_status st = check_finite(plan, r, path);
+    if (st || (st = sp_output_open(&out, path, "SVG"))) return st;
+    FILE *f = out.f;
     int p = plan->nactors, S = plan->nstages;
     /* chunk index of each stage on its actor, for shading */
     int *chunk = calloc((size_t)S, sizeof *chunk), *nch = calloc((size_t)p, sizeof *nch);
     if (!chunk || !nch) {
-        free(chunk), free(nch), fclose(f), remove(tmp);
+        free(chunk), free(nch), sp_output_abort(&out);
         return sp_set_error(SP_ERR_NOMEM, "out of memory");
     }
     for (int s = 0; s < S; s++) chunk[s] = nch[plan->stage_actor[s]]++;
@@ -157,5 +167,5 @@ sp_status sp_sim_write_svg(const sp_plan *plan, const sp_sim_result *r, const ch
                 ly + 11);
     fprintf(f, "</svg>\n");
     free(chunk), free(nch);
-    return close_tmp(f, tmp, path, "SVG");
+    return sp_output_commit(&out, "SVG");
 }

@@ -19,8 +19,11 @@ extern "C" {
 
 typedef struct sp_text sp_text;
 
-/* Loads a file as bytes (UTF-8 text is read byte by byte: vocabulary 256). It must hold
- * at least context + 2 bytes. */
+/* The largest data file read, in bytes: it is held in memory whole on every rank. */
+#define SP_TEXT_MAX_BYTES ((size_t)1 << 30)
+
+/* Loads a file as bytes (UTF-8 text is read byte by byte: vocabulary 256). It must be a
+ * regular file of at most SP_TEXT_MAX_BYTES bytes and hold at least context + 2. */
 sp_text *sp_text_load(const char *path, int context, sp_status *status);
 void sp_text_free(sp_text *t);
 size_t sp_text_size(const sp_text *t);

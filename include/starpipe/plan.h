@@ -47,6 +47,10 @@ typedef struct {
     int *cap;         /* [nactors] allocated length of tasks[a] (internal) */
 } sp_schedule;
 
+/* The largest actor, stage or microbatch count a schedule takes (SP_MAX_INDEX of the
+ * planner); the apps' flags and variables stop there too. */
+#define SP_SCHEDULE_MAX_COUNT ((1 << 20) - 2)
+
 /* Empty schedule; stage s placed on actor s % nactors until sp_schedule_place says
  * otherwise. NULL (and a message) on bad sizes or no memory. */
 sp_schedule *sp_schedule_create(int nactors, int nstages, int nmicro);
