@@ -641,7 +641,15 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
     sp_trainer *t = NULL;
     sp_reference *ref = NULL;
     void **in = NULL;
-    if (!bad) {
+    int code = 0;
+    double *bound_ratio = NULL;
+    /* creating the trainer is collective (the NCCL bootstrap): agree first, so that a
+     * rank that found bad input does not leave the others in a collective of their own */
+    if (any_failed(bad, m->name, msg)) {
+        code = 1;
+        goto out;
+    }
+    {
         sp_train_opts to = { .opt = *opt, .seed = (uint64_t)o->seed, .trace = 1 };
         g = m->build(m->cfg, sch->nstages, &st);
         p = g ? sp_program_build(g, &st) : NULL;
@@ -653,8 +661,6 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
             bad = 1;
         }
     }
-    int code = 0;
-    double *bound_ratio = NULL;
     if (any_failed(bad, m->name, msg)) {
         code = 1;
         goto out;
