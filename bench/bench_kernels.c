@@ -1,7 +1,9 @@
 /* Kernel benchmark (prints a table; not a test): the MLP fc matmul through
- * sp_matmul_forward next to raw cblas_sgemm, then one GPT-2 block forward + backward
- * composed from the kernels (llm.c-style) with a per-op breakdown, all on one thread.
+ * sp_matmul_forward (the kernels' own sgemm, gemm.c) next to OpenBLAS's cblas_sgemm, then
+ * one GPT-2 block forward + backward composed from the kernels (llm.c-style) with a
+ * per-op breakdown, all on one thread.
  * Usage: bench_kernels [--quick] [--B n] [--T n] [--C n] [--NH n] [--V n] [--reps n] */
+#include "codelets/cpu/gemm_impl.h"
 #include "codelets/cpu/kernels.h"
 
 #include <cblas.h>
@@ -34,7 +36,7 @@ static float *alloc_f(int64_t n, unsigned seed)
 
 /* Per-op timing of the block: each kernel call is wrapped in T0/T1. */
 enum { OP_LN, OP_MATMUL, OP_BIAS, OP_ATTN, OP_GELU, OP_RESID, OP_COUNT };
-static const char *op_name[OP_COUNT] = {"layernorm", "matmul (sgemm)", "bias add/grad",
+static const char *op_name[OP_COUNT] = {"layernorm", "matmul", "bias add/grad",
                                         "attention", "gelu", "residual/copy"};
 static double op_time[OP_COUNT];
 #define TIMED(op, call)                                                                     \
@@ -51,7 +53,7 @@ typedef struct {
     float *dg1, *db1, *dwqkv, *dbqkv, *dwproj, *dbproj, *dg2, *db2, *dwfc, *dbfc, *dwfcp,
         *dbfcp;
     /* activations and their grads */
-    float *x, *ln1, *m1, *r1, *qkv, *atty, *att, *proj, *res1, *ln2, *m2, *r2, *fc, *gel,
+    float *x, *ln1, *m1, *r1, *qkv, *atty, *lse, *proj, *res1, *ln2, *m2, *r2, *fc, *gel,
         *fcp, *res2;
     float *dres2, *dres1, *dx, *dln, *dqkv, *datty, *dfc, *dgel, *scratch;
 } block;
@@ -75,7 +77,7 @@ static void block_init(block *k, int B, int T, int C, int NH)
     k->dwfcp = alloc_f(C * C4, s++), k->dbfcp = alloc_f(C, s++);
     k->x = alloc_f(N * C, s++), k->ln1 = alloc_f(N * C, s++), k->m1 = alloc_f(N, s++);
     k->r1 = alloc_f(N, s++), k->qkv = alloc_f(N * C3, s++), k->atty = alloc_f(N * C, s++);
-    k->att = alloc_f((int64_t)B * NH * T * T, s++), k->proj = alloc_f(N * C, s++);
+    k->lse = alloc_f((int64_t)B * NH * T, s++), k->proj = alloc_f(N * C, s++);
     k->res1 = alloc_f(N * C, s++), k->ln2 = alloc_f(N * C, s++), k->m2 = alloc_f(N, s++);
     k->r2 = alloc_f(N, s++), k->fc = alloc_f(N * C4, s++), k->gel = alloc_f(N * C4, s++);
     k->fcp = alloc_f(N * C, s++), k->res2 = alloc_f(N * C, s++);
@@ -96,7 +98,7 @@ static void block_step(block *k)
     TIMED(OP_LN, sp_layernorm_forward(k->ln1, k->m1, k->r1, k->x, k->g1, k->b1, N, C));
     TIMED(OP_MATMUL, sp_matmul_forward(k->qkv, k->ln1, k->wqkv, N, C3, C, 0, 1, 0));
     TIMED(OP_BIAS, sp_bias_add_forward(k->qkv, k->qkv, k->bqkv, N, C3));
-    TIMED(OP_ATTN, sp_attention_forward(k->atty, k->att, k->qkv, B, T, C, NH));
+    TIMED(OP_ATTN, sp_attention_forward(k->atty, k->lse, k->scratch, k->qkv, B, T, C, NH));
     TIMED(OP_MATMUL, sp_matmul_forward(k->proj, k->atty, k->wproj, N, C, C, 0, 1, 0));
     TIMED(OP_BIAS, sp_bias_add_forward(k->proj, k->proj, k->bproj, N, C));
     TIMED(OP_RESID, sp_add_forward(k->res1, k->x, k->proj, NC));
@@ -123,8 +125,8 @@ static void block_step(block *k)
     TIMED(OP_MATMUL, sp_matmul_backward_b(k->dwproj, k->dres1, k->atty, N, C, C, 0, 1, 1));
     TIMED(OP_BIAS, sp_bias_add_backward_bias(k->dbproj, k->dres1, N, C, 1));
     TIMED(OP_MATMUL, sp_matmul_backward_a(k->datty, k->dres1, k->wproj, N, C, C, 0, 1, 0));
-    TIMED(OP_ATTN, sp_attention_backward(k->dqkv, k->scratch, k->datty, k->qkv, k->att, B, T,
-                                         C, NH, 0));
+    TIMED(OP_ATTN, sp_attention_backward(k->dqkv, k->scratch, k->datty, k->qkv, k->atty,
+                                         k->lse, B, T, C, NH, 0));
     TIMED(OP_MATMUL, sp_matmul_backward_b(k->dwqkv, k->dqkv, k->ln1, N, C3, C, 0, 1, 1));
     TIMED(OP_BIAS, sp_bias_add_backward_bias(k->dbqkv, k->dqkv, N, C3, 1));
     TIMED(OP_MATMUL, sp_matmul_backward_a(k->dln, k->dqkv, k->wqkv, N, C3, C, 0, 1, 0));
@@ -134,7 +136,7 @@ static void block_step(block *k)
                                               C, 1));
 }
 
-/* The block's twelve sgemm calls alone, same shapes and transposes, straight to BLAS. */
+/* The block's twelve products alone, same shapes and transposes, on OpenBLAS. */
 static void block_sgemm_only(block *k)
 {
     const int N = k->N, C = k->C;
@@ -190,9 +192,11 @@ int main(int argc, char **argv)
     const int N = B * T;
     printf("bench_kernels: B=%d T=%d C=%d NH=%d V=%d (N=B*T=%d), 1 thread, best of %d\n", B, T,
            C, NH, V, N, reps);
-    /* OpenBLAS picks its kernels from the CPU model; on an unknown (virtual) model it can
-     * fall back to an SSE3 core several times slower: say which one ran. */
-    printf("OpenBLAS core: %s (override with OPENBLAS_CORETYPE=...)\n", openblas_get_corename());
+    /* The kernels' sgemm path (from the CPU; same bits on every path); OpenBLAS, for
+     * comparison, picks its kernels from the CPU model, and on an unknown (virtual) one
+     * falls back to an SSE3 core several times slower: say which ran. */
+    printf("sgemm path: %s; OpenBLAS core (comparison only): %s (OPENBLAS_CORETYPE=...)\n",
+           sp_gemm_path_name(sp_gemm_path()), openblas_get_corename());
 
     /* 1. The largest matmul, the MLP fc: (N,C) @ (C,4C), weights stored (4C,C). */
     {
@@ -214,7 +218,7 @@ int main(int argc, char **argv)
         printf("\nMLP fc matmul (%d x %d) @ (%d x %d), %.2f GFLOP\n", N, C, C, 4 * C, fl * 1e-9);
         printf("  %-28s %10s %10s\n", "", "ms", "GFLOP/s");
         printf("  %-28s %10.2f %10.1f\n", "sp_matmul_forward", best_sp * 1e3, fl / best_sp * 1e-9);
-        printf("  %-28s %10.2f %10.1f\n", "cblas_sgemm (raw)", best_raw * 1e3,
+        printf("  %-28s %10.2f %10.1f\n", "cblas_sgemm (OpenBLAS)", best_raw * 1e3,
                fl / best_raw * 1e-9);
         free(a), free(w), free(o);
     }
@@ -254,9 +258,9 @@ int main(int argc, char **argv)
             printf("    %-26s %10.2f %10s %8.1f\n", op_name[i], best_ops[i] * 1e3, g,
                    100.0 * best_ops[i] / best);
         }
-        printf("  %-28s %10.2f %10.1f\n", "same matmuls, sgemm alone", best_gemm * 1e3,
+        printf("  %-28s %10.2f %10.1f\n", "same matmuls, OpenBLAS", best_gemm * 1e3,
                fl_mm / best_gemm * 1e-9);
-        printf("  outside BLAS: %.1f%% of the block's time\n",
+        printf("  outside matmul: %.1f%% of the block's time\n",
                100.0 * (best - best_ops[OP_MATMUL]) / best);
     }
 

@@ -38,19 +38,11 @@ SP_GELU_FN float sp_gelu_i2f(int32_t i)
 #endif
 }
 
-/* tanh(u) = sign(u) (1 - e) / (1 + e), e = exp(-2|u|), with exp from Cephes' expf
- * (Cody-Waite reduction, degree-5 polynomial, scaling by building 2^n's bits). Written
- * branch-free so the CPU's GELU loops vectorize; glibc's tanhf does not, and was 1/3 of a
- * block's time. Absolute error ~2 ulp of 1: GELU uses 1 + tanh, so that is relative. */
-SP_GELU_FN float sp_tanh_fast(float u)
+/* exp(z) for z in [-87, 0] (no range check: the caller clamps), from Cephes' expf: Cody-
+ * Waite reduction, degree-5 polynomial, scaling by building 2^n's bits. Branch-free, so
+ * loops over it vectorize; ~1 ulp. NaN gives NaN. Also the CPU attention's softmax. */
+SP_GELU_FN float sp_exp_nonpos(float z)
 {
-    /* |u| <= 43.5 so that exp(-2|u|) stays normal (tanh is +-1 in float long before).
-     * The clamp compares the bits as integers (same order for non-negative floats): a
-     * float compare may trap, so GCC would not if-convert it and the loop would stay
-     * scalar. A NaN is clamped too, but GELU's outer factor x still propagates it. */
-    int32_t ai = sp_gelu_f2i(fabsf(u));
-    ai = ai < 0x422E0000 ? ai : 0x422E0000; /* 43.5f */
-    float z = -2.0f * sp_gelu_i2f(ai);
     int n = (int)(z * 1.44269504088896341f - 0.5f); /* round(z / ln2), z <= 0 */
     float fn = (float)n;
     float r = z - fn * 0.693359375f - fn * -2.12194440e-4f; /* z - n ln2, two parts */
@@ -61,7 +53,21 @@ SP_GELU_FN float sp_tanh_fast(float u)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    float e = p * sp_gelu_i2f((n + 127) << 23);
+    return p * sp_gelu_i2f((n + 127) << 23);
+}
+
+/* tanh(u) = sign(u) (1 - e) / (1 + e), e = exp(-2|u|) (sp_exp_nonpos). Written
+ * branch-free so the CPU's GELU loops vectorize; glibc's tanhf does not, and was 1/3 of a
+ * block's time. Absolute error ~2 ulp of 1: GELU uses 1 + tanh, so that is relative. */
+SP_GELU_FN float sp_tanh_fast(float u)
+{
+    /* |u| <= 43.5 so that exp(-2|u|) stays normal (tanh is +-1 in float long before).
+     * The clamp compares the bits as integers (same order for non-negative floats): a
+     * float compare may trap, so GCC would not if-convert it and the loop would stay
+     * scalar. A NaN is clamped too, but GELU's outer factor x still propagates it. */
+    int32_t ai = sp_gelu_f2i(fabsf(u));
+    ai = ai < 0x422E0000 ? ai : 0x422E0000; /* 43.5f */
+    float e = sp_exp_nonpos(-2.0f * sp_gelu_i2f(ai));
     float t = (1.0f - e) / (1.0f + e);
     return copysignf(t, u);
 }

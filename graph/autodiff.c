@@ -135,17 +135,13 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
         I->acc = 1;
         return 2.0 * n->numel;
     case SP_OP_ATTENTION: {
-        /* the CPU kernel needs T*T floats, the CUDA one NH*T*T */
-        int64_t T = n->shape[1];
-        int64_t need = sp_attention_scratch_floats((int)n->shape[0], (int)T, (int)n->shape[2],
-                                                   n->heads);
-        if (need < (int64_t)n->heads * T * T) need = (int64_t)n->heads * T * T;
         I = sp_prog_emit(kp, SP_I_ATTN_DX, t);
         I->o[0] = dx;
-        I->o[1] = sp_loc_scratch(p, kp, s, need);
+        I->o[1] = sp_loc_scratch(p, kp, s, sp_attention_scratch_need(n, 1));
         I->i[0] = dout;
         I->i[1] = sp_loc_value(p, kp, s, n->in[0], SP_SLAB_R);
         I->i[2] = sp_loc_aux(p, kp, t, SP_SLAB_R);
+        I->i[3] = sp_loc_value(p, kp, s, t, SP_SLAB_R); /* the output: D = dout . out */
         I->n[0] = n->shape[0];
         I->n[1] = n->shape[1];
         I->n[2] = n->shape[2];

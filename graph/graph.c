@@ -352,13 +352,13 @@ sp_tensor sp_attention(sp_graph *g, sp_tensor qkv, int heads)
         return fail(SP_ERR_SHAPE, "sp_attention: %d heads do not divide C=%lld of qkv%s", heads,
                     (long long)C, shape_str(Q, sq, 64));
     int64_t shape[3] = { Q->shape[0], Q->shape[1], C };
-    int64_t probs = Q->shape[0] * heads * Q->shape[1] * Q->shape[1]; /* before push moves Q */
+    int64_t lse = Q->shape[0] * heads * Q->shape[1]; /* per-row log-sum-exp; before push moves Q */
     sp_node *n = push(g, SP_OP_ATTENTION, SP_F32, 3, shape);
     if (!n) return fail(SP_ERR_NOMEM, "sp_attention: out of memory");
     n->nin = 1;
     n->in[0] = in[0];
     n->heads = heads;
-    n->aux = probs;
+    n->aux = lse;
     return g->n - 1;
 }
 

@@ -40,7 +40,7 @@ typedef struct {
     float s;          /* scale */
     sp_init init;     /* params */
     float init_std;
-    int64_t aux;      /* floats the forward saves besides the output (mean/rstd, probs) */
+    int64_t aux;      /* floats the forward saves besides the output (mean/rstd, lse, probs) */
     char name[64];
 } sp_node;
 

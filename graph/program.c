@@ -155,6 +155,15 @@ sp_loc sp_loc_scratch(sp_program *p, sp_kprog *kp, int s, int64_t floats)
     return (sp_loc){ sp_prog_buf(kp, SP_SLAB_SCRATCH, s, 0, SP_SLAB_RW), 0 };
 }
 
+int64_t sp_attention_scratch_need(const sp_node *n, int backward)
+{
+    int64_t T = n->shape[1];
+    int64_t cpu = sp_attention_scratch_floats((int)n->shape[0], (int)T, (int)n->shape[2],
+                                              n->heads);
+    int64_t cuda = (backward ? 2 : 1) * (int64_t)n->heads * T * T;
+    return cpu > cuda ? cpu : cuda;
+}
+
 /* One gradient slot per use of a parameter (see program_impl.h): the first use in a
  * stage gets the PARAMS-shaped slot, later ones extra slots, listed for the local add. */
 static sp_status layout_param_uses(sp_program *p)
@@ -396,6 +405,7 @@ static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t)
         I->o[0] = out;
         I->o[1] = sp_loc_aux(p, kp, t, SP_SLAB_W);
         I->i[0] = x0;
+        I->i[1] = sp_loc_scratch(p, kp, s, sp_attention_scratch_need(n, 0));
         I->n[0] = n->shape[0];
         I->n[1] = n->shape[1];
         I->n[2] = n->shape[2];
@@ -767,8 +777,8 @@ sp_status sp_program_run(const sp_program *p, int stage, sp_task_kind kind, void
             break;
         }
         case SP_I_ATTENTION:
-            sp_attention_forward(F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), (int)n[0], (int)n[1],
-                                 (int)n[2], (int)n[3]);
+            sp_attention_forward(F32(I->o[0]), F32(I->o[1]), F32(I->i[1]), F32(I->i[0]),
+                                 (int)n[0], (int)n[1], (int)n[2], (int)n[3]);
             break;
         case SP_I_CE: {
             int bad = sp_cross_entropy_forward(F32(I->o[0]), F32(I->o[1]), F32(I->i[0]),
@@ -817,8 +827,8 @@ sp_status sp_program_run(const sp_program *p, int stage, sp_task_kind kind, void
             break;
         case SP_I_ATTN_DX:
             sp_attention_backward(F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), F32(I->i[1]),
-                                  F32(I->i[2]), (int)n[0], (int)n[1], (int)n[2], (int)n[3],
-                                  I->acc);
+                                  F32(I->i[3]), F32(I->i[2]), (int)n[0], (int)n[1], (int)n[2],
+                                  (int)n[3], I->acc);
             break;
         case SP_I_CE_DX:
             sp_cross_entropy_backward(F32(I->o[0]), F32(I->i[0]), I32(I->i[1]), *F32(I->i[2]),

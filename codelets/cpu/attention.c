@@ -1,93 +1,236 @@
-/* Causal multi-head self-attention: forward saves the softmax probabilities; backward
- * uses them. Per (batch, head) the four products are strided sgemm calls on the packed qkv. */
+/* Causal multi-head self-attention, tiled: per (batch, head), blocks of BQ query rows
+ * against keys 0..(the block's last row) only, so neither the T x T scores nor the masked
+ * half of them are ever formed. The forward saves each row's log-sum-exp; the backward
+ * recomputes the probabilities of one block at a time from it. Products on sp_gemm. */
 #include "codelets/cpu/kernels.h"
 
-#include <cblas.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
-/* The products run on the full T x T square (the masked half is multiplied by exact
- * zeros): twice the causal FLOPs, but at sgemm speed rather than that of dot loops.
- * Each (b, h) writes its own columns of out and dqkv exactly once, so acc maps onto
- * sgemm's beta as in matmul.c. */
+#include "codelets/cpu/gemm_impl.h"
+#include "codelets/cpu/vec_impl.h"
+#include "codelets/gelu.h"
 
-void sp_attention_forward(float *restrict out, float *restrict att, const float *restrict qkv,
-                          int B, int T, int C, int NH)
+/* Query rows per block: a multiple of every sp_gemm tile height (4, 6, 12, 24). The block
+ * only decides which exact zeros (the masked scores of the diagonal block) enter a sum,
+ * so the results do not depend on it beyond the sign of a zero. */
+#define BQ 24
+
+/* exp(min(max(z, -87), 0)), NaN kept: e^-87 ~ 1.6e-38 stays normal and is 0 next to a
+ * row sum >= 1; z > 0 does not occur (scores minus their max, or minus the lse). The
+ * clamps and the NaN pass-through work on the bits with masks, so the loops vectorize
+ * (a float compare would keep them scalar), and a NaN never reaches sp_exp_nonpos's
+ * float-to-int conversion. As unsigned bits: z in [-inf, -87) is (0xC2AE0000,
+ * 0xFF800000], z > 0 is [1, 0x7F800000], NaN is |bits| > 0x7F800000. */
+static inline float exp_le0(float z)
+{
+    const uint32_t u = (uint32_t)sp_gelu_f2i(z);
+    const uint32_t nan = -(uint32_t)((u & 0x7FFFFFFFu) > 0x7F800000u);
+    const uint32_t low = -(uint32_t)(u - 0xC2AE0001u < 0xFF800000u - 0xC2AE0000u) | nan;
+    const uint32_t pos = -(uint32_t)(u - 1u < 0x7F800000u);
+    const uint32_t zc = (u & ~(low | pos)) | (0xC2AE0000u & low);
+    const uint32_t e = (uint32_t)sp_gelu_f2i(sp_exp_nonpos(sp_gelu_i2f((int32_t)zc)));
+    return sp_gelu_i2f((int32_t)((e & ~nan) | (u & nan)));
+}
+
+/* The rows below run over whole chunks of 16 columns, up to kend rounded up (the strips'
+ * row stride is a multiple of 16), masking the columns past the row's own t: no scalar
+ * loop tails, which cost more than the work on short rows. The columns from kend on
+ * hold anything (even NaN): they are only ever selected away, never multiplied. */
+
+/* x if keep, else +0, on the bits (a select of floats would stay a branch). */
+static inline float keep_if(float x, int keep)
+{
+    return sp_gelu_i2f(sp_gelu_f2i(x) & -(int32_t)keep);
+}
+
+/* Max of x[0..t] over nc chunks. Compared as integers (the bits of a float, negatives
+ * with their magnitude bits flipped, order like the floats), so the loop vectorizes,
+ * which a float max does not without -ffast-math. A NaN with the sign bit clear becomes
+ * the max, which makes the whole row NaN; one with it set is skipped, and the exp of
+ * x - max brings it back. */
+static inline float row_max(const float *x, int nc, int t)
+{
+    int32_t m[16];
+    for (int j = 0; j < 16; j++)
+        m[j] = INT32_MIN;
+    for (int c = 0; c < nc; c++)
+        for (int j = 0; j < 16; j++) {
+            const int u = 16 * c + j;
+            const int32_t b = sp_gelu_f2i(x[u]);
+            const int32_t key = u <= t ? b ^ ((b >> 31) & 0x7FFFFFFF) : INT32_MIN;
+            m[j] = key > m[j] ? key : m[j];
+        }
+    int32_t mk = m[0];
+    for (int j = 1; j < 16; j++)
+        mk = m[j] > mk ? m[j] : mk;
+    return sp_gelu_i2f(mk ^ ((mk >> 31) & 0x7FFFFFFF));
+}
+
+/* Rows t0..t0+bq-1 of one head: s (bq, ld) holds q k^T in columns 0..kend-1. Each row t
+ * becomes its softmax over columns 0..t (16 fixed partial sums), zeros after; lse[r] =
+ * the log-sum-exp of its scaled scores. max(x) scale is max(x scale): rounding is
+ * monotonic. */
+static SP_VEC_FN void softmax_rows(float *restrict s, int64_t ld, int bq, int t0, int kend,
+                                   float scale, float *restrict lse)
+{
+    const int nc = (kend + 15) / 16;
+    for (int r = 0; r < bq; r++) {
+        float *x = s + r * ld;
+        const int t = t0 + r;
+        const float mx = row_max(x, nc, t) * scale;
+        float z[16];
+        for (int j = 0; j < 16; j++)
+            z[j] = 0.0f;
+        for (int c = 0; c < nc; c++)
+            for (int j = 0; j < 16; j++) {
+                const int u = 16 * c + j;
+                const float p = keep_if(exp_le0(x[u] * scale - mx), u <= t);
+                x[u] = p;
+                z[j] += p;
+            }
+        const float sum =
+            (((z[0] + z[8]) + (z[1] + z[9])) + ((z[2] + z[10]) + (z[3] + z[11]))) +
+            (((z[4] + z[12]) + (z[5] + z[13])) + ((z[6] + z[14]) + (z[7] + z[15])));
+        const float inv = 1.0f / sum;
+        for (int u = 0; u < 16 * nc; u++)
+            x[u] *= inv;
+        lse[r] = mx + logf(sum);
+    }
+}
+
+/* The softmax backward of one block: p holds q k^T, dp holds dout v^T (bq, ld). p
+ * becomes P = exp(scale s - lse), dp becomes dS = P (dP - D) scale, both zero above the
+ * diagonal, with D[r] = dout_t . out_t = sum over the row of P dP. */
+static SP_VEC_FN void softmax_backward_rows(float *restrict p, float *restrict dp, int64_t ld,
+                                            int bq, int t0, int kend, float scale,
+                                            const float *restrict lse,
+                                            const float *restrict D)
+{
+    const int nc = (kend + 15) / 16;
+    for (int r = 0; r < bq; r++) {
+        float *x = p + r * ld, *d = dp + r * ld;
+        const int t = t0 + r;
+        const float l = lse[r], Dr = D[r];
+        for (int u = 0; u < 16 * nc; u++) {
+            const float e = exp_le0(x[u] * scale - l);
+            x[u] = keep_if(e, u <= t);
+            d[u] = keep_if(e * (d[u] - Dr) * scale, u <= t);
+        }
+    }
+}
+
+/* Scratch: three packed operands of one head (k^T and v, or k^T, v^T and k, each packed
+ * once and reused by every query block), then two (BQ, LD) strips, LD = T rounded up to
+ * 16, and D; each starts 64-byte aligned. */
+typedef struct {
+    float *kt, *p2, *p3, *s, *ds, *D;
+} att_scratch;
+
+static int64_t up16(int64_t n) { return (n + 15) / 16 * 16; }
+
+static int64_t packed_slot(int T, int hs)
+{
+    int64_t a = sp_gemm_packed_floats(hs, T), b = sp_gemm_packed_floats(T, hs);
+    return up16(a > b ? a : b);
+}
+
+static att_scratch carve(float *scratch, int T, int hs)
+{
+    att_scratch z;
+    const int64_t slot = packed_slot(T, hs), strip = (int64_t)BQ * up16(T);
+    float *base = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    z.kt = base;
+    z.p2 = z.kt + slot;
+    z.p3 = z.p2 + slot;
+    z.s = z.p3 + slot;
+    z.ds = z.s + strip;
+    z.D = z.ds + strip;
+    return z;
+}
+
+int64_t sp_attention_scratch_floats(int B, int T, int C, int NH)
+{
+    if (T <= 0 || NH <= 0)
+        return 1;
+    return 16 + 3 * packed_slot(T, C / NH) + 2 * (int64_t)BQ * up16(T) + BQ;
+}
+
+/* Per (b, h): k^T and v packed; block by block, S = q_i k^T (keys 0..kend-1), softmax,
+ * out_i = P v. */
+void sp_attention_forward(float *restrict out, float *restrict lse, float *restrict scratch,
+                          const float *restrict qkv, int B, int T, int C, int NH)
 {
     if (B <= 0 || T <= 0 || NH <= 0)
         return;
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
+    const att_scratch z = carve(scratch, T, hs);
+    const int64_t LD = up16(T); /* the strips' row stride */
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (int64_t)b * T * C3 + h * hs;
-            float *a = att + ((int64_t)b * NH + h) * T * T;
-            /* scores (T,T) = scale q k^T */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, q + C,
-                        C3, 0.0f, a, T);
-            for (int t = 0; t < T; t++) {
-                float *r = a + (int64_t)t * T;
-                float maxv = r[0];
-                for (int t2 = 1; t2 <= t; t2++)
-                    maxv = r[t2] > maxv ? r[t2] : maxv;
-                float sum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    r[t2] = expf(r[t2] - maxv);
-                    sum += r[t2];
-                }
-                float inv = 1.0f / sum;
-                for (int t2 = 0; t2 <= t; t2++)
-                    r[t2] *= inv;
-                for (int t2 = t + 1; t2 < T; t2++)
-                    r[t2] = 0.0f;
+            const float *q = qkv + (int64_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+            float *o = out + (int64_t)b * T * C + h * hs;
+            float *L = lse + ((int64_t)b * NH + h) * T;
+            sp_gemm_pack(z.kt, k, C3, 1, hs, T); /* k^T (hs, T) */
+            sp_gemm_pack(z.p2, v, C3, 0, T, hs); /* v (T, hs) */
+            for (int t0 = 0; t0 < T; t0 += BQ) {
+                const int bq = T - t0 < BQ ? T - t0 : BQ, kend = t0 + bq;
+                sp_gemm_packed(z.s, LD, q + (int64_t)t0 * C3, C3, 0, z.kt, hs, T, bq, kend, hs, 0);
+                softmax_rows(z.s, LD, bq, t0, kend, scale, L + t0);
+                sp_gemm_packed(o + (int64_t)t0 * C, C, z.s, LD, 0, z.p2, T, hs, bq, hs, kend, 0);
             }
-            /* out_h (T,hs) = att v */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, q + 2 * C,
-                        C3, 0.0f, out + (int64_t)b * T * C + h * hs, C);
         }
 }
 
-/* datt = dout v^T; dv = att^T dout; dpre = att (datt - rowsum(att datt)) scale (the
- * softmax backward, zero above the diagonal); dq = dpre k; dk = dpre^T q.
- * scratch holds datt, then dpre in place: T*T floats. */
-void sp_attention_backward(float *restrict dqkv, float *restrict scratch,
-                           const float *restrict dout, const float *restrict qkv,
-                           const float *restrict att, int B, int T, int C, int NH, int acc)
+/* Per (b, h), block by block: P from the saved lse, dP = dout_i v^T, dS = P (dP - D)
+ * scale; dq_i = dS k; dk += dS^T q_i; dv += P^T dout_i. dk and dv collect the blocks in
+ * ascending order (each a sequential sum over query rows, as sp_gemm promises), from
+ * zero when acc = 0. */
+SP_NOFMA void sp_attention_backward(float *restrict dqkv, float *restrict scratch,
+                                    const float *restrict dout, const float *restrict qkv,
+                                    const float *restrict out, const float *restrict lse,
+                                    int B, int T, int C, int NH, int acc)
 {
     if (B <= 0 || T <= 0 || NH <= 0)
         return;
     const int hs = C / NH, C3 = 3 * C;
-    const float scale = 1.0f / sqrtf((float)hs), beta = acc ? 1.0f : 0.0f;
-    float *dp = scratch;
+    const float scale = 1.0f / sqrtf((float)hs);
+    const att_scratch z = carve(scratch, T, hs);
+    const int64_t LD = up16(T); /* the strips' row stride */
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (int64_t)b * T * C3 + h * hs;
-            const float *a = att + ((int64_t)b * NH + h) * T * T;
+            const float *q = qkv + (int64_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
             const float *d = dout + (int64_t)b * T * C + h * hs;
-            float *dq = dqkv + (int64_t)b * T * C3 + h * hs;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, q + 2 * C,
-                        C3, 0.0f, dp, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, d, C, beta,
-                        dq + 2 * C, C3);
-            for (int t = 0; t < T; t++) {
-                const float *ar = a + (int64_t)t * T;
-                float *r = dp + (int64_t)t * T;
-                float s = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++)
-                    s += ar[t2] * r[t2];
-                for (int t2 = 0; t2 <= t; t2++)
-                    r[t2] = ar[t2] * (r[t2] - s) * scale;
-                for (int t2 = t + 1; t2 < T; t2++)
-                    r[t2] = 0.0f;
+            const float *o = out + (int64_t)b * T * C + h * hs;
+            const float *L = lse + ((int64_t)b * NH + h) * T;
+            float *dq = dqkv + (int64_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+            if (!acc)
+                for (int t = 0; t < T; t++) {
+                    memset(dk + (int64_t)t * C3, 0, sizeof(float) * (size_t)hs);
+                    memset(dv + (int64_t)t * C3, 0, sizeof(float) * (size_t)hs);
+                }
+            sp_gemm_pack(z.kt, k, C3, 1, hs, T); /* k^T (hs, T) */
+            sp_gemm_pack(z.p2, v, C3, 1, hs, T); /* v^T (hs, T) */
+            sp_gemm_pack(z.p3, k, C3, 0, T, hs); /* k (T, hs) */
+            for (int t0 = 0; t0 < T; t0 += BQ) {
+                const int bq = T - t0 < BQ ? T - t0 : BQ, kend = t0 + bq;
+                const float *qi = q + (int64_t)t0 * C3, *di = d + (int64_t)t0 * C;
+                for (int r = 0; r < bq; r++) {
+                    const float *dr = di + (int64_t)r * C, *orow = o + (int64_t)(t0 + r) * C;
+                    float sum = 0.0f;
+                    for (int i = 0; i < hs; i++)
+                        sum += dr[i] * orow[i];
+                    z.D[r] = sum;
+                }
+                sp_gemm_packed(z.s, LD, qi, C3, 0, z.kt, hs, T, bq, kend, hs, 0);
+                sp_gemm_packed(z.ds, LD, di, C, 0, z.p2, hs, T, bq, kend, hs, 0);
+                softmax_backward_rows(z.s, z.ds, LD, bq, t0, kend, scale, L + t0, z.D);
+                sp_gemm_packed(dq + (int64_t)t0 * C3, C3, z.ds, LD, 0, z.p3, T, hs, bq, hs, kend,
+                               acc);
+                sp_gemm(dk, C3, z.ds, LD, 1, qi, C3, 0, kend, hs, bq, 1);
+                sp_gemm(dv, C3, z.s, LD, 1, di, C, 0, kend, hs, bq, 1);
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, dp, T, q + C,
-                        C3, beta, dq, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, dp, T, q, C3, beta,
-                        dq + C, C3);
         }
-}
-
-int64_t sp_attention_scratch_floats(int B, int T, int C, int NH)
-{
-    return T > 0 ? (int64_t)T * T : 1;
 }

@@ -7,6 +7,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "codelets/cpu/vec_impl.h"
+
 void sp_bias_add_forward(float *out, const float *x, const float *restrict bias, int N, int C)
 {
     for (int n = 0; n < N; n++) {
@@ -57,7 +59,9 @@ void sp_scale_backward(float *dx, const float *dout, float s, int64_t n, int acc
     }
 }
 
-void sp_gelu_forward(float *out, const float *x, int64_t n)
+/* GELU is compute-bound (the tanh's exp): AVX-512/AVX2 clones, the same bits as the
+ * baseline's (vec_impl.h). */
+SP_VEC_FN void sp_gelu_forward(float *out, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
         float xi = x[i];
@@ -65,7 +69,8 @@ void sp_gelu_forward(float *out, const float *x, int64_t n)
     }
 }
 
-void sp_gelu_backward(float *dx, const float *restrict x, const float *dout, int64_t n, int acc)
+SP_VEC_FN void sp_gelu_backward(float *dx, const float *restrict x, const float *dout, int64_t n,
+                                int acc)
 {
     if (acc) {
         for (int64_t i = 0; i < n; i++)

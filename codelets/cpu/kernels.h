@@ -5,11 +5,15 @@
  * Gradient rule: every backward function takes `acc`: 0 assigns (=) the gradient,
  * 1 accumulates (+=) into it. Parameter gradients are always called with acc=1 by the
  * graph executor; activation gradients with acc=0 for the first contribution.
- * These functions are pure and single-threaded (OpenBLAS must be set to one thread by the
- * caller); results are deterministic: the same inputs give the same bits.
+ * These functions are pure and single-threaded; results are deterministic: the same
+ * inputs give the same bits. The matrix products (matmul, attention) run on the kernels'
+ * own sgemm (gemm_impl.h), whose bits are the same on every machine and instruction set;
+ * the other loops too, except where libm is called (logf, expf: the loss, attention's
+ * log-sum-exp).
  * acc=0 never reads the old gradient (it may hold NaN). acc=1 is deterministic but not
- * always bitwise equal to "acc=0 into a temporary, then add": sums over rows (matmul via
- * sgemm's beta, bias, layernorm params, attention) add into the buffer as they go.
+ * always bitwise equal to "acc=0 into a temporary, then add": sums over rows (matmul
+ * starts from the old value, bias, layernorm params, attention) add into the buffer as
+ * they go.
  * Aliasing: the elementwise ops (bias_add, add, scale, gelu, relu forwards, scale_backward)
  * may run in place (out == an input, exactly); no other buffers may overlap. */
 #ifndef STARPIPE_CPU_KERNELS_H
@@ -18,7 +22,8 @@
 #include <stdint.h>
 
 /* out (M,Nc) = op(a) @ op(b) [+ out if acc]; op(a) is (M,K), op(b) is (K,Nc).
- * ta: a is stored (K,M) and transposed; tb: b is stored (Nc,K) and transposed. */
+ * ta: a is stored (K,M) and transposed; tb: b is stored (Nc,K) and transposed.
+ * Each element is one sequential sum over K, from out (acc) or 0 (see gemm_impl.h). */
 void sp_matmul_forward(float *out, const float *a, const float *b,
                        int M, int Nc, int K, int ta, int tb, int acc);
 /* da (shape of a as stored) from dout (M,Nc) and b. */
@@ -69,14 +74,17 @@ void sp_embed_backward(float *dwte, float *dwpe, const float *dout, const int32_
                        int B, int T, int C);
 
 /* Causal multi-head self-attention. qkv (B,T,3C) holds q, k, v side by side per token;
- * out (B,T,C); att (B,NH,T,T) saves the softmax probabilities (upper triangle zero).
- * Scale 1/sqrt(C/NH). C must be divisible by NH. */
-void sp_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-/* dqkv (B,T,3C) from dout (B,T,C), qkv and att. scratch holds at least B*NH*T*T floats. */
+ * out (B,T,C); lse (B,NH,T) saves each row's log-sum-exp of the scaled scores (the
+ * backward recomputes the probabilities from it). Scale 1/sqrt(C/NH). C must be divisible
+ * by NH. Tiled: keys after a query's block are never touched, nothing T x T is formed.
+ * scratch: sp_attention_scratch_floats floats, contents undefined on entry and exit. */
+void sp_attention_forward(float *out, float *lse, float *scratch, const float *qkv, int B,
+                          int T, int C, int NH);
+/* dqkv (B,T,3C) from dout (B,T,C), and the forward's qkv, out and lse. */
 void sp_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                           const float *att, int B, int T, int C, int NH, int acc);
-/* Floats of scratch sp_attention_backward needs: T*T (one (b, h) at a time), which the
- * B*NH*T*T above always covers. */
+                           const float *out, const float *lse, int B, int T, int C, int NH,
+                           int acc);
+/* Floats of scratch either direction needs: O(T (C/NH + query block)), never T x T. */
 int64_t sp_attention_scratch_floats(int B, int T, int C, int NH);
 
 /* Softmax cross-entropy, mean over the N rows. logits (N,V), targets (N) in [0,V).
@@ -103,7 +111,8 @@ void sp_adamw_update(float *param, float *m, float *v, const float *grad, int64_
 /* Sum of squares of x (n) in double: for the global gradient norm. */
 double sp_sum_squares(const float *x, int64_t n);
 
-/* Sets OpenBLAS to one thread: the runtime owns the cores. Idempotent. */
+/* Sets OpenBLAS to one thread (the kernels do not use it, but a program may link it; the
+ * runtime owns the cores). Idempotent. */
 void sp_kernels_init(void);
 
 #endif

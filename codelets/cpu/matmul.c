@@ -1,27 +1,17 @@
-/* Matrix multiply forward and backward on OpenBLAS sgemm, and sp_kernels_init.
- * acc maps onto sgemm's beta (0 or 1), so no temporary is ever allocated. */
+/* Matrix multiply forward and backward on sp_gemm (gemm.c), and sp_kernels_init.
+ * acc maps onto sp_gemm's acc (start from the old c, or from 0), so no temporary is ever
+ * allocated. */
 #include "codelets/cpu/kernels.h"
 
 #include <cblas.h>
-#include <string.h>
 
-/* sgemm rejects a leading dimension of 0 even when the matrix is empty. */
-static int ld(int n) { return n > 0 ? n : 1; }
+#include "codelets/cpu/gemm_impl.h"
 
-/* C (m,n) = opA (m,k) @ opB (k,n) [+ C]; degenerate sizes handled here, not by BLAS. */
+/* C (m,n) = opA (m,k) @ opB (k,n) [+ C]. */
 static void gemm(float *c, const float *a, int lda, int ta, const float *b, int ldb, int tb,
                  int m, int n, int k, int acc)
 {
-    if (m <= 0 || n <= 0)
-        return;
-    if (k <= 0) {
-        if (!acc)
-            memset(c, 0, sizeof(float) * (size_t)m * (size_t)n);
-        return;
-    }
-    /* beta = 0 makes sgemm ignore C's old contents (even NaN), as acc = 0 promises. */
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                m, n, k, 1.0f, a, ld(lda), b, ld(ldb), acc ? 1.0f : 0.0f, c, ld(n));
+    sp_gemm(c, n, a, lda, ta, b, ldb, tb, m, n, k, acc);
 }
 
 void sp_matmul_forward(float *out, const float *a, const float *b,
@@ -54,6 +44,8 @@ void sp_matmul_backward_b(float *db, const float *dout, const float *a,
         gemm(db, dout, Nc, 1, a, lda, ta, Nc, K, M, acc);
 }
 
+/* The kernels no longer call OpenBLAS, but a program linking it (benchmarks, the CUDA
+ * emulation's cuBLAS) must not have it start threads beside the runtime's. */
 void sp_kernels_init(void)
 {
     openblas_set_num_threads(1);

@@ -105,18 +105,20 @@ int sp_cuda_embed_backward(float *dwte, float *dwpe, const float *dout, const in
 int sp_cuda_embed_check_tokens(int *bad, const int32_t *tokens, int64_t n, int V,
                                void *stream);
 
-/* ---- attention.cu: per batch row b, the four products are cuBLAS strided-batched sgemm
- * over the NH heads (fp32, TF32 per the handle), softmax and its backward one warp per
- * row. att is (B,NH,T,T) with zeros above the diagonal, as on the CPU. */
-int sp_cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                              int NH, void *stream, void *cublas);
-/* scratch: sp_cuda_attention_scratch_floats(...) floats of device memory (NH*T*T: one
- * batch row at a time, all heads batched); reused in stream order. */
+/* ---- attention.cu: the CPU's contract (out, lse (B,NH,T) per-row log-sum-exp; the
+ * backward recomputes the probabilities and reads out). Per batch row b, the products are
+ * cuBLAS strided-batched sgemm over the NH heads on the full T x T square in scratch (fp32,
+ * TF32 per the handle), softmax and its backward one warp per row.
+ * DIFFERS: scratch is sp_cuda_attention_scratch_floats(..., backward) floats of device
+ * memory (NH*T*T forward, 2*NH*T*T backward: one batch row at a time, all heads batched),
+ * not the CPU's O(T); reused in stream order. */
+int sp_cuda_attention_forward(float *out, float *lse, float *scratch, const float *qkv, int B,
+                              int T, int C, int NH, void *stream, void *cublas);
 int sp_cuda_attention_backward(float *dqkv, float *scratch, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int C, int NH,
-                               int acc, void *stream, void *cublas);
-/* Host function. NH*T*T (>= 1): differs from the CPU's T*T. */
-int64_t sp_cuda_attention_scratch_floats(int B, int T, int C, int NH);
+                               const float *qkv, const float *out, const float *lse, int B,
+                               int T, int C, int NH, int acc, void *stream, void *cublas);
+/* Host function. (backward ? 2 : 1) * NH*T*T, >= 1. */
+int64_t sp_cuda_attention_scratch_floats(int B, int T, int C, int NH, int backward);
 
 /* ---- loss.cu */
 /* DIFFERS: the loss and the count stay on the device. *loss (device float) = mean over

@@ -53,8 +53,8 @@ sp_status sp_program_run_cuda(const sp_program *p, int stage, sp_task_kind kind,
                                        Nc, K, stream);
             break;
         case SP_I_ATTENTION:
-            rc = sp_cuda_attention_forward(F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), M, Nc, K,
-                                           (int)n[3], stream, cublas);
+            rc = sp_cuda_attention_forward(F32(I->o[0]), F32(I->o[1]), F32(I->i[1]),
+                                           F32(I->i[0]), M, Nc, K, (int)n[3], stream, cublas);
             break;
         case SP_I_CE: {
             /* scratch: N doubles of per-row losses, then the bad-target count */
@@ -107,8 +107,8 @@ sp_status sp_program_run_cuda(const sp_program *p, int stage, sp_task_kind kind,
             break;
         case SP_I_ATTN_DX:
             rc = sp_cuda_attention_backward(F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), F32(I->i[1]),
-                                            F32(I->i[2]), M, Nc, K, (int)n[3], I->acc, stream,
-                                            cublas);
+                                            F32(I->i[3]), F32(I->i[2]), M, Nc, K, (int)n[3],
+                                            I->acc, stream, cublas);
             break;
         case SP_I_CE_DX:
             rc = sp_cuda_cross_entropy_backward(F32(I->o[0]), F32(I->i[0]), I32(I->i[1]),

@@ -516,34 +516,37 @@ static void test_attention(void)
     for (size_t s = 0; s < sizeof sz / sizeof *sz; s++) {
         const int B = sz[s][0], T = sz[s][1], C = sz[s][2], NH = sz[s][3];
         const int64_t nqkv = (int64_t)B * T * 3 * C, nout = (int64_t)B * T * C;
-        const int64_t natt = (int64_t)B * NH * T * T;
+        const int64_t nlse = (int64_t)B * NH * T;
         float *qkv = hrand(nqkv, -1, 1), *dout = hrand(nout, -1, 1);
         float *dq = dcopy(qkv, nqkv), *dd = dcopy(dout, nout);
-        obuf o, att;
-        snprintf(L, sizeof L, "attention_forward B=%d T=%d C=%d NH=%d", B, T, C, NH);
-        ob_make(&o, nout, 0), ob_make(&att, natt, 0);
-        sp_attention_forward(o.cpu, att.cpu, qkv, B, T, C, NH);
-        TWICE(L, sp_cuda_attention_forward(o.d, att.d, dq, B, T, C, NH, stream, blas), &o, &att);
-        ob_check(&o, L, TOL);
-        snprintf(L, sizeof L, "attention_forward(att) B=%d T=%d C=%d NH=%d", B, T, C, NH);
-        ob_check(&att, L, TOL);
-        float *datt = dcopy(att.cpu, natt); /* both backwards get the CPU's probabilities */
         float *cscr = halloc(sizeof(float) * (size_t)sp_attention_scratch_floats(B, T, C, NH));
-        float *gscr = dalloc(sizeof(float) * (size_t)sp_cuda_attention_scratch_floats(B, T, C, NH));
+        float *gscr = dalloc(sizeof(float) *
+                             (size_t)sp_cuda_attention_scratch_floats(B, T, C, NH, 1));
+        obuf o, lse;
+        snprintf(L, sizeof L, "attention_forward B=%d T=%d C=%d NH=%d", B, T, C, NH);
+        ob_make(&o, nout, 0), ob_make(&lse, nlse, 0);
+        sp_attention_forward(o.cpu, lse.cpu, cscr, qkv, B, T, C, NH);
+        TWICE(L, sp_cuda_attention_forward(o.d, lse.d, gscr, dq, B, T, C, NH, stream, blas), &o,
+              &lse);
+        ob_check(&o, L, TOL);
+        snprintf(L, sizeof L, "attention_forward(lse) B=%d T=%d C=%d NH=%d", B, T, C, NH);
+        ob_check(&lse, L, TOL);
+        /* both backwards get the CPU's out and lse */
+        float *dev_out = dcopy(o.cpu, nout), *dlse = dcopy(lse.cpu, nlse);
         for (int acc = 0; acc < 2; acc++) {
             obuf g;
             snprintf(L, sizeof L, "attention_backward B=%d T=%d C=%d NH=%d acc=%d", B, T, C, NH,
                      acc);
             ob_make(&g, nqkv, acc);
-            sp_attention_backward(g.cpu, cscr, dout, qkv, att.cpu, B, T, C, NH, acc);
-            TWICE(L, sp_cuda_attention_backward(g.d, gscr, dd, dq, datt, B, T, C, NH, acc, stream,
-                                                blas), &g);
+            sp_attention_backward(g.cpu, cscr, dout, qkv, o.cpu, lse.cpu, B, T, C, NH, acc);
+            TWICE(L, sp_cuda_attention_backward(g.d, gscr, dd, dq, dev_out, dlse, B, T, C, NH, acc,
+                                                stream, blas), &g);
             ob_check(&g, L, TOL);
             ob_free(&g);
         }
-        ob_free(&o), ob_free(&att);
+        ob_free(&o), ob_free(&lse);
         free(qkv), free(dout), free(cscr);
-        dfree(dq), dfree(dd), dfree(datt), dfree(gscr);
+        dfree(dq), dfree(dd), dfree(dev_out), dfree(dlse), dfree(gscr);
     }
 }
 

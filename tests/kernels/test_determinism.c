@@ -1,5 +1,7 @@
 /* Determinism: every kernel run twice on the same values gives the same bits, the second
- * time with every buffer moved by one float (other alignment, other vector peeling). */
+ * time with every buffer moved by one float (other alignment, other vector peeling); then
+ * again on each other sp_gemm path this CPU has (portable, AVX2, AVX-512F): same bits. */
+#include "codelets/cpu/gemm_impl.h"
 #include "codelets/cpu/kernels.h"
 #include "kcheck.h"
 
@@ -40,6 +42,12 @@ static void keep(run_t *r, const char *name, float *x, int64_t n)
     r->n[r->count++] = n;
 }
 
+/* Scratch for attention with 6 heads. */
+static float *scr2(run_t *r, int off)
+{
+    return buf(r, sp_attention_scratch_floats(B, T, C, 6), off, 0, 0, 0);
+}
+
 static void run_all(run_t *r, int off)
 {
     sp_kernels_init();
@@ -62,6 +70,11 @@ static void run_all(run_t *r, int off)
             keep(r, mm[4 + ta * 2 + tb], da, (int64_t)N * C);
             keep(r, mm[4 + ta * 2 + tb], dw, (int64_t)C * C4);
         }
+    /* a narrow product (n <= 16: sp_gemm's narrow tile where the path has one) */
+    float *w13 = buf(r, (int64_t)C * 13, off, 29, -1, 1);
+    float *o13 = buf(r, (int64_t)N * 13, off, 30, -1, 1);
+    sp_matmul_forward(o13, a, w13, N, 13, C, 0, 0, 1);
+    keep(r, "matmul fwd n=13", o13, (int64_t)N * 13);
     int64_t n = (int64_t)N * C;
     float *x = buf(r, n, off, 7, -3, 3), *y = buf(r, n, off, 8, -1, 1);
     float *bias = buf(r, C, off, 9, -1, 1), *d = buf(r, n, off, 10, -1, 1);
@@ -103,15 +116,22 @@ static void run_all(run_t *r, int off)
     keep(r, "embed bwd wte", dte, (int64_t)V * C);
     keep(r, "embed bwd wpe", dpe, (int64_t)T * C);
 
-    int64_t nq = (int64_t)N * 3 * C, na = (int64_t)B * NH * T * T;
+    int64_t nq = (int64_t)N * 3 * C, nl = (int64_t)B * NH * T;
     float *qkv = buf(r, nq, off, 23, -2, 2), *out = buf(r, n, off, 0, 0, 0);
-    float *att = buf(r, na, off, 0, 0, 0);
+    float *lse = buf(r, (int64_t)B * 6 * T, off, 0, 0, 0); /* also for 6 heads below */
     float *scr = buf(r, sp_attention_scratch_floats(B, T, C, NH), off, 0, 0, 0);
-    sp_attention_forward(out, att, qkv, B, T, C, NH);
+    sp_attention_forward(out, lse, scr, qkv, B, T, C, NH);
     keep(r, "attention fwd out", out, n);
-    keep(r, "attention fwd att", att, na);
-    o = buf(r, nq, off, 24, -1, 1); sp_attention_backward(o, scr, d, qkv, att, B, T, C, NH, 1);
+    keep(r, "attention fwd lse", lse, nl);
+    o = buf(r, nq, off, 24, -1, 1);
+    sp_attention_backward(o, scr, d, qkv, out, lse, B, T, C, NH, 1);
     keep(r, "attention bwd", o, nq);
+    /* again with heads of 16 columns (the narrow tiles), from acc = 0 */
+    sp_attention_forward(out, lse, scr2(r, off), qkv, B, T, C, 6);
+    keep(r, "attention hs16 fwd out", out, n);
+    o = buf(r, nq, off, 0, 0, 0);
+    sp_attention_backward(o, scr2(r, off), d, qkv, out, lse, B, T, C, 6, 0);
+    keep(r, "attention hs16 bwd", o, nq);
 
     float *logits = buf(r, (int64_t)N * V, off, 25, -5, 5), *probs = buf(r, (int64_t)N * V, off, 0, 0, 0);
     float *loss = buf(r, 1, off, 0, 0, 0);
@@ -137,22 +157,46 @@ static void run_all(run_t *r, int off)
     keep(r, "sum_squares", o, 2);
 }
 
+static void compare(const run_t *r1, const run_t *r2, const char *how)
+{
+    kc_expect(r1->count == r2->count, "both runs produced the same outputs");
+    for (int i = 0; i < r1->count && i < r2->count; i++) {
+        char what[128];
+        snprintf(what, sizeof what, "%s: same bits %s", r1->name[i], how);
+        kc_expect(memcmp(r1->data[i], r2->data[i], sizeof(float) * (size_t)r1->n[i]) == 0,
+                  what);
+    }
+}
+
+static void free_run(run_t *r)
+{
+    for (int i = 0; i < r->nmem; i++)
+        free(r->mem[i]);
+    memset(r, 0, sizeof *r);
+}
+
 int main(void)
 {
     kc_start();
     static run_t r1, r2;
+    const int path = sp_gemm_path();
     run_all(&r1, 0);
     run_all(&r2, 1);
-    kc_expect(r1.count == r2.count, "both runs produced the same outputs");
-    for (int i = 0; i < r1.count && i < r2.count; i++) {
-        char what[96];
-        snprintf(what, sizeof what, "%s: same bits twice (second run shifted by one float)",
-                 r1.name[i]);
-        kc_expect(memcmp(r1.data[i], r2.data[i], sizeof(float) * (size_t)r1.n[i]) == 0, what);
+    compare(&r1, &r2, "twice (second run shifted by one float)");
+    for (int p = 0; p < SP_GEMM_NPATHS; p++) {
+        char how[96];
+        if (p == path || sp_gemm_set_path(p) != 0)
+            continue;
+        free_run(&r2);
+        run_all(&r2, p % 2);
+        snprintf(how, sizeof how, "on the %s sgemm path as on %s", sp_gemm_path_name(p),
+                 sp_gemm_path_name(path));
+        compare(&r1, &r2, how);
+        if (kc_verbose)
+            printf("  compared the %s path\n", sp_gemm_path_name(p));
     }
-    for (int i = 0; i < r1.nmem; i++)
-        free(r1.mem[i]);
-    for (int i = 0; i < r2.nmem; i++)
-        free(r2.mem[i]);
+    sp_gemm_set_path(path);
+    free_run(&r1);
+    free_run(&r2);
     return kc_finish("test_kernels_determinism");
 }

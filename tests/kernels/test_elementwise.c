@@ -1,6 +1,8 @@
 /* Elementwise kernels (bias add, add, scale, GELU, ReLU) against float64 references and
  * central finite differences; also in-place use (out aliasing an input) and acc 0/1. */
 #include "codelets/cpu/kernels.h"
+#include "codelets/cpu/vec_impl.h"
+#include "codelets/gelu.h"
 #include "kcheck.h"
 
 /* Each output is one or two fp32 operations, except GELU, whose tanh (a vectorizable
@@ -132,6 +134,18 @@ static void run_case(int op, int N, int C, uint64_t seed)
     free(xd); free(yd); free(od); free(gx); free(gy); free(want);
 }
 
+/* Whether y[i] has the bits of gelu.h's scalar sp_gelu (or sp_gelu_grad) of x[i], compiled
+ * here without FMA contraction, as the kernels are. */
+static SP_NOFMA int same_as_scalar(const float *y, const float *x, int n, int grad)
+{
+    int same = 1;
+    for (int i = 0; i < n; i++) {
+        float w = grad ? sp_gelu_grad(x[i]) : sp_gelu(x[i]);
+        same &= memcmp(&w, &y[i], sizeof w) == 0;
+    }
+    return same;
+}
+
 int main(void)
 {
     kc_start();
@@ -165,6 +179,12 @@ int main(void)
     sp_gelu_backward(gs, xs, ones, NS, 0);
     kc_check("gelu forward, dense sweep of [-10, 10]", ys, wy, NS, TOL);
     kc_check("gelu derivative, dense sweep of [-10, 10]", gs, wg, NS, TOL);
+    /* The kernels run a vector clone for this CPU (AVX-512F, AVX2 or the baseline): the
+     * same bits as gelu.h's scalar functions compiled here, element by element. */
+    kc_expect(same_as_scalar(ys, xs, NS, 0),
+              "gelu forward: the same bits as the scalar gelu.h, every element");
+    kc_expect(same_as_scalar(gs, xs, NS, 1),
+              "gelu backward: the same bits as the scalar gelu.h, every element");
     xs[0] = NAN;
     sp_gelu_forward(ys, xs, 1);
     kc_expect(isnan(ys[0]), "gelu forward propagates NaN");

@@ -1,6 +1,7 @@
 /* sp_matmul_forward / backward_a / backward_b against a float64 reference and central
  * finite differences, for all four transpose combinations, awkward sizes, acc 0 and 1. */
 #include "codelets/cpu/kernels.h"
+#include "codelets/cpu/vec_impl.h"
 #include "kcheck.h"
 
 /* fp32 sums of K <= 37 products of values in [-1,1): the worst-case rounding bound is
@@ -89,6 +90,46 @@ static void run_case(int M, int Nc, int K, int ta, int tb, uint64_t seed)
     free(base_a); free(base_b); free(ad); free(bd); free(outd); free(want); free(ga); free(gb);
 }
 
+/* The contract's exact bits (gemm_impl.h): out[i][j] is the sequential float sum over k
+ * from out (acc) or 0, each product and sum rounded alone. Sizes past a block of K (256),
+ * tiles of every height (4, 6, 12, 24) and width (8, 16, 32), and the narrow tile. */
+static SP_NOFMA void naive(float *out, const float *a, const float *b, int M, int Nc, int K,
+                           int ta, int tb, int acc)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < Nc; j++) {
+            float s = acc ? out[(int64_t)i * Nc + j] : 0.0f;
+            for (int k = 0; k < K; k++) {
+                float av = ta ? a[(int64_t)k * M + i] : a[(int64_t)i * K + k];
+                float bv = tb ? b[(int64_t)j * K + k] : b[(int64_t)k * Nc + j];
+                s += av * bv;
+            }
+            out[(int64_t)i * Nc + j] = s;
+        }
+}
+
+static void exact_bits(int M, int Nc, int K)
+{
+    float *a = KC_F((int64_t)M * K), *b = KC_F((int64_t)K * Nc);
+    float *got = KC_F((int64_t)M * Nc), *want = KC_F((int64_t)M * Nc);
+    kc_seed((uint64_t)(M * 1000 + Nc * 10 + K));
+    kc_fill(a, (int64_t)M * K, -1, 1);
+    kc_fill(b, (int64_t)K * Nc, -1, 1);
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int acc = 0; acc < 2; acc++) {
+                char what[128];
+                kc_fill(got, (int64_t)M * Nc, -1, 1);
+                memcpy(want, got, sizeof(float) * (size_t)M * Nc);
+                sp_matmul_forward(got, a, b, M, Nc, K, ta, tb, acc);
+                naive(want, a, b, M, Nc, K, ta, tb, acc);
+                snprintf(what, sizeof what, "matmul %dx%dx%d ta%d tb%d acc%d: the bits of the "
+                         "sequential sum", M, Nc, K, ta, tb, acc);
+                kc_expect(memcmp(got, want, sizeof(float) * (size_t)M * Nc) == 0, what);
+            }
+    free(a), free(b), free(got), free(want);
+}
+
 int main(void)
 {
     kc_start();
@@ -100,6 +141,10 @@ int main(void)
             for (int tb = 0; tb < 2; tb++)
                 for (uint64_t seed = 1; seed <= 3; seed++)
                     run_case(sizes[s][0], sizes[s][1], sizes[s][2], ta, tb, seed);
+
+    exact_bits(37, 45, 300);
+    exact_bits(50, 13, 61);
+    exact_bits(25, 70, 9);
 
     /* K = 0: the product is empty; acc=0 gives zeros, acc=1 leaves out unchanged. */
     float out[6], keep[6];

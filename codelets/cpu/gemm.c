@@ -1,0 +1,232 @@
+/* sp_gemm (gemm_impl.h): a blocked single-threaded sgemm whose bits do not depend on the
+ * machine. On x86-64 it runs AVX-512F or AVX2 micro-kernels when the CPU has them, with
+ * the same results as the portable one: each element is the same sequential sum. */
+#include "codelets/cpu/gemm_impl.h"
+
+#include <string.h>
+
+#include "codelets/cpu/vec_impl.h"
+
+/* Block sizes: a packed panel of b (KC x NR) stays in L1 while the rows of a stream past
+ * it; MC rows of a (MC x KC, 384 KB) stay in L2 while the panels go by. KC also bounds the
+ * stack: the panel and an edge tile of c, about 36 KB. */
+#define KC 256
+#define MC 384
+#define MR_MAX 24
+#define NR_MAX 32
+
+typedef void (*kernel_fn)(int kc, const float *a, const int64_t *roff, int64_t csa,
+                          const float *bp, float *c, int64_t ldc, int load);
+
+#define GK_NAME kernel_portable
+#define GK_ATTR SP_NOFMA
+#define GK_VB 16
+#define GK_MR 4
+#define GK_NV 2
+#include "codelets/cpu/gemm_kernel.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SP_GEMM_X86 1
+#define GK_NAME kernel_avx2
+#define GK_ATTR SP_NOFMA __attribute__((target("avx2")))
+#define GK_VB 32
+#define GK_MR 6
+#define GK_NV 2
+#include "codelets/cpu/gemm_kernel.h"
+
+#define GK_NAME kernel_avx512
+#define GK_ATTR SP_NOFMA __attribute__((target("avx512f")))
+#define GK_VB 64
+#define GK_MR 12
+#define GK_NV 2
+#include "codelets/cpu/gemm_kernel.h"
+
+/* For n <= 16 (attention's head columns): one vector per row, taller tiles. */
+#define GK_NAME kernel_avx512_narrow
+#define GK_ATTR SP_NOFMA __attribute__((target("avx512f")))
+#define GK_VB 64
+#define GK_MR 24
+#define GK_NV 1
+#include "codelets/cpu/gemm_kernel.h"
+#endif
+
+typedef struct {
+    kernel_fn kernel;
+    int mr, nr;
+} gemm_tile;
+
+/* A path's tile, and optionally a narrow one for products of at most its nr columns. */
+typedef struct {
+    const char *name;
+    gemm_tile wide, narrow; /* wide.kernel NULL: not in this build; narrow.kernel optional */
+} gemm_path;
+
+static const gemm_path paths[SP_GEMM_NPATHS] = {
+    [SP_GEMM_PORTABLE] = { "portable", { kernel_portable, 4, 8 }, { NULL, 0, 0 } },
+#ifdef SP_GEMM_X86
+    [SP_GEMM_AVX2] = { "avx2", { kernel_avx2, 6, 16 }, { NULL, 0, 0 } },
+    [SP_GEMM_AVX512] = { "avx512f", { kernel_avx512, 12, 32 }, { kernel_avx512_narrow, 24, 16 } },
+#else
+    [SP_GEMM_AVX2] = { "avx2", { NULL, 0, 0 }, { NULL, 0, 0 } },
+    [SP_GEMM_AVX512] = { "avx512f", { NULL, 0, 0 }, { NULL, 0, 0 } },
+#endif
+};
+
+/* The tile for products of n columns (or packed panels of n columns): every tile gives
+ * the same bits, so this only saves the padding of a wide tile. */
+static const gemm_tile *tile_for(int n)
+{
+    const gemm_path *P = &paths[sp_gemm_path()];
+    return P->narrow.kernel && n <= P->narrow.nr ? &P->narrow : &P->wide;
+}
+
+static int supported(int p)
+{
+    if (p < 0 || p >= SP_GEMM_NPATHS || !paths[p].wide.kernel)
+        return 0;
+#ifdef SP_GEMM_X86
+    __builtin_cpu_init();
+    if (p == SP_GEMM_AVX2)
+        return __builtin_cpu_supports("avx2");
+    if (p == SP_GEMM_AVX512)
+        return __builtin_cpu_supports("avx512f");
+#endif
+    return 1;
+}
+
+/* -1 until first use; every thread that races here picks the same path. */
+static int current = -1;
+
+int sp_gemm_path(void)
+{
+    int p = __atomic_load_n(&current, __ATOMIC_RELAXED);
+    if (p < 0) {
+        p = SP_GEMM_NPATHS - 1;
+        while (!supported(p))
+            p--;
+        __atomic_store_n(&current, p, __ATOMIC_RELAXED);
+    }
+    return p;
+}
+
+int sp_gemm_set_path(int path)
+{
+    if (!supported(path))
+        return -1;
+    __atomic_store_n(&current, path, __ATOMIC_RELAXED);
+    return 0;
+}
+
+const char *sp_gemm_path_name(int path)
+{
+    return path >= 0 && path < SP_GEMM_NPATHS ? paths[path].name : "?";
+}
+
+/* bp (kc, NR) <- op(b) rows k0.., columns j0..j0+nr-1, zero-padded to NR columns. */
+static void pack_panel(float *restrict bp, int NR, const float *restrict b, int64_t ldb,
+                       int tb, int k0, int kc, int j0, int nr)
+{
+    if (!tb) {
+        for (int k = 0; k < kc; k++) {
+            float *d = bp + (int64_t)k * NR;
+            memcpy(d, b + (int64_t)(k0 + k) * ldb + j0, sizeof(float) * (size_t)nr);
+            for (int j = nr; j < NR; j++)
+                d[j] = 0.0f;
+        }
+        return;
+    }
+    /* b stored (n, k): gather 8 columns at a time, so each read stream stays in a line */
+    for (int j = 0; j < nr; j += 8) {
+        const int w = nr - j < 8 ? nr - j : 8;
+        const float *s = b + (int64_t)(j0 + j) * ldb + k0;
+        for (int k = 0; k < kc; k++)
+            for (int jj = 0; jj < w; jj++)
+                bp[(int64_t)k * NR + j + jj] = s[jj * ldb + k];
+    }
+    if (nr < NR)
+        for (int k = 0; k < kc; k++)
+            for (int j = nr; j < NR; j++)
+                bp[(int64_t)k * NR + j] = 0.0f;
+}
+
+/* The blocked loops. B comes packed (bpk: panels of depth kp, as sp_gemm_pack writes
+ * them) or is packed here, panel by panel, into a stack buffer. */
+static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta, const float *b,
+                     int64_t ldb, int tb, const float *bpk, int kp, int np, int m, int n, int k,
+                     int acc)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    if (k <= 0) {
+        if (!acc)
+            for (int i = 0; i < m; i++)
+                memset(c + (int64_t)i * ldc, 0, sizeof(float) * (size_t)n);
+        return;
+    }
+    const gemm_tile *P = tile_for(bpk ? np : n);
+    const int MR = P->mr, NR = P->nr;
+    /* a[i][kk] = a[i * rsa + kk * csa] */
+    const int64_t rsa = ta ? 1 : lda, csa = ta ? lda : 1;
+    float bp[KC * NR_MAX] __attribute__((aligned(64)));
+    float ce[MR_MAX * NR_MAX]; /* an edge tile of c */
+    int64_t roff[MR_MAX];
+    for (int k0 = 0; k0 < k; k0 += KC) {
+        const int kc = k - k0 < KC ? k - k0 : KC;
+        const int load = acc || k0 > 0; /* the running sums wait in c between blocks */
+        for (int m0 = 0; m0 < m; m0 += MC) {
+            const int mc = m - m0 < MC ? m - m0 : MC;
+            for (int j0 = 0; j0 < n; j0 += NR) {
+                const int nr = n - j0 < NR ? n - j0 : NR;
+                const float *panel = bp;
+                if (bpk)
+                    panel = bpk + (int64_t)(j0 / NR) * kp * NR + (int64_t)k0 * NR;
+                else
+                    pack_panel(bp, NR, b, ldb, tb, k0, kc, j0, nr);
+                for (int i0 = m0; i0 < m0 + mc; i0 += MR) {
+                    const int mr = m0 + mc - i0 < MR ? m0 + mc - i0 : MR;
+                    const float *ap = a + (int64_t)i0 * rsa + (int64_t)k0 * csa;
+                    float *cp = c + (int64_t)i0 * ldc + j0;
+                    /* rows past the edge read the last row again; their sums are dropped */
+                    for (int r = 0; r < MR; r++)
+                        roff[r] = (r < mr ? r : mr - 1) * rsa;
+                    if (mr == MR && nr == NR) {
+                        P->kernel(kc, ap, roff, csa, panel, cp, ldc, load);
+                        continue;
+                    }
+                    if (load)
+                        for (int r = 0; r < mr; r++)
+                            memcpy(ce + r * NR, cp + (int64_t)r * ldc, sizeof(float) * (size_t)nr);
+                    P->kernel(kc, ap, roff, csa, panel, ce, NR, load);
+                    for (int r = 0; r < mr; r++)
+                        memcpy(cp + (int64_t)r * ldc, ce + r * NR, sizeof(float) * (size_t)nr);
+                }
+            }
+        }
+    }
+}
+
+void sp_gemm(float *c, int64_t ldc, const float *a, int64_t lda, int ta, const float *b,
+             int64_t ldb, int tb, int m, int n, int k, int acc)
+{
+    gemm_run(c, ldc, a, lda, ta, b, ldb, tb, NULL, 0, 0, m, n, k, acc);
+}
+
+int64_t sp_gemm_packed_floats(int k, int n)
+{
+    int64_t np = ((int64_t)(n > 0 ? n : 0) + NR_MAX - 1) / NR_MAX * NR_MAX;
+    return (int64_t)(k > 0 ? k : 0) * np;
+}
+
+void sp_gemm_pack(float *bp, const float *b, int64_t ldb, int tb, int k, int n)
+{
+    const int NR = tile_for(n)->nr;
+    for (int j0 = 0; j0 < n; j0 += NR)
+        pack_panel(bp + (int64_t)(j0 / NR) * k * NR, NR, b, ldb, tb, 0, k, j0,
+                   n - j0 < NR ? n - j0 : NR);
+}
+
+void sp_gemm_packed(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
+                    const float *bp, int kp, int np, int m, int n, int k, int acc)
+{
+    gemm_run(c, ldc, a, lda, ta, NULL, 0, 0, bp, kp, np, m, n, k, acc);
+}

@@ -1,0 +1,39 @@
+/* The kernels' own single-threaded sgemm (gemm.c), used by matmul.c and attention.c in
+ * place of OpenBLAS. Internal to codelets/cpu and its tests.
+ *
+ * Its bits are defined by C alone: every element of c is one sequential float sum,
+ *   c[i][j] = (...((c0 + a[i][0] b[0][j]) + a[i][1] b[1][j]) + ...) + a[i][k-1] b[k-1][j]
+ * with c0 = c[i][j] when acc, else 0, each product and sum rounded on its own (no FMA).
+ * Blocking, vector width and the instruction set only change which elements are computed
+ * together, never that order, so every path gives the same bits on every machine (unlike
+ * OpenBLAS, whose kernels, chosen from the CPU model, each round their own way). */
+#ifndef STARPIPE_CPU_GEMM_IMPL_H
+#define STARPIPE_CPU_GEMM_IMPL_H
+
+#include <stdint.h>
+
+/* c (m,n), row stride ldc, = op(a) (m,k) @ op(b) (k,n) [+ c if acc]. ta: a is stored (k,m)
+ * with row stride lda, else (m,k); tb: b is stored (n,k), else (k,n). c must not overlap
+ * a or b. acc = 0 never reads c; k = 0 gives zeros (acc = 0) or leaves c. */
+void sp_gemm(float *c, int64_t ldc, const float *a, int64_t lda, int ta, const float *b,
+             int64_t ldb, int tb, int m, int n, int k, int acc);
+
+/* B packed once, for products that reuse it (attention: every query block against the
+ * same keys). sp_gemm_pack writes op(b) (k,n) into bp, sp_gemm_packed_floats(k, n) floats
+ * (enough for any path); sp_gemm_packed then takes rows 0..k-1 and columns 0..n-1 of an
+ * op(b) packed with depth kp and width np (k <= kp, n <= np) as its b. Pack and use on
+ * the same path. 64-byte alignment of bp is faster, not required. */
+int64_t sp_gemm_packed_floats(int k, int n);
+void sp_gemm_pack(float *bp, const float *b, int64_t ldb, int tb, int k, int n);
+void sp_gemm_packed(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
+                    const float *bp, int kp, int np, int m, int n, int k, int acc);
+
+/* The instruction-set paths, chosen once from the CPU (the widest supported). */
+enum { SP_GEMM_PORTABLE, SP_GEMM_AVX2, SP_GEMM_AVX512, SP_GEMM_NPATHS };
+/* For tests and benchmarks: the path in use; sp_gemm_set_path selects one (returns 0), or
+ * returns -1 when this CPU or build lacks it. */
+int sp_gemm_path(void);
+int sp_gemm_set_path(int path);
+const char *sp_gemm_path_name(int path);
+
+#endif

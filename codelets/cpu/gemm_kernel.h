@@ -1,0 +1,46 @@
+/* One register-blocked micro-kernel of gemm.c, included there once per instruction set
+ * and tile shape (no include guard). The includer defines:
+ *   GK_NAME    the function's name
+ *   GK_ATTR    its attributes (target ISA; fp-contract off, so no FMA can appear)
+ *   GK_VB      vector bytes (16, 32, 64)
+ *   GK_MR      rows of the tile
+ *   GK_NV      vectors per row of the tile (1 or 2): NR = GK_NV * GK_VB / 4 columns */
+
+/* c (GK_MR, NR) [+]= a (GK_MR, kc) @ bp (kc, NR). a[r][k] is a[roff[r] + k * csa]; bp is
+ * a packed panel (row k at bp + k * NR). load: start from c, else 0. One accumulator per
+ * element, k ascending: the order sp_gemm promises. */
+GK_ATTR static void GK_NAME(int kc, const float *restrict a, const int64_t *restrict roff,
+                            int64_t csa, const float *restrict bp, float *restrict c,
+                            int64_t ldc, int load)
+{
+    typedef float v __attribute__((vector_size(GK_VB)));
+    typedef float vu __attribute__((vector_size(GK_VB), aligned(4))); /* unaligned */
+    enum { VL = GK_VB / 4, NV = GK_NV, NR = NV * VL };
+    int64_t ro[GK_MR];
+    v acc[GK_MR][NV];
+    for (int r = 0; r < GK_MR; r++) {
+        ro[r] = roff[r];
+        for (int j = 0; j < NV; j++)
+            acc[r][j] = load ? *(const vu *)(c + r * ldc + j * VL) : (v){ 0 };
+    }
+    for (int k = 0; k < kc; k++) {
+        v b[NV];
+        for (int j = 0; j < NV; j++)
+            b[j] = *(const vu *)(bp + k * NR + j * VL);
+        const float *ak = a + k * csa;
+        for (int r = 0; r < GK_MR; r++) {
+            const float ar = ak[ro[r]];
+            for (int j = 0; j < NV; j++)
+                acc[r][j] += ar * b[j];
+        }
+    }
+    for (int r = 0; r < GK_MR; r++)
+        for (int j = 0; j < NV; j++)
+            *(vu *)(c + r * ldc + j * VL) = acc[r][j];
+}
+
+#undef GK_NAME
+#undef GK_ATTR
+#undef GK_VB
+#undef GK_MR
+#undef GK_NV
