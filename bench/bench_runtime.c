@@ -8,7 +8,8 @@
  *     messages, i.e. the schedule's bound for the tasks as they ran (sp_plan_measure);
  *   - "ideal": the plan simulated with each task's uncontended time, measured by the
  *     reference interpreter running that task alone while every other rank sleeps;
- *   - message waits: how long a task that could have run waited for its message;
+ *   - message waits: how long a task that could have run waited for its message, in
+ *     all and from the message's arrival (the runtime's own share);
  *   - the memory of per-microbatch buffers per rank against the planner's prediction.
  *
  *   mpirun -np 2 bench_runtime [--steps N] [--microbatches M] [--schedules a,b,...]
@@ -89,7 +90,7 @@ int main(int argc, char **argv)
                "steps (medians of all but the first)\n\n", base.layers, base.channels,
                base.heads, base.context, base.batch, m, P, steps);
         printf("| schedule | span ms | replay ms | span/replay | ideal ms | span/ideal | "
-               "bubble (replay, ideal) | message wait median / p90 us | step ms | transient "
+               "bubble (replay, ideal) | message wait median / p90 (after arrival) us | step ms | transient "
                "MiB per rank (measured / planned) |\n|---|---|---|---|---|---|---|---|---|---|\n");
     }
     for (char *name = strtok(list, ","); name; name = strtok(NULL, ",")) {
@@ -113,8 +114,8 @@ int main(int argc, char **argv)
         int S = sch->nstages;
         int32_t *buf = malloc(sizeof(int32_t) * 2 * (size_t)m * c.batch * c.context);
         const void **in = malloc(sizeof(void *) * 2 * (size_t)m);
-        double *col[7];
-        for (int k = 0; k < 7; k++) col[k] = calloc((size_t)steps, sizeof(double));
+        double *col[8];
+        for (int k = 0; k < 8; k++) col[k] = calloc((size_t)steps, sizeof(double));
 
         /* the ideal: every task alone on rank 0's core while the other ranks sleep */
         double *cost = calloc((size_t)S * SP_NUM_TASK_KINDS, sizeof(double));
@@ -139,9 +140,9 @@ int main(int argc, char **argv)
             }
             sp_step_stats s;
             if (sp_trainer_step(t, in, &s) != SP_OK) sp_exec_abort(1, "%s", sp_last_error());
-            double row[7] = { s.span_s, s.plan_span_s, s.bubble, s.plan_bubble,
-                              s.wait_median_s, s.wait_p90_s, s.step_s };
-            for (int k = 0; k < 7; k++) col[k][step - 1] = row[k];
+            double row[8] = { s.span_s, s.plan_span_s, s.bubble, s.plan_bubble,
+                              s.wait_median_s, s.wait_p90_s, s.step_s, s.dispatch_median_s };
+            for (int k = 0; k < 8; k++) col[k][step - 1] = row[k];
         }
         sp_train_memory mem = sp_trainer_memory(t);
         double *memv = calloc((size_t)P, sizeof(double));
@@ -158,13 +159,13 @@ int main(int argc, char **argv)
             sp_sim_result *ideal = NULL;
             if (sp_simulate(pl, &model, &(sp_sim_config){ 0 }, &ideal) != SP_OK)
                 sp_exec_abort(1, "%s", sp_last_error());
-            double med[7];
-            for (int k = 0; k < 7; k++) med[k] = median_after_first(col[k], steps);
+            double med[8];
+            for (int k = 0; k < 8; k++) med[k] = median_after_first(col[k], steps);
             printf("| %s | %.1f | %.1f | %.3f | %.1f | %.3f | %.1f%% (%.1f%%, %.1f%%) | "
-                   "%.0f / %.0f | %.1f | ", name, 1e3 * med[0], 1e3 * med[1], med[0] / med[1],
+                   "%.0f / %.0f (%.0f) | %.1f | ", name, 1e3 * med[0], 1e3 * med[1], med[0] / med[1],
                    1e3 * ideal->step_time, med[0] / ideal->step_time, 100 * med[2],
                    100 * med[3], 100 * ideal->bubble_fraction, 1e6 * med[4], 1e6 * med[5],
-                   1e3 * med[6]);
+                   1e6 * med[7], 1e3 * med[6]);
             for (int a = 0; a < P; a++)
                 printf(a ? " ; %.2f / %.2f" : "%.2f / %.2f", memv[a] / 1048576.0,
                        (double)(pl->peak[a].acts + pl->peak[a].boundary) / 1048576.0);
@@ -173,7 +174,7 @@ int main(int argc, char **argv)
             sp_sim_result_free(ideal);
             free(info);
         }
-        for (int k = 0; k < 7; k++) free(col[k]);
+        for (int k = 0; k < 8; k++) free(col[k]);
         free(memv), free(cost), free(buf), free(in);
         sp_trainer_free(t);
         sp_program_free(p);

@@ -417,6 +417,7 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
             stats->plan_span_s = run.replay_span;
             stats->wait_median_s = run.wait_median;
             stats->wait_p90_s = run.wait_p90;
+            stats->dispatch_median_s = run.dispatch_median;
         }
     }
     if (bad >= 0) { /* the same decision on every rank: v was allreduced */

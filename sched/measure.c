@@ -34,8 +34,9 @@ sp_status sp_plan_measure(const sp_plan *plan, const sp_stage_model *model,
     double **dur = calloc((size_t)p, sizeof *dur);
     int64_t *send_actor = malloc((size_t)(nm ? nm : 1) * 2 * sizeof *send_actor);
     double *waits = malloc((size_t)(nm ? nm : 1) * sizeof *waits);
+    double *disp = malloc((size_t)(nm ? nm : 1) * sizeof *disp);
     sp_status st = SP_OK;
-    if (!dur || !send_actor || !waits) goto nomem;
+    if (!dur || !send_actor || !waits || !disp) goto nomem;
 
     /* measured span and busy time; durations for the replay */
     double first = 0, last = 0;
@@ -72,7 +73,7 @@ sp_status sp_plan_measure(const sp_plan *plan, const sp_stage_model *model,
                 send_actor[2 * in->seq + 1] = i;
             }
         }
-    int n = 0;
+    int n = 0, nd = 0;
     for (int a = 0; a < p; a++)
         for (int i = 0; i < plan->ninstr[a]; i++) {
             const sp_instr *in = &plan->instr[a][i];
@@ -91,14 +92,19 @@ sp_status sp_plan_measure(const sp_plan *plan, const sp_stage_model *model,
             if (prod < 0 || cons >= plan->ninstr[a] || start[sa][prod] < 0 ||
                 start[a][cons] < 0)
                 continue;
-            double ready = end[sa][prod];
+            double ready = end[sa][prod], prev = -1;
             for (int j = cons - 1; j >= 0; j--)
                 if (is_work(&plan->instr[a][j]) && start[a][j] >= 0) {
-                    if (end[a][j] > ready) ready = end[a][j];
+                    prev = end[a][j];
                     break;
                 }
+            if (prev > ready) ready = prev;
             double w = start[a][cons] - ready;
             waits[n++] = w > 0 ? w : 0;
+            if (start[a][i] >= 0) { /* the RECV itself was measured: its end is arrival */
+                double d = start[a][cons] - (end[a][i] > prev ? end[a][i] : prev);
+                disp[nd++] = d > 0 ? d : 0;
+            }
         }
     out->nwaits = n;
     if (n) {
@@ -107,11 +113,17 @@ sp_status sp_plan_measure(const sp_plan *plan, const sp_stage_model *model,
         out->wait_p90 = waits[(int)(0.9 * (n - 1) + 0.5)];
         out->wait_max = waits[n - 1];
     }
+    out->ndispatch = nd;
+    if (nd) {
+        qsort(disp, (size_t)nd, sizeof *disp, cmp_double);
+        out->dispatch_median = nd % 2 ? disp[nd / 2] : 0.5 * (disp[nd / 2 - 1] + disp[nd / 2]);
+        out->dispatch_p90 = disp[(int)(0.9 * (nd - 1) + 0.5)];
+    }
     goto done;
 nomem:
     st = sp_set_error(SP_ERR_NOMEM, "sp_plan_measure: out of memory");
 done:
     for (int a = 0; dur && a < p; a++) free(dur[a]);
-    free(dur), free(send_actor), free(waits);
+    free(dur), free(send_actor), free(waits), free(disp);
     return st;
 }

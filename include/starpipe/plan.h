@@ -298,6 +298,11 @@ typedef struct {
      * how long a task that could have run waited for communication and the runtime. */
     int nwaits;
     double wait_median, wait_p90, wait_max;
+    /* The runtime's share of a wait: the consumer's start minus the later of the
+     * message's arrival (the RECV's measured end) and the consumer actor's previous task
+     * end; only for RECVs that were measured. */
+    int ndispatch;
+    double dispatch_median, dispatch_p90;
 } sp_run_measure;
 
 /* start/end: [actor][instruction] times on a clock all actors share; a negative start

@@ -42,6 +42,7 @@ typedef struct {
     double bubble, span_s;
     double plan_bubble, plan_span_s;
     double wait_median_s, wait_p90_s;
+    double dispatch_median_s; /* the runtime's share: from the message's arrival */
     int skipped;        /* the update was skipped: non-finite loss or gradient, and
                            opts.opt.skip_nonfinite */
 } sp_step_stats;

@@ -34,6 +34,9 @@ static void check_schedule(const char *name, int p, int m, int v)
           name, p, m, mf.span, mf.replay_span);
     CHECK(mf.nwaits > 0 && mf.wait_max < 1e-9, "%s: free run waits %d, max %g", name,
           mf.nwaits, mf.wait_max);
+    /* in the simulator a consumer starts the moment its message arrives */
+    CHECK(ms.ndispatch == ms.nwaits && ms.dispatch_median < 1e-9, "%s: dispatch %d, median %g",
+          name, ms.ndispatch, ms.dispatch_median);
     CHECK(fabs(ms.replay_span - mf.span) < 1e-9, "%s p=%d m=%d: slow run's replay %g, "
           "free run %g", name, p, m, ms.replay_span, mf.span);
     CHECK(ms.span > ms.replay_span + L - 1e-9, "%s: slow span %g vs bound %g", name, ms.span,
