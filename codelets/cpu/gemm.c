@@ -1,9 +1,15 @@
 /* sp_gemm (gemm_impl.h): a blocked single-threaded sgemm whose bits do not depend on the
- * machine. On x86-64 it runs AVX-512F or AVX2 micro-kernels when the CPU has them, with
- * the same results as the portable one: each element is the same sequential sum. */
+ * machine. On x86-64 it runs AVX-512F or AVX2+FMA micro-kernels when the CPU has them,
+ * with the same results as the portable one: each element is the same sequential chain
+ * of fused multiply-adds (fmaf is correctly rounded, as the instructions are). */
 #include "codelets/cpu/gemm_impl.h"
 
+#include <math.h>
 #include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#endif
 
 #include "codelets/cpu/vec_impl.h"
 
@@ -18,8 +24,18 @@
 typedef void (*kernel_fn)(int kc, const float *a, const int64_t *roff, int64_t csa,
                           const float *bp, float *c, int64_t ldc, int load);
 
+/* The portable path: fmaf per element (a library call where the CPU has no FMA: slow,
+ * but the same bits as the vector paths). */
 #define GK_NAME kernel_portable
 #define GK_ATTR SP_NOFMA
+#define GK_FMA(acc, x, b) fma_portable(acc, x, b)
+typedef float v4sf __attribute__((vector_size(16)));
+static inline v4sf fma_portable(v4sf acc, float x, v4sf b)
+{
+    for (int e = 0; e < 4; e++)
+        acc[e] = fmaf(x, b[e], acc[e]);
+    return acc;
+}
 #define GK_VB 16
 #define GK_MR 4
 #define GK_NV 2
@@ -28,7 +44,8 @@ typedef void (*kernel_fn)(int kc, const float *a, const int64_t *roff, int64_t c
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define SP_GEMM_X86 1
 #define GK_NAME kernel_avx2
-#define GK_ATTR SP_NOFMA __attribute__((target("avx2")))
+#define GK_ATTR SP_NOFMA __attribute__((target("avx2,fma")))
+#define GK_FMA(acc, x, b) ((v)_mm256_fmadd_ps(_mm256_set1_ps(x), (__m256)(b), (__m256)(acc)))
 #define GK_VB 32
 #define GK_MR 6
 #define GK_NV 2
@@ -36,6 +53,7 @@ typedef void (*kernel_fn)(int kc, const float *a, const int64_t *roff, int64_t c
 
 #define GK_NAME kernel_avx512
 #define GK_ATTR SP_NOFMA __attribute__((target("avx512f")))
+#define GK_FMA(acc, x, b) ((v)_mm512_fmadd_ps(_mm512_set1_ps(x), (__m512)(b), (__m512)(acc)))
 #define GK_VB 64
 #define GK_MR 12
 #define GK_NV 2
@@ -44,6 +62,7 @@ typedef void (*kernel_fn)(int kc, const float *a, const int64_t *roff, int64_t c
 /* For n <= 16 (attention's head columns): one vector per row, taller tiles. */
 #define GK_NAME kernel_avx512_narrow
 #define GK_ATTR SP_NOFMA __attribute__((target("avx512f")))
+#define GK_FMA(acc, x, b) ((v)_mm512_fmadd_ps(_mm512_set1_ps(x), (__m512)(b), (__m512)(acc)))
 #define GK_VB 64
 #define GK_MR 24
 #define GK_NV 1
@@ -87,7 +106,7 @@ static int supported(int p)
 #ifdef SP_GEMM_X86
     __builtin_cpu_init();
     if (p == SP_GEMM_AVX2)
-        return __builtin_cpu_supports("avx2");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     if (p == SP_GEMM_AVX512)
         return __builtin_cpu_supports("avx512f");
 #endif

@@ -1,9 +1,10 @@
 /* The kernels' own single-threaded sgemm (gemm.c), used by matmul.c and attention.c in
  * place of OpenBLAS. Internal to codelets/cpu and its tests.
  *
- * Its bits are defined by C alone: every element of c is one sequential float sum,
- *   c[i][j] = (...((c0 + a[i][0] b[0][j]) + a[i][1] b[1][j]) + ...) + a[i][k-1] b[k-1][j]
- * with c0 = c[i][j] when acc, else 0, each product and sum rounded on its own (no FMA).
+ * Its bits are defined by C alone: every element of c is one sequential chain of fused
+ * multiply-adds, s = fmaf(a[i][k], b[k][j], s) for k = 0, 1, ..., k-1, from s = c[i][j]
+ * when acc, else 0 (one rounding per term: fmaf is correctly rounded, like the FMA
+ * instructions the vector paths use).
  * Blocking, vector width and the instruction set only change which elements are computed
  * together, never that order, so every path gives the same bits on every machine (unlike
  * OpenBLAS, whose kernels, chosen from the CPU model, each round their own way). */

@@ -1,7 +1,9 @@
 /* One register-blocked micro-kernel of gemm.c, included there once per instruction set
  * and tile shape (no include guard). The includer defines:
  *   GK_NAME    the function's name
- *   GK_ATTR    its attributes (target ISA; fp-contract off, so no FMA can appear)
+ *   GK_ATTR    its attributes (target ISA; fp-contract off: only GK_FMA fuses)
+ *   GK_FMA(acc, x, b)  acc = x * b + acc, one rounding per element (a fused
+ *              multiply-add: the instruction, or fmaf on the portable path)
  *   GK_VB      vector bytes (16, 32, 64)
  *   GK_MR      rows of the tile
  *   GK_NV      vectors per row of the tile (1 or 2): NR = GK_NV * GK_VB / 4 columns */
@@ -31,7 +33,7 @@ GK_ATTR static void GK_NAME(int kc, const float *restrict a, const int64_t *rest
         for (int r = 0; r < GK_MR; r++) {
             const float ar = ak[ro[r]];
             for (int j = 0; j < NV; j++)
-                acc[r][j] += ar * b[j];
+                acc[r][j] = GK_FMA(acc[r][j], ar, b[j]);
         }
     }
     for (int r = 0; r < GK_MR; r++)
@@ -41,6 +43,7 @@ GK_ATTR static void GK_NAME(int kc, const float *restrict a, const int64_t *rest
 
 #undef GK_NAME
 #undef GK_ATTR
+#undef GK_FMA
 #undef GK_VB
 #undef GK_MR
 #undef GK_NV

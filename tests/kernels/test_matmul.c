@@ -90,8 +90,8 @@ static void run_case(int M, int Nc, int K, int ta, int tb, uint64_t seed)
     free(base_a); free(base_b); free(ad); free(bd); free(outd); free(want); free(ga); free(gb);
 }
 
-/* The contract's exact bits (gemm_impl.h): out[i][j] is the sequential float sum over k
- * from out (acc) or 0, each product and sum rounded alone. Sizes past a block of K (256),
+/* The contract's exact bits (gemm_impl.h): out[i][j] is the sequential chain of fmaf over
+ * k from out (acc) or 0. Sizes past a block of K (256),
  * tiles of every height (4, 6, 12, 24) and width (8, 16, 32), and the narrow tile. */
 static SP_NOFMA void naive(float *out, const float *a, const float *b, int M, int Nc, int K,
                            int ta, int tb, int acc)
@@ -102,7 +102,7 @@ static SP_NOFMA void naive(float *out, const float *a, const float *b, int M, in
             for (int k = 0; k < K; k++) {
                 float av = ta ? a[(int64_t)k * M + i] : a[(int64_t)i * K + k];
                 float bv = tb ? b[(int64_t)j * K + k] : b[(int64_t)k * Nc + j];
-                s += av * bv;
+                s = fmaf(av, bv, s);
             }
             out[(int64_t)i * Nc + j] = s;
         }
