@@ -232,7 +232,9 @@ static char model_symbols[SP_MAX_CODELETS][32];
 static uint32_t task_footprint(struct starpu_task *task)
 {
     const struct task_args *a = task->cl_arg;
-    return a->footprint ? a->footprint : starpu_task_data_footprint(task);
+    uint32_t sizes = starpu_task_data_footprint(task);
+    /* the stage, and the sizes too: stage 1 of another model or cut is another task */
+    return a->footprint ? starpu_hash_crc32c_be(a->footprint, sizes) : sizes;
 }
 
 static struct starpu_codelet *codelet_for(const char *cls)
@@ -821,6 +823,10 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     /* Our policy never asks the performance models for predictions, so StarPU would
      * never record into them: record always (the user's STARPU_CALIBRATE wins). */
     setenv("STARPU_CALIBRATE", "1", 0);
+    /* and keep them when a task's time moves by more than StarPU's default 50% (ranks
+     * sharing cores, a noisy machine): StarPU would flush the history and say so on
+     * stderr on every run */
+    setenv("STARPU_HISTORY_MAX_ERROR", "1000", 0);
     struct starpu_conf conf;
     SP_STARPU_CHECK(starpu_conf_init(&conf));
     conf.sched_policy = &sp_policy;

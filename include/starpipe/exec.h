@@ -148,9 +148,9 @@ typedef struct sp_exec_task {
     uint32_t seq;               /* position in this rank's order within the step */
     const char *codelet;        /* the task's class, one StarPU codelet each ("F", "BW",
                                    "AdamW"; NULL: "starpipe"); at most 16 classes */
-    uint32_t footprint;         /* > 0: the key of the task's timings within its class in
-                                   StarPU's history performance model (the trainer passes
-                                   stage + 1); 0: StarPU's own, from the buffer sizes */
+    uint32_t footprint;         /* > 0: keys the task's timings within its class in
+                                   StarPU's history performance model, with the buffer
+                                   sizes (the trainer passes stage + 1); 0: sizes only */
 } sp_exec_task;
 
 sp_status sp_exec_submit(const sp_exec_task *t);
