@@ -124,37 +124,12 @@ static int parse_hex8(const char *s, uint32_t *out)
 
 /* ---- UTF-8 ---- */
 
-/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if invalid: no overlong
- * forms, no surrogates, nothing above U+10FFFF. */
-static size_t utf8_seq(const unsigned char *p, size_t n)
-{
-    unsigned char c = p[0];
-    if (c < 0x80) return 1;
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf) len = 2;
-    else if (c >= 0xe0 && c <= 0xef) {
-        len = 3;
-        if (c == 0xe0) lo = 0xa0;
-        if (c == 0xed) hi = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        len = 4;
-        if (c == 0xf0) lo = 0x90;
-        if (c == 0xf4) hi = 0x8f;
-    } else
-        return 0;
-    if (n < len || p[1] < lo || p[1] > hi) return 0;
-    for (size_t k = 2; k < len; k++)
-        if ((p[k] & 0xc0) != 0x80) return 0;
-    return len;
-}
-
 static int utf8_valid(const char *s)
 {
     const unsigned char *p = (const unsigned char *)s;
     size_t n = strlen(s);
     while (n) {
-        size_t l = utf8_seq(p, n);
+        size_t l = sp_utf8_seq(p, n);
         if (!l) return 0;
         p += l, n -= l;
     }
@@ -273,7 +248,7 @@ static int parse_string(parser *p, char **out, size_t *raw_at, size_t *raw_len)
             return fail(p, "control character 0x%02x in a string (must be escaped)", c);
         }
         if (c != '\\') {
-            size_t l = utf8_seq(p->s + p->i, p->n - p->i);
+            size_t l = sp_utf8_seq(p->s + p->i, p->n - p->i);
             if (!l) {
                 free(d);
                 return fail(p, "invalid UTF-8 in a string");
