@@ -56,7 +56,12 @@ void *sp_exec_cublas_handle(void);
  * code promptly (MPI_Abort). For the application, never called by the library: for an
  * error one rank cannot recover from (bad input seen by one rank only, an executor that
  * is no longer usable), where the other ranks would otherwise wait for it forever. */
-_Noreturn void sp_exec_abort(int code, const char *fmt, ...)
+#ifdef __cplusplus
+[[noreturn]]
+#else
+_Noreturn
+#endif
+void sp_exec_abort(int code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
