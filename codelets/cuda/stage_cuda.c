@@ -2,6 +2,7 @@
  * StarPU CUDA worker on its stream with its cuBLAS handle. Built only with CUDA. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cuda_runtime_api.h>
 
@@ -9,12 +10,16 @@
 #include "codelets/cuda/program_cuda.h"
 #include "codelets/stage.h"
 
-/* TF32 tensor cores are opt-in (STARPIPE_TF32=1): exact fp32 otherwise. */
+/* TF32 tensor cores are opt-in (STARPIPE_TF32=1, exactly; the apps refuse other values
+ * before anything starts): exact fp32 otherwise. */
 static void *handle(void)
 {
     void *h = sp_stage_cublas_handle();
     static int tf32 = -1;
-    if (tf32 < 0) tf32 = getenv("STARPIPE_TF32") && atoi(getenv("STARPIPE_TF32")) == 1;
+    if (tf32 < 0) {
+        const char *v = getenv("STARPIPE_TF32");
+        tf32 = v && strcmp(v, "1") == 0;
+    }
     if (h) sp_cuda_set_tf32(h, tf32);
     return h;
 }
