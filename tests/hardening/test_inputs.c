@@ -12,17 +12,8 @@
 #include "starpipe/env.h"
 #include "starpipe/plan.h"
 #include "tests/check.h"
+#include "tests/hardening/scratch.h"
 
-static char dir[256];
-
-static const char *at(const char *name)
-{
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
 
 static void write_bytes(const char *path, const char *bytes, size_t n)
 {
@@ -184,14 +175,10 @@ static void nonfinite(void)
 
 int main(void)
 {
-    const char *base = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/sp_hard_inputs_XXXXXX", base && *base ? base : "/tmp");
-    REQUIRE(mkdtemp(dir), "mkdtemp");
+    scratch_open("inputs");
     schedule_text();
     variables();
     nonfinite();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd)) {}
+    scratch_close();
     return check_summary("hardening.inputs");
 }

@@ -18,17 +18,8 @@
 #include "starpipe/plan.h"
 #include "starpipe/safetensors.h"
 #include "tests/check.h"
+#include "tests/hardening/scratch.h"
 
-static char dir[256];
-
-static const char *at(const char *name)
-{
-    static char buf[8][512];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
 
 static mode_t kind_of(const char *path)
 {
@@ -78,9 +69,7 @@ int main(void)
 {
     signal(SIGALRM, on_alarm);
     alarm(20);
-    const char *base = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/sp_hard_paths_XXXXXX", base && *base ? base : "/tmp");
-    REQUIRE(mkdtemp(dir), "mkdtemp");
+    scratch_open("paths");
     REQUIRE(mkfifo(at("fifo"), 0600) == 0, "mkfifo");
     REQUIRE(mkdir(at("dir"), 0700) == 0, "mkdir");
     int have_dev = mknod(at("dev"), S_IFCHR | 0600, makedev(1, 3)) == 0; /* like /dev/null */
@@ -170,8 +159,6 @@ int main(void)
     sp_plan_free(plan);
     sp_schedule_free(sched);
     sp_stage_model_free(model);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd)) {}
+    scratch_close();
     return check_summary("hardening.paths");
 }
