@@ -563,37 +563,6 @@ static int any_failed(int bad, const char *name, const char *msg)
     return first >= 0;
 }
 
-/* This rank's stages against the reference: the count of differing floats. tol 0 asks
- * for identical bits (the CPU kernels are the reference's); on a GPU, other kernels sum
- * in other orders, so a float differs when |a - b| > tol (1 + |b|). */
-static double compare_with_reference(sp_trainer *t, sp_reference *r, const sp_program *p,
-                                     double tol, char *where, size_t len)
-{
-    double bad = 0;
-    const char *names[4] = { "parameters", "gradients", "AdamW m", "AdamW v" };
-    for (int s = 0; s < sp_program_num_stages(p); s++) {
-        if (!sp_trainer_owns_stage(t, s)) continue;
-        size_t n = sp_program_buf_bytes(p, SP_SLAB_PARAMS, s) / 4;
-        const float *mine[4] = { sp_trainer_slab(t, SP_SLAB_PARAMS, s),
-                                 sp_trainer_slab(t, SP_SLAB_GRADS, s),
-                                 sp_trainer_moment(t, 0, s), sp_trainer_moment(t, 1, s) };
-        const float *ref[4] = { sp_reference_slab(r, SP_SLAB_PARAMS, s),
-                                sp_reference_slab(r, SP_SLAB_GRADS, s),
-                                sp_reference_moment(r, 0, s), sp_reference_moment(r, 1, s) };
-        for (int k = 0; k < 4; k++) {
-            if (!mine[k] || !ref[k]) continue;
-            size_t diff = 0;
-            for (size_t j = 0; j < n; j++)
-                diff += tol > 0 ? !(fabs(mine[k][j] - ref[k][j]) <= tol * (1 + fabs(ref[k][j])))
-                                : memcmp(&mine[k][j], &ref[k][j], 4) != 0;
-            if (diff && bad == 0) snprintf(where, len, "%s of stage %d (%zu of %zu floats)",
-                                           names[k], s, diff, n);
-            bad += (double)diff;
-        }
-    }
-    return bad;
-}
-
 static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_opts *o,
                          sp_adamw_config *opt)
 {
@@ -738,7 +707,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
                 snprintf(msg, sizeof msg, "reference: %s", sp_last_error());
                 mismatch = 1;
             } else {
-                mismatch = compare_with_reference(t, ref, p, tol, where, sizeof where);
+                mismatch = sp_trainer_compare(t, ref, tol, where, sizeof where);
                 if (tol > 0 ? !(fabs(ref_loss - stats.loss) <= tol * (1 + fabs(ref_loss)))
                             : memcmp(&ref_loss, &stats.loss, 4) != 0) {
                     snprintf(where, sizeof where, "loss %.9g vs reference %.9g", stats.loss,

@@ -1,5 +1,7 @@
 /* The trainer seen from the host: its stage slabs and moments (checks, checkpoints),
  * parameters gathered or stored across ranks, memory, and the trace of the last step. */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -135,4 +137,32 @@ sp_status sp_trainer_write_timeline(sp_trainer *t, const char *json_path, const 
     }
     free(r.start), free(r.end), free(r.busy), free(r.idle);
     return st;
+}
+
+double sp_trainer_compare(sp_trainer *t, sp_reference *r, double tol, char *where, size_t len)
+{
+    double bad = 0;
+    const char *names[4] = { "parameters", "gradients", "AdamW m", "AdamW v" };
+    if (where && len) where[0] = '\0';
+    for (int s = 0; t && r && s < t->S; s++) {
+        if (!owns(t, s)) continue;
+        size_t n = sp_program_buf_bytes(t->p, SP_SLAB_PARAMS, s) / 4;
+        const float *mine[4] = { sp_trainer_slab(t, SP_SLAB_PARAMS, s),
+                                 sp_trainer_slab(t, SP_SLAB_GRADS, s),
+                                 sp_trainer_moment(t, 0, s), sp_trainer_moment(t, 1, s) };
+        const float *ref[4] = { sp_reference_slab(r, SP_SLAB_PARAMS, s),
+                                sp_reference_slab(r, SP_SLAB_GRADS, s),
+                                sp_reference_moment(r, 0, s), sp_reference_moment(r, 1, s) };
+        for (int k = 0; k < 4; k++) {
+            if (!mine[k] || !ref[k]) continue;
+            size_t diff = 0;
+            for (size_t j = 0; j < n; j++)
+                diff += tol > 0 ? !(fabs(mine[k][j] - ref[k][j]) <= tol * (1 + fabs(ref[k][j])))
+                                : memcmp(&mine[k][j], &ref[k][j], 4) != 0;
+            if (diff && bad == 0 && where)
+                snprintf(where, len, "%s of stage %d (%zu of %zu floats)", names[k], s, diff, n);
+            bad += (double)diff;
+        }
+    }
+    return bad;
 }

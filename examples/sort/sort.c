@@ -93,23 +93,11 @@ static void make_batch(int step, int mb, int32_t *tokens, int32_t *targets)
 /* --check: the reference interpreter (one process, no pipeline) runs the same step; the
  * loss and this rank's stages (parameters, gradients, AdamW moments) must be bitwise
  * equal to it. Collective: returns the number of differences over all ranks. */
-static double differences(sp_trainer *t, sp_reference *ref, const sp_program *prog,
-                          const void *const *in, float loss)
+static double differences(sp_trainer *t, sp_reference *ref, const void *const *in, float loss)
 {
     float ref_loss;
     double bad = sp_reference_step(ref, in, &ref_loss) != SP_OK || memcmp(&loss, &ref_loss, 4);
-    for (int s = 0; s < sp_program_num_stages(prog); s++) {
-        if (!sp_trainer_owns_stage(t, s)) continue;
-        size_t bytes = sp_program_buf_bytes(prog, SP_SLAB_PARAMS, s);
-        const float *mine[4] = { sp_trainer_slab(t, SP_SLAB_PARAMS, s),
-                                 sp_trainer_slab(t, SP_SLAB_GRADS, s),
-                                 sp_trainer_moment(t, 0, s), sp_trainer_moment(t, 1, s) };
-        const float *theirs[4] = { sp_reference_slab(ref, SP_SLAB_PARAMS, s),
-                                   sp_reference_slab(ref, SP_SLAB_GRADS, s),
-                                   sp_reference_moment(ref, 0, s), sp_reference_moment(ref, 1, s) };
-        for (int k = 0; k < 4; k++)
-            bad += bytes && memcmp(mine[k], theirs[k], bytes) != 0;
-    }
+    bad += sp_trainer_compare(t, ref, 0, NULL, 0); /* 0: identical bits */
     sp_exec_allreduce_sum(&bad, 1, 1);
     return bad;
 }
@@ -177,7 +165,7 @@ int main(int argc, char **argv)
         }
         loss = stats.loss;
         first = step == 1 ? loss : first;
-        double bad = ref ? differences(t, ref, prog, (const void *const *)in, loss) : 0;
+        double bad = ref ? differences(t, ref, (const void *const *)in, loss) : 0;
         if (rank == 0)
             printf("step %d loss %.6f%s\n", step, loss, ref && !bad ? "  (= reference)" : "");
         if (bad) {

@@ -19,6 +19,7 @@
 #include "starpipe/optim.h"
 #include "starpipe/plan.h"
 #include "starpipe/program.h"
+#include "starpipe/reference.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -74,6 +75,13 @@ const float *sp_trainer_slab(sp_trainer *t, sp_slab_class cls, int stage);
 const float *sp_trainer_moment(sp_trainer *t, int which, int stage);
 int sp_trainer_owns_stage(const sp_trainer *t, int stage);
 int sp_trainer_steps_done(const sp_trainer *t);
+
+/* This rank's stages against a reference interpreter that ran the same steps: the count
+ * of floats of the parameters, combined gradients and AdamW moments that differ. tol 0
+ * asks for identical bits (what every CPU run gives); else a float differs when
+ * |a - b| > tol (1 + |b|) (a GPU's kernels sum in other orders). where (may be NULL) gets
+ * the first difference, "gradients of stage 1 (3 of 4096 floats)". Not collective. */
+double sp_trainer_compare(sp_trainer *t, sp_reference *r, double tol, char *where, size_t len);
 
 /* Gathers parameter `param`'s value (or its combined gradient of the last step, or an
  * AdamW moment) onto every rank. Collective. what: 0 value, 1 gradient, 2 m, 3 v. */
