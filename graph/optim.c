@@ -3,6 +3,7 @@
 #include "starpipe/optim.h"
 
 #include <math.h>
+#include <stdint.h>
 
 #include "codelets/cpu/kernels.h"
 #include "graph/program_impl.h"
@@ -61,14 +62,67 @@ int sp_optim_nonfinite_stage(const double *stage_sumsq, int nstages, float loss)
 void sp_optim_update(const sp_program *p, int s, float *params, const float *grads, float *m,
                      float *v, const sp_adamw_config *cfg, float grad_scale, int t)
 {
+    sp_optim_update_range(p, s, 0, INT64_MAX, params, grads, m, v, cfg, grad_scale, t);
+}
+
+void sp_optim_update_range(const sp_program *p, int s, int64_t lo, int64_t hi, float *params,
+                           const float *grads, float *m, float *v, const sp_adamw_config *cfg,
+                           float grad_scale, int t)
+{
     const sp_graph *g = p->g;
     for (int k = 0; k < g->n; k++) {
         int64_t a = p->param_off[s][k];
-        if (g->node[k].op != SP_OP_PARAM || a < 0 || owner_of(p, k) != s) continue;
+        if (g->node[k].op != SP_OP_PARAM || a < lo || a >= hi || owner_of(p, k) != s) continue;
         float wd = g->node[k].ndim >= 2 ? cfg->weight_decay : 0.0f;
-        sp_adamw_update(params + a, m + a, v + a, grads + a, g->node[k].numel, cfg->lr,
-                        cfg->beta1, cfg->beta2, cfg->eps, wd, grad_scale, t);
+        sp_adamw_update(params + a, m + (a - lo), v + (a - lo), grads + a, g->node[k].numel,
+                        cfg->lr, cfg->beta1, cfg->beta2, cfg->eps, wd, grad_scale, t);
     }
+}
+
+void sp_optim_shards(const sp_program *p, int s, int R, int64_t *bounds)
+{
+    const sp_graph *g = p->g;
+    int64_t total = p->param_floats[s];
+    bounds[0] = 0;
+    for (int c = 1; c < R; c++) {
+        /* the tensor start nearest to c/R of the slab, never before the previous cut */
+        double want = (double)total * c / R;
+        int64_t best = total;
+        for (int k = 0; k < g->n; k++) {
+            int64_t a = p->param_off[s][k];
+            if (g->node[k].op != SP_OP_PARAM || a < bounds[c - 1]) continue;
+            if (fabs((double)a - want) < fabs((double)best - want)) best = a;
+        }
+        bounds[c] = best;
+    }
+    bounds[R] = total;
+}
+
+void sp_optim_param_sumsq(const sp_program *p, int s, int64_t lo, int64_t hi,
+                          const float *grads, double *sumsq)
+{
+    const sp_graph *g = p->g;
+    for (int k = 0, i = 0; k < g->n; k++) {
+        if (g->node[k].op != SP_OP_PARAM) continue;
+        int64_t a = p->param_off[s][k];
+        if (a >= lo && a < hi && owner_of(p, k) == s)
+            sumsq[i] = sp_sum_squares(grads + a, g->node[k].numel);
+        i++;
+    }
+}
+
+double sp_optim_fold_sumsq(const sp_program *p, int s, const double *sumsq)
+{
+    /* the order of sp_optim_sumsq: graph nodes ascending (parameters are numbered in
+     * node order) */
+    const sp_graph *g = p->g;
+    double acc = 0.0;
+    for (int k = 0, i = 0; k < g->n; k++) {
+        if (g->node[k].op != SP_OP_PARAM) continue;
+        if (p->param_off[s][k] >= 0 && owner_of(p, k) == s) acc += sumsq[i];
+        i++;
+    }
+    return acc;
 }
 
 void sp_optim_copy_shared(const sp_program *p, int owner, const float *owner_params, int other,

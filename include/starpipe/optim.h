@@ -35,6 +35,22 @@ void sp_optim_combine(const sp_program *p, int owner, float *owner_grads, int ot
 /* Sum of squares, in double, of the gradients of the parameters stage s owns. */
 double sp_optim_sumsq(const sp_program *p, int s, const float *grads);
 
+/* ---- shards of a stage (replicas, sharded optimizer) ----
+ * The R replicas of a stage split its PARAMS slab into R shards: contiguous float ranges
+ * [bounds[c], bounds[c+1]) made of whole tensors, each cut placed at the tensor start
+ * nearest to c/R of the slab (a shard may be empty). Replica c reduces shard c of the
+ * gradients, and with a sharded optimizer keeps the AdamW moments of shard c only.
+ * bounds: R + 1 entries; bounds[0] = 0, bounds[R] = the PARAMS floats. */
+void sp_optim_shards(const sp_program *p, int s, int R, int64_t *bounds);
+
+/* The sum of squares of each parameter that stage s owns and that lies in [lo, hi):
+ * sumsq[i] for graph parameter i (sp_graph_param order); others untouched. Folding them
+ * with sp_optim_fold_sumsq gives sp_optim_sumsq bit for bit, however the stage is
+ * sharded, so the global norm does not depend on R or on sharding. */
+void sp_optim_param_sumsq(const sp_program *p, int s, int64_t lo, int64_t hi,
+                          const float *grads, double *sumsq);
+double sp_optim_fold_sumsq(const sp_program *p, int s, const double *sumsq);
+
 /* Scale for the gradients given the per-stage sums of squares (in stage order):
  * min(1, clip / norm), 1 when clipping is off. *norm gets the global norm. */
 float sp_optim_clip_scale(const sp_adamw_config *cfg, const double *stage_sumsq, int nstages,
@@ -48,6 +64,13 @@ int sp_optim_nonfinite_stage(const double *stage_sumsq, int nstages, float loss)
  * params (2 slabs of the stage's PARAMS size). */
 void sp_optim_update(const sp_program *p, int s, float *params, const float *grads, float *m,
                      float *v, const sp_adamw_config *cfg, float grad_scale, int t);
+
+/* sp_optim_update for the owned parameters in [lo, hi) only (a shard): params and grads
+ * are the whole slabs, m and v hold the moments of floats lo..hi-1. Bitwise the same
+ * values as the unsharded update (AdamW is elementwise). */
+void sp_optim_update_range(const sp_program *p, int s, int64_t lo, int64_t hi, float *params,
+                           const float *grads, float *m, float *v, const sp_adamw_config *cfg,
+                           float grad_scale, int t);
 
 /* Copies the owner's values of every parameter the two stages share into stage `other`. */
 void sp_optim_copy_shared(const sp_program *p, int owner, const float *owner_params, int other,
