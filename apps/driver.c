@@ -46,7 +46,19 @@ static sp_status read_env(void)
         (st = sp_env_int("STARPIPE_NCCL_THRESHOLD", 0, SP_NCCL_THRESHOLD_MAX, &x)) ||
         (st = sp_env_int("STARPIPE_TF32", 0, 1, &x)))
         return st;
+    /* STARPIPE_REPLICAS and STARPIPE_RANK_ORDER: their values, for any rank count */
+    sp_layout l;
+    x = 1;
+    if ((st = sp_env_int("STARPIPE_REPLICAS", 1, 1 << 16, &x)) ||
+        (st = sp_layout_from_env((int)x, (int)x, 1, NULL, &l)))
+        return st;
     return SP_OK;
+}
+
+/* How the ranks are laid out: the flags, else STARPIPE_REPLICAS / STARPIPE_RANK_ORDER. */
+static sp_status layout_of(const sp_app_opts *o, int nranks, sp_layout *l)
+{
+    return sp_layout_from_env(nranks, o->replicas, o->actors, o->rank_order, l);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -336,7 +348,7 @@ static double machine_total(double (*part)[NPARTS], int na, double *worst)
  * against what this machine has: 1 and a message naming the largest part, the bytes
  * and the flag to lower when it cannot fit. */
 static int check_memory(const sp_app_model *m, const sp_app_opts *o, const sp_schedule *sch,
-                        const sp_program *p, int P, int reference, char *msg, size_t len)
+                        const sp_program *p, int P, int R, int reference, char *msg, size_t len)
 {
     double avail = available_memory();
     if (avail <= 0) return 0;
@@ -364,10 +376,10 @@ static int check_memory(const sp_app_model *m, const sp_app_opts *o, const sp_sc
     /* in doubles, without a plan first: everything in flight fits, or one microbatch
      * does not; the plan (whose byte counts are size_t) only in between */
     memory_parts(part, na, 0, NULL, p, sch, rpart, ref, inputs, reference, o->check);
-    total = machine_total(part, na, &worst);
+    total = R * machine_total(part, na, &worst); /* R replicas */
     if (total > avail && !reference) {
         memory_parts(part, na, 1, NULL, p, sch, rpart, ref, inputs, reference, o->check);
-        total = machine_total(part, na, &worst);
+        total = R * machine_total(part, na, &worst);
         atleast = "at least ";
         if (total <= avail) {
             if (sp_plan_build(model, sch, &pl) != SP_OK) { /* reported when the run plans */
@@ -375,7 +387,7 @@ static int check_memory(const sp_app_model *m, const sp_app_opts *o, const sp_sc
                 return 0;
             }
             memory_parts(part, na, 2, pl, p, sch, rpart, ref, inputs, reference, o->check);
-            total = machine_total(part, na, &worst);
+            total = R * machine_total(part, na, &worst);
             atleast = "";
         }
     }
@@ -407,8 +419,8 @@ static int check_memory(const sp_app_model *m, const sp_app_opts *o, const sp_sc
  * limits, and the memory the run will hold within what this machine has. 1 with a
  * message when the run cannot fit; 0 when it fits, or when something else is wrong (a
  * schedule, a data file, a cut), which the run reports the usual way. */
-static int preflight(sp_app_model *m, const sp_app_opts *o, int P, int reference, char *msg,
-                     size_t len)
+static int preflight(sp_app_model *m, const sp_app_opts *o, int P, int R, int reference,
+                     char *msg, size_t len)
 {
     sp_schedule *sch = NULL;
     sp_graph *g = NULL;
@@ -421,7 +433,7 @@ static int preflight(sp_app_model *m, const sp_app_opts *o, int P, int reference
         !m->prepare(m->cfg, &samples, pmsg, sizeof pmsg) &&
         (g = m->build(m->cfg, sch->nstages, &st)) && !(bad = check_tensor_sizes(m, g, msg, len)) &&
         (p = sp_program_build(g, &st)))
-        bad = check_memory(m, o, sch, p, P, reference, msg, len);
+        bad = check_memory(m, o, sch, p, P, reference ? 1 : R, reference, msg, len);
     sp_program_free(p);
     sp_graph_free(g);
     sp_schedule_free(sch);
@@ -434,7 +446,7 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
     sp_schedule *sch = NULL;
     char msg[1024];
     double samples = 0;
-    if (preflight(m, o, o->actors ? o->actors : 1, 1, msg, sizeof msg)) {
+    if (preflight(m, o, o->actors ? o->actors : 1, 1, 1, msg, sizeof msg)) {
         fprintf(stderr, "%s: error: %s\n", m->name, msg);
         return 2;
     }
@@ -449,10 +461,20 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
     }
     sp_status st;
     int nmb = sch->nmicro;
+    sp_layout lay; /* replicas: the same R x m microbatches a replicated run trains on */
+    if (layout_of(o, (o->actors ? o->actors : 1) * (o->replicas ? o->replicas : 1), &lay)) {
+        fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
+        return 2;
+    }
+    int R = lay.replicas;
     sp_graph *g = m->build(m->cfg, sch->nstages, &st);
     sp_program *p = g ? sp_program_build(g, &st) : NULL;
     sp_reference *r = p ? sp_reference_create(p, nmb, opt, (uint64_t)o->seed, &st) : NULL;
-    void **in = p ? alloc_inputs(p, nmb) : NULL;
+    if (r && (st = sp_reference_set_replicas(r, R))) {
+        sp_reference_free(r);
+        r = NULL;
+    }
+    void **in = p ? alloc_inputs(p, R * nmb) : NULL;
     if (!r || !in) {
         fprintf(stderr, "%s: error: %s\n", m->name, st ? sp_last_error() : "out of memory");
         return 1;
@@ -478,14 +500,19 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
         fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
         return 1;
     }
-    printf("%s: reference interpreter, %d stages, %d microbatches\n", m->name, sch->nstages, nmb);
+    if (R > 1)
+        printf("%s: reference interpreter, %d stages, %d replicas x %d microbatches\n", m->name,
+               sch->nstages, R, nmb);
+    else
+        printf("%s: reference interpreter, %d stages, %d microbatches\n", m->name, sch->nstages,
+               nmb);
     if (m->describe) m->describe(m->cfg, stdout);
     if (o->load) printf("resumed from %s after step %d\n", o->load, start);
     fflush(stdout);
     double t_start = now();
     float first = 0, last = 0;
     for (int step = start + 1; step <= start + o->steps; step++) {
-        fill_inputs(m, o, p, nmb, step, in);
+        fill_inputs(m, o, p, R * nmb, step, in);
         double t0 = now();
         float loss;
         if (sp_reference_step(r, (const void *const *)in, &loss) != SP_OK) {
@@ -495,7 +522,7 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
         double dt = now() - t0;
         if (step == start + 1) first = loss;
         last = loss;
-        printf("step %d loss %.6f  %.0f %s/s  %.1f ms%s\n", step, loss, samples * nmb / dt,
+        printf("step %d loss %.6f  %.0f %s/s  %.1f ms%s\n", step, loss, samples * R * nmb / dt,
                m->sample_unit, 1e3 * dt,
                sp_reference_last_skipped(r) ? "  update skipped: non-finite loss or gradients" : "");
         fflush(stdout);
@@ -511,7 +538,7 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
         }
     }
     printf("done: %d steps in %.1f s, loss %.6f -> %.6f\n", o->steps, now() - t_start, first, last);
-    for (int i = 0; i < nmb * sp_program_num_inputs(p); i++) free(in[i]);
+    for (int i = 0; i < R * nmb * sp_program_num_inputs(p); i++) free(in[i]);
     free(in);
     sp_reference_free(r);
     sp_program_free(p);
@@ -537,6 +564,17 @@ static void describe_plan(const sp_plan *pl, const sp_stage_model *model)
                pl->peak[a].act_units);
     if (simulated) sp_sim_result_free(r);
     if (env.verbose >= 2) sp_plan_write(pl, stdout);
+}
+
+/* STARPIPE_VERBOSE=1 with replicas: which ranks form each pipeline. */
+static void describe_layout(const sp_layout *l)
+{
+    printf("ranks (%s-major): ", sp_rank_order_name(l->order));
+    for (int r = 0; r < l->replicas; r++) {
+        printf("%sreplica %d = ranks", r ? "; " : "", r);
+        for (int a = 0; a < l->actors; a++) printf(" %d", sp_layout_rank(l, r, a));
+    }
+    printf(" (actor order)\n");
 }
 
 /* ---- the pipelined run ---- */
@@ -571,7 +609,12 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
     char msg[1024] = "";
     /* a run that cannot fit says so before StarPU and MPI start; every rank sees the
      * same sizes, and one per machine prints */
-    if (preflight(m, o, o->actors ? o->actors : sp_app_launcher_size(), 0, msg, sizeof msg)) {
+    sp_layout lay;
+    if (layout_of(o, sp_app_launcher_size(), &lay) != SP_OK) {
+        if (sp_app_launcher_rank() == 0) fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
+        return 2;
+    }
+    if (preflight(m, o, lay.actors, lay.replicas, 0, msg, sizeof msg)) {
         if (sp_app_launcher_local_rank() == 0) fprintf(stderr, "%s: error: %s\n", m->name, msg);
         return 2;
     }
@@ -580,12 +623,14 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         if (sp_app_launcher_rank() == 0) fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
         return 1;
     }
-    int me = sp_exec_rank(), P = sp_exec_size();
+    int me = sp_exec_rank(), P = sp_exec_size(), R = 1;
     int bad = 0;
     sp_schedule *sch = NULL;
-    if (o->actors && o->actors != P) {
-        snprintf(msg, sizeof msg, "--actors %d but %d MPI ranks are running (mpirun -np %d)",
-                 o->actors, P, o->actors);
+    if (layout_of(o, P, &lay) != SP_OK) {
+        snprintf(msg, sizeof msg, "%s", sp_last_error());
+        bad = 1;
+    } else if ((R = lay.replicas, P = lay.actors, o->shard_optimizer && R == 1)) {
+        snprintf(msg, sizeof msg, "--shard-optimizer needs --replicas R > 1");
         bad = 1;
     } else if (sp_schedule_from_env(o->schedule, P, o->microbatches, o->chunks, &sch) != SP_OK) {
         snprintf(msg, sizeof msg, "%s", sp_last_error());
@@ -619,12 +664,17 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         goto out;
     }
     {
-        sp_train_opts to = { .opt = *opt, .seed = (uint64_t)o->seed, .trace = 1 };
+        sp_train_opts to = { .opt = *opt, .seed = (uint64_t)o->seed, .trace = 1, .replicas = R,
+                             .rank_order = lay.order, .shard_optimizer = o->shard_optimizer };
         g = m->build(m->cfg, sch->nstages, &st);
         p = g ? sp_program_build(g, &st) : NULL;
         t = p ? sp_trainer_create(p, sch, &to, &st) : NULL;
-        in = t ? alloc_inputs(p, sch->nmicro) : NULL;
+        in = t ? alloc_inputs(p, R * sch->nmicro) : NULL;
         if (t && o->check) ref = sp_reference_create(p, sch->nmicro, opt, (uint64_t)o->seed, &st);
+        if (ref && (st = sp_reference_set_replicas(ref, R))) {
+            sp_reference_free(ref);
+            ref = NULL;
+        }
         if (!in || (o->check && !ref)) {
             snprintf(msg, sizeof msg, "%s", st ? sp_last_error() : "out of memory");
             bad = 1;
@@ -663,14 +713,19 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         goto out;
     }
     if (me == 0) {
-        printf("%s: %d actors, schedule %s, %d stages, %d microbatches, %s%s\n", m->name, P,
-               sch->name, sch->nstages, nmb,
+        char reps[64] = "";
+        if (R > 1)
+            snprintf(reps, sizeof reps, " x %d replicas (%s-major ranks%s)", R,
+                     sp_rank_order_name(lay.order), o->shard_optimizer ? ", sharded AdamW" : "");
+        printf("%s: %d actors%s, schedule %s, %d stages, %d microbatches, %s%s\n", m->name, P,
+               reps, sch->name, sch->nstages, nmb,
                sp_exec_num_cuda() > 0 ? "CUDA" : "CPU",
                !o->check ? "" : tol > 0 ? ", checked against the reference within 1e-4"
                                         : ", checked against the reference");
         if (m->describe) m->describe(m->cfg, stdout);
         if (sp_exec_num_cuda() > 0) printf("transfers: %s\n", sp_trainer_notice(t));
         if (verbose >= 1) describe_plan(sp_trainer_plan(t), sp_program_stage_model(p));
+        if (verbose >= 1 && R > 1) describe_layout(&lay);
         if (o->load) printf("resumed from %s after step %d\n", o->load, start);
         fflush(stdout);
     }
@@ -684,7 +739,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         goto out;
     }
     for (int step = start + 1; step <= start + o->steps; step++) {
-        fill_inputs(m, o, p, nmb, step, in);
+        fill_inputs(m, o, p, R * nmb, step, in);
         sp_step_stats stats;
         if (sp_trainer_step(t, (const void *const *)in, &stats) != SP_OK) {
             /* lost on this rank only (watchdog, submission): its peers may be waiting for
@@ -719,7 +774,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         }
         if (me == 0) {
             printf("step %d loss %.6f  %.0f %s/s  %.1f ms  bubble %.1f%% (plan %.1f%%)%s%s\n",
-                   step, stats.loss, samples * nmb / stats.step_s, m->sample_unit,
+                   step, stats.loss, samples * R * nmb / stats.step_s, m->sample_unit,
                    1e3 * stats.step_s, 100 * stats.bubble, 100 * stats.plan_bubble,
                    ref && !mismatch ? (tol > 0 ? "  (~ reference)" : "  (= reference)") : "",
                    stats.skipped ? "  update skipped: non-finite loss or gradients" : "");
@@ -769,7 +824,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
     }
 out:
     free(bound_ratio);
-    for (int i = 0; in && i < nmb_or_zero(sch) * sp_program_num_inputs(p); i++) free(in[i]);
+    for (int i = 0; in && i < R * nmb_or_zero(sch) * sp_program_num_inputs(p); i++) free(in[i]);
     free(in);
     sp_reference_free(ref);
     sp_trainer_free(t);

@@ -70,8 +70,17 @@ static void usage(const sp_app_model *m, FILE *f)
             "                      dualpipe-v or file:PATH (STARPIPE_SCHEDULE; 1f1b); 'help' lists them\n"
             "  --chunks V          stages per actor for interleaved and V-shaped schedules\n"
             "                      (STARPIPE_CHUNKS; 2)\n"
-            "  --actors P          expected number of actors; must equal the MPI ranks\n"
-            "  --reference         run the single-process reference interpreter instead\n"
+            "  --actors P          expected number of actors per replica\n"
+            "  --replicas R        R copies of the pipeline on R x P ranks, each training on\n"
+            "                      its own m microbatches; gradients summed over replicas in\n"
+            "                      replica order (STARPIPE_REPLICAS; 1)\n"
+            "  --rank-order O      pipeline: a pipeline's ranks consecutive (default, keeps\n"
+            "                      its traffic in a node); replica: a stage's replicas\n"
+            "                      consecutive (STARPIPE_RANK_ORDER)\n"
+            "  --shard-optimizer   ZeRO-1: each replica keeps the AdamW state of 1/R of the\n"
+            "                      parameters (same results, less memory)\n"
+            "  --reference         run the single-process reference interpreter instead (with\n"
+            "                      --replicas R: the same R x m microbatches and sum order)\n"
             "  --check             also run the reference; fail unless losses, gradients,\n"
             "                      parameters and AdamW state are bitwise identical\n"
             "  STARPIPE_TRACE=F    write F (Chrome trace JSON) and F.svg of the last step\n"
@@ -89,7 +98,7 @@ static void usage(const sp_app_model *m, FILE *f)
 static const char *const common[] = { "--steps", "--microbatches", "--chunks", "--actors",
                                       "--seed", "--lr", "--clip", "--schedule", "--save",
                                       "--load", "--resume", "--dump-grads", "--save-every",
-                                      NULL };
+                                      "--replicas", "--rank-order", NULL };
 
 /* The bit of a flag that takes a value in sp_app_opts.given: common flags first, then
  * the model's; -1 for none. */
@@ -129,6 +138,12 @@ static int apply(const sp_app_model *m, sp_app_opts *o, const char *a, const cha
     else if (!strcmp(a, "--load") || !strcmp(a, "--resume")) o->load = v;
     else if (!strcmp(a, "--dump-grads")) o->dump_grads = v;
     else if (!strcmp(a, "--save-every")) ok = app_parse_int(a, v, 1, 1 << 30, &o->save_every);
+    else if (!strcmp(a, "--replicas")) ok = app_parse_int(a, v, 1, 1 << 16, &o->replicas);
+    else if (!strcmp(a, "--rank-order")) {
+        ok = !strcmp(v, "pipeline") || !strcmp(v, "replica");
+        if (ok) o->rank_order = v;
+        else fprintf(stderr, "error: --rank-order '%s': use pipeline or replica\n", v);
+    }
     else ok = m->flag(m->cfg, a, v) > 0;
     return ok;
 }
@@ -172,6 +187,9 @@ int sp_app_parse(int argc, char **argv, const sp_app_model *m, sp_app_opts *o)
             takes = 0;
         } else if (!strcmp(a, "--skip-nonfinite")) {
             o->skip_nonfinite = 1;
+            takes = 0;
+        } else if (!strcmp(a, "--shard-optimizer")) {
+            o->shard_optimizer = 1;
             takes = 0;
         } else if (!takes_value(m, a)) {
             fprintf(err, "%s: error: unknown option '%s' (see --help)\n", m->name, a);

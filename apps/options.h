@@ -6,8 +6,9 @@
 
 typedef struct {
     int steps, microbatches, chunks, actors, seed, reference, check, save_every, skip_nonfinite;
+    int replicas, shard_optimizer;
     float lr, clip;
-    const char *schedule, *save, *load, *dump_grads;
+    const char *schedule, *save, *load, *dump_grads, *rank_order;
     unsigned long long given; /* which flags the command line gave (sp_app_given) */
 } sp_app_opts;
 

@@ -59,6 +59,22 @@ int sp_combine_task_cpu(void *const *bufs, const size_t *counts, int nbufs, cons
     return 0;
 }
 
+int sp_reduce_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args)
+{
+    (void)counts;
+    const sp_reduce_task_args *a = args;
+    float *dst = (float *)bufs[0] + a->dst_off;
+    /* x_q: this rank's own values at q == own, else the next other replica's buffer */
+    const float *first = a->own == 0 ? dst : (const float *)bufs[1];
+    for (int64_t i = 0; i < a->n; i++) {
+        float acc = first[i];
+        for (int q = 1, j = a->own == 0 ? 1 : 2; q < nbufs; q++)
+            acc += q == a->own ? dst[i] : ((const float *)bufs[j++])[i];
+        dst[i] = acc;
+    }
+    return 0;
+}
+
 int sp_local_add_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args)
 {
     (void)counts;
@@ -73,7 +89,7 @@ int sp_optim_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const 
     (void)counts;
     (void)nbufs;
     const sp_optim_task_args *a = args;
-    sp_optim_update(a->prog, a->stage, bufs[0], bufs[1], bufs[2], bufs[3], &a->opt,
-                    a->grad_scale, a->t);
+    sp_optim_update_range(a->prog, a->stage, a->lo, a->hi, bufs[0], bufs[1], bufs[2], bufs[3],
+                          &a->opt, a->grad_scale, a->t);
     return 0;
 }

@@ -40,6 +40,16 @@ typedef struct {
 } sp_combine_task_args;
 int sp_combine_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args);
 
+/* The sum over replicas of one shard of a stage's gradients: bufs[0] = GRADS, whose
+ * floats dst_off..+n hold this replica's values (replica `own`); bufs[1..nbufs-1] the
+ * other replicas' values of the same floats, in replica order without `own`. Each float
+ * becomes ((x0 + x1) + x2) + ... in replica order. */
+typedef struct {
+    int64_t dst_off, n;
+    int own;
+} sp_reduce_task_args;
+int sp_reduce_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args);
+
 /* The local adds of a stage's repeated parameter uses (sp_program_local_adds): bufs =
  * GRADS. */
 typedef struct {
@@ -48,13 +58,15 @@ typedef struct {
 } sp_local_add_task_args;
 int sp_local_add_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args);
 
-/* AdamW of the parameters stage `stage` owns: bufs = PARAMS, GRADS, m, v. */
+/* AdamW of the parameters stage `stage` owns with slab offsets in [lo, hi) (a shard;
+ * 0, INT64_MAX: all): bufs = PARAMS, GRADS, m, v (m and v hold floats lo..). */
 typedef struct {
     const sp_program *prog;
     int stage;
     sp_adamw_config opt;
     float grad_scale;
     int t;
+    int64_t lo, hi;
 } sp_optim_task_args;
 int sp_optim_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args);
 

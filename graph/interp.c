@@ -13,7 +13,7 @@
 
 struct sp_reference {
     const sp_program *p;
-    int m;
+    int m, R;
     sp_adamw_config opt;
     int steps;
     double grad_norm;
@@ -22,6 +22,7 @@ struct sp_reference {
     float **params, **grads, **mom_m, **mom_v, **act, **bgrad, **scratch;
     float **efwd, **egrad;
     float *losses;
+    float **rgrads; /* with replicas: replica q >= 1's gradients, before the sum */
 };
 
 static float *zalloc(size_t bytes) { return calloc(bytes ? bytes : 1, 1); }
@@ -29,7 +30,8 @@ static float *zalloc(size_t bytes) { return calloc(bytes ? bytes : 1, 1); }
 void sp_reference_free(sp_reference *r)
 {
     if (!r) return;
-    float **all[] = { r->params, r->grads, r->mom_m, r->mom_v, r->act, r->bgrad, r->scratch };
+    float **all[] = { r->params, r->grads, r->mom_m, r->mom_v, r->act, r->bgrad, r->scratch,
+                      r->rgrads };
     for (size_t a = 0; a < sizeof all / sizeof *all; a++) {
         for (int s = 0; all[a] && s < r->S; s++) free(all[a][s]);
         free(all[a]);
@@ -57,6 +59,7 @@ sp_reference *sp_reference_create(const sp_program *p, int microbatches,
     if (!r) goto nomem;
     r->p = p;
     r->m = microbatches;
+    r->R = 1;
     if (opt) r->opt = *opt;
     else sp_adamw_defaults(&r->opt);
     r->S = p->nstages;
@@ -126,21 +129,40 @@ static sp_status run(sp_reference *r, int s, sp_task_kind kind, int i, const voi
         default: b[j] = NULL;
         }
     }
-    sp_run_args args = { .dloss = 1.0f / (float)r->m };
+    sp_run_args args = { .dloss = 1.0f / (float)(r->R * r->m) };
     sp_status st = sp_program_run(p, s, kind, b, &args);
     if (b != bufs) free(b);
     return st;
 }
 
-sp_status sp_reference_forward_backward(sp_reference *r, const void *const *inputs, float *loss)
+sp_status sp_reference_set_replicas(sp_reference *r, int replicas)
 {
-    if (!r || !inputs) return sp_set_error(SP_ERR_ARG, "sp_reference_forward_backward: NULL");
+    if (!r || replicas < 1)
+        return sp_set_error(SP_ERR_ARG, "sp_reference_set_replicas: need >= 1 replica");
+    float *losses = realloc(r->losses, (size_t)replicas * r->m * sizeof(float));
+    if (!losses) return sp_set_error(SP_ERR_NOMEM, "reference: out of memory");
+    r->losses = losses;
+    memset(r->losses, 0, (size_t)replicas * r->m * sizeof(float));
+    if (replicas > 1 && !r->rgrads) {
+        if (!(r->rgrads = calloc((size_t)r->S, sizeof(float *))))
+            return sp_set_error(SP_ERR_NOMEM, "reference: out of memory");
+        for (int s = 0; s < r->S; s++)
+            if (!(r->rgrads[s] = zalloc(sp_program_buf_bytes(r->p, SP_SLAB_GRADS, s))))
+                return sp_set_error(SP_ERR_NOMEM, "reference: out of memory");
+    }
+    r->R = replicas;
+    return SP_OK;
+}
+
+/* One replica's gradients of microbatches first .. first + m - 1, from zero, into
+ * r->grads: what one pipeline computes. */
+static sp_status replica_grads(sp_reference *r, int first, const void *const *inputs)
+{
     const sp_program *p = r->p;
-    sp_status st = sp_program_check_inputs(p, inputs, r->m);
-    if (st) return st;
+    sp_status st;
     for (int s = 0; s < r->S; s++)
         memset(r->grads[s], 0, sp_program_buf_bytes(p, SP_SLAB_GRADS, s));
-    for (int i = 0; i < r->m; i++) {
+    for (int i = first; i < first + r->m; i++) {
         for (int s = 0; s < r->S; s++)
             if ((st = run(r, s, SP_TASK_F, i, inputs))) return st;
         for (int s = r->S - 1; s >= 0; s--)
@@ -152,9 +174,31 @@ sp_status sp_reference_forward_backward(sp_reference *r, const void *const *inpu
     for (int s = 1; s < r->S; s++)
         for (int o = 0; o < s; o++)
             if (sp_optim_stages_share(p, o, s)) sp_optim_combine(p, o, r->grads[o], s, r->grads[s]);
+    return SP_OK;
+}
+
+sp_status sp_reference_forward_backward(sp_reference *r, const void *const *inputs, float *loss)
+{
+    if (!r || !inputs) return sp_set_error(SP_ERR_ARG, "sp_reference_forward_backward: NULL");
+    const sp_program *p = r->p;
+    int n = r->R * r->m;
+    sp_status st = sp_program_check_inputs(p, inputs, n);
+    if (st) return st;
+    /* replica 0 into grads; each later one into its own slabs, then added in order */
+    for (int q = 0; q < r->R; q++) {
+        float **sum = r->grads;
+        if (q > 0) r->grads = r->rgrads, r->rgrads = sum;
+        st = replica_grads(r, q * r->m, inputs);
+        if (q > 0) r->rgrads = r->grads, r->grads = sum;
+        if (st) return st;
+        for (int s = 0; q > 0 && s < r->S; s++) {
+            int64_t nf = (int64_t)(sp_program_buf_bytes(p, SP_SLAB_PARAMS, s) / 4);
+            for (int64_t j = 0; j < nf; j++) r->grads[s][j] += r->rgrads[s][j];
+        }
+    }
     double total = 0.0;
-    for (int i = 0; i < r->m; i++) total += r->losses[i];
-    if (loss) *loss = (float)(total / r->m);
+    for (int i = 0; i < n; i++) total += r->losses[i];
+    if (loss) *loss = (float)(total / n);
     return SP_OK;
 }
 

@@ -14,8 +14,17 @@ sp_train_memory sp_trainer_memory(const sp_trainer *t)
     sp_train_memory m = { 0, 0 };
     if (!t) return m;
     m.transient = t->pool_bytes;
-    for (int s = 0; s < t->S; s++)
-        if (owns(t, s)) m.persistent += 4 * sp_program_buf_bytes(t->p, SP_SLAB_PARAMS, s);
+    for (int s = 0; s < t->S; s++) {
+        if (!owns(t, s)) continue;
+        int64_t lo, hi;
+        sp_trainer_shard(t, s, &lo, &hi);
+        size_t pb = sp_program_buf_bytes(t->p, SP_SLAB_PARAMS, s);
+        /* parameters, gradients, AdamW moments (of the shard when sharded), and the
+         * replicas' send and receive buffers */
+        m.persistent += pb + sp_program_buf_bytes(t->p, SP_SLAB_GRADS, s) +
+                        2 * (t->o.shard_optimizer ? 4 * (size_t)(hi - lo) : pb);
+        if (t->rep) m.persistent += pb + 4 * (size_t)(hi - lo) * (size_t)(t->R - 1);
+    }
     return m;
 }
 
@@ -46,20 +55,43 @@ const float *sp_trainer_moment(sp_trainer *t, int which, int stage)
     return host_slab(t, which ? 3 : 2, stage);
 }
 
+/* The replica whose rank holds what (0 value, 1 gradient, 2, 3 moments) of the
+ * parameter at offset off of stage s: any for values; with a sharded optimizer, the
+ * gradients and moments are complete only in the shard's own replica. */
+static int holder_replica(const sp_trainer *t, int s, int64_t off, int what)
+{
+    if (!t->rep || what == 0 || !t->o.shard_optimizer) return 0;
+    const int64_t *b = t->rep[s].bounds;
+    int c = 0;
+    if (!b) { /* another actor's stage: the same cut as its holders make */
+        int64_t bounds[t->R + 1];
+        sp_optim_shards(t->p, s, t->R, bounds);
+        while (c + 1 < t->R && off >= bounds[c + 1]) c++;
+        return c;
+    }
+    while (c + 1 < t->R && off >= b[c + 1]) c++;
+    return c;
+}
+
 sp_status sp_trainer_fetch(sp_trainer *t, sp_tensor param, int what, float *dst)
 {
     if (!t || !sp_tensor_is_param(t->g, param) || what < 0 || what > 3 || !dst)
         return sp_set_error(SP_ERR_ARG, "sp_trainer_fetch: bad argument");
     int o = sp_program_param_owner(t->p, param);
-    int64_t n = sp_tensor_numel(t->g, param);
-    if (owns(t, o)) {
+    int64_t n = sp_tensor_numel(t->g, param), off = sp_program_param_offset(t->p, o, param);
+    int c = holder_replica(t, o, off, what);
+    int root = sp_layout_rank(&t->layout, c, t->plan->stage_actor[o]);
+    if (t->rank == root) {
         const float *src = host_slab(t, what, o);
         if (!src) return sp_set_error(SP_ERR_RUNTIME, "sp_trainer_fetch: %s", sp_last_error());
-        memcpy(dst, src + sp_program_param_offset(t->p, o, param), (size_t)n * sizeof(float));
+        int64_t lo, hi; /* sharded moments hold floats lo.. only */
+        sp_trainer_shard(t, o, &lo, &hi);
+        int64_t base = what >= 2 && t->o.shard_optimizer ? lo : 0;
+        memcpy(dst, src + off - base, (size_t)n * sizeof(float));
     }
-    /* a broadcast from the owner, not a sum with the others' zeros: -0.0 + 0.0 is +0.0,
+    /* a broadcast from the holder, not a sum with the others' zeros: -0.0 + 0.0 is +0.0,
      * and the bits must not depend on how many ranks there are */
-    return sp_exec_bcast(dst, (size_t)n * sizeof(float), t->plan->stage_actor[o]);
+    return sp_exec_bcast(dst, (size_t)n * sizeof(float), root);
 }
 
 sp_status sp_trainer_store(sp_trainer *t, sp_tensor param, int what, const float *src)
@@ -68,8 +100,13 @@ sp_status sp_trainer_store(sp_trainer *t, sp_tensor param, int what, const float
         return sp_set_error(SP_ERR_ARG, "sp_trainer_store: bad argument");
     int64_t n = sp_tensor_numel(t->g, param);
     for (int s = 0; s < t->S; s++) {
-        int64_t off = sp_program_param_offset(t->p, s, param);
+        int64_t off = sp_program_param_offset(t->p, s, param), lo, hi;
         if (!owns(t, s) || off < 0) continue;
+        if (what >= 2 && t->o.shard_optimizer) { /* moments: only in the shard's replica */
+            sp_trainer_shard(t, s, &lo, &hi);
+            if (off < lo || off >= hi) continue;
+            off -= lo;
+        }
         sp_exec_buf *h = what == 0 ? t->h_params[s] : what == 2 ? t->h_m[s] : t->h_v[s];
         void *ptr;
         sp_status st = sp_exec_buf_acquire(h, SP_EXEC_RW, &ptr);
@@ -146,7 +183,9 @@ double sp_trainer_compare(sp_trainer *t, sp_reference *r, double tol, char *wher
     if (where && len) where[0] = '\0';
     for (int s = 0; t && r && s < t->S; s++) {
         if (!owns(t, s)) continue;
-        size_t n = sp_program_buf_bytes(t->p, SP_SLAB_PARAMS, s) / 4;
+        size_t all = sp_program_buf_bytes(t->p, SP_SLAB_PARAMS, s) / 4;
+        int64_t lo, hi;
+        sp_trainer_shard(t, s, &lo, &hi);
         const float *mine[4] = { sp_trainer_slab(t, SP_SLAB_PARAMS, s),
                                  sp_trainer_slab(t, SP_SLAB_GRADS, s),
                                  sp_trainer_moment(t, 0, s), sp_trainer_moment(t, 1, s) };
@@ -155,10 +194,13 @@ double sp_trainer_compare(sp_trainer *t, sp_reference *r, double tol, char *wher
                                 sp_reference_moment(r, 0, s), sp_reference_moment(r, 1, s) };
         for (int k = 0; k < 4; k++) {
             if (!mine[k] || !ref[k]) continue;
-            size_t diff = 0;
+            /* sharded: gradients summed and moments kept in this rank's shard only */
+            int part = t->o.shard_optimizer && k > 0;
+            size_t n = part ? (size_t)(hi - lo) : all, diff = 0;
+            const float *a = mine[k] + (part && k == 1 ? lo : 0), *b = ref[k] + (part ? lo : 0);
             for (size_t j = 0; j < n; j++)
-                diff += tol > 0 ? !(fabs(mine[k][j] - ref[k][j]) <= tol * (1 + fabs(ref[k][j])))
-                                : memcmp(&mine[k][j], &ref[k][j], 4) != 0;
+                diff += tol > 0 ? !(fabs(a[j] - b[j]) <= tol * (1 + fabs(b[j])))
+                                : memcmp(&a[j], &b[j], 4) != 0;
             if (diff && bad == 0 && where)
                 snprintf(where, len, "%s of stage %d (%zu of %zu floats)", names[k], s, diff, n);
             bad += (double)diff;

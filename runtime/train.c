@@ -25,6 +25,18 @@ int sp_trainer_owns_stage(const sp_trainer *t, int stage)
 int sp_trainer_steps_done(const sp_trainer *t) { return t ? t->steps : 0; }
 void sp_trainer_set_steps_done(sp_trainer *t, int steps) { t->steps = steps; }
 const sp_plan *sp_trainer_plan(const sp_trainer *t) { return t ? t->plan : NULL; }
+sp_layout sp_trainer_layout(const sp_trainer *t) { return t->layout; }
+int sp_trainer_replica(const sp_trainer *t) { return t ? t->replica : 0; }
+
+void sp_trainer_shard(const sp_trainer *t, int stage, int64_t *lo, int64_t *hi)
+{
+    *lo = 0;
+    *hi = (int64_t)(sp_program_buf_bytes(t->p, SP_SLAB_PARAMS, stage) / 4);
+    if (t->rep && t->rep[stage].bounds) {
+        *lo = t->rep[stage].bounds[t->replica];
+        *hi = t->rep[stage].bounds[t->replica + 1];
+    }
+}
 
 static sp_exec_mode exec_mode(sp_slab_class c, sp_slab_mode m)
 {
@@ -32,22 +44,9 @@ static sp_exec_mode exec_mode(sp_slab_class c, sp_slab_mode m)
     return m == SP_SLAB_R ? SP_EXEC_R : m == SP_SLAB_W ? SP_EXEC_W : SP_EXEC_RW;
 }
 
-/* A task function for each place a task can run: on a rank with CUDA workers every task
- * runs there (one device, data stays on it); else on the CPU. */
-typedef struct {
-    sp_exec_cpu_fn cpu;
-    sp_exec_cuda_fn cuda;
-} task_fn;
-
-#ifdef STARPIPE_HAVE_CUDA
-#define TASK_FN(name) ((task_fn){ name##_cpu, name##_cuda })
-#else
-#define TASK_FN(name) ((task_fn){ name##_cpu, NULL })
-#endif
-
-static sp_status submit(sp_trainer *t, const char *name, task_fn fn, int nbufs,
-                        sp_exec_buf *const *bufs, const sp_exec_mode *modes, const void *args,
-                        size_t args_size, task_id id)
+sp_status sp_tr_submit(sp_trainer *t, const char *name, sp_tr_fn fn, int nbufs,
+                       sp_exec_buf *const *bufs, const sp_exec_mode *modes, const void *args,
+                       size_t args_size, task_id id)
 {
     /* the StarPU codelet of the task: a stage program's kind, else the helper's name */
     const char *cls = id.kind >= 0 ? sp_task_kind_name((sp_task_kind)id.kind)
@@ -71,15 +70,15 @@ static sp_status submit(sp_trainer *t, const char *name, task_fn fn, int nbufs,
     return sp_exec_submit(&task);
 }
 
-static sp_status submit_copy(sp_trainer *t, sp_exec_buf *dst, int64_t dst_off,
-                             sp_exec_buf *src, int64_t src_off, int64_t n, const char *name)
+sp_status sp_tr_submit_copy(sp_trainer *t, sp_exec_buf *dst, int64_t dst_off, sp_exec_buf *src,
+                            int64_t src_off, int64_t n, const char *name)
 {
     sp_exec_buf *bufs[2] = { dst, src };
     sp_exec_mode modes[2] = { dst_off == 0 && (size_t)n == sp_exec_buf_count(dst) ? SP_EXEC_W
                                                                                  : SP_EXEC_RW,
                               SP_EXEC_R };
     sp_copy_task_args a = { .dst_off = dst_off, .src_off = src_off, .n = n };
-    return submit(t, name, TASK_FN(sp_copy_task), 2, bufs, modes, &a, sizeof a,
+    return sp_tr_submit(t, name, SP_TR_FN(sp_copy_task), 2, bufs, modes, &a, sizeof a,
                   (task_id){ -1, -1, -1, -1 });
 }
 
@@ -106,11 +105,11 @@ static sp_status do_run(sp_trainer *t, const sp_task *task, int instr)
         char name[32];
         snprintf(name, sizeof name, "%s mb%d s%d", sp_task_kind_name(kind), mb, s);
         sp_stage_task_args a = { .prog = t->p, .stage = s, .kind = kind,
-                                 .dloss = 1.0f / (float)t->m };
+                                 .dloss = 1.0f / (float)(t->R * t->m) };
         if (t->fault.kind && t->fault.step == t->steps + 1 && t->fault.stage == s &&
             kind == SP_TASK_F && mb == 0)
             a.fault = t->fault.kind;
-        st = submit(t, name, TASK_FN(sp_stage_task), nb, bufs, modes, &a, sizeof a,
+        st = sp_tr_submit(t, name, SP_TR_FN(sp_stage_task), nb, bufs, modes, &a, sizeof a,
                     (task_id){ kind, mb, s, instr });
         /* BW's activation gradients live and die inside the task (the plan does not
          * track them): the buffer can serve the next user at once */
@@ -122,7 +121,7 @@ static sp_status do_run(sp_trainer *t, const sp_task *task, int instr)
             sp_exec_buf *g = t->h_grads[s];
             sp_exec_mode rw = SP_EXEC_RW;
             sp_local_add_task_args la = { .prog = t->p, .stage = s };
-            st = submit(t, "local add", TASK_FN(sp_local_add_task), 1, &g, &rw, &la, sizeof la,
+            st = sp_tr_submit(t, "local add", SP_TR_FN(sp_local_add_task), 1, &g, &rw, &la, sizeof la,
                         (task_id){ -1, -1, s, -1 });
         }
     }
@@ -145,23 +144,23 @@ static sp_status do_transfer(sp_trainer *t, const sp_instr *in)
     if (in->op == SP_OP_SEND) {
         /* tied parameters travel out of their stage slab through a transfer buffer */
         if (b->cls == SP_BUF_SHARED_GRAD &&
-            (st = submit_copy(t, x, 0, t->h_grads[b->stage], sp_tr_shared_off(t, b->idx, b->stage),
+            (st = sp_tr_submit_copy(t, x, 0, t->h_grads[b->stage], sp_tr_shared_off(t, b->idx, b->stage),
                               sp_tr_shared_numel(t, b->idx), "pack grad")))
             return st;
         if (b->cls == SP_BUF_SHARED_PARAM) {
             int o = sp_tr_shared_owner(t, b->idx);
-            if ((st = submit_copy(t, x, 0, t->h_params[o], sp_tr_shared_off(t, b->idx, o),
+            if ((st = sp_tr_submit_copy(t, x, 0, t->h_params[o], sp_tr_shared_off(t, b->idx, o),
                                   sp_tr_shared_numel(t, b->idx), "pack param")))
                 return st;
         }
-        return sp_exec_send(x, in->peer, (uint32_t)in->seq);
+        return sp_exec_send(x, peer_rank(t, in->peer), (uint32_t)in->seq);
     }
-    if ((st = sp_exec_recv(x, in->peer, (uint32_t)in->seq))) return st;
+    if ((st = sp_exec_recv(x, peer_rank(t, in->peer), (uint32_t)in->seq))) return st;
     if (b->cls == SP_BUF_SHARED_PARAM) /* the owner's new values into every local copy */
         for (int s = 0; s < t->S; s++) {
             int64_t off = owns(t, s) ? sp_tr_shared_off(t, b->idx, s) : -1;
             if (off >= 0 && s != sp_tr_shared_owner(t, b->idx) &&
-                (st = submit_copy(t, t->h_params[s], off, x, 0, sp_tr_shared_numel(t, b->idx),
+                (st = sp_tr_submit_copy(t, t->h_params[s], off, x, 0, sp_tr_shared_numel(t, b->idx),
                                   "unpack param")))
                 return st;
         }
@@ -190,7 +189,7 @@ static sp_status do_combine(sp_trainer *t, int k, int instr)
         }
         modes[nb++] = SP_EXEC_R;
     }
-    return submit(t, "combine", TASK_FN(sp_combine_task), nb, bufs, modes, &a, sizeof a,
+    return sp_tr_submit(t, "combine", SP_TR_FN(sp_combine_task), nb, bufs, modes, &a, sizeof a,
                   (task_id){ -1, -1, o, instr });
 }
 
@@ -206,17 +205,17 @@ static sp_status do_nccl(sp_trainer *t, int call)
         if (a.n == SP_COMM_NCCL_MAX_GROUP)
             return sp_set_error(SP_ERR_RUNTIME, "trainer: an NCCL group of more than %d calls",
                                 SP_COMM_NCCL_MAX_GROUP);
-        const sp_instr *in = &t->plan->instr[t->rank][t->ncalls[k].instr];
+        const sp_instr *in = &t->plan->instr[t->actor][t->ncalls[k].instr];
         bufs[a.n] = sp_tr_transfer_buf(t, &in->buf);
         modes[a.n] = in->op == SP_OP_SEND ? SP_EXEC_R : SP_EXEC_W;
         a.is_send[a.n] = in->op == SP_OP_SEND;
-        a.peer[a.n] = in->peer;
+        a.peer[a.n] = peer_rank(t, in->peer);
         if (!bufs[a.n]) return sp_set_error(SP_ERR_RUNTIME, "trainer: no buffer for NCCL");
         a.n++;
     }
     char name[32];
     snprintf(name, sizeof name, "nccl group %d", c->group);
-    return submit(t, name, (task_fn){ NULL, sp_comm_nccl_group }, a.n, bufs, modes, &a,
+    return sp_tr_submit(t, name, (sp_tr_fn){ NULL, sp_comm_nccl_group }, a.n, bufs, modes, &a,
                   sizeof a, (task_id){ -1, -1, -1, c->instr });
 }
 
@@ -231,18 +230,21 @@ static sp_status do_optimizer(sp_trainer *t, int s, float scale)
     sp_exec_buf *bufs[4] = { t->h_params[s], t->h_grads[s], t->h_m[s], t->h_v[s] };
     sp_exec_mode modes[4] = { SP_EXEC_RW, SP_EXEC_R, SP_EXEC_RW, SP_EXEC_RW };
     sp_optim_task_args a = { .prog = t->p, .stage = s, .opt = t->o.opt, .grad_scale = scale,
-                             .t = t->steps + 1 };
+                             .t = t->steps + 1, .lo = 0, .hi = INT64_MAX };
+    if (t->o.shard_optimizer) sp_trainer_shard(t, s, &a.lo, &a.hi);
     char name[32];
     snprintf(name, sizeof name, "AdamW s%d", s);
-    sp_status st = submit(t, name, TASK_FN(sp_optim_task), 4, bufs, modes, &a, sizeof a,
+    sp_status st = sp_tr_submit(t, name, SP_TR_FN(sp_optim_task), 4, bufs, modes, &a, sizeof a,
                           (task_id){ -1, -1, s, -1 });
+    /* ZeRO-1: the other replicas' updated shards */
+    if (st == SP_OK && t->rep && t->o.shard_optimizer) st = sp_tr_gather_params(t, s);
     /* tied parameters with a copy in another stage of this rank: no message, a copy */
     for (int k = 0; st == SP_OK && k < t->nshared; k++) {
         const sp_stage_shared *sh = &sp_program_stage_model(t->p)->shared[k];
         if (sh->stages[0] != s) continue;
         for (int q = 1; st == SP_OK && q < sh->nstages; q++)
             if (owns(t, sh->stages[q]))
-                st = submit_copy(t, t->h_params[sh->stages[q]], sp_tr_shared_off(t, k, sh->stages[q]),
+                st = sp_tr_submit_copy(t, t->h_params[sh->stages[q]], sp_tr_shared_off(t, k, sh->stages[q]),
                                  t->h_params[s], sp_tr_shared_off(t, k, s), sp_tr_shared_numel(t, k),
                                  "copy param");
     }
@@ -306,8 +308,10 @@ static sp_status gather_times(sp_trainer *t)
         }
     }
     memset(t->tbuf, 0, 2 * cells * sizeof *t->tbuf);
-    double *mine = t->tstart[t->rank], *mine_end = t->tend[t->rank];
-    for (int i = 0; i < pl->ninstr[t->rank]; i++) mine[i] = mine_end[i] = -1;
+    /* with replicas, replica 0 speaks for its actor (the others add zeros) */
+    if (t->replica != 0) return sp_exec_allreduce_sum(t->tbuf, 2 * cells, 1);
+    double *mine = t->tstart[t->actor], *mine_end = t->tend[t->actor];
+    for (int i = 0; i < pl->ninstr[t->actor]; i++) mine[i] = mine_end[i] = -1;
     double origin = sp_exec_step_origin_us();
     for (int e = 0; e < t->nevents; e++) {
         const sp_train_event *ev = &t->events[e];
@@ -318,16 +322,64 @@ static sp_status gather_times(sp_trainer *t)
     return sp_exec_allreduce_sum(t->tbuf, 2 * cells, 1);
 }
 
+/* The per-parameter sums of squares of every stage's gradients on every rank (each
+ * value from the one rank that holds its shard; the others add zeros, exactly), folded
+ * per stage as sp_optim_sumsq would: v[s]. */
+static sp_status stage_sumsq(sp_trainer *t, double *v)
+{
+    int np = sp_graph_num_params(t->g);
+    double *each = calloc((size_t)np + 1, sizeof *each);
+    if (!each) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    sp_status st = SP_OK;
+    void *ptr;
+    for (int s = 0; s < t->S && st == SP_OK; s++)
+        if (owns(t, s) && !(st = sp_exec_buf_acquire(t->h_grads[s], SP_EXEC_R, &ptr))) {
+            int64_t lo, hi;
+            sp_trainer_shard(t, s, &lo, &hi);
+            sp_optim_param_sumsq(t->p, s, lo, hi, ptr, each);
+            st = sp_exec_buf_release(t->h_grads[s]);
+        }
+    if (st == SP_OK) st = sp_exec_allreduce_sum(each, (size_t)np, 1);
+    for (int s = 0; s < t->S; s++) v[s] = sp_optim_fold_sumsq(t->p, s, each);
+    free(each);
+    return st;
+}
+
+/* The step's loss on every rank: each replica's last actor contributes its microbatches'
+ * losses (the others zeros), then the mean over all R x m in microbatch order, as the
+ * reference computes it. */
+static sp_status step_loss(sp_trainer *t, float *loss)
+{
+    int n = t->R * t->m;
+    float *each = calloc((size_t)n, sizeof *each);
+    if (!each) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    sp_status st = SP_OK;
+    void *ptr;
+    if (owns(t, t->S - 1))
+        for (int i = 0; i < t->m && st == SP_OK; i++)
+            if (!(st = sp_exec_buf_acquire(t->h_loss[i], SP_EXEC_R, &ptr))) {
+                each[t->replica * t->m + i] = *(float *)ptr;
+                st = sp_exec_buf_release(t->h_loss[i]);
+            }
+    if (st == SP_OK) st = sp_exec_allreduce_sum(each, (size_t)n, 0);
+    double total = 0.0;
+    for (int i = 0; i < n; i++) total += each[i];
+    *loss = (float)(total / n);
+    free(each);
+    return st;
+}
+
 sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stats *stats)
 {
     if (!t || !inputs) return sp_set_error(SP_ERR_ARG, "sp_trainer_step: NULL argument");
     double t0 = now();
-    sp_status st = sp_program_check_inputs(t->p, inputs, t->m);
+    sp_status st = sp_program_check_inputs(t->p, inputs, t->R * t->m);
     void *ptr;
-    /* inputs in, gradient accumulators to zero */
+    /* this replica's inputs in, gradient accumulators to zero */
+    const void *const *mine = inputs + (size_t)t->replica * t->m * t->nin;
     for (int i = 0; i < t->m * t->nin && st == SP_OK; i++)
         if (!(st = sp_exec_buf_acquire(t->h_input[i], SP_EXEC_W, &ptr))) {
-            memcpy(ptr, inputs[i], sp_program_buf_bytes(t->p, SP_SLAB_INPUT, i % t->nin));
+            memcpy(ptr, mine[i], sp_program_buf_bytes(t->p, SP_SLAB_INPUT, i % t->nin));
             st = sp_exec_buf_release(t->h_input[i]);
         }
     for (int s = 0; s < t->S && st == SP_OK; s++)
@@ -337,17 +389,22 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
         }
     if (st) return st;
 
-    /* phase 1: the pipeline */
+    /* phase 1: the pipeline, and with replicas each stage's gradient reduction as soon as
+     * its gradients are final (replicas.c) */
     const sp_plan *pl = t->plan;
-    const sp_instr *prog = pl->instr[t->rank];
-    int n = pl->ninstr[t->rank];
+    const sp_instr *prog = pl->instr[t->actor];
+    int n = pl->ninstr[t->actor];
     if ((st = sp_exec_begin_step())) return st;
     t->seq = 0;
+    t->nunpack = 0;
+    for (int s = 0; t->rep && s < t->S; s++) t->rep[s].pending = 0;
     for (int i = 0; i < n && st == SP_OK; i++) {
         const sp_instr *in = &prog[i];
         if (is_update_phase(in)) continue;
         switch (in->op) {
-        case SP_OP_RUN: st = do_run(t, &in->task, i); break;
+        case SP_OP_RUN:
+            if (!(st = do_run(t, &in->task, i))) st = sp_tr_reduce_pending(t);
+            break;
         case SP_OP_SEND:
         case SP_OP_RECV:
             st = t->nccl_of && t->nccl_of[i] >= 0 ? do_nccl(t, t->nccl_of[i]) : do_transfer(t, in);
@@ -356,7 +413,12 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
         case SP_OP_FREE: sp_tr_free_buf(t, &in->buf); break;
         default: break;
         }
+        for (int s = 0; t->rep && s < t->S && st == SP_OK; s++)
+            if (t->grads_last[s] == i) st = sp_tr_reduce_begin(t, s);
     }
+    for (int s = 0; t->rep && s < t->S && st == SP_OK; s++) /* a stage with no gradients */
+        if (owns(t, s) && t->grads_last[s] < 0) st = sp_tr_reduce_begin(t, s);
+    if (st == SP_OK && t->rep) st = sp_tr_reduce_end(t);
     /* whatever the plan left alive (nothing, for a well-formed plan) returns too */
     for (int i = 0; i < t->m * t->S; i++) {
         sp_tr_pool_give(t, &t->h_act[i]);
@@ -379,29 +441,13 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
                                              (const double *const *)t->tend, &run))))
         return st;
 
-    /* the loss, from the last stage's rank to all */
-    int last = pl->stage_actor[t->S - 1];
     float loss = 0.0f;
-    if (t->rank == last) {
-        double total = 0.0;
-        for (int i = 0; i < t->m && st == SP_OK; i++)
-            if (!(st = sp_exec_buf_acquire(t->h_loss[i], SP_EXEC_R, &ptr))) {
-                total += *(float *)ptr;
-                st = sp_exec_buf_release(t->h_loss[i]);
-            }
-        loss = (float)(total / t->m);
-    }
-    if (st || (st = sp_exec_bcast(&loss, sizeof loss, last))) return st;
+    if ((st = step_loss(t, &loss))) return st;
 
     /* phase 2: norm, clip, update */
     double *v = calloc((size_t)t->S, sizeof(double));
     if (!v) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
-    for (int s = 0; s < t->S && st == SP_OK; s++)
-        if (owns(t, s) && !(st = sp_exec_buf_acquire(t->h_grads[s], SP_EXEC_R, &ptr))) {
-            v[s] = sp_optim_sumsq(t->p, s, ptr);
-            st = sp_exec_buf_release(t->h_grads[s]);
-        }
-    if (st == SP_OK) st = sp_exec_allreduce_sum(v, (size_t)t->S, 1);
+    st = stage_sumsq(t, v);
     double norm = 0.0;
     float scale = st == SP_OK ? sp_optim_clip_scale(&t->o.opt, v, t->S, &norm) : 1.0f;
     int bad = sp_optim_nonfinite_stage(v, t->S, loss);
@@ -463,6 +509,36 @@ static sp_status alloc_arrays(sp_trainer *t)
     return SP_OK;
 }
 
+/* The last instruction of phase 1 that touches GRADS[s] on this rank: a task writing it
+ * (W, BW and the local adds after them), a tied combine that writes or reads it, or a
+ * tied gradient's send that reads it. After it the stage's gradients can be reduced over the replicas. */
+static sp_status find_grads_last(sp_trainer *t)
+{
+    if (!(t->grads_last = malloc(sizeof(int) * (size_t)t->S)))
+        return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    for (int s = 0; s < t->S; s++) t->grads_last[s] = -1;
+    const sp_stage_model *model = sp_program_stage_model(t->p);
+    for (int i = 0; i < t->plan->ninstr[t->actor]; i++) {
+        const sp_instr *in = &t->plan->instr[t->actor][i];
+        if (is_update_phase(in)) continue;
+        if (in->op == SP_OP_RUN) {
+            int s = in->task.stage;
+            sp_task_kind kind = (sp_task_kind)in->task.kind;
+            for (int j = 0; j < sp_program_num_bufs(t->p, s, kind); j++) {
+                sp_slab_ref r = sp_program_buf(t->p, s, kind, j);
+                if (r.cls == SP_SLAB_GRADS && r.mode != SP_SLAB_R) t->grads_last[r.index] = i;
+            }
+        } else if (in->op == SP_OP_COMBINE) { /* writes the owner's, reads local others' */
+            const sp_stage_shared *sh = &model->shared[in->buf.idx];
+            for (int q = 0; q < sh->nstages; q++)
+                if (owns(t, sh->stages[q])) t->grads_last[sh->stages[q]] = i;
+        } else if (in->op == SP_OP_SEND && in->buf.cls == SP_BUF_SHARED_GRAD) {
+            t->grads_last[in->buf.stage] = i;
+        }
+    }
+    return SP_OK;
+}
+
 sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
                               const sp_train_opts *opts, sp_status *status)
 {
@@ -477,10 +553,20 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
                           sched->name, sched->nstages, sp_program_num_stages(p));
         goto out;
     }
-    if (sched->nactors != sp_exec_size()) {
-        st = sp_set_error(SP_ERR_ARG, "schedule '%s' needs %d actors (MPI ranks), but %d "
-                          "ranks are running: use mpirun -np %d", sched->name, sched->nactors,
-                          sp_exec_size(), sched->nactors);
+    int R = opts->replicas > 1 ? opts->replicas : 1;
+    if (sched->nactors * R != sp_exec_size()) {
+        if (R == 1)
+            st = sp_set_error(SP_ERR_ARG, "schedule '%s' needs %d actors (MPI ranks), but %d "
+                              "ranks are running: use mpirun -np %d", sched->name,
+                              sched->nactors, sp_exec_size(), sched->nactors);
+        else
+            st = sp_set_error(SP_ERR_ARG, "%d replicas of schedule '%s' (%d actors) need %d "
+                              "MPI ranks, but %d are running", R, sched->name, sched->nactors,
+                              R * sched->nactors, sp_exec_size());
+        goto out;
+    }
+    if (opts->shard_optimizer && R == 1) {
+        st = sp_set_error(SP_ERR_ARG, "a sharded optimizer needs replicas (--replicas R > 1)");
         goto out;
     }
     if (!(t = calloc(1, sizeof *t))) {
@@ -491,6 +577,9 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
     t->g = sp_program_graph(p);
     t->o = *opts;
     t->rank = sp_exec_rank();
+    t->R = R;
+    t->layout = (sp_layout){ .replicas = R, .actors = sched->nactors, .order = opts->rank_order };
+    sp_layout_place(&t->layout, t->rank, &t->replica, &t->actor);
     t->S = sp_program_num_stages(p);
     const sp_stage_model *model = sp_program_stage_model(p);
     t->E = model->nedges;
@@ -514,19 +603,19 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
         int64_t th = 65536; /* STARPIPE_NCCL_THRESHOLD, parsed strictly */
         if ((st = sp_env_int("STARPIPE_NCCL_THRESHOLD", 0, SP_NCCL_THRESHOLD_MAX, &th))) goto out;
         size_t threshold = (size_t)th;
-        if ((st = sp_nccl_calls(t->plan, t->rank, threshold, &t->ncalls, &t->nncalls)))
+        if ((st = sp_nccl_calls(t->plan, t->actor, threshold, &t->ncalls, &t->nncalls)))
             goto out;
-        if (!(t->nccl_of = malloc(sizeof(int) * (size_t)(t->plan->ninstr[t->rank] + 1)))) {
+        if (!(t->nccl_of = malloc(sizeof(int) * (size_t)(t->plan->ninstr[t->actor] + 1)))) {
             st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
             goto out;
         }
-        for (int i = 0; i < t->plan->ninstr[t->rank]; i++) t->nccl_of[i] = -1;
+        for (int i = 0; i < t->plan->ninstr[t->actor]; i++) t->nccl_of[i] = -1;
         for (int k = 0; k < t->nncalls; k++) t->nccl_of[t->ncalls[k].instr] = k;
         snprintf(t->notice, sizeof t->notice, "NCCL carries boundary tensors of %zu bytes "
                  "and more", threshold);
     }
-    for (int i = 0; i < t->plan->ninstr[t->rank]; i++) {
-        const sp_instr *in = &t->plan->instr[t->rank][i];
+    for (int i = 0; i < t->plan->ninstr[t->actor]; i++) {
+        const sp_instr *in = &t->plan->instr[t->actor][i];
         if (in->op == SP_OP_SEND || in->op == SP_OP_RECV) t->msg_instr[in->seq] = i;
     }
     for (int a = 0; a < t->plan->nactors; a++)
@@ -538,14 +627,18 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
         for (int s = 0; s < t->S; s++) users += sp_program_param_offset(p, s, x) >= 0;
         if (users > 1) t->shared_param[k++] = x;
     }
+    if ((st = sp_tr_replicas_create(t)) || (st = find_grads_last(t))) goto out;
     for (int s = 0; s < t->S; s++) {
         if (!owns(t, s)) continue;
         size_t pb = sp_program_buf_bytes(p, SP_SLAB_PARAMS, s);
+        int64_t lo, hi; /* the moments of this rank's shard (sharded), else of all */
+        sp_trainer_shard(t, s, &lo, &hi);
+        size_t mb = opts->shard_optimizer ? 4 * (size_t)(hi - lo) : pb;
         if ((st = sp_tr_register_host(&t->h_params[s], &t->params[s], pb)) ||
             (st = sp_tr_register_host(&t->h_grads[s], &t->grads[s],
                                 sp_program_buf_bytes(p, SP_SLAB_GRADS, s))) ||
-            (st = sp_tr_register_host(&t->h_m[s], &t->mom_m[s], pb)) ||
-            (st = sp_tr_register_host(&t->h_v[s], &t->mom_v[s], pb)))
+            (st = sp_tr_register_host(&t->h_m[s], &t->mom_m[s], mb)) ||
+            (st = sp_tr_register_host(&t->h_v[s], &t->mom_v[s], mb)))
             goto out;
         for (int i = 0; i < sp_graph_num_params(t->g); i++) {
             sp_tensor x = sp_graph_param(t->g, i);
@@ -580,6 +673,7 @@ void sp_trainer_free(sp_trainer *t)
         for (size_t i = 0; lists[l] && i < counts[l]; i++)
             if (lists[l][i]) sp_exec_buf_unregister(lists[l][i]);
     for (size_t i = 0; i < t->nfree; i++) sp_exec_buf_unregister(t->pool_free[i]);
+    sp_tr_replicas_free(t);
     free(t->pool_free);
     for (int s = 0; s < t->S; s++) {
         if (t->params) free(t->params[s]);
@@ -595,7 +689,7 @@ void sp_trainer_free(sp_trainer *t)
     free(t->h_act), free(t->h_bgrad), free(t->h_efwd), free(t->h_egrad), free(t->h_input);
     free(t->input_host), free(t->h_loss), free(t->shared_param);
     free(t->h_sgrad), free(t->h_sparam), free(t->seq_task), free(t->events), free(t->msg_instr);
-    free(t->nccl_of), free(t->ncalls);
+    free(t->nccl_of), free(t->ncalls), free(t->grads_last);
     free(t->tbuf), free(t->tstart), free(t->tend);
     sp_plan_free(t->plan);
     free(t);

@@ -14,12 +14,30 @@ typedef struct {
     int instr; /* index in this rank's plan program; -1 for helper tasks */
 } task_id;
 
+/* What a stage's replicas exchange (runtime/replicas.c), on each rank holding it: the
+ * shard bounds, a send and a receive buffer per other replica, this rank's reduced shard. */
+typedef struct {
+    int64_t *bounds;      /* [R + 1] (sp_optim_shards) */
+    sp_exec_buf **send, **recv; /* [R], NULL at this rank's own replica */
+    float **send_host, **recv_host;
+    sp_exec_buf *mine;
+    float *mine_host;
+    int pending;          /* the reduce of this step is still to be submitted */
+} sp_tr_stage_replicas;
+
 struct sp_trainer {
     const sp_program *p;
     const sp_graph *g;
     sp_plan *plan;
     sp_train_opts o;
     int rank, S, E, m, nin, nshared, steps;
+    /* replicas: this rank is actor `actor` of replica `replica` (layout) */
+    sp_layout layout;
+    int actor, replica, R;
+    sp_tr_stage_replicas *rep; /* [S], for stages this rank holds; NULL without replicas */
+    int *grads_last;           /* [S]: the last instruction of phase 1 writing GRADS[s] */
+    int *unpack;               /* deferred unpacks of the step: (stage, replica) pairs */
+    int nunpack;
     /* persistent per-stage slabs (owned stages only) */
     float **params, **grads, **mom_m, **mom_v;
     sp_exec_buf **h_params, **h_grads, **h_m, **h_v, **h_scratch;
@@ -55,8 +73,51 @@ struct sp_trainer {
 
 static inline int owns(const sp_trainer *t, int stage)
 {
-    return t->plan->stage_actor[stage] == t->rank;
+    return t->plan->stage_actor[stage] == t->actor;
 }
+
+/* The world rank of actor a in this rank's replica (plans name actors). */
+static inline int peer_rank(const sp_trainer *t, int actor)
+{
+    return sp_layout_rank(&t->layout, t->replica, actor);
+}
+
+/* ---- train.c ---- */
+/* A task function for each place a task can run: on a rank with CUDA workers every task
+ * runs there (one device, data stays on it); else on the CPU. */
+typedef struct {
+    sp_exec_cpu_fn cpu;
+    sp_exec_cuda_fn cuda;
+} sp_tr_fn;
+#ifdef STARPIPE_HAVE_CUDA
+#define SP_TR_FN(name) ((sp_tr_fn){ name##_cpu, name##_cuda })
+#else
+#define SP_TR_FN(name) ((sp_tr_fn){ name##_cpu, NULL })
+#endif
+/* Submits a task as the next of this rank's order (id: what the trace calls it). */
+sp_status sp_tr_submit(sp_trainer *t, const char *name, sp_tr_fn fn, int nbufs,
+                       sp_exec_buf *const *bufs, const sp_exec_mode *modes, const void *args,
+                       size_t args_size, task_id id);
+/* dst[dst_off..+n) = src[src_off..+n) as a task. */
+sp_status sp_tr_submit_copy(sp_trainer *t, sp_exec_buf *dst, int64_t dst_off, sp_exec_buf *src,
+                            int64_t src_off, int64_t n, const char *name);
+
+/* ---- replicas.c: the gradient all-reduce over replicas and the sharded optimizer ----
+ * Messages use numbers past the plan's (nmessages + 3 s + phase), so they never share a
+ * tag with the pipeline's. */
+sp_status sp_tr_replicas_create(sp_trainer *t);
+void sp_tr_replicas_free(sp_trainer *t);
+/* Phase 1, after the last instruction writing GRADS[s]: this replica's shards go to their
+ * reducers, the others' shards of this rank's own are received. */
+sp_status sp_tr_reduce_begin(sp_trainer *t, int s);
+/* Later in phase 1 (one task on, so the messages have time to arrive): the sum of this
+ * rank's shard in replica order, and (without shard_optimizer) its copies to the others,
+ * whose unpacks wait for sp_tr_reduce_end at the end of phase 1. */
+sp_status sp_tr_reduce_pending(sp_trainer *t);
+sp_status sp_tr_reduce_end(sp_trainer *t);
+/* Phase 2, after the optimizer of stage s updated this rank's shard: the shards of the
+ * parameters gathered from every replica (shard_optimizer only). */
+sp_status sp_tr_gather_params(sp_trainer *t, int s);
 
 /* ---- buffers.c ---- */
 /* The executor buffer of slab (class, index) for microbatch mb: persistent slabs, and

@@ -89,6 +89,26 @@ const char *sp_schedule_help(void);
 sp_status sp_schedule_from_env(const char *name, int nactors, int nmicro, int nchunks,
                                sp_schedule **out);
 
+/* ---- replicas: R copies of a P-actor pipeline on R x P ranks ----
+ * Which world rank runs actor a of replica r. Pipeline-major (the default): the ranks of
+ * one pipeline are consecutive, rank = r * P + a, so on nodes of 4 or 8 GPUs a pipeline
+ * of up to that many actors stays inside a node and only the gradient all-reduce crosses
+ * nodes. Replica-major: rank = a * R + r, the replicas of a stage are consecutive (the
+ * all-reduce stays inside a node, the pipeline's messages cross). */
+typedef enum { SP_RANK_ORDER_PIPELINE = 0, SP_RANK_ORDER_REPLICA = 1 } sp_rank_order;
+typedef struct {
+    int replicas, actors;
+    sp_rank_order order;
+} sp_layout;
+int sp_layout_rank(const sp_layout *l, int replica, int actor);
+void sp_layout_place(const sp_layout *l, int rank, int *replica, int *actor);
+const char *sp_rank_order_name(sp_rank_order o);
+/* The layout of nranks ranks: replicas (<= 0: STARPIPE_REPLICAS, default 1), actors (<= 0:
+ * nranks / replicas), order (NULL: STARPIPE_RANK_ORDER, "pipeline" or "replica"). A rank
+ * count that replicas x actors does not match is SP_ERR_ARG with one message. */
+sp_status sp_layout_from_env(int nranks, int replicas, int actors, const char *order,
+                             sp_layout *out);
+
 /* A random valid schedule for `model`: stages dealt to actors in a random order (every
  * actor gets one when S >= p), each backward fused (BW) or split (B, W) at random, and
  * every actor's list cut from one random topological order of the task graph. The same

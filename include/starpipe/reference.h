@@ -20,6 +20,13 @@ typedef struct sp_reference sp_reference;
 sp_reference *sp_reference_create(const sp_program *p, int microbatches,
                                   const sp_adamw_config *opt, uint64_t seed, sp_status *status);
 void sp_reference_free(sp_reference *r);
+/* Data parallelism as the trainer runs it (train.h, opts.replicas): a step then takes
+ * R x m microbatches. Replica q's gradients accumulate from zero over microbatches q m ..
+ * q m + m - 1 (then its repeated uses and tied stages are combined, as one pipeline
+ * does), each microbatch's loss seeded with 1 / (R m); the step's gradients are the
+ * replicas' summed in replica order, ((g0 + g1) + g2) + ..., element by element, and the
+ * loss is the mean over all R m microbatches. R = 1 is the plain step. */
+sp_status sp_reference_set_replicas(sp_reference *r, int replicas);
 const sp_program *sp_reference_program(const sp_reference *r);
 
 /* inputs[i * ninputs + k]: microbatch i's slice of graph input k (sp_program_input order).
@@ -51,7 +58,7 @@ sp_status sp_reference_store(sp_reference *r, sp_tensor param, int what, const f
 void sp_reference_set_steps_done(sp_reference *r, int steps);
 /* The owner's AdamW moment m (which 0) or v (1) of a parameter. */
 const float *sp_reference_param_moment(const sp_reference *r, sp_tensor param, int which);
-/* Losses of each microbatch of the last step. */
+/* Losses of each microbatch of the last step (R x m with replicas). */
 const float *sp_reference_microbatch_losses(const sp_reference *r);
 /* The global gradient norm of the last optimizer step. */
 double sp_reference_grad_norm(const sp_reference *r);

@@ -29,6 +29,17 @@ typedef struct {
     sp_adamw_config opt;
     uint64_t seed;      /* parameter initialisation */
     int trace;          /* record what ran (sp_trainer_trace) */
+    /* Data parallelism: R replicas of the schedule's P actors on R x P ranks (0 or 1:
+     * one pipeline), placed by rank_order (plan.h, sp_layout). Each replica trains on its
+     * own slice of the step's R x m microbatches; each stage's gradients are then summed
+     * over the replicas in replica order, so a step equals the reference interpreter's
+     * with the same replicas (sp_reference_set_replicas) bit for bit. */
+    int replicas;
+    sp_rank_order rank_order;
+    /* ZeRO-1: each of the R ranks of a stage keeps the AdamW moments of one shard of its
+     * parameters (sp_optim_shards), updates that shard and sends it to the others.
+     * Bitwise the same parameters as without it. */
+    int shard_optimizer;
 } sp_train_opts;
 
 typedef struct {
@@ -50,16 +61,17 @@ typedef struct {
 
 typedef struct sp_trainer sp_trainer;
 
-/* Collective. The schedule must have as many stages as the program, and as many actors
- * as there are ranks. The plan is built and checked here: an invalid schedule fails on
+/* Collective. The schedule must have as many stages as the program, and its actors times
+ * opts.replicas must be the number of ranks. The plan is built and checked here: an invalid schedule fails on
  * every rank with the planner's message before anything runs. */
 sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
                               const sp_train_opts *opts, sp_status *status);
 void sp_trainer_free(sp_trainer *t);
 const sp_plan *sp_trainer_plan(const sp_trainer *t);
 
-/* One step. inputs[i * ninputs + k]: microbatch i of graph input k (every rank passes
- * the whole batch; each reads what its stages use). Collective; the same status and
+/* One step. inputs[i * ninputs + k]: microbatch i of graph input k, for the R x m
+ * microbatches of the step (every rank passes the whole batch; replica r reads
+ * microbatches r * m .. r * m + m - 1, and each rank what its stages use). Collective; the same status and
  * stats on every rank. A non-finite loss or gradient fails with SP_ERR_NUMERIC naming
  * the step and the first stage affected, or skips the update (opts.opt.skip_nonfinite).
  * A failed task fails the step on every rank (SP_ERR_RUNTIME, naming rank and task); the
@@ -69,11 +81,19 @@ const sp_plan *sp_trainer_plan(const sp_trainer *t);
 sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stats *stats);
 
 /* Host copies of this rank's stage slabs, for checks and checkpoints: PARAMS, GRADS
- * (gradients of the last step, the owner's combined), and the AdamW moments m, v.
- * NULL when the stage is not on this rank. Valid until the next step. */
+ * (gradients of the last step, the owner's combined, summed over replicas), and the AdamW
+ * moments m, v. NULL when the stage is not on this rank. Valid until the next step. With
+ * shard_optimizer, the gradients are summed only in this rank's shard [lo, hi)
+ * (sp_trainer_shard), and the moments hold only that shard (hi - lo floats). */
 const float *sp_trainer_slab(sp_trainer *t, sp_slab_class cls, int stage);
 const float *sp_trainer_moment(sp_trainer *t, int which, int stage);
 int sp_trainer_owns_stage(const sp_trainer *t, int stage);
+/* This rank's shard of a stage it holds: [*lo, *hi) of its PARAMS slab (all of it
+ * without replicas). */
+void sp_trainer_shard(const sp_trainer *t, int stage, int64_t *lo, int64_t *hi);
+/* This rank's replica and actor, and the layout of the ranks. */
+sp_layout sp_trainer_layout(const sp_trainer *t);
+int sp_trainer_replica(const sp_trainer *t);
 int sp_trainer_steps_done(const sp_trainer *t);
 
 /* This rank's stages against a reference interpreter that ran the same steps: the count

@@ -1,12 +1,14 @@
 #!/bin/sh
-# kill_rank.sh MPIEXEC APP: a rank killed mid-run (SIGKILL, after step 2 is printed) must
-# make every rank exit non-zero within 30 s, with a message naming the dead rank, and
-# leave no process behind.
-mpiexec=$1; app=$2
+# kill_rank.sh MPIEXEC APP [NP VICTIM [app flags...]]: rank VICTIM (1) of NP (3) killed
+# mid-run (SIGKILL, after step 2 is printed) must make every rank exit non-zero within
+# 30 s, with a message naming the dead rank, and leave no process behind.
+mpiexec=$1; app=$2; np=${3:-3}; victim_rank=${4:-1}
+[ $# -ge 4 ] && shift 4 || shift $#
+[ $# -gt 0 ] || set -- --width 256
 log=$(mktemp)
 tag="kill-test-$$"
-STARPIPE_KILL_TAG=$tag "$mpiexec" -np 3 --oversubscribe -x STARPIPE_KILL_TAG "$app" \
-  --steps 100000 --width 256 >"$log" 2>&1 &
+STARPIPE_KILL_TAG=$tag "$mpiexec" -np "$np" --oversubscribe -x STARPIPE_KILL_TAG "$app" \
+  --steps 100000 "$@" >"$log" 2>&1 &
 launcher=$!
 i=0
 until grep -q "^step 2 " "$log"; do
@@ -16,9 +18,9 @@ done
 victim=""
 for pid in $(pgrep -f "$app"); do
   if tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -q "^STARPIPE_KILL_TAG=$tag$" &&
-     tr '\0' '\n' < /proc/$pid/environ | grep -q '^OMPI_COMM_WORLD_RANK=1$'; then victim=$pid; fi
+     tr '\0' '\n' < /proc/$pid/environ | grep -q "^OMPI_COMM_WORLD_RANK=$victim_rank\$"; then victim=$pid; fi
 done
-[ -n "$victim" ] || { echo "FAIL: rank 1 not found"; kill -9 $launcher; exit 1; }
+[ -n "$victim" ] || { echo "FAIL: rank $victim_rank not found"; kill -9 $launcher; exit 1; }
 start=$(date +%s%N)
 kill -9 "$victim"
 i=0
@@ -37,6 +39,7 @@ done
 rm -f "$log.x"
 [ "$rc" -ne 0 ] || { echo "FAIL: exit code 0"; exit 1; }
 [ "$left" -eq 0 ] || { echo "FAIL: $left processes left behind"; pkill -9 -f "$app"; exit 1; }
-grep -Eq "rank 1|rank \[\[.*\],1\]|process rank 1" "$log" || { echo "FAIL: no message names rank 1"; exit 1; }
+v=$victim_rank
+grep -Eq "rank $v|rank \[\[.*\],$v\]|process rank $v" "$log" || { echo "FAIL: no message names rank $v"; exit 1; }
 rm -f "$log"
 echo "ok"
