@@ -17,11 +17,22 @@ static void usage(FILE *f)
             "                     [--cost F=1,B=1,W=1,BW=2,lat=0,bw=0] [--bytes N]\n"
             "                     [--rendezvous] [--json] [--svg FILE] [--trace FILE]\n"
             "                     [--save-schedule FILE] [--print-plan]\n"
+            "                     [--gpt gpt3-175b|L,C,T,V,B] [--device-flops X]\n"
+            "                     [--replicas R[,R,...]] [--rank-order pipeline|replica]\n"
+            "                     [--allreduce alpha=1e-5,intra=450e9,inter=50e9,node=8,hier=1]\n"
+            "                     [--grad-bytes 4]\n"
             "Stages are a synthetic chain: each stage costs F, B, W (BW defaults to B+W),\n"
             "saves one unit of activations, and sends N bytes to the next (default 1).\n"
             "lat is the per-message latency, bw the bandwidth in bytes per time unit\n"
             "(0: infinite). Flags override STARPIPE_SCHEDULE, STARPIPE_MICROBATCHES and\n"
-            "STARPIPE_CHUNKS. --schedule help lists the schedules.\n");
+            "STARPIPE_CHUNKS. --schedule help lists the schedules.\n"
+            "--gpt: stages of a GPT of L layers, C channels, context T, vocabulary V, B\n"
+            "sequences per microbatch (gpt3-175b: 96,12288,2048,50257,1), costs in seconds\n"
+            "at --device-flops FLOP/s (457e12, JaxPP's measured bf16 rate per GPU).\n"
+            "--replicas: R copies of the pipeline whose stage gradients are all-reduced\n"
+            "(--grad-bytes per element) beside compute, alpha-beta cost (--allreduce:\n"
+            "seconds per message, bytes/s per rank inside and between nodes, GPUs per\n"
+            "node, 1 for the hierarchical form); several values print a weak-scaling table.\n");
 }
 
 static int to_int(const char *flag, const char *v, int *out)
@@ -75,6 +86,78 @@ static int parse_cost(const char *spec, double kind[4], int *bw_given, double *l
     return bad ? -1 : 0;
 }
 
+/* "alpha=1e-5,intra=450e9,inter=50e9,node=8,hier=1" */
+static int parse_allreduce(const char *spec, sp_allreduce_model *m, int *node)
+{
+    char *copy = strdup(spec), *save = NULL;
+    int bad = !copy;
+    for (char *t = copy ? strtok_r(copy, ",", &save) : NULL; t && !bad;
+         t = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(t, '='), *end;
+        if (!eq) {
+            bad = 1;
+            break;
+        }
+        *eq = 0;
+        errno = 0;
+        double v = strtod(eq + 1, &end);
+        if (end == eq + 1 || *end || errno || !isfinite(v) || v < 0 || v > 1e100) {
+            fprintf(stderr, "starpipe-plan: --allreduce: bad value '%s' for %s\n", eq + 1, t);
+            bad = 1;
+        } else if (!strcmp(t, "alpha")) m->alpha = v;
+        else if (!strcmp(t, "intra")) m->bw_intra = v;
+        else if (!strcmp(t, "inter")) m->bw_inter = v;
+        else if (!strcmp(t, "node") && v >= 1 && v <= 1 << 20 && v == (int)v) *node = (int)v;
+        else if (!strcmp(t, "hier") && (v == 0 || v == 1)) m->hierarchical = (int)v;
+        else {
+            fprintf(stderr, "starpipe-plan: --allreduce: bad key or value '%s' (alpha, intra, "
+                    "inter, node a count, hier 0 or 1)\n", t);
+            bad = 1;
+        }
+    }
+    free(copy);
+    return bad ? -1 : 0;
+}
+
+/* "gpt3-175b" or "L,C,T,V,B" */
+static int parse_gpt(const char *spec, sp_gpt_shape *g)
+{
+    if (!strcmp(spec, "gpt3-175b")) {
+        g->layers = 96, g->channels = 12288, g->context = 2048, g->vocab = 50257, g->batch = 1;
+        return 0;
+    }
+    int v[5], n = 0;
+    const char *p = spec;
+    while (n < 5) {
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (end == p || errno || x < 1 || x > 1 << 24) break;
+        v[n++] = (int)x;
+        if (*end != ',' || n == 5) {
+            p = end;
+            break;
+        }
+        p = end + 1;
+    }
+    if (n != 5 || *p) {
+        fprintf(stderr, "starpipe-plan: --gpt: expected gpt3-175b or L,C,T,V,B (five positive "
+                "integers), got '%s'\n", spec);
+        return -1;
+    }
+    g->layers = v[0], g->channels = v[1], g->context = v[2], g->vocab = v[3], g->batch = v[4];
+    return 0;
+}
+
+/* How many of a stage's R replicas share a node of `node` GPUs (node 0: one node). */
+static int replicas_per_node(int R, int P, int node, int replica_major)
+{
+    if (node <= 0) return R;
+    int g = replica_major ? node : (P <= node ? node / P : 1);
+    if (g < 1) g = 1;
+    return g > R ? R : g;
+}
+
 static void json_string(FILE *f, const char *s)
 {
     fputc('"', f);
@@ -105,6 +188,11 @@ int main(int argc, char **argv)
     int p = 0, S = 0, m = 0, v = 0, json = 0, print_plan = 0, rendezvous = 0, bytes = 1;
     double kind[4] = { 1, 1, 1, -1 }, lat = 0, bw = 0;
     int bw_given = 0;
+    const char *gpt = NULL, *reps = NULL, *order = "pipeline";
+    double device_flops = 457e12, grad_bytes = 4;
+    sp_allreduce_model arm = { .alpha = 1e-5, .bw_intra = 450e9, .bw_inter = 50e9,
+                               .hierarchical = 1 };
+    int node = 8;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = 0;
@@ -121,6 +209,21 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--json")) json = ok = 1;
         else if (!strcmp(a, "--print-plan")) print_plan = ok = 1;
         else if (!strcmp(a, "--rendezvous")) rendezvous = ok = 1;
+        else if (!strcmp(a, "--gpt") && val) gpt = val, i++, ok = 1;
+        else if (!strcmp(a, "--replicas") && val) reps = val, i++, ok = 1;
+        else if (!strcmp(a, "--rank-order") && val && (!strcmp(val, "pipeline") || !strcmp(val, "replica")))
+            order = val, i++, ok = 1;
+        else if (!strcmp(a, "--allreduce") && val) ok = !parse_allreduce(val, &arm, &node), i++;
+        else if ((!strcmp(a, "--device-flops") || !strcmp(a, "--grad-bytes")) && val) {
+            char *end;
+            errno = 0;
+            double x = strtod(val, &end);
+            ok = end != val && !*end && !errno && isfinite(x) && x > 0 && x < 1e30;
+            if (!ok) fprintf(stderr, "starpipe-plan: %s needs a positive number, got '%s'\n", a, val);
+            else if (a[2] == 'd') device_flops = x;
+            else grad_bytes = x;
+            i++;
+        }
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
@@ -159,20 +262,81 @@ int main(int argc, char **argv)
         sp_schedule_free(sch);
         return 1;
     }
-    sp_stage_model *model = sp_stage_model_chain(S, kind[0], kind[1], kind[2], (size_t)bytes);
-    if (!model) {
-        fprintf(stderr, "starpipe-plan: out of memory\n");
+    sp_gpt_shape shape = { .device_flops = device_flops, .elem_bytes = 2 };
+    if (gpt && parse_gpt(gpt, &shape)) {
         sp_schedule_free(sch);
         return 1;
     }
-    for (int s = 0; s < S; s++) model->stage[s].cost[SP_TASK_BW] = kind[SP_TASK_BW];
+    sp_stage_model *model = gpt ? sp_stage_model_gpt(&shape, S)
+                                : sp_stage_model_chain(S, kind[0], kind[1], kind[2], (size_t)bytes);
+    if (!model) {
+        if (gpt) fprintf(stderr, "starpipe-plan: --gpt %s cannot be cut into %d stages\n", gpt, S);
+        else fprintf(stderr, "starpipe-plan: out of memory\n");
+        sp_schedule_free(sch);
+        return 1;
+    }
+    for (int s = 0; !gpt && s < S; s++) model->stage[s].cost[SP_TASK_BW] = kind[SP_TASK_BW];
+    /* --replicas R[,R...]: each a simulation of one replica with its all-reduces */
+    int nrep = 0, rlist[64];
+    for (const char *q = reps; q && *q && nrep < 64;) {
+        char *end;
+        errno = 0;
+        long x = strtol(q, &end, 10);
+        if (end == q || errno || x < 1 || x > 1 << 20 || (*end && *end != ',')) {
+            fprintf(stderr, "starpipe-plan: --replicas: expected positive integers separated "
+                    "by commas, got '%s'\n", reps);
+            sp_stage_model_free(model);
+            sp_schedule_free(sch);
+            return 1;
+        }
+        rlist[nrep++] = (int)x;
+        q = *end ? end + 1 : end;
+    }
 
     sp_plan *plan = NULL;
     sp_sim_result *res = NULL;
     int rc = 0;
-    sp_sim_config cfg = { .latency = lat, .bandwidth = bw, .rendezvous = rendezvous };
+    sp_sim_config cfg = { .latency = lat, .bandwidth = bw, .rendezvous = rendezvous,
+                          .grad_bytes_per_param = grad_bytes };
+    if (nrep == 1) {
+        arm.replicas = rlist[0];
+        arm.replicas_per_node = replicas_per_node(rlist[0], p, node, !strcmp(order, "replica"));
+        cfg.allreduce = &arm;
+    }
     if (sp_plan_build(model, sch, &plan) || sp_simulate(plan, model, &cfg, &res)) {
         rc = invalid(json, sp_last_error());
+        goto out;
+    }
+    if (nrep > 1) { /* the weak-scaling table: one replica simulated per R, m fixed */
+        double tokens = gpt ? (double)shape.batch * shape.context * sch->nmicro : sch->nmicro;
+        printf("weak scaling: %s, %d actors, %d microbatches per replica, %s-major ranks, "
+               "%s all-reduce (alpha %g s, %g GB/s in a node, %g GB/s between nodes, %d per "
+               "node), gradients %g bytes per element\n", sch->name, p, sch->nmicro, order,
+               arm.hierarchical ? "hierarchical" : "ring", arm.alpha, arm.bw_intra / 1e9,
+               arm.bw_inter / 1e9, node, grad_bytes);
+        printf("%8s %8s %12s %14s %10s %13s %11s %9s\n", "devices", "replicas", "step_s",
+               gpt ? "tokens/s" : "mb/s", "weak_eff", "allreduce_s", "exposed_s", "exposed");
+        double t0 = 0;
+        for (int k = 0; k < nrep && rc == 0; k++) {
+            sp_sim_result *rr = NULL;
+            arm.replicas = rlist[k];
+            arm.replicas_per_node = replicas_per_node(rlist[k], p, node, !strcmp(order, "replica"));
+            cfg.allreduce = &arm;
+            if (sp_simulate(plan, model, &cfg, &rr)) {
+                rc = invalid(0, sp_last_error());
+                break;
+            }
+            if (k == 0) t0 = rr->step_time;
+            /* per-replica work is fixed: efficiency = first step time / this one */
+            double comm = 0;
+            for (int st = 0; st < S; st++) comm = rr->ar_end[st] - rr->ar_start[st] > comm
+                                                     ? rr->ar_end[st] - rr->ar_start[st] : comm;
+            printf("%8d %8d %12.4f %14.4g %9.2f%% %13.4f %11.4f %8.2f%%\n", rlist[k] * p,
+                   rlist[k], rr->step_time, tokens * rlist[k] / rr->step_time,
+                   100 * t0 / rr->step_time, comm, rr->exposed_comm,
+                   100 * rr->exposed_comm / rr->step_time);
+            sp_sim_result_free(rr);
+        }
         goto out;
     }
     if (print_plan) sp_plan_write(plan, stdout);
@@ -193,9 +357,11 @@ int main(int argc, char **argv)
         printf("{\"valid\":true,\"error\":null,\"schedule\":");
         json_string(stdout, sch->name);
         printf(",\"actors\":%d,\"stages\":%d,\"microbatches\":%d,\"tasks\":%d,"
-               "\"messages\":%lld,\"step_time\":%.17g,\"bubble_fraction\":%.17g",
+               "\"messages\":%lld,\"step_time\":%.17g,\"bubble_fraction\":%.17g,"
+               "\"replicas\":%d,\"comm_time\":%.17g,\"exposed_comm\":%.17g",
                p, S, sch->nmicro, plan->ntasks, (long long)plan->nmessages, res->step_time,
-               res->bubble_fraction);
+               res->bubble_fraction, cfg.allreduce ? arm.replicas : 1, res->comm_time,
+               res->exposed_comm);
         const char *keys[] = { "peak_activations", "busy", "idle", "peak_bytes" };
         for (int k = 0; k < 4; k++) {
             printf(",\"%s\":[", keys[k]);
@@ -214,6 +380,10 @@ int main(int argc, char **argv)
                sch->name, p, S, sch->nmicro, plan->ntasks, (long long)plan->nmessages);
         printf("step time %.6g   bubble %.2f%%   (%s channels)\n", res->step_time,
                100 * res->bubble_fraction, rendezvous ? "rendezvous" : "buffered");
+        if (cfg.allreduce)
+            printf("replicas %d (%d devices): gradient all-reduces %.6g in all, exposed %.6g "
+                   "(%.2f%% of the step)\n", arm.replicas, arm.replicas * p, res->comm_time,
+                   res->exposed_comm, res->step_time > 0 ? 100 * res->exposed_comm / res->step_time : 0);
         printf("%5s %12s %12s %8s %9s %12s %12s %12s\n", "actor", "busy", "idle", "bubble",
                "peak_act", "act_bytes", "bdry_bytes", "peak_bytes");
         for (int a = 0; a < p; a++)

@@ -39,3 +39,35 @@ void sp_stage_model_free(sp_stage_model *m)
     free(m->shared);
     free(m);
 }
+
+sp_stage_model *sp_stage_model_gpt(const sp_gpt_shape *g, int nstages)
+{
+    if (!g || nstages < 1 || g->layers < nstages || g->channels < 1 || g->context < 1 ||
+        g->vocab < 1 || g->batch < 1 || !(g->device_flops > 0))
+        return NULL;
+    sp_stage_model *m = sp_stage_model_chain(nstages, 0, 0, 0, 0);
+    if (!m) return NULL;
+    double N = (double)g->batch * g->context, C = g->channels, T = g->context, V = g->vocab;
+    double eb = g->elem_bytes > 0 ? g->elem_bytes : 2;
+    double block_params = 12 * C * C + 13 * C;
+    for (int s = 0; s < nstages; s++) {
+        int nl = g->layers / nstages + (s < g->layers % nstages);
+        double f = nl * (24 * N * C * C + 4 * N * T * C), b = nl * (24 * N * C * C + 8 * N * T * C);
+        double w = nl * 24 * N * C * C, params = nl * block_params;
+        if (s == 0) params += (V + T) * C;
+        if (s == nstages - 1) {
+            f += 2 * N * C * V, b += 2 * N * C * V, w += 2 * N * C * V;
+            params += V * C + 2 * C;
+        }
+        sp_stage_info *st = &m->stage[s];
+        st->cost[SP_TASK_F] = f / g->device_flops;
+        st->cost[SP_TASK_B] = b / g->device_flops;
+        st->cost[SP_TASK_W] = w / g->device_flops;
+        st->cost[SP_TASK_BW] = (b + w) / g->device_flops;
+        st->act_bytes = (size_t)(nl * 34 * N * C * eb / 2);
+        st->param_bytes = (size_t)(4 * params);
+        st->opt_bytes = 2 * st->param_bytes;
+    }
+    for (int e = 0; e < m->nedges; e++) m->edge[e].bytes = (size_t)(N * C * eb);
+    return m;
+}

@@ -20,7 +20,44 @@ void sp_sim_result_free(sp_sim_result *r)
     if (r->end)
         for (int a = 0; a < r->nactors; a++) free(r->end[a]);
     free(r->start), free(r->end), free(r->busy), free(r->idle), free(r->peak);
+    free(r->ar_start), free(r->ar_end);
     free(r);
+}
+
+double sp_allreduce_time(const sp_allreduce_model *m, double bytes)
+{
+    int R = m ? m->replicas : 1;
+    if (R <= 1 || bytes <= 0) return 0;
+    int g = m->replicas_per_node < 1 ? 1 : m->replicas_per_node > R ? R : m->replicas_per_node;
+    if (!m->hierarchical || g == 1 || g == R) { /* one ring */
+        double bw = g == R ? m->bw_intra : m->bw_inter;
+        return 2.0 * (R - 1) * m->alpha + (bw > 0 ? 2.0 * (R - 1) / R * bytes / bw : 0);
+    }
+    int n = (R + g - 1) / g;
+    double t = 2.0 * (g - 1) * m->alpha + (m->bw_intra > 0 ? 2.0 * (g - 1) / g * bytes / m->bw_intra : 0);
+    t += 2.0 * (n - 1) * m->alpha +
+         (m->bw_inter > 0 ? 2.0 * (n - 1) / n * (bytes / g) / m->bw_inter : 0);
+    return t;
+}
+
+/* The last instruction of each actor that touches stage s's gradients: its W or BW tasks,
+ * a tied combine, a tied gradient's send; last[s] (-1: none). */
+static void grads_final(const sp_plan *plan, const sp_stage_model *model, int *last)
+{
+    for (int s = 0; s < plan->nstages; s++) last[s] = -1;
+    for (int a = 0; a < plan->nactors; a++)
+        for (int i = 0; i < plan->ninstr[a]; i++) {
+            const sp_instr *in = &plan->instr[a][i];
+            if (in->op == SP_OP_RUN && (in->task.kind == SP_TASK_W || in->task.kind == SP_TASK_BW))
+                last[in->task.stage] = i;
+            else if (in->op == SP_OP_COMBINE)
+                for (int q = 0; q < model->shared[in->buf.idx].nstages; q++) {
+                    int s = model->shared[in->buf.idx].stages[q];
+                    if (plan->stage_actor[s] == a) last[s] = i;
+                }
+            else if (in->op == SP_OP_SEND && in->buf.cls == SP_BUF_SHARED_GRAD)
+                last[in->buf.stage] = i;
+        }
 }
 
 static double task_time(const sp_stage_model *model, const sp_sim_config *cfg, sp_task t)
@@ -149,11 +186,23 @@ sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
     msg_state *ms = malloc((size_t)(nm ? nm : 1) * sizeof *ms);
     int *qhead = malloc((size_t)p * p * sizeof *qhead), *qtail = malloc((size_t)p * p * sizeof *qtail);
     double *linkfree = calloc((size_t)p * p, sizeof *linkfree);
+    int S = plan->nstages, ar = cfg->allreduce && cfg->allreduce->replicas > 1;
+    int *last = NULL;                      /* [stage]: its gradients' last instruction */
+    double *netfree = NULL, *ardone = NULL; /* [actor]: its network free; collectives done */
     sp_status st = SP_OK;
     char s1[160];
     if (!r || !pc || !work || !queued || !clock || !ms || !qhead || !qtail || !linkfree) goto nomem;
     r->nactors = p;
     r->nmessages = nm;
+    r->nstages = plan->nstages;
+    r->ar_start = calloc((size_t)S + 1, sizeof(double));
+    r->ar_end = calloc((size_t)S + 1, sizeof(double));
+    last = malloc(((size_t)S + 1) * sizeof(int));
+    netfree = calloc((size_t)p, sizeof(double));
+    ardone = calloc((size_t)p, sizeof(double));
+    if (!r->ar_start || !r->ar_end || !last || !netfree || !ardone) goto nomem;
+    grads_final(plan, model, last);
+    double gbytes = cfg->grad_bytes_per_param > 0 ? cfg->grad_bytes_per_param : 4;
     r->busy = calloc((size_t)p, sizeof *r->busy);
     r->idle = calloc((size_t)p, sizeof *r->idle);
     r->peak = calloc((size_t)p, sizeof *r->peak);
@@ -226,6 +275,7 @@ sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
                 dur = cfg->instr_time ? cfg->instr_time[a][pc[a]]
                     : in->op == SP_OP_RUN ? task_time(model, cfg, in->task)
                     : in->op == SP_OP_COMBINE ? cfg->combine_time : cfg->optimizer_time;
+                if (in->op == SP_OP_OPTIMIZER && ar && ardone[a] > t) t = ardone[a];
             }
             if (in->op == SP_OP_RECV || in->op == SP_OP_SEND) {
                 r->start[a][pc[a]] = t;
@@ -236,6 +286,17 @@ sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
                 clock[a] = t + dur;
                 r->busy[a] += dur;
             }
+            /* the stages whose gradients are now final start their all-reduce */
+            for (int s = 0; ar && s < S; s++)
+                if (last[s] == pc[a] && plan->stage_actor[s] == a) {
+                    double t0 = clock[a] > netfree[a] ? clock[a] : netfree[a];
+                    double d = sp_allreduce_time(cfg->allreduce,
+                                                 gbytes / 4 * (double)model->stage[s].param_bytes);
+                    r->ar_start[s] = t0;
+                    r->ar_end[s] = netfree[a] = t0 + d;
+                    if (netfree[a] > ardone[a]) ardone[a] = netfree[a];
+                    r->comm_time += d;
+                }
             pc[a]++;
         }
     }
@@ -261,6 +322,7 @@ sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
         }
     double T = 0, busy = 0;
     for (int a = 0; a < p; a++) {
+        if (ar && ardone[a] > clock[a]) clock[a] = ardone[a]; /* a plan with no OPTIMIZER */
         if (clock[a] > T) T = clock[a];
         busy += r->busy[a];
     }
@@ -269,6 +331,14 @@ sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
     r->bubble_fraction = T > 0 ? 1.0 - busy / ((double)p * T) : 0;
     st = memory(plan, model, r);
     if (st) goto fail;
+    if (ar) { /* exposed: what the collectives add to the step without them */
+        sp_sim_config alone = *cfg;
+        alone.allreduce = NULL;
+        sp_sim_result *r0 = NULL;
+        if ((st = sp_simulate(plan, model, &alone, &r0))) goto fail;
+        r->exposed_comm = T > r0->step_time ? T - r0->step_time : 0;
+        sp_sim_result_free(r0);
+    }
     *out = r;
     r = NULL;
     goto done;
@@ -282,5 +352,6 @@ done:
     sp_sim_result_free(r);
     free(pc), free(work), free(queued), free(clock), free(ms), free(qhead), free(qtail);
     free(linkfree);
+    free(last), free(netfree), free(ardone);
     return st;
 }

@@ -86,6 +86,19 @@ sp_status sp_sim_write_trace(const sp_plan *plan, const sp_sim_result *r, const 
                     (r->end[a][j] - r->start[a][j]) * 1e6, (long long)in->seq, in->bytes);
         }
     }
+    /* the replicas' gradient all-reduces run beside compute: one row per actor */
+    for (int a = 0; r->ar_end && a < plan->nactors; a++) {
+        int any = 0;
+        for (int s = 0; s < r->nstages; s++) {
+            if (plan->stage_actor[s] != a || r->ar_end[s] <= r->ar_start[s]) continue;
+            if (!any++)
+                fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
+                        "\"args\":{\"name\":\"actor %d collectives\"}}", 2 * plan->nactors + a, a);
+            fprintf(f, ",\n{\"name\":\"all-reduce s%d\",\"cat\":\"allreduce\",\"ph\":\"X\","
+                    "\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}", s, 2 * plan->nactors + a,
+                    r->ar_start[s] * 1e6, (r->ar_end[s] - r->ar_start[s]) * 1e6);
+        }
+    }
     fprintf(f, "\n]}\n");
     return sp_output_commit(&out, "trace");
 }

@@ -263,6 +263,24 @@ sp_status sp_nccl_calls(const sp_plan *plan, int actor, size_t threshold, sp_ncc
 
 /* ------------------------------------------------------------------ simulator */
 
+/* The gradient all-reduce of R replicas of a stage, alpha-beta cost (the runtime's
+ * reduce-scatter then all-gather moves the same bytes as a ring):
+ *   flat ring over R ranks:  2 (R-1) alpha + 2 (R-1)/R x bytes / bw, where bw is the
+ *     inter-node bandwidth when the R replicas span nodes, else the intra-node one;
+ *   hierarchical (g = replicas_per_node ranks of the stage per node, n = R/g nodes):
+ *     reduce-scatter in the node, all-reduce of bytes/g across the n nodes, all-gather
+ *     in the node: 2 (g-1) alpha + 2 (g-1)/g bytes / bw_intra
+ *                  + 2 (n-1) alpha + 2 (n-1)/n (bytes/g) / bw_inter. */
+typedef struct {
+    int replicas;          /* R; <= 1: no all-reduce */
+    double alpha;          /* per message step (seconds, or the cost unit) */
+    double bw_intra;       /* bytes per unit of time per rank, inside a node (NVLink) */
+    double bw_inter;       /* the same between nodes (the network, per rank) */
+    int replicas_per_node; /* how many of a stage's R replicas share a node (1..R) */
+    int hierarchical;      /* 0: one flat ring; 1: the three-phase form above */
+} sp_allreduce_model;
+double sp_allreduce_time(const sp_allreduce_model *m, double bytes);
+
 typedef struct {
     /* Task time: flops[s * SP_NUM_TASK_KINDS + kind] / device_flops when both are given,
      * else sp_stage_info.cost[kind]. */
@@ -276,6 +294,12 @@ typedef struct {
      * time from here (a replay of measured durations) instead of the above */
     const double *const *instr_time;
     int rendezvous;     /* 1: a SEND also blocks until its RECV is posted (NCCL-like) */
+    /* Replicas: each stage's gradients (param_bytes x grad_bytes_per_param / 4) are
+     * all-reduced once the actor's last instruction touching them has run (as the
+     * runtime does), on the network beside compute (one collective at a time per actor),
+     * and the actor's OPTIMIZER waits for its collectives. NULL: no replicas. */
+    const sp_allreduce_model *allreduce;
+    double grad_bytes_per_param; /* bytes per gradient element in the all-reduce; 0: 4 */
 } sp_sim_config;
 
 typedef struct {
@@ -289,6 +313,12 @@ typedef struct {
     int async_transfers;    /* 1: SEND/RECV times are measured asynchronous transfers (from
                                posting to completion); the trace shows them on a row of
                                their own per actor. 0: simulated blocking waits. */
+    /* With cfg->allreduce: each stage's all-reduce [start, end) on its actor (the trace
+     * shows them on a row of their own per actor), the sum of their durations, and the
+     * time the step waits for them after its last compute ("exposed"). */
+    int nstages;
+    double *ar_start, *ar_end; /* [stage] */
+    double comm_time, exposed_comm;
 } sp_sim_result;
 
 /* Runs the plan with blocking, ordered (FIFO per pair of actors) channels. Fails with

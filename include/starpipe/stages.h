@@ -62,6 +62,23 @@ typedef struct {
 sp_stage_model *sp_stage_model_chain(int n, double f, double b, double w, size_t bytes);
 void sp_stage_model_free(sp_stage_model *m);
 
+/* A GPT's stages from its shape alone, for planning at scales that cannot run here
+ * (docs/scaling.md): `layers` transformer blocks of `channels` (pre-LayerNorm, 4x MLP,
+ * full attention over `context` tokens), `batch` sequences per microbatch, vocabulary
+ * `vocab`, cut into nstages stages of layers / nstages blocks (the remainder to the first
+ * stages); stage 0 also holds the token and position embeddings, the last stage the
+ * final LayerNorm and the (untied) output head. Per microbatch of N = batch x context
+ * tokens and a block of C channels: F = 24 N C^2 + 4 N T C FLOPs, B = 24 N C^2 + 8 N T C,
+ * W = 24 N C^2; the head adds 2 N C V to each. Costs are FLOPs / device_flops; activations
+ * saved per block 34 N C x elem_bytes / 2 (Megatron's count with attention recomputed by a
+ * fused kernel), boundary tensors N C x elem_bytes, parameters 4 bytes each. */
+typedef struct {
+    int layers, channels, context, vocab, batch;
+    double device_flops; /* FLOP/s of one device */
+    int elem_bytes;      /* bytes per activation element (2 for bf16) */
+} sp_gpt_shape;
+sp_stage_model *sp_stage_model_gpt(const sp_gpt_shape *g, int nstages);
+
 #ifdef __cplusplus
 }
 #endif
