@@ -577,6 +577,33 @@ static void describe_layout(const sp_layout *l)
     printf(" (actor order)\n");
 }
 
+/* STARPIPE_VERBOSE=1 with replicas: each rank's AdamW state, predicted from the stage
+ * sizes (2 moments of the parameters it owns, an even 1/R of them when sharded) and as
+ * the trainer allocated it, and all its persistent buffers. Collective. 1 on failure. */
+static int describe_memory(sp_trainer *t, const sp_program *p, int R, int sharded)
+{
+    int P = sp_exec_size(), me = sp_exec_rank();
+    double *v = calloc(3 * (size_t)P, sizeof *v);
+    if (!v) return 1;
+    double pred = 0;
+    for (int s = 0; s < sp_program_num_stages(p); s++)
+        if (sp_trainer_owns_stage(t, s))
+            pred += 2.0 * (double)sp_program_buf_bytes(p, SP_SLAB_PARAMS, s) / (sharded ? R : 1);
+    sp_train_memory mem = sp_trainer_memory(t);
+    v[3 * me] = pred, v[3 * me + 1] = (double)mem.optimizer, v[3 * me + 2] = (double)mem.persistent;
+    int bad = sp_exec_allreduce_sum(v, 3 * (size_t)P, 1) != SP_OK;
+    sp_layout l = sp_trainer_layout(t);
+    for (int k = 0; !bad && me == 0 && k < P; k++) {
+        int r, a;
+        sp_layout_place(&l, k, &r, &a);
+        printf("  rank %d (replica %d, actor %d): AdamW state %.3f MiB (predicted %.3f MiB%s), "
+               "persistent buffers %.3f MiB\n", k, r, a, v[3 * k + 1] / 1048576.0,
+               v[3 * k] / 1048576.0, sharded ? ", 1/R" : "", v[3 * k + 2] / 1048576.0);
+    }
+    free(v);
+    return bad;
+}
+
 /* ---- the pipelined run ---- */
 
 static int nmb_or_zero(const sp_schedule *s) { return s ? s->nmicro : 0; }
@@ -726,6 +753,13 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         if (sp_exec_num_cuda() > 0) printf("transfers: %s\n", sp_trainer_notice(t));
         if (verbose >= 1) describe_plan(sp_trainer_plan(t), sp_program_stage_model(p));
         if (verbose >= 1 && R > 1) describe_layout(&lay);
+        fflush(stdout);
+    }
+    if (verbose >= 1 && R > 1 && describe_memory(t, p, R, o->shard_optimizer)) {
+        code = 1;
+        goto out;
+    }
+    if (me == 0) {
         if (o->load) printf("resumed from %s after step %d\n", o->load, start);
         fflush(stdout);
     }

@@ -148,11 +148,12 @@ sp_exec_buf *sp_tr_transfer_buf(sp_trainer *t, const sp_buf *b)
     }
 }
 
-sp_status sp_tr_register_host(sp_exec_buf **h, float **host, size_t bytes)
+sp_status sp_tr_register_host(sp_trainer *t, sp_exec_buf **h, float **host, size_t bytes)
 {
     size_t n = bytes / 4 ? bytes / 4 : 1;
     if (!(*host = calloc(n, sizeof(float))))
         return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    t->persistent_bytes += n * sizeof(float);
     return sp_exec_buf_register(h, *host, n, sizeof(float));
 }
 

@@ -11,20 +11,11 @@ const char *sp_trainer_notice(const sp_trainer *t) { return t ? t->notice : ""; 
 
 sp_train_memory sp_trainer_memory(const sp_trainer *t)
 {
-    sp_train_memory m = { 0, 0 };
+    sp_train_memory m = { 0, 0, 0 };
     if (!t) return m;
     m.transient = t->pool_bytes;
-    for (int s = 0; s < t->S; s++) {
-        if (!owns(t, s)) continue;
-        int64_t lo, hi;
-        sp_trainer_shard(t, s, &lo, &hi);
-        size_t pb = sp_program_buf_bytes(t->p, SP_SLAB_PARAMS, s);
-        /* parameters, gradients, AdamW moments (of the shard when sharded), and the
-         * replicas' send and receive buffers */
-        m.persistent += pb + sp_program_buf_bytes(t->p, SP_SLAB_GRADS, s) +
-                        2 * (t->o.shard_optimizer ? 4 * (size_t)(hi - lo) : pb);
-        if (t->rep) m.persistent += pb + 4 * (size_t)(hi - lo) * (size_t)(t->R - 1);
-    }
+    m.persistent = t->persistent_bytes;
+    m.optimizer = t->optimizer_bytes;
     return m;
 }
 
@@ -163,6 +154,20 @@ sp_status sp_trainer_write_timeline(sp_trainer *t, const char *json_path, const 
             if (r.end[a][i] > r.step_time) r.step_time = r.end[a][i];
         }
     }
+    /* the replicas' collectives of each stage, on a row of their own (gather_times) */
+    const double *ar = t->tbuf + 2 * (size_t)pl->nactors * (size_t)t->tmax;
+    if (st == SP_OK && t->R > 1) {
+        r.nstages = t->S;
+        r.ar_start = calloc((size_t)t->S, sizeof(double));
+        r.ar_end = calloc((size_t)t->S, sizeof(double));
+        if (!r.ar_start || !r.ar_end) st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+        for (int s = 0; st == SP_OK && s < t->S; s++)
+            if (ar[2 * s + 1] > ar[2 * s]) {
+                r.ar_start[s] = ar[2 * s] - t0;
+                r.ar_end[s] = ar[2 * s + 1] - t0;
+                if (r.ar_end[s] > r.step_time) r.step_time = r.ar_end[s];
+            }
+    }
     double idle = 0;
     for (int a = 0; st == SP_OK && a < pl->nactors; a++) idle += r.idle[a] = r.step_time - r.busy[a];
     r.bubble_fraction = r.step_time > 0 ? idle / (pl->nactors * r.step_time) : 0;
@@ -172,7 +177,7 @@ sp_status sp_trainer_write_timeline(sp_trainer *t, const char *json_path, const 
         if (r.start) free(r.start[a]);
         if (r.end) free(r.end[a]);
     }
-    free(r.start), free(r.end), free(r.busy), free(r.idle);
+    free(r.start), free(r.end), free(r.busy), free(r.idle), free(r.ar_start), free(r.ar_end);
     return st;
 }
 

@@ -26,6 +26,7 @@
 #include "runtime/train_impl.h"
 
 enum { PH_REDUCE = 0, PH_GATHER_GRADS = 1, PH_GATHER_PARAMS = 2 };
+#define COLL(s) ((task_id){ SP_TR_COLLECTIVE, -1, (s), -1 })
 
 static uint32_t msg_of(const sp_trainer *t, int s, int phase)
 {
@@ -66,13 +67,13 @@ sp_status sp_tr_replicas_create(sp_trainer *t)
             /* shard c: this replica's part of it goes to replica c, and in the gathers
              * replica c's result comes back in the same buffer; what replica c sends of
              * this rank's own shard arrives in recv[c] */
-            if ((st = sp_tr_register_host(&r->send[c], &r->send_host[c],
+            if ((st = sp_tr_register_host(t, &r->send[c], &r->send_host[c],
                                           4 * (size_t)shard_n(t, s, c))) ||
-                (st = sp_tr_register_host(&r->recv[c], &r->recv_host[c],
+                (st = sp_tr_register_host(t, &r->recv[c], &r->recv_host[c],
                                           4 * (size_t)shard_n(t, s, t->replica))))
                 return st;
         }
-        if ((st = sp_tr_register_host(&r->mine, &r->mine_host,
+        if ((st = sp_tr_register_host(t, &r->mine, &r->mine_host,
                                       4 * (size_t)shard_n(t, s, t->replica))))
             return st;
     }
@@ -109,7 +110,7 @@ sp_status sp_tr_reduce_begin(sp_trainer *t, int s)
         snprintf(name, sizeof name, "pack s%d r%d", s, c);
         if (shard_n(t, s, c) > 0 &&
             (st = sp_tr_submit_copy(t, r->send[c], 0, t->h_grads[s], shard_lo(t, s, c),
-                                    shard_n(t, s, c), name)))
+                                    shard_n(t, s, c), name, COLL(s))))
             break;
         if (shard_n(t, s, c) > 0)
             st = sp_exec_send(r->send[c], replica_rank(t, c), msg_of(t, s, PH_REDUCE));
@@ -141,7 +142,7 @@ static sp_status gather(sp_trainer *t, int s, sp_exec_buf *dst, int phase)
                 char name[32];
                 snprintf(name, sizeof name, "unpack param s%d r%d", s, c);
                 st = sp_tr_submit_copy(t, dst, shard_lo(t, s, c), r->send[c], 0, shard_n(t, s, c),
-                                       name);
+                                       name, COLL(s));
             }
         }
     }
@@ -166,11 +167,11 @@ static sp_status reduce(sp_trainer *t, int s)
         char name[32];
         snprintf(name, sizeof name, "reduce s%d", s);
         st = sp_tr_submit(t, name, (sp_tr_fn){ sp_reduce_task_cpu, NULL }, t->R, bufs, modes, &a,
-                          sizeof a, (task_id){ -1, -1, s, -1 });
+                          sizeof a, (task_id){ SP_TR_COLLECTIVE, -1, s, -1 });
     }
     if (st || t->o.shard_optimizer) return st;
     if (n > 0 && (st = sp_tr_submit_copy(t, r->mine, 0, t->h_grads[s], shard_lo(t, s, own), n,
-                                         "pack reduced")))
+                                         "pack reduced", COLL(s))))
         return st;
     return gather(t, s, t->h_grads[s], PH_GATHER_GRADS);
 }
@@ -191,7 +192,7 @@ sp_status sp_tr_reduce_end(sp_trainer *t)
         char name[32];
         snprintf(name, sizeof name, "unpack grad s%d r%d", s, c);
         st = sp_tr_submit_copy(t, t->h_grads[s], shard_lo(t, s, c), t->rep[s].send[c], 0,
-                               shard_n(t, s, c), name);
+                               shard_n(t, s, c), name, COLL(s));
     }
     t->nunpack = 0;
     return st;
@@ -202,7 +203,7 @@ sp_status sp_tr_gather_params(sp_trainer *t, int s)
     int64_t n = shard_n(t, s, t->replica);
     sp_status st;
     if (n > 0 && (st = sp_tr_submit_copy(t, t->rep[s].mine, 0, t->h_params[s],
-                                         shard_lo(t, s, t->replica), n, "pack param shard")))
+                                         shard_lo(t, s, t->replica), n, "pack param shard", COLL(s))))
         return st;
     return gather(t, s, t->h_params[s], PH_GATHER_PARAMS);
 }

@@ -51,7 +51,9 @@ sp_status sp_tr_submit(sp_trainer *t, const char *name, sp_tr_fn fn, int nbufs,
     /* the StarPU codelet of the task: a stage program's kind, else the helper's name */
     const char *cls = id.kind >= 0 ? sp_task_kind_name((sp_task_kind)id.kind)
                     : !strncmp(name, "AdamW", 5) ? "AdamW"
-                    : !strncmp(name, "nccl", 4) ? "nccl" : name;
+                    : !strncmp(name, "nccl", 4) ? "nccl"
+                    : !strncmp(name, "reduce", 6) ? "reduce"
+                    : fn.cpu == sp_copy_task_cpu ? "copy" : name;
     if (t->seq == t->seq_cap) {
         size_t cap = t->seq_cap ? 2 * t->seq_cap : 256;
         task_id *n = realloc(t->seq_task, cap * sizeof *n);
@@ -71,15 +73,14 @@ sp_status sp_tr_submit(sp_trainer *t, const char *name, sp_tr_fn fn, int nbufs,
 }
 
 sp_status sp_tr_submit_copy(sp_trainer *t, sp_exec_buf *dst, int64_t dst_off, sp_exec_buf *src,
-                            int64_t src_off, int64_t n, const char *name)
+                            int64_t src_off, int64_t n, const char *name, task_id id)
 {
     sp_exec_buf *bufs[2] = { dst, src };
     sp_exec_mode modes[2] = { dst_off == 0 && (size_t)n == sp_exec_buf_count(dst) ? SP_EXEC_W
                                                                                  : SP_EXEC_RW,
                               SP_EXEC_R };
     sp_copy_task_args a = { .dst_off = dst_off, .src_off = src_off, .n = n };
-    return sp_tr_submit(t, name, SP_TR_FN(sp_copy_task), 2, bufs, modes, &a, sizeof a,
-                  (task_id){ -1, -1, -1, -1 });
+    return sp_tr_submit(t, name, SP_TR_FN(sp_copy_task), 2, bufs, modes, &a, sizeof a, id);
 }
 
 static sp_status do_run(sp_trainer *t, const sp_task *task, int instr)
@@ -145,12 +146,12 @@ static sp_status do_transfer(sp_trainer *t, const sp_instr *in)
         /* tied parameters travel out of their stage slab through a transfer buffer */
         if (b->cls == SP_BUF_SHARED_GRAD &&
             (st = sp_tr_submit_copy(t, x, 0, t->h_grads[b->stage], sp_tr_shared_off(t, b->idx, b->stage),
-                              sp_tr_shared_numel(t, b->idx), "pack grad")))
+                              sp_tr_shared_numel(t, b->idx), "pack grad", SP_TR_HELPER)))
             return st;
         if (b->cls == SP_BUF_SHARED_PARAM) {
             int o = sp_tr_shared_owner(t, b->idx);
             if ((st = sp_tr_submit_copy(t, x, 0, t->h_params[o], sp_tr_shared_off(t, b->idx, o),
-                                  sp_tr_shared_numel(t, b->idx), "pack param")))
+                                  sp_tr_shared_numel(t, b->idx), "pack param", SP_TR_HELPER)))
                 return st;
         }
         return sp_exec_send(x, peer_rank(t, in->peer), (uint32_t)in->seq);
@@ -161,7 +162,7 @@ static sp_status do_transfer(sp_trainer *t, const sp_instr *in)
             int64_t off = owns(t, s) ? sp_tr_shared_off(t, b->idx, s) : -1;
             if (off >= 0 && s != sp_tr_shared_owner(t, b->idx) &&
                 (st = sp_tr_submit_copy(t, t->h_params[s], off, x, 0, sp_tr_shared_numel(t, b->idx),
-                                  "unpack param")))
+                                  "unpack param", SP_TR_HELPER)))
                 return st;
         }
     return SP_OK;
@@ -246,7 +247,7 @@ static sp_status do_optimizer(sp_trainer *t, int s, float scale)
             if (owns(t, sh->stages[q]))
                 st = sp_tr_submit_copy(t, t->h_params[sh->stages[q]], sp_tr_shared_off(t, k, sh->stages[q]),
                                  t->h_params[s], sp_tr_shared_off(t, k, s), sp_tr_shared_numel(t, k),
-                                 "copy param");
+                                 "copy param", SP_TR_HELPER);
     }
     return st;
 }
@@ -277,10 +278,12 @@ static sp_status record_events(sp_trainer *t)
         snprintf(e->name, sizeof e->name, "%s", rec[i].name);
         e->transfer = rec[i].transfer;
         task_id id = rec[i].seq < t->seq ? t->seq_task[rec[i].seq] : (task_id){ -1, -1, -1, -1 };
-        if (rec[i].transfer) /* a message: its plan instruction on this rank */
-            id = (task_id){ -1, -1, -1,
-                            (int64_t)rec[i].seq < t->plan->nmessages ? t->msg_instr[rec[i].seq]
-                                                                     : -1 };
+        if (rec[i].transfer) /* a message: its plan instruction on this rank, or a replica
+                                * collective's (numbered past the plan's, replicas.c) */
+            id = (int64_t)rec[i].seq < t->plan->nmessages
+                     ? (task_id){ -1, -1, -1, t->msg_instr[rec[i].seq] }
+                     : (task_id){ SP_TR_COLLECTIVE, -1,
+                                  (int)((rec[i].seq - t->plan->nmessages) / 3), -1 };
         e->instr = id.instr;
         e->kind = id.kind;
         e->mb = id.mb;
@@ -292,13 +295,14 @@ static sp_status record_events(sp_trainer *t)
 }
 
 /* Every actor's instruction times of the step, on every rank: each rank fills its own
- * row, the others add zeros (exact), so one allreduce gathers them all. */
+ * row, the others add zeros (exact), so one allreduce gathers them all. After the rows,
+ * each stage's collectives (first start, last end; zeros when none). */
 static sp_status gather_times(sp_trainer *t)
 {
     const sp_plan *pl = t->plan;
-    size_t cells = (size_t)pl->nactors * (size_t)t->tmax;
+    size_t cells = (size_t)pl->nactors * (size_t)t->tmax, all = 2 * cells + 2 * (size_t)t->S;
     if (!t->tbuf) {
-        t->tbuf = malloc(2 * cells * sizeof *t->tbuf + 1);
+        t->tbuf = malloc(all * sizeof *t->tbuf + 1);
         t->tstart = malloc((size_t)pl->nactors * sizeof *t->tstart);
         t->tend = malloc((size_t)pl->nactors * sizeof *t->tend);
         if (!t->tbuf || !t->tstart || !t->tend) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
@@ -307,19 +311,28 @@ static sp_status gather_times(sp_trainer *t)
             t->tend[a] = t->tbuf + cells + (size_t)a * t->tmax;
         }
     }
-    memset(t->tbuf, 0, 2 * cells * sizeof *t->tbuf);
+    memset(t->tbuf, 0, all * sizeof *t->tbuf);
     /* with replicas, replica 0 speaks for its actor (the others add zeros) */
-    if (t->replica != 0) return sp_exec_allreduce_sum(t->tbuf, 2 * cells, 1);
+    if (t->replica != 0) return sp_exec_allreduce_sum(t->tbuf, all, 1);
+    double *ar = t->tbuf + 2 * cells; /* [2 s]: start, [2 s + 1]: end */
     double *mine = t->tstart[t->actor], *mine_end = t->tend[t->actor];
     for (int i = 0; i < pl->ninstr[t->actor]; i++) mine[i] = mine_end[i] = -1;
     double origin = sp_exec_step_origin_us();
     for (int e = 0; e < t->nevents; e++) {
         const sp_train_event *ev = &t->events[e];
+        double t0 = 1e-6 * (origin + ev->start_us), t1 = 1e-6 * (origin + ev->end_us);
+        if (ev->kind == SP_TR_COLLECTIVE && ev->stage >= 0 && ev->stage < t->S) {
+            /* from its first task (messages count from their posting, at submission) to
+             * its last task or message */
+            double *c = ar + 2 * ev->stage;
+            if (!ev->transfer && (c[0] == 0 || t0 < c[0])) c[0] = t0;
+            if (t1 > c[1]) c[1] = t1;
+        }
         if (ev->instr < 0) continue;
-        mine[ev->instr] = 1e-6 * (origin + ev->start_us);
-        mine_end[ev->instr] = 1e-6 * (origin + ev->end_us);
+        mine[ev->instr] = t0;
+        mine_end[ev->instr] = t1;
     }
-    return sp_exec_allreduce_sum(t->tbuf, 2 * cells, 1);
+    return sp_exec_allreduce_sum(t->tbuf, all, 1);
 }
 
 /* The per-parameter sums of squares of every stage's gradients on every rank (each
@@ -634,12 +647,13 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
         int64_t lo, hi; /* the moments of this rank's shard (sharded), else of all */
         sp_trainer_shard(t, s, &lo, &hi);
         size_t mb = opts->shard_optimizer ? 4 * (size_t)(hi - lo) : pb;
-        if ((st = sp_tr_register_host(&t->h_params[s], &t->params[s], pb)) ||
-            (st = sp_tr_register_host(&t->h_grads[s], &t->grads[s],
+        if ((st = sp_tr_register_host(t, &t->h_params[s], &t->params[s], pb)) ||
+            (st = sp_tr_register_host(t, &t->h_grads[s], &t->grads[s],
                                 sp_program_buf_bytes(p, SP_SLAB_GRADS, s))) ||
-            (st = sp_tr_register_host(&t->h_m[s], &t->mom_m[s], mb)) ||
-            (st = sp_tr_register_host(&t->h_v[s], &t->mom_v[s], mb)))
+            (st = sp_tr_register_host(t, &t->h_m[s], &t->mom_m[s], mb)) ||
+            (st = sp_tr_register_host(t, &t->h_v[s], &t->mom_v[s], mb)))
             goto out;
+        t->optimizer_bytes += 2 * mb;
         for (int i = 0; i < sp_graph_num_params(t->g); i++) {
             sp_tensor x = sp_graph_param(t->g, i);
             int64_t off = sp_program_param_offset(p, s, x);
@@ -648,7 +662,7 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
         }
     }
     for (int i = 0; i < t->m * t->nin; i++)
-        if ((st = sp_tr_register_host(&t->h_input[i], (float **)&t->input_host[i],
+        if ((st = sp_tr_register_host(t, &t->h_input[i], (float **)&t->input_host[i],
                                 sp_program_buf_bytes(p, SP_SLAB_INPUT, i % t->nin))))
             goto out;
 out:

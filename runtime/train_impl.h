@@ -10,9 +10,11 @@
 #include "starpipe/train.h"
 
 typedef struct {
-    int kind, mb, stage;
+    int kind, mb, stage; /* kind: a stage program's, -1 a helper, SP_TR_COLLECTIVE */
     int instr; /* index in this rank's plan program; -1 for helper tasks */
 } task_id;
+#define SP_TR_COLLECTIVE (-2) /* the replicas' reductions and gathers (replicas.c) */
+#define SP_TR_HELPER ((task_id){ -1, -1, -1, -1 })
 
 /* What a stage's replicas exchange (runtime/replicas.c), on each rank holding it: the
  * shard bounds, a send and a receive buffer per other replica, this rank's reduced shard. */
@@ -38,6 +40,8 @@ struct sp_trainer {
     int *grads_last;           /* [S]: the last instruction of phase 1 writing GRADS[s] */
     int *unpack;               /* deferred unpacks of the step: (stage, replica) pairs */
     int nunpack;
+    size_t persistent_bytes;   /* every buffer sp_tr_register_host made */
+    size_t optimizer_bytes;    /* of which the AdamW moments */
     /* persistent per-stage slabs (owned stages only) */
     float **params, **grads, **mom_m, **mom_v;
     sp_exec_buf **h_params, **h_grads, **h_m, **h_v, **h_scratch;
@@ -100,7 +104,7 @@ sp_status sp_tr_submit(sp_trainer *t, const char *name, sp_tr_fn fn, int nbufs,
                        size_t args_size, task_id id);
 /* dst[dst_off..+n) = src[src_off..+n) as a task. */
 sp_status sp_tr_submit_copy(sp_trainer *t, sp_exec_buf *dst, int64_t dst_off, sp_exec_buf *src,
-                            int64_t src_off, int64_t n, const char *name);
+                            int64_t src_off, int64_t n, const char *name, task_id id);
 
 /* ---- replicas.c: the gradient all-reduce over replicas and the sharded optimizer ----
  * Messages use numbers past the plan's (nmessages + 3 s + phase), so they never share a
@@ -130,8 +134,9 @@ void sp_tr_pool_give(sp_trainer *t, sp_exec_buf **slot);
 void sp_tr_free_buf(sp_trainer *t, const sp_buf *b);
 /* The buffer a SEND or RECV of the plan moves (boundary tensors, tied parameters). */
 sp_exec_buf *sp_tr_transfer_buf(sp_trainer *t, const sp_buf *b);
-/* A registered, zeroed host slab of bytes (at least one float). */
-sp_status sp_tr_register_host(sp_exec_buf **h, float **host, size_t bytes);
+/* A registered, zeroed host slab of bytes (at least one float), counted in
+ * t->persistent_bytes. */
+sp_status sp_tr_register_host(sp_trainer *t, sp_exec_buf **h, float **host, size_t bytes);
 /* Tied parameter k: its offset in stage's slab, its size, its owner stage. */
 int64_t sp_tr_shared_off(const sp_trainer *t, int k, int stage);
 int64_t sp_tr_shared_numel(const sp_trainer *t, int k);

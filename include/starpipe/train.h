@@ -113,9 +113,12 @@ void sp_trainer_set_steps_done(sp_trainer *t, int steps);
 
 /* Memory of this rank: bytes of per-microbatch buffers (activations, boundary tensors,
  * their gradients) at their high-water mark, which the pool keeps to what the plan's
- * liveness allows, and bytes of the persistent slabs (parameters, gradients, AdamW). */
+ * liveness allows, and bytes of the persistent buffers the trainer allocated (parameters,
+ * gradients, AdamW moments, of its shard when sharded; inputs; the replicas' send and
+ * receive buffers). */
 typedef struct {
     size_t transient, persistent;
+    size_t optimizer; /* of persistent: the AdamW moments (1/R of them when sharded) */
 } sp_train_memory;
 sp_train_memory sp_trainer_memory(const sp_trainer *t);
 
@@ -128,7 +131,8 @@ const char *sp_trainer_notice(const sp_trainer *t);
  * "F mb3 s2", with start/end times in microseconds since the step began. */
 typedef struct {
     char name[32];
-    int kind, mb, stage;  /* -1 for helper tasks (copies, combine, optimizer) */
+    int kind, mb, stage;  /* kind -1 for helper tasks (copies, combine, optimizer), -2 for
+                             the replicas' collectives (their stage set) */
     int instr;            /* index in this rank's plan program; -1 for helper tasks */
     int transfer;         /* 0 a task; 1 a send, 2 a receive (from posting to completion) */
     double start_us, end_us;
