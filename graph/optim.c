@@ -69,14 +69,29 @@ void sp_optim_update_range(const sp_program *p, int s, int64_t lo, int64_t hi, f
                            const float *grads, float *m, float *v, const sp_adamw_config *cfg,
                            float grad_scale, int t)
 {
+    /* the CPU's AdamW cannot fail */
+    sp_optim_update_range_on(p, s, lo, hi, params, grads, m, v, cfg, grad_scale, t,
+                             sp_backend_cpu(), NULL);
+}
+
+sp_status sp_optim_update_range_on(const sp_program *p, int s, int64_t lo, int64_t hi,
+                                   float *params, const float *grads, float *m, float *v,
+                                   const sp_adamw_config *cfg, float grad_scale, int t,
+                                   const sp_backend *be, void *ctx)
+{
     const sp_graph *g = p->g;
     for (int k = 0; k < g->n; k++) {
         int64_t a = p->param_off[s][k];
         if (g->node[k].op != SP_OP_PARAM || a < lo || a >= hi || owner_of(p, k) != s) continue;
         float wd = g->node[k].ndim >= 2 ? cfg->weight_decay : 0.0f;
-        sp_adamw_update(params + a, m + (a - lo), v + (a - lo), grads + a, g->node[k].numel,
-                        cfg->lr, cfg->beta1, cfg->beta2, cfg->eps, wd, grad_scale, t);
+        int rc = be->adamw(ctx, params + a, m + (a - lo), v + (a - lo), grads + a,
+                           g->node[k].numel, cfg->lr, cfg->beta1, cfg->beta2, cfg->eps, wd,
+                           grad_scale, t);
+        if (rc)
+            return sp_set_error(SP_ERR_RUNTIME, "AdamW of '%s' failed on %s: %s",
+                                g->node[k].name, be->name, be->status_string(rc));
     }
+    return SP_OK;
 }
 
 void sp_optim_shards(const sp_program *p, int s, int R, int64_t *bounds)

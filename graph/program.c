@@ -1,6 +1,7 @@
 /* Stage programs: the memory layout of every buffer class, the forward programs, the
  * stage model handed to the planner, and the interpreter loop that runs a program on
- * buffers (the same loop runs in the reference and inside every StarPU task). */
+ * buffers through a kernel backend (the same loop runs in the reference and inside every
+ * StarPU task, CPU or CUDA). */
 #include "graph/program_impl.h"
 
 #include <stdio.h>
@@ -726,135 +727,116 @@ int sp_program_param_owner(const sp_program *p, sp_tensor param)
 
 /* --- execution ----------------------------------------------------------------------- */
 
-#define F32(l) ((float *)bufs[(l).buf] + (l).off)
-#define I32(l) ((int32_t *)bufs[(l).buf] + (l).off)
-
-sp_status sp_program_run(const sp_program *p, int stage, sp_task_kind kind, void *const *bufs,
-                         const sp_run_args *args)
-{
-    const sp_kprog *kp = sp_prog_of(p, stage, kind);
-    if (!kp) return sp_set_error(SP_ERR_ARG, "sp_program_run: no program %s of stage %d",
-                                 kind_name(kind), stage);
-    float dloss = args ? args->dloss : 1.0f;
-    for (int j = 0; j < kp->nins; j++) {
-        const sp_kinstr *I = &kp->ins[j];
-        const int64_t *n = I->n;
-        switch (I->code) {
-        case SP_I_MATMUL:
-            sp_matmul_forward(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), (int)n[0], (int)n[1],
-                              (int)n[2], I->flag[0], I->flag[1], I->acc);
-            break;
-        case SP_I_BIAS_ADD:
-            sp_bias_add_forward(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), (int)n[0], (int)n[1]);
-            break;
-        case SP_I_ADD:
-            sp_add_forward(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), n[0]);
-            break;
-        case SP_I_SCALE:
-            sp_scale_backward(F32(I->o[0]), F32(I->i[0]), I->f, n[0], I->acc);
-            break;
-        case SP_I_GELU:
-            sp_gelu_forward(F32(I->o[0]), F32(I->i[0]), n[0]);
-            break;
-        case SP_I_RELU:
-            sp_relu_forward(F32(I->o[0]), F32(I->i[0]), n[0]);
-            break;
-        case SP_I_LAYERNORM: {
-            float *aux = F32(I->o[1]);
-            sp_layernorm_forward(F32(I->o[0]), aux, aux + n[0], F32(I->i[0]), F32(I->i[1]),
-                                 F32(I->i[2]), (int)n[0], (int)n[1]);
-            break;
-        }
-        case SP_I_EMBED: {
-            const int32_t *tok = I32(I->i[0]);
-            for (int64_t k = 0; k < n[0] * n[1]; k++)
-                if (tok[k] < 0 || tok[k] >= n[3])
-                    return sp_set_error(SP_ERR_ARG, "embed (node %d, stage %d): token %d at "
-                                        "position %lld is outside the vocabulary [0,%lld)",
-                                        I->node, stage, tok[k], (long long)k, (long long)n[3]);
-            sp_embed_forward(F32(I->o[0]), tok, F32(I->i[1]), F32(I->i[2]), (int)n[0],
-                             (int)n[1], (int)n[2]);
-            break;
-        }
-        case SP_I_ATTENTION:
-            sp_attention_forward(F32(I->o[0]), F32(I->o[1]), F32(I->i[1]), F32(I->i[0]),
-                                 (int)n[0], (int)n[1], (int)n[2], (int)n[3]);
-            break;
-        case SP_I_CE: {
-            int bad = sp_cross_entropy_forward(F32(I->o[0]), F32(I->o[1]), F32(I->i[0]),
-                                               I32(I->i[1]), (int)n[0], (int)n[1]);
-            if (bad)
-                return sp_set_error(SP_ERR_ARG, "cross_entropy (node %d, stage %d): %d targets "
-                                    "outside [0,%lld)", I->node, stage, bad, (long long)n[1]);
-            break;
-        }
-        case SP_I_SUM:
-            sp_sum_forward(F32(I->o[0]), F32(I->i[0]), n[0]);
-            *F32(I->o[0]) *= I->f;
-            break;
-        case SP_I_MATMUL_DA:
-            sp_matmul_backward_a(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), (int)n[0], (int)n[1],
-                                 (int)n[2], I->flag[0], I->flag[1], I->acc);
-            break;
-        case SP_I_MATMUL_DB:
-            sp_matmul_backward_b(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), (int)n[0], (int)n[1],
-                                 (int)n[2], I->flag[0], I->flag[1], I->acc);
-            break;
-        case SP_I_BIAS_DB:
-            sp_bias_add_backward_bias(F32(I->o[0]), F32(I->i[0]), (int)n[0], (int)n[1], I->acc);
-            break;
-        case SP_I_GELU_DX:
-            sp_gelu_backward(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), n[0], I->acc);
-            break;
-        case SP_I_RELU_DX:
-            sp_relu_backward(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), n[0], I->acc);
-            break;
-        case SP_I_LN_DX: {
-            const float *aux = F32(I->i[2]);
-            sp_layernorm_backward_x(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), aux, aux + n[0],
-                                    F32(I->i[3]), (int)n[0], (int)n[1], I->acc);
-            break;
-        }
-        case SP_I_LN_DP: {
-            const float *aux = F32(I->i[2]);
-            sp_layernorm_backward_params(F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), F32(I->i[1]),
-                                         aux, aux + n[0], (int)n[0], (int)n[1], I->acc);
-            break;
-        }
-        case SP_I_EMBED_DP:
-            sp_embed_backward(F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), I32(I->i[1]), (int)n[0],
-                              (int)n[1], (int)n[2]);
-            break;
-        case SP_I_ATTN_DX:
-            sp_attention_backward(F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), F32(I->i[1]),
-                                  F32(I->i[3]), F32(I->i[2]), (int)n[0], (int)n[1], (int)n[2],
-                                  (int)n[3], I->acc);
-            break;
-        case SP_I_CE_DX:
-            sp_cross_entropy_backward(F32(I->o[0]), F32(I->i[0]), I32(I->i[1]), *F32(I->i[2]),
-                                      (int)n[0], (int)n[1], I->acc);
-            break;
-        case SP_I_SUM_DX:
-            sp_sum_backward(F32(I->o[0]), I->f * *F32(I->i[0]), n[0], I->acc);
-            break;
-        case SP_I_SEED:
-            *F32(I->o[0]) = dloss;
-            break;
-        case SP_I_ZERO:
-            memset(F32(I->o[0]), 0, (size_t)n[0] * sizeof(float));
-            break;
-        default:
-            return sp_set_error(SP_ERR_ARG, "sp_program_run: bad instruction %d", I->code);
-        }
-    }
-    return SP_OK;
-}
-
 static const char *const icode_names[SP_I_COUNT] = {
     "matmul", "bias_add", "add", "gelu", "relu", "layernorm", "embed", "attention", "ce", "sum",
     "scale", "matmul_da", "matmul_db", "bias_db", "gelu_dx", "relu_dx", "ln_dx", "ln_dparams",
     "embed_dparams", "attn_dqkv", "ce_dlogits", "sum_dx", "seed", "zero",
 };
+
+#define F32(l) ((float *)bufs[(l).buf] + (l).off)
+#define I32(l) ((int32_t *)bufs[(l).buf] + (l).off)
+
+/* The one place that knows what each instruction's operands and sizes mean: every
+ * backend sees only kernel calls. */
+static int run_instr(const sp_kinstr *I, void *const *bufs, float dloss, const sp_backend *be,
+                     void *c)
+{
+    const int64_t *n = I->n;
+    const int M = (int)n[0], Nc = (int)n[1], K = (int)n[2], acc = I->acc;
+    switch (I->code) {
+    case SP_I_MATMUL:
+        return be->matmul(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), M, Nc, K, I->flag[0],
+                          I->flag[1], acc);
+    case SP_I_BIAS_ADD:
+        return be->bias_add(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), M, Nc);
+    case SP_I_ADD:
+        return be->add(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), n[0]);
+    case SP_I_SCALE:
+        return be->scale(c, F32(I->o[0]), F32(I->i[0]), I->f, n[0], acc);
+    case SP_I_GELU:
+        return be->gelu(c, F32(I->o[0]), F32(I->i[0]), n[0]);
+    case SP_I_RELU:
+        return be->relu(c, F32(I->o[0]), F32(I->i[0]), n[0]);
+    case SP_I_LAYERNORM: /* aux: mean (N) then rstd (N) */
+        return be->layernorm(c, F32(I->o[0]), F32(I->o[1]), F32(I->o[1]) + n[0], F32(I->i[0]),
+                             F32(I->i[1]), F32(I->i[2]), M, Nc);
+    case SP_I_EMBED:
+        return be->embed(c, F32(I->o[0]), I32(I->i[0]), F32(I->i[1]), F32(I->i[2]), M, Nc, K,
+                         n[3]);
+    case SP_I_ATTENTION:
+        return be->attention(c, F32(I->o[0]), F32(I->o[1]), F32(I->i[1]), F32(I->i[0]), M, Nc,
+                             K, (int)n[3]);
+    case SP_I_CE:
+        return be->cross_entropy(c, F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), I32(I->i[1]), M,
+                                 Nc, F32(I->i[2]));
+    case SP_I_SUM: { /* f: 1/n for a mean */
+        int rc = be->sum(c, F32(I->o[0]), F32(I->i[0]), n[0]);
+        return rc || I->f == 1.0f ? rc : be->scale(c, F32(I->o[0]), F32(I->o[0]), I->f, 1, 0);
+    }
+    case SP_I_MATMUL_DA:
+        return be->matmul_da(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), M, Nc, K, I->flag[0],
+                             I->flag[1], acc);
+    case SP_I_MATMUL_DB:
+        return be->matmul_db(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), M, Nc, K, I->flag[0],
+                             I->flag[1], acc);
+    case SP_I_BIAS_DB:
+        return be->bias_db(c, F32(I->o[0]), F32(I->i[0]), M, Nc, acc);
+    case SP_I_GELU_DX:
+        return be->gelu_dx(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), n[0], acc);
+    case SP_I_RELU_DX:
+        return be->relu_dx(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), n[0], acc);
+    case SP_I_LN_DX:
+        return be->layernorm_dx(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), F32(I->i[2]),
+                                F32(I->i[2]) + n[0], F32(I->i[3]), M, Nc, acc);
+    case SP_I_LN_DP:
+        return be->layernorm_dparams(c, F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), F32(I->i[1]),
+                                     F32(I->i[2]), F32(I->i[2]) + n[0], M, Nc, acc);
+    case SP_I_EMBED_DP:
+        return be->embed_dparams(c, F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), I32(I->i[1]), M,
+                                 Nc, K);
+    case SP_I_ATTN_DX:
+        return be->attention_dx(c, F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), F32(I->i[1]),
+                                F32(I->i[3]), F32(I->i[2]), M, Nc, K, (int)n[3], acc);
+    case SP_I_CE_DX:
+        return be->cross_entropy_dx(c, F32(I->o[0]), F32(I->i[0]), I32(I->i[1]), F32(I->i[2]), M,
+                                    Nc, acc);
+    case SP_I_SUM_DX:
+        return be->sum_dx(c, F32(I->o[0]), F32(I->i[0]), I->f, n[0], acc);
+    case SP_I_SEED:
+        return be->set(c, F32(I->o[0]), dloss);
+    case SP_I_ZERO:
+        return be->zero(c, F32(I->o[0]), n[0]);
+    default: /* SP_I_COUNT: refused by the caller */
+        return 0;
+    }
+}
+
+sp_status sp_program_run_on(const sp_program *p, int stage, sp_task_kind kind, void *const *bufs,
+                            const sp_run_args *args, const sp_backend *be, void *ctx)
+{
+    const sp_kprog *kp = sp_prog_of(p, stage, kind);
+    if (!kp) return sp_set_error(SP_ERR_ARG, "sp_program_run (%s): no program %s of stage %d",
+                                 be->name, kind_name(kind), stage);
+    float dloss = args ? args->dloss : 1.0f;
+    for (int j = 0; j < kp->nins; j++) {
+        const sp_kinstr *I = &kp->ins[j];
+        if ((unsigned)I->code >= SP_I_COUNT)
+            return sp_set_error(SP_ERR_ARG, "sp_program_run: bad instruction %d", I->code);
+        int rc = run_instr(I, bufs, dloss, be, ctx);
+        if (rc)
+            return sp_set_error(rc == SP_BACKEND_BAD_INDEX ? SP_ERR_ARG : SP_ERR_RUNTIME,
+                                "stage %d %s, instruction %d (%s, node %d) failed on %s: %s",
+                                stage, kind_name(kind), j, icode_names[I->code], I->node,
+                                be->name, be->status_string(rc));
+    }
+    return SP_OK;
+}
+
+sp_status sp_program_run(const sp_program *p, int stage, sp_task_kind kind, void *const *bufs,
+                         const sp_run_args *args)
+{
+    return sp_program_run_on(p, stage, kind, bufs, args, sp_backend_cpu(), NULL);
+}
 
 void sp_program_print(const sp_program *p, void *stream)
 {

@@ -1,153 +1,176 @@
-/* The stage-program interpreter on a GPU: the same instruction list sp_program_run walks
- * (graph/program.c), each instruction enqueued as the matching CUDA kernel on the task's
- * stream (codelets/cuda/kernels_cuda.h). Nothing here synchronizes: StarPU's CUDA worker
- * waits for the stream when the task ends (STARPU_CUDA_ASYNC). Integer inputs were
- * range-checked on the host before the step (sp_program_check_inputs). */
+/* The CUDA backend (include/starpipe/backend.h): each entry enqueues its kernel of
+ * codelets/cuda/kernels_cuda.h on the context's stream, with its cuBLAS handle; the
+ * interpreter that walks a stage program and the optimizer's parameter loop are graph's,
+ * the same the CPU runs. Nothing here synchronizes: StarPU's CUDA worker waits for the
+ * stream when the task ends (STARPU_CUDA_ASYNC). Integer inputs were range-checked on the
+ * host before the step (sp_program_check_inputs): embed cannot check them here. */
 #include "codelets/cuda/program_cuda.h"
 
 #include "codelets/cuda/kernels_cuda.h"
-#include "graph/program_impl.h"
 
-#define F32(l) ((float *)bufs[(l).buf] + (l).off)
-#define I32(l) ((int32_t *)bufs[(l).buf] + (l).off)
+#define STREAM(c) (((sp_cuda_ctx *)(c))->stream)
+#define CUBLAS(c) (((sp_cuda_ctx *)(c))->cublas)
+
+static int matmul(void *c, float *out, const float *a, const float *b, int M, int Nc, int K,
+                  int ta, int tb, int acc)
+{
+    return sp_cuda_matmul_forward(out, a, b, M, Nc, K, ta, tb, acc, STREAM(c), CUBLAS(c));
+}
+
+static int bias_add(void *c, float *out, const float *x, const float *bias, int N, int C)
+{
+    return sp_cuda_bias_add_forward(out, x, bias, N, C, STREAM(c));
+}
+
+static int add(void *c, float *out, const float *a, const float *b, int64_t n)
+{
+    return sp_cuda_add_forward(out, a, b, n, STREAM(c));
+}
+
+static int scale(void *c, float *out, const float *x, float s, int64_t n, int acc)
+{
+    return sp_cuda_scale_backward(out, x, s, n, acc, STREAM(c));
+}
+
+static int gelu(void *c, float *out, const float *x, int64_t n)
+{
+    return sp_cuda_gelu_forward(out, x, n, STREAM(c));
+}
+
+static int relu(void *c, float *out, const float *x, int64_t n)
+{
+    return sp_cuda_relu_forward(out, x, n, STREAM(c));
+}
+
+static int layernorm(void *c, float *out, float *mean, float *rstd, const float *x,
+                     const float *gamma, const float *beta, int N, int C)
+{
+    return sp_cuda_layernorm_forward(out, mean, rstd, x, gamma, beta, N, C, STREAM(c));
+}
+
+static int embed(void *c, float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                 int B, int T, int C, int64_t V)
+{
+    return sp_cuda_embed_forward(out, tokens, wte, wpe, B, T, C, STREAM(c));
+}
+
+static int attention(void *c, float *out, float *lse, float *scratch, const float *qkv, int B,
+                     int T, int C, int NH)
+{
+    return sp_cuda_attention_forward(out, lse, scratch, qkv, B, T, C, NH, STREAM(c), CUBLAS(c));
+}
+
+/* scratch: N doubles of per-row losses, then the bad-target count (left on the device) */
+static int cross_entropy(void *c, float *loss, float *probs, const float *logits,
+                         const int32_t *targets, int N, int V, float *scratch)
+{
+    return sp_cuda_cross_entropy_forward(loss, probs, logits, targets, N, V,
+                                         (int *)(scratch + 2 * (int64_t)N), scratch, STREAM(c));
+}
+
+static int sum(void *c, float *out, const float *x, int64_t n)
+{
+    return sp_cuda_sum_forward(out, x, n, STREAM(c));
+}
+
+static int matmul_da(void *c, float *da, const float *dout, const float *b, int M, int Nc, int K,
+                     int ta, int tb, int acc)
+{
+    return sp_cuda_matmul_backward_a(da, dout, b, M, Nc, K, ta, tb, acc, STREAM(c), CUBLAS(c));
+}
+
+static int matmul_db(void *c, float *db, const float *dout, const float *a, int M, int Nc, int K,
+                     int ta, int tb, int acc)
+{
+    return sp_cuda_matmul_backward_b(db, dout, a, M, Nc, K, ta, tb, acc, STREAM(c), CUBLAS(c));
+}
+
+static int bias_db(void *c, float *dbias, const float *dout, int N, int C, int acc)
+{
+    return sp_cuda_bias_add_backward_bias(dbias, dout, N, C, acc, STREAM(c));
+}
+
+static int gelu_dx(void *c, float *dx, const float *x, const float *dout, int64_t n, int acc)
+{
+    return sp_cuda_gelu_backward(dx, x, dout, n, acc, STREAM(c));
+}
+
+static int relu_dx(void *c, float *dx, const float *x, const float *dout, int64_t n, int acc)
+{
+    return sp_cuda_relu_backward(dx, x, dout, n, acc, STREAM(c));
+}
+
+static int layernorm_dx(void *c, float *dx, const float *dout, const float *x,
+                        const float *mean, const float *rstd, const float *gamma, int N, int C,
+                        int acc)
+{
+    return sp_cuda_layernorm_backward_x(dx, dout, x, mean, rstd, gamma, N, C, acc, STREAM(c));
+}
+
+static int layernorm_dparams(void *c, float *dgamma, float *dbeta, const float *dout,
+                             const float *x, const float *mean, const float *rstd, int N, int C,
+                             int acc)
+{
+    return sp_cuda_layernorm_backward_params(dgamma, dbeta, dout, x, mean, rstd, N, C, acc,
+                                             STREAM(c));
+}
+
+static int embed_dparams(void *c, float *dwte, float *dwpe, const float *dout,
+                         const int32_t *tokens, int B, int T, int C)
+{
+    return sp_cuda_embed_backward(dwte, dwpe, dout, tokens, B, T, C, STREAM(c));
+}
+
+static int attention_dx(void *c, float *dqkv, float *scratch, const float *dout,
+                        const float *qkv, const float *out, const float *lse, int B, int T,
+                        int C, int NH, int acc)
+{
+    return sp_cuda_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, acc,
+                                      STREAM(c), CUBLAS(c));
+}
+
+static int cross_entropy_dx(void *c, float *dlogits, const float *probs,
+                            const int32_t *targets, const float *dloss, int N, int V, int acc)
+{
+    return sp_cuda_cross_entropy_backward(dlogits, probs, targets, dloss, 1.0f, N, V, acc,
+                                          STREAM(c));
+}
+
+static int sum_dx(void *c, float *dx, const float *dout, float s, int64_t n, int acc)
+{
+    return sp_cuda_sum_backward(dx, dout, s, n, acc, STREAM(c));
+}
+
+static int set(void *c, float *x, float value) { return sp_cuda_set_scalar(x, value, STREAM(c)); }
+
+static int zero(void *c, float *x, int64_t n) { return sp_cuda_fill_zero(x, n, STREAM(c)); }
+
+static int adamw(void *c, float *param, float *m, float *v, const float *grad, int64_t n,
+                 float lr, float beta1, float beta2, float eps, float weight_decay,
+                 float grad_scale, int t)
+{
+    return sp_cuda_adamw_update(param, m, v, grad, n, lr, beta1, beta2, eps, weight_decay,
+                                grad_scale, t, STREAM(c));
+}
+
+static const sp_backend cuda = { .name = "cuda", SP_BACKEND_ENTRIES,
+                                 .status_string = sp_cuda_status_string };
+
+const sp_backend *sp_backend_cuda(void) { return &cuda; }
 
 sp_status sp_program_run_cuda(const sp_program *p, int stage, sp_task_kind kind,
                               void *const *bufs, const sp_run_args *args, void *stream,
                               void *cublas)
 {
-    const sp_kprog *kp = sp_prog_of(p, stage, kind);
-    if (!kp) return sp_set_error(SP_ERR_ARG, "sp_program_run_cuda: no program of stage %d", stage);
-    float dloss = args ? args->dloss : 1.0f;
-    for (int j = 0; j < kp->nins; j++) {
-        const sp_kinstr *I = &kp->ins[j];
-        const int64_t *n = I->n;
-        int M = (int)n[0], Nc = (int)n[1], K = (int)n[2], rc = 0;
-        switch (I->code) {
-        case SP_I_MATMUL:
-            rc = sp_cuda_matmul_forward(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), M, Nc, K,
-                                        I->flag[0], I->flag[1], I->acc, stream, cublas);
-            break;
-        case SP_I_BIAS_ADD:
-            rc = sp_cuda_bias_add_forward(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), M, Nc, stream);
-            break;
-        case SP_I_ADD:
-            rc = sp_cuda_add_forward(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), n[0], stream);
-            break;
-        case SP_I_SCALE:
-            rc = sp_cuda_scale_backward(F32(I->o[0]), F32(I->i[0]), I->f, n[0], I->acc, stream);
-            break;
-        case SP_I_GELU:
-            rc = sp_cuda_gelu_forward(F32(I->o[0]), F32(I->i[0]), n[0], stream);
-            break;
-        case SP_I_RELU:
-            rc = sp_cuda_relu_forward(F32(I->o[0]), F32(I->i[0]), n[0], stream);
-            break;
-        case SP_I_LAYERNORM: {
-            float *aux = F32(I->o[1]);
-            rc = sp_cuda_layernorm_forward(F32(I->o[0]), aux, aux + n[0], F32(I->i[0]),
-                                           F32(I->i[1]), F32(I->i[2]), M, Nc, stream);
-            break;
-        }
-        case SP_I_EMBED:
-            rc = sp_cuda_embed_forward(F32(I->o[0]), I32(I->i[0]), F32(I->i[1]), F32(I->i[2]), M,
-                                       Nc, K, stream);
-            break;
-        case SP_I_ATTENTION:
-            rc = sp_cuda_attention_forward(F32(I->o[0]), F32(I->o[1]), F32(I->i[1]),
-                                           F32(I->i[0]), M, Nc, K, (int)n[3], stream, cublas);
-            break;
-        case SP_I_CE: {
-            /* scratch: N doubles of per-row losses, then the bad-target count */
-            float *scratch = F32(I->i[2]);
-            rc = sp_cuda_cross_entropy_forward(F32(I->o[0]), F32(I->o[1]), F32(I->i[0]),
-                                               I32(I->i[1]), M, Nc, (int *)(scratch + 2 * n[0]),
-                                               scratch, stream);
-            break;
-        }
-        case SP_I_SUM:
-            rc = sp_cuda_sum_forward(F32(I->o[0]), F32(I->i[0]), n[0], stream);
-            if (!rc && I->f != 1.0f)
-                rc = sp_cuda_scale_forward(F32(I->o[0]), F32(I->o[0]), I->f, 1, stream);
-            break;
-        case SP_I_MATMUL_DA:
-            rc = sp_cuda_matmul_backward_a(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), M, Nc, K,
-                                           I->flag[0], I->flag[1], I->acc, stream, cublas);
-            break;
-        case SP_I_MATMUL_DB:
-            rc = sp_cuda_matmul_backward_b(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), M, Nc, K,
-                                           I->flag[0], I->flag[1], I->acc, stream, cublas);
-            break;
-        case SP_I_BIAS_DB:
-            rc = sp_cuda_bias_add_backward_bias(F32(I->o[0]), F32(I->i[0]), M, Nc, I->acc, stream);
-            break;
-        case SP_I_GELU_DX:
-            rc = sp_cuda_gelu_backward(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), n[0], I->acc,
-                                       stream);
-            break;
-        case SP_I_RELU_DX:
-            rc = sp_cuda_relu_backward(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), n[0], I->acc,
-                                       stream);
-            break;
-        case SP_I_LN_DX: {
-            const float *aux = F32(I->i[2]);
-            rc = sp_cuda_layernorm_backward_x(F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), aux,
-                                              aux + n[0], F32(I->i[3]), M, Nc, I->acc, stream);
-            break;
-        }
-        case SP_I_LN_DP: {
-            const float *aux = F32(I->i[2]);
-            rc = sp_cuda_layernorm_backward_params(F32(I->o[0]), F32(I->o[1]), F32(I->i[0]),
-                                                   F32(I->i[1]), aux, aux + n[0], M, Nc, I->acc,
-                                                   stream);
-            break;
-        }
-        case SP_I_EMBED_DP:
-            rc = sp_cuda_embed_backward(F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), I32(I->i[1]), M,
-                                        Nc, K, stream);
-            break;
-        case SP_I_ATTN_DX:
-            rc = sp_cuda_attention_backward(F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), F32(I->i[1]),
-                                            F32(I->i[3]), F32(I->i[2]), M, Nc, K, (int)n[3],
-                                            I->acc, stream, cublas);
-            break;
-        case SP_I_CE_DX:
-            rc = sp_cuda_cross_entropy_backward(F32(I->o[0]), F32(I->i[0]), I32(I->i[1]),
-                                                F32(I->i[2]), 1.0f, M, Nc, I->acc, stream);
-            break;
-        case SP_I_SUM_DX:
-            rc = sp_cuda_sum_backward(F32(I->o[0]), F32(I->i[0]), I->f, n[0], I->acc, stream);
-            break;
-        case SP_I_SEED:
-            rc = sp_cuda_set_scalar(F32(I->o[0]), dloss, stream);
-            break;
-        case SP_I_ZERO:
-            rc = sp_cuda_fill_zero(F32(I->o[0]), n[0], stream);
-            break;
-        default:
-            return sp_set_error(SP_ERR_ARG, "sp_program_run_cuda: bad instruction %d", I->code);
-        }
-        if (rc)
-            return sp_set_error(SP_ERR_RUNTIME, "stage %d: instruction %d (node %d) failed on "
-                                "the GPU: %s", stage, j, I->node, sp_cuda_status_string(rc));
-    }
-    return SP_OK;
+    sp_cuda_ctx c = { stream, cublas };
+    return sp_program_run_on(p, stage, kind, bufs, args, &cuda, &c);
 }
 
 sp_status sp_optim_update_cuda(const sp_program *p, int s, float *params, const float *grads,
                                float *m, float *v, const sp_adamw_config *cfg, float grad_scale,
                                int t, void *stream)
 {
-    const sp_graph *g = p->g;
-    for (int k = 0; k < g->n; k++) {
-        int64_t a = p->param_off[s][k];
-        if (g->node[k].op != SP_OP_PARAM || a < 0 || sp_program_param_owner(p, k) != s) continue;
-        float wd = g->node[k].ndim >= 2 ? cfg->weight_decay : 0.0f;
-        int rc = sp_cuda_adamw_update(params + a, m + a, v + a, grads + a, g->node[k].numel,
-                                      cfg->lr, cfg->beta1, cfg->beta2, cfg->eps, wd, grad_scale,
-                                      t, stream);
-        if (rc)
-            return sp_set_error(SP_ERR_RUNTIME, "AdamW of '%s' failed on the GPU: %s",
-                                g->node[k].name, sp_cuda_status_string(rc));
-    }
-    return SP_OK;
+    sp_cuda_ctx c = { stream, NULL };
+    return sp_optim_update_range_on(p, s, 0, INT64_MAX, params, grads, m, v, cfg, grad_scale, t,
+                                    &cuda, &c);
 }

@@ -71,6 +71,13 @@ void sp_optim_update(const sp_program *p, int s, float *params, const float *gra
 void sp_optim_update_range(const sp_program *p, int s, int64_t lo, int64_t hi, float *params,
                            const float *grads, float *m, float *v, const sp_adamw_config *cfg,
                            float grad_scale, int t);
+/* The same on any kernel backend (starpipe/backend.h), the slabs in its memory, ctx its
+ * state: sp_optim_update_range is this with sp_backend_cpu(). A failed kernel fails it
+ * with a message naming the parameter. */
+sp_status sp_optim_update_range_on(const sp_program *p, int s, int64_t lo, int64_t hi,
+                                   float *params, const float *grads, float *m, float *v,
+                                   const sp_adamw_config *cfg, float grad_scale, int t,
+                                   const sp_backend *be, void *ctx);
 
 /* Copies the owner's values of every parameter the two stages share into stage `other`. */
 void sp_optim_copy_shared(const sp_program *p, int owner, const float *owner_params, int other,

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "starpipe/backend.h"
 #include "starpipe/graph.h"
 #include "starpipe/stages.h"
 #include "starpipe/status.h"
@@ -103,6 +104,12 @@ typedef struct {
 } sp_run_args;
 sp_status sp_program_run(const sp_program *p, int stage, sp_task_kind kind, void *const *bufs,
                          const sp_run_args *args);
+/* The same on any kernel backend (starpipe/backend.h), bufs in its memory, ctx its state:
+ * sp_program_run is this with sp_backend_cpu(). A failed kernel fails the run with a
+ * message naming the instruction, its node and the backend's status. */
+sp_status sp_program_run_on(const sp_program *p, int stage, sp_task_kind kind,
+                            void *const *bufs, const sp_run_args *args, const sp_backend *be,
+                            void *ctx);
 
 /* A readable listing of every stage program (ops, buffers, sizes). */
 void sp_program_print(const sp_program *p, void *FILE_stream);

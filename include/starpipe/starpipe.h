@@ -55,10 +55,10 @@
  * examples/ holds fuller programs (their own data, --check against the reference).
  *
  * The modules: status.h (errors), graph.h (the model), program.h (stage programs),
- * stages.h and plan.h (schedules, plans, simulator), optim.h (AdamW), reference.h (the
- * single-process reference), exec.h and train.h (the StarPU runtime and the pipelined
- * trainer), models.h and data.h (the built-in GPT and MLP, and their data),
- * safetensors.h (checkpoints). */
+ * backend.h (the table of kernels a program runs on), stages.h and plan.h (schedules,
+ * plans, simulator), optim.h (AdamW), reference.h (the single-process reference), exec.h
+ * and train.h (the StarPU runtime and the pipelined trainer), models.h and data.h (the
+ * built-in GPT and MLP, and their data), safetensors.h (checkpoints). */
 #ifndef STARPIPE_STARPIPE_H
 #define STARPIPE_STARPIPE_H
 
@@ -66,6 +66,7 @@
 #include "starpipe/graph.h"
 #include "starpipe/stages.h"
 #include "starpipe/program.h"
+#include "starpipe/backend.h"
 #include "starpipe/optim.h"
 #include "starpipe/reference.h"
 #include "starpipe/plan.h"

@@ -7,6 +7,7 @@
 #include "starpipe/program.h"
 #include "starpipe/reference.h"
 #include "tests/check.h"
+#include "tests/graph/arena.h"
 
 #define HAS(msg, part) (strstr((msg), (part)) != NULL)
 
@@ -113,6 +114,22 @@ int main(void)
     st = sp_reference_step(r, in, &loss);
     CHECK(st == SP_ERR_ARG && HAS(sp_last_error(), "input 'targets' of microbatch 0: value -1"),
           "bad target: %s", sp_last_error());
+    /* a program run directly (no input check first): the CPU kernels refuse them too */
+    arena a = { .p = p };
+    int32_t *atok = arena_get(&a, SP_SLAB_INPUT, 0), *atgt = arena_get(&a, SP_SLAB_INPUT, 1);
+    atok[2] = 256;
+    st = arena_run(&a, 0, SP_TASK_F, 1.0f);
+    CHECK(st == SP_ERR_ARG && HAS(sp_last_error(), "(embed, node") &&
+              HAS(sp_last_error(), "failed on cpu: an index outside its range"),
+          "bad token, run directly: %s", sp_last_error());
+    atok[2] = 0, atgt[3] = 256;
+    st = arena_run(&a, 0, SP_TASK_F, 1.0f);
+    CHECK(st == SP_ERR_ARG && HAS(sp_last_error(), "(ce, node"), "bad target, run directly: %s",
+          sp_last_error());
+    atgt[3] = 0;
+    CHECK(arena_run(&a, 0, SP_TASK_F, 1.0f) == SP_OK, "good inputs, run directly: %s",
+          sp_last_error());
+    arena_free(&a);
     sp_reference_free(r);
     sp_program_free(p);
     sp_graph_free(g);

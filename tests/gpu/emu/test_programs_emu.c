@@ -9,8 +9,10 @@
  * Models: the GPT on 1 stage (the tied embedding's two uses meet in a local add) and on 2
  * (they meet in a combine, the owner's values go back by copy; BW runs as B then W, as
  * under the zero-bubble schedules), 5 x 64 = 320 positions (the embed backward's scan
- * over earlier positions takes two rounds of 256 threads); the MLP on 2 (ReLU). As on
- * a GPU, a program finds NaN in its scratch, in what it only writes, and in the
+ * over earlier positions takes two rounds of 256 threads); the MLP on 2 (ReLU); a small
+ * model whose loss adds a sum and a mean, on 3 stages with BW as B then W (the entries of
+ * the CUDA backend the others do not reach: sum, sum_dx, and zero for a gradient slot
+ * that no op of the stage fills). As on a GPU, a program finds NaN in its scratch, in what it only writes, and in the
  * activations (and activation gradients) of its microbatch when it starts.
  *
  * Each step: loss, parameters, gradients and AdamW moments of every stage within 1e-4,
@@ -297,6 +299,37 @@ static void train(const model *md, int steps)
     sp_graph_free(md->g);
 }
 
+/* x (B,D) and y (B): the MLP's inputs; 3 stages. b (stage 0) is read by stage 2, which
+ * hands its gradient back, and by an op of stage 1 that does not reach the loss: stage 1
+ * sends b's gradient slot as zeros, which stage 0 adds. The loss is cross_entropy +
+ * mean(relu(logits)) + sum(logits) / 1000. */
+static sp_graph *model_sums(int B, int D, int V, sp_status *st)
+{
+    sp_graph *g = sp_graph_create();
+    sp_tensor x = sp_input_f32(g, "x", 2, (int64_t[]){ B, D });
+    sp_tensor y = sp_input_i32(g, "y", 1, (int64_t[]){ B });
+    sp_tensor w[4];
+    for (int k = 0; k < 4; k++) {
+        char name[8];
+        snprintf(name, sizeof name, "w%d", k);
+        w[k] = sp_param(g, name, 2, (int64_t[]){ D, k % 2 ? V : D }, SP_INIT_NORMAL, 0.3f);
+    }
+    sp_tensor b = sp_matmul(g, x, w[1], 0, 0);
+    sp_tensor h = sp_pipeline_yield(g, sp_matmul(g, x, w[0], 0, 0));
+    sp_relu(g, b);
+    h = sp_pipeline_yield(g, sp_matmul(g, h, w[2], 0, 0));
+    sp_tensor logits = sp_add(g, sp_matmul(g, h, w[3], 0, 0), b);
+    sp_tensor loss = sp_add(g, sp_add(g, sp_cross_entropy(g, logits, y),
+                                      sp_mean(g, sp_relu(g, logits))),
+                            sp_scale(g, sp_sum(g, logits), 1e-3f));
+    *st = sp_graph_set_loss(g, loss);
+    if (*st != SP_OK) {
+        sp_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
 int main(void)
 {
     REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess &&
@@ -315,6 +348,9 @@ int main(void)
     model mlp = { .name = "mlp", .g = sp_model_mlp(&mc, &st), .m = 3, .B = mc.batch,
                   .in_dim = mc.in_dim, .classes = mc.classes };
     train(&mlp, 3);
+    model sums = { .name = "sums", .g = model_sums(12, 16, 10, &st), .m = 2, .split_bw = 1,
+                   .B = 12, .in_dim = 16, .classes = 10 };
+    train(&sums, 3);
     cublasDestroy(blas);
     cudaStreamDestroy(stream);
     printf("%ld CUDA tasks\n", gpu_tasks);

@@ -1,0 +1,106 @@
+/* Kernel backends: the table of kernel entry points that stage programs and AdamW run on.
+ * One interpreter (sp_program_run_on, sp_optim_update_range_on) knows what every
+ * instruction means and where its operands are; a backend only knows how to run one
+ * kernel on its own memory: the CPU's (sp_backend_cpu, host memory, codelets/cpu) or
+ * a GPU's (codelets/cuda: device memory, a stream). So adding a backend never touches
+ * the instruction lists, and the backends cannot drift apart in what they compute.
+ *
+ * Every entry takes the backend's state first (ctx: NULL for the CPU, a stream and a
+ * cuBLAS handle for CUDA) and returns 0 or a backend code, named by status_string.
+ * Arguments are those of codelets/cpu/kernels.h (read it for shapes, the size letters
+ * and the acc rule), on pointers into the backend's memory; scalars that a kernel
+ * produces or reads from another kernel stay there too (see cross_entropy_dx, sum_dx).
+ * Every entry is required. */
+#ifndef STARPIPE_BACKEND_H
+#define STARPIPE_BACKEND_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The one code shared by all backends: an index input (a token, a class target) outside
+ * [0, V). It is the caller's error (SP_ERR_ARG), where any other code is the backend's
+ * failure (SP_ERR_RUNTIME). A backend that cannot check cheaply (a GPU) relies on
+ * sp_program_check_inputs, which runs on the host before any task. */
+#define SP_BACKEND_BAD_INDEX (-2)
+
+typedef struct sp_backend {
+    const char *name; /* "cpu", "cuda": for messages */
+    /* forward */
+    int (*matmul)(void *ctx, float *out, const float *a, const float *b, int M, int Nc, int K,
+                  int ta, int tb, int acc);
+    int (*bias_add)(void *ctx, float *out, const float *x, const float *bias, int N, int C);
+    int (*add)(void *ctx, float *out, const float *a, const float *b, int64_t n);
+    /* out = s * x, += with acc (the CPU's sp_scale_backward); may run in place */
+    int (*scale)(void *ctx, float *out, const float *x, float s, int64_t n, int acc);
+    int (*gelu)(void *ctx, float *out, const float *x, int64_t n);
+    int (*relu)(void *ctx, float *out, const float *x, int64_t n);
+    int (*layernorm)(void *ctx, float *out, float *mean, float *rstd, const float *x,
+                     const float *gamma, const float *beta, int N, int C);
+    /* V: the vocabulary, for the token check (SP_BACKEND_BAD_INDEX) */
+    int (*embed)(void *ctx, float *out, const int32_t *tokens, const float *wte,
+                 const float *wpe, int B, int T, int C, int64_t V);
+    int (*attention)(void *ctx, float *out, float *lse, float *scratch, const float *qkv,
+                     int B, int T, int C, int NH);
+    /* scratch: 2N + 2 floats, contents undefined (a GPU's per-row losses and bad count) */
+    int (*cross_entropy)(void *ctx, float *loss, float *probs, const float *logits,
+                         const int32_t *targets, int N, int V, float *scratch);
+    int (*sum)(void *ctx, float *out, const float *x, int64_t n);
+    /* backward */
+    int (*matmul_da)(void *ctx, float *da, const float *dout, const float *b, int M, int Nc,
+                     int K, int ta, int tb, int acc);
+    int (*matmul_db)(void *ctx, float *db, const float *dout, const float *a, int M, int Nc,
+                     int K, int ta, int tb, int acc);
+    int (*bias_db)(void *ctx, float *dbias, const float *dout, int N, int C, int acc);
+    int (*gelu_dx)(void *ctx, float *dx, const float *x, const float *dout, int64_t n, int acc);
+    int (*relu_dx)(void *ctx, float *dx, const float *x, const float *dout, int64_t n, int acc);
+    int (*layernorm_dx)(void *ctx, float *dx, const float *dout, const float *x,
+                        const float *mean, const float *rstd, const float *gamma, int N, int C,
+                        int acc);
+    int (*layernorm_dparams)(void *ctx, float *dgamma, float *dbeta, const float *dout,
+                             const float *x, const float *mean, const float *rstd, int N, int C,
+                             int acc);
+    int (*embed_dparams)(void *ctx, float *dwte, float *dwpe, const float *dout,
+                         const int32_t *tokens, int B, int T, int C);
+    int (*attention_dx)(void *ctx, float *dqkv, float *scratch, const float *dout,
+                        const float *qkv, const float *out, const float *lse, int B, int T,
+                        int C, int NH, int acc);
+    /* *dloss: the upstream gradient, one float in the backend's memory */
+    int (*cross_entropy_dx)(void *ctx, float *dlogits, const float *probs,
+                            const int32_t *targets, const float *dloss, int N, int V, int acc);
+    /* dx (n) = s * *dout broadcast; *dout in the backend's memory */
+    int (*sum_dx)(void *ctx, float *dx, const float *dout, float s, int64_t n, int acc);
+    /* *x = value (value on the host): the loss seed */
+    int (*set)(void *ctx, float *x, float value);
+    int (*zero)(void *ctx, float *x, int64_t n);
+    /* the optimizer (codelets/cpu/kernels.h: sp_adamw_update) */
+    int (*adamw)(void *ctx, float *param, float *m, float *v, const float *grad, int64_t n,
+                 float lr, float beta1, float beta2, float eps, float weight_decay,
+                 float grad_scale, int t);
+    /* A name for a code an entry returned. Never NULL. */
+    const char *(*status_string)(int code);
+} sp_backend;
+
+/* The initializer of every kernel entry, for a backend that names each of its functions
+ * after the field: `{ .name = "x", SP_BACKEND_ENTRIES, .status_string = f }`. A function
+ * left out then fails to compile instead of leaving a NULL entry. */
+#define SP_BACKEND_ENTRIES                                                                  \
+    .matmul = matmul, .bias_add = bias_add, .add = add, .scale = scale, .gelu = gelu,      \
+    .relu = relu, .layernorm = layernorm, .embed = embed, .attention = attention,          \
+    .cross_entropy = cross_entropy, .sum = sum, .matmul_da = matmul_da,                    \
+    .matmul_db = matmul_db, .bias_db = bias_db, .gelu_dx = gelu_dx, .relu_dx = relu_dx,    \
+    .layernorm_dx = layernorm_dx, .layernorm_dparams = layernorm_dparams,                  \
+    .embed_dparams = embed_dparams, .attention_dx = attention_dx,                          \
+    .cross_entropy_dx = cross_entropy_dx, .sum_dx = sum_dx, .set = set, .zero = zero,      \
+    .adamw = adamw
+
+/* The CPU kernels (codelets/cpu) on host memory; ctx is unused (pass NULL). What
+ * sp_program_run and sp_optim_update run on. */
+const sp_backend *sp_backend_cpu(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
