@@ -636,12 +636,11 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
     char msg[1024] = "";
     /* a run that cannot fit says so before StarPU and MPI start; every rank sees the
      * same sizes, and one per machine prints */
+    /* a layout that does not fit the ranks is reported once MPI runs, by the ranks in
+     * agreement (a rank exiting first could take rank 0's message with it) */
     sp_layout lay;
-    if (layout_of(o, sp_app_launcher_size(), &lay) != SP_OK) {
-        if (sp_app_launcher_rank() == 0) fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
-        return 2;
-    }
-    if (preflight(m, o, lay.actors, lay.replicas, 0, msg, sizeof msg)) {
+    int fits = layout_of(o, sp_app_launcher_size(), &lay) == SP_OK;
+    if (fits && preflight(m, o, lay.actors, lay.replicas, 0, msg, sizeof msg)) {
         if (sp_app_launcher_local_rank() == 0) fprintf(stderr, "%s: error: %s\n", m->name, msg);
         return 2;
     }

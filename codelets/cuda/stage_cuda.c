@@ -87,8 +87,10 @@ int sp_optim_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const
     (void)counts;
     (void)nbufs;
     const sp_optim_task_args *a = args;
-    sp_status st = sp_optim_update_cuda(a->prog, a->stage, bufs[0], bufs[1], bufs[2], bufs[3],
-                                        &a->opt, a->grad_scale, a->t, stream);
+    sp_cuda_ctx c = { stream, NULL }; /* this shard of the stage (all of it unsharded) */
+    sp_status st = sp_optim_update_range_on(a->prog, a->stage, a->lo, a->hi, bufs[0], bufs[1],
+                                            bufs[2], bufs[3], &a->opt, a->grad_scale, a->t,
+                                            sp_backend_cuda(), &c);
     if (st != SP_OK) {
         fprintf(stderr, "starpipe: %s\n", sp_last_error());
         return (int)st;
