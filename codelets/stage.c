@@ -89,7 +89,9 @@ int sp_optim_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const 
     (void)counts;
     (void)nbufs;
     const sp_optim_task_args *a = args;
-    sp_optim_update_range(a->prog, a->stage, a->lo, a->hi, bufs[0], bufs[1], bufs[2], bufs[3],
-                          &a->opt, a->grad_scale, a->t);
+    int64_t lo, hi;
+    sp_optim_task_range(a, &lo, &hi);
+    sp_optim_update_range(a->prog, a->stage, lo, hi, bufs[0], bufs[1], bufs[2], bufs[3], &a->opt,
+                          a->grad_scale, a->t);
     return 0;
 }

@@ -58,16 +58,23 @@ typedef struct {
 } sp_local_add_task_args;
 int sp_local_add_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args);
 
-/* AdamW of the parameters stage `stage` owns with slab offsets in [lo, hi) (a shard;
- * 0, INT64_MAX: all): bufs = PARAMS, GRADS, m, v (m and v hold floats lo..). */
+/* AdamW of the parameters stage `stage` owns: bufs = PARAMS, GRADS, m, v. With `shard`,
+ * only those with slab offsets in [lo, hi), and m and v hold floats lo..hi-1. */
 typedef struct {
     const sp_program *prog;
     int stage;
     sp_adamw_config opt;
     float grad_scale;
     int t;
+    int shard;
     int64_t lo, hi;
 } sp_optim_task_args;
+/* The range sp_optim_task_args covers. */
+static inline void sp_optim_task_range(const sp_optim_task_args *a, int64_t *lo, int64_t *hi)
+{
+    *lo = a->shard ? a->lo : 0;
+    *hi = a->shard ? a->hi : INT64_MAX;
+}
 int sp_optim_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args);
 
 /* CUDA versions (codelets/cuda/stage_cuda.c, only in a CUDA build): same arguments, on

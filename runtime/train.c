@@ -231,8 +231,8 @@ static sp_status do_optimizer(sp_trainer *t, int s, float scale)
     sp_exec_buf *bufs[4] = { t->h_params[s], t->h_grads[s], t->h_m[s], t->h_v[s] };
     sp_exec_mode modes[4] = { SP_EXEC_RW, SP_EXEC_R, SP_EXEC_RW, SP_EXEC_RW };
     sp_optim_task_args a = { .prog = t->p, .stage = s, .opt = t->o.opt, .grad_scale = scale,
-                             .t = t->steps + 1, .lo = 0, .hi = INT64_MAX };
-    if (t->o.shard_optimizer) sp_trainer_shard(t, s, &a.lo, &a.hi);
+                             .t = t->steps + 1, .shard = t->o.shard_optimizer };
+    if (a.shard) sp_trainer_shard(t, s, &a.lo, &a.hi);
     char name[32];
     snprintf(name, sizeof name, "AdamW s%d", s);
     sp_status st = sp_tr_submit(t, name, SP_TR_FN(sp_optim_task), 4, bufs, modes, &a, sizeof a,

@@ -88,7 +88,9 @@ int sp_optim_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const
     (void)nbufs;
     const sp_optim_task_args *a = args;
     sp_cuda_ctx c = { stream, NULL }; /* this shard of the stage (all of it unsharded) */
-    sp_status st = sp_optim_update_range_on(a->prog, a->stage, a->lo, a->hi, bufs[0], bufs[1],
+    int64_t lo, hi;
+    sp_optim_task_range(a, &lo, &hi);
+    sp_status st = sp_optim_update_range_on(a->prog, a->stage, lo, hi, bufs[0], bufs[1],
                                             bufs[2], bufs[3], &a->opt, a->grad_scale, a->t,
                                             sp_backend_cuda(), &c);
     if (st != SP_OK) {
