@@ -64,13 +64,19 @@ int sp_reduce_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const
     (void)counts;
     const sp_reduce_task_args *a = args;
     float *dst = (float *)bufs[0] + a->dst_off;
-    /* x_q: this rank's own values at q == own, else the next other replica's buffer */
-    const float *first = a->own == 0 ? dst : (const float *)bufs[1];
-    for (int64_t i = 0; i < a->n; i++) {
-        float acc = first[i];
-        for (int q = 1, j = a->own == 0 ? 1 : 2; q < nbufs; q++)
-            acc += q == a->own ? dst[i] : ((const float *)bufs[j++])[i];
-        dst[i] = acc;
+    /* x_q is this rank's own values at q == own, else the next other replica's buffer;
+     * blocks of a stack buffer so that each pass is a plain vectorisable loop */
+    enum { BLOCK = 1024 };
+    float acc[BLOCK];
+    for (int64_t i0 = 0; i0 < a->n; i0 += BLOCK) {
+        int64_t n = a->n - i0 < BLOCK ? a->n - i0 : BLOCK;
+        for (int q = 0, j = 1; q < nbufs; q++) {
+            const float *x = q == a->own ? dst + i0 : (const float *)bufs[j++] + i0;
+            if (q == 0) memcpy(acc, x, (size_t)n * sizeof(float));
+            else
+                for (int64_t i = 0; i < n; i++) acc[i] += x[i];
+        }
+        memcpy(dst + i0, acc, (size_t)n * sizeof(float));
     }
     return 0;
 }
