@@ -10,21 +10,7 @@
 #include <hwloc.h>
 
 #include "runtime/binding_impl.h"
-
-static int cpuset_count(const cpu_set_t *s) { return CPU_COUNT(s); }
-
-/* 1 when no two local ranks may run on the same CPU: the launcher already split them. */
-static int disjoint(const cpu_set_t *all, int n)
-{
-    for (int i = 0; i < n; i++)
-        for (int j = i + 1; j < n; j++) {
-            cpu_set_t both;
-            CPU_AND(&both, &all[i], &all[j]);
-            if (CPU_COUNT(&both))
-                return 0;
-        }
-    return 1;
-}
+#include "runtime/gpumap.h"
 
 /* StarPU's binding ids are hwloc logical PU indexes, the kernel's are OS indexes. */
 static int to_logical(hwloc_topology_t topo, int os)
@@ -33,7 +19,7 @@ static int to_logical(hwloc_topology_t topo, int os)
     return pu ? (int)pu->logical_index : -1;
 }
 
-sp_status sp_binding_plan(MPI_Comm node, int want, sp_binding *b)
+sp_status sp_binding_plan(MPI_Comm node, int want, const cpu_set_t *near, sp_binding *b)
 {
     memset(b, 0, sizeof *b);
     b->mpi_cpu = -1;
@@ -43,38 +29,28 @@ sp_status sp_binding_plan(MPI_Comm node, int want, sp_binding *b)
     b->local_rank = lrank;
     b->local_size = lsize;
 
-    cpu_set_t mine;
-    if (sched_getaffinity(0, sizeof mine, &mine) != 0)
+    cpu_set_t mine[2]; /* this rank's mask, and the CPUs near its GPU (empty: none known) */
+    if (sched_getaffinity(0, sizeof mine[0], &mine[0]) != 0)
         return sp_set_error(SP_ERR_RUNTIME, "%s:%d: sched_getaffinity failed", __FILE__, __LINE__);
-    cpu_set_t *all = malloc((size_t)lsize * sizeof *all);
-    if (!all)
+    if (near) mine[1] = *near;
+    else CPU_ZERO(&mine[1]);
+    cpu_set_t *all = malloc(2 * (size_t)lsize * sizeof *all);
+    cpu_set_t *masks = malloc((size_t)lsize * sizeof *masks);
+    cpu_set_t *nears = malloc((size_t)lsize * sizeof *nears);
+    if (!all || !masks || !nears) {
+        free(all), free(masks), free(nears);
         return sp_set_error(SP_ERR_NOMEM, "%s:%d: out of memory", __FILE__, __LINE__);
-    int rc = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, node);
+    }
+    int rc = MPI_Allgather(mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, node);
     if (rc != MPI_SUCCESS) {
-        free(all);
+        free(all), free(masks), free(nears);
         return sp_exec_mpi_error(__FILE__, __LINE__, "MPI_Allgather", rc);
     }
-
-    /* The CPUs this rank may use, in OS numbering. */
-    int cpus[CPU_SETSIZE], ncpus = 0;
-    if (disjoint(all, lsize)) {
-        for (int c = 0; c < CPU_SETSIZE; c++)
-            if (CPU_ISSET(c, &mine))
-                cpus[ncpus++] = c;
-    } else {
-        cpu_set_t uni;
-        CPU_ZERO(&uni);
-        for (int i = 0; i < lsize; i++)
-            CPU_OR(&uni, &uni, &all[i]);
-        int n = cpuset_count(&uni), per = n / lsize, k = 0;
-        for (int c = 0; c < CPU_SETSIZE && per > 0; c++)
-            if (CPU_ISSET(c, &uni)) {
-                if (k >= lrank * per && k < (lrank + 1) * per)
-                    cpus[ncpus++] = c;
-                k++;
-            }
-    }
-    free(all);
+    for (int i = 0; i < lsize; i++) masks[i] = all[2 * i], nears[i] = all[2 * i + 1];
+    /* The CPUs this rank may use, in OS numbering (runtime/gpumap.c). */
+    int cpus[CPU_SETSIZE];
+    int ncpus = sp_binding_split(masks, lsize, lrank, nears, cpus);
+    free(all), free(masks), free(nears);
 
     b->nworkers = want < 1 ? 1 : want;
     if (ncpus == 0) {

@@ -2,6 +2,8 @@
 #ifndef STARPIPE_BINDING_IMPL_H
 #define STARPIPE_BINDING_IMPL_H
 
+#include <sched.h> /* cpu_set_t: the including file defines _GNU_SOURCE first */
+
 #include "runtime/exec_impl.h"
 
 #define SP_BINDING_MAXW 64
@@ -15,8 +17,9 @@ typedef struct sp_binding {
     char desc[256];                   /* for the verbose line */
 } sp_binding;
 
-/* Collective over node (the ranks of this host). want: CPU workers asked for. */
-sp_status sp_binding_plan(MPI_Comm node, int want, sp_binding *b);
+/* Collective over node (the ranks of this host). want: CPU workers asked for. near
+ * (may be NULL): the CPUs near this rank's GPU, where its workers should sit. */
+sp_status sp_binding_plan(MPI_Comm node, int want, const cpu_set_t *near, sp_binding *b);
 /* Exports the plan as StarPU variables; ones the user already set are kept. */
 void sp_binding_apply(const sp_binding *b);
 

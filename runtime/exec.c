@@ -1,5 +1,7 @@
 /* The executor: MPI + StarPU + StarPU-MPI start-up, steps, the generic task wrapper,
  * failure agreement and traces. Transfers are in comm/, the order in sched/policy.c. */
+#define _GNU_SOURCE /* cpu_set_t (runtime/gpumap.h) */
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -10,12 +12,16 @@
 #ifdef STARPU_USE_CUDA
 #include <starpu_cublas_v2.h>
 #endif
+#ifdef STARPIPE_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include "codelets/cpu/kernels.h"
 #include "codelets/stage.h"
 #include "comm/comm.h"
 #include "runtime/binding_impl.h"
 #include "runtime/exec_impl.h"
+#include "runtime/gpumap.h"
 #include "sched/policy.h"
 
 int sp_exec_rank_ = 0, sp_exec_size_ = 1;
@@ -767,6 +773,34 @@ static sp_status check_sched_env(void)
                         "scheduling policy; unset it or set it to \"starpipe\"", s);
 }
 
+/* This rank's GPU (runtime/gpumap.c) from what the CUDA runtime sees, and the CPUs near
+ * it (sysfs, by the device's PCI address; empty when unknown). */
+static sp_status choose_gpu(MPI_Comm node, sp_gpu_choice *gpu, cpu_set_t *near)
+{
+    int lrank, lsize, ngpus = 0;
+    CPU_ZERO(near);
+    SP_MPI_CHECK(MPI_Comm_rank(node, &lrank));
+    SP_MPI_CHECK(MPI_Comm_size(node, &lsize));
+#ifdef STARPIPE_HAVE_CUDA
+    if (cudaGetDeviceCount(&ngpus) != cudaSuccess) ngpus = 0;
+#endif
+    sp_status st = sp_gpu_choose(lrank, lsize, ngpus, getenv("STARPIPE_GPU"),
+                                 getenv("CUDA_VISIBLE_DEVICES"), gpu);
+#ifdef STARPIPE_HAVE_CUDA
+    char bus[64], path[128], list[1024];
+    if (st == SP_OK && gpu->device >= 0 &&
+        cudaDeviceGetPCIBusId(bus, sizeof bus, gpu->device) == cudaSuccess) {
+        for (char *c = bus; *c; c++) *c = (char)tolower((unsigned char)*c);
+        snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/local_cpulist", bus);
+        FILE *f = fopen(path, "r");
+        if (f && fgets(list, sizeof list, f) && sp_parse_cpulist(list, near) != SP_OK)
+            CPU_ZERO(near); /* unknown: the plain split */
+        if (f) fclose(f);
+    }
+#endif
+    return st;
+}
+
 sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
 {
     if (X.started)
@@ -805,16 +839,31 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     MPI_Comm node;
     SP_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
                                      &node));
+    /* One GPU per rank: chosen from the rank's place on its host, before StarPU opens
+     * any device; every rank agrees on the outcome (a bad STARPIPE_GPU seen by one rank
+     * must not leave the others in StarPU's start-up collectives). */
+    cpu_set_t near;
+    sp_gpu_choice gpu;
+    st = choose_gpu(node, &gpu, &near);
+    int bad = st != SP_OK, any = 0;
+    SP_MPI_CHECK(MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (any) {
+        MPI_Comm_free(&node);
+        return st ? st : sp_set_error(SP_ERR_ARG, "another rank could not choose its GPU "
+                                      "(STARPIPE_GPU)");
+    }
+    setenv("STARPU_NCUDA", gpu.ncuda, 0); /* a user's own StarPU settings win */
+    if (gpu.device >= 0) setenv("STARPU_WORKERS_CUDAID", gpu.cudaid, 0);
     sp_binding b;
-    st = sp_binding_plan(node, X.opts.ncpus, &b);
+    st = sp_binding_plan(node, X.opts.ncpus, CPU_COUNT(&near) ? &near : NULL, &b);
     MPI_Comm_free(&node);
     if (st)
         return st;
     sp_binding_apply(&b);
     if (X.opts.verbose) {
         const char *y = getenv("OMPI_MCA_mpi_yield_when_idle");
-        fprintf(stderr, "starpipe: rank %d (local %d of %d): %d CPU worker(s), %s, MPI "
-                "progress thread %s%s\n", sp_exec_rank_, b.local_rank, b.local_size,
+        fprintf(stderr, "starpipe: rank %d (local %d of %d): %s; %d CPU worker(s), %s, MPI "
+                "progress thread %s%s\n", sp_exec_rank_, b.local_rank, b.local_size, gpu.line,
                 b.nworkers, b.desc, getenv("STARPU_MPI_NOBIND") ? "unbound" : "on its own core",
                 y && strcmp(y, "0") ? ", yields when idle" : "");
     }
