@@ -81,6 +81,22 @@ int sp_reduce_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const
     return 0;
 }
 
+int sp_zero_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args)
+{
+    (void)nbufs, (void)args;
+    memset(bufs[0], 0, counts[0] * sizeof(float));
+    return 0;
+}
+
+int sp_sumsq_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args)
+{
+    (void)nbufs;
+    const sp_sumsq_task_args *a = args;
+    memset(bufs[1], 0, counts[1] * sizeof(double)); /* registered with 8-byte elements */
+    sp_optim_param_sumsq(a->prog, a->stage, a->lo, a->hi, bufs[0], bufs[1]);
+    return 0;
+}
+
 int sp_local_add_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args)
 {
     (void)counts;

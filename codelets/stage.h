@@ -50,6 +50,19 @@ typedef struct {
 } sp_reduce_task_args;
 int sp_reduce_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args);
 
+/* bufs[0] = 0 (all of it, floats): a stage's gradient accumulators at a step's start. */
+int sp_zero_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args);
+
+/* The global norm's terms of stage `stage`, where the gradients are: bufs[0] = GRADS,
+ * bufs[1] = one double per graph parameter, set to the sum of squares of each parameter
+ * the stage owns in [lo, hi) (sp_optim_param_sumsq), 0 for the others. */
+typedef struct {
+    const sp_program *prog;
+    int stage;
+    int64_t lo, hi;
+} sp_sumsq_task_args;
+int sp_sumsq_task_cpu(void *const *bufs, const size_t *counts, int nbufs, const void *args);
+
 /* The local adds of a stage's repeated parameter uses (sp_program_local_adds): bufs =
  * GRADS. */
 typedef struct {
@@ -90,6 +103,10 @@ int sp_copy_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const 
 int sp_combine_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
                          void *stream);
 int sp_optim_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
+                       void *stream);
+int sp_zero_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
+                      void *stream);
+int sp_sumsq_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
                        void *stream);
 int sp_local_add_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
                            void *stream);

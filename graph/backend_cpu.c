@@ -176,6 +176,13 @@ static int adamw(void *c, float *param, float *m, float *v, const float *grad, i
     return 0;
 }
 
+static int sum_squares(void *c, double *out, const float *x, int64_t n)
+{
+    (void)c;
+    *out = sp_sum_squares(x, n);
+    return 0;
+}
+
 static const char *status_string(int code)
 {
     return code == SP_BACKEND_BAD_INDEX ? "an index outside its range (a token or a target)"

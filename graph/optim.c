@@ -116,14 +116,25 @@ void sp_optim_shards(const sp_program *p, int s, int R, int64_t *bounds)
 void sp_optim_param_sumsq(const sp_program *p, int s, int64_t lo, int64_t hi,
                           const float *grads, double *sumsq)
 {
+    sp_optim_param_sumsq_on(p, s, lo, hi, grads, sumsq, sp_backend_cpu(), NULL);
+}
+
+sp_status sp_optim_param_sumsq_on(const sp_program *p, int s, int64_t lo, int64_t hi,
+                                  const float *grads, double *sumsq, const sp_backend *be,
+                                  void *ctx)
+{
     const sp_graph *g = p->g;
     for (int k = 0, i = 0; k < g->n; k++) {
         if (g->node[k].op != SP_OP_PARAM) continue;
         int64_t a = p->param_off[s][k];
-        if (a >= lo && a < hi && owner_of(p, k) == s)
-            sumsq[i] = sp_sum_squares(grads + a, g->node[k].numel);
+        int rc = a >= lo && a < hi && owner_of(p, k) == s
+                     ? be->sum_squares(ctx, sumsq + i, grads + a, g->node[k].numel) : 0;
+        if (rc)
+            return sp_set_error(SP_ERR_RUNTIME, "the gradient norm of '%s' failed on %s: %s",
+                                g->node[k].name, be->name, be->status_string(rc));
         i++;
     }
+    return SP_OK;
 }
 
 double sp_optim_fold_sumsq(const sp_program *p, int s, const double *sumsq)

@@ -345,12 +345,13 @@ static sp_status stage_sumsq(sp_trainer *t, double *v)
     if (!each) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
     sp_status st = SP_OK;
     void *ptr;
+    /* the terms were computed where the gradients are (sp_sumsq_task): only np doubles
+     * per stage come to the host; owned stages' terms are disjoint, the others zeros */
     for (int s = 0; s < t->S && st == SP_OK; s++)
-        if (owns(t, s) && !(st = sp_exec_buf_acquire(t->h_grads[s], SP_EXEC_R, &ptr))) {
-            int64_t lo, hi;
-            sp_trainer_shard(t, s, &lo, &hi);
-            sp_optim_param_sumsq(t->p, s, lo, hi, ptr, each);
-            st = sp_exec_buf_release(t->h_grads[s]);
+        if (owns(t, s) && !(st = sp_exec_buf_acquire(t->h_sumsq[s], SP_EXEC_R, &ptr))) {
+            for (int i = 0; i < np; i++) each[i] += ((const double *)ptr)[i];
+            t->host_bytes += (size_t)np * sizeof(double);
+            st = sp_exec_buf_release(t->h_sumsq[s]);
         }
     if (st == SP_OK) st = sp_exec_allreduce_sum(each, (size_t)np, 1);
     for (int s = 0; s < t->S; s++) v[s] = sp_optim_fold_sumsq(t->p, s, each);
@@ -372,6 +373,7 @@ static sp_status step_loss(sp_trainer *t, float *loss)
         for (int i = 0; i < t->m && st == SP_OK; i++)
             if (!(st = sp_exec_buf_acquire(t->h_loss[i], SP_EXEC_R, &ptr))) {
                 each[t->replica * t->m + i] = *(float *)ptr;
+                t->host_bytes += sizeof(float);
                 st = sp_exec_buf_release(t->h_loss[i]);
             }
     if (st == SP_OK) st = sp_exec_allreduce_sum(each, (size_t)n, 0);
@@ -388,17 +390,15 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
     double t0 = now();
     sp_status st = sp_program_check_inputs(t->p, inputs, t->R * t->m);
     void *ptr;
-    /* this replica's inputs in, gradient accumulators to zero */
+    t->host_bytes = 0;
+    /* this replica's inputs in (the only large host writes of a step) */
     const void *const *mine = inputs + (size_t)t->replica * t->m * t->nin;
     for (int i = 0; i < t->m * t->nin && st == SP_OK; i++)
         if (!(st = sp_exec_buf_acquire(t->h_input[i], SP_EXEC_W, &ptr))) {
-            memcpy(ptr, mine[i], sp_program_buf_bytes(t->p, SP_SLAB_INPUT, i % t->nin));
+            size_t bytes = sp_program_buf_bytes(t->p, SP_SLAB_INPUT, i % t->nin);
+            memcpy(ptr, mine[i], bytes);
+            t->host_bytes += bytes;
             st = sp_exec_buf_release(t->h_input[i]);
-        }
-    for (int s = 0; s < t->S && st == SP_OK; s++)
-        if (owns(t, s) && !(st = sp_exec_buf_acquire(t->h_grads[s], SP_EXEC_W, &ptr))) {
-            memset(ptr, 0, sp_program_buf_bytes(t->p, SP_SLAB_GRADS, s));
-            st = sp_exec_buf_release(t->h_grads[s]);
         }
     if (st) return st;
 
@@ -411,6 +411,13 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
     t->seq = 0;
     t->nunpack = 0;
     for (int s = 0; t->rep && s < t->S; s++) t->rep[s].pending = 0;
+    /* the gradient accumulators to zero where they live (a GPU's, without a round trip) */
+    for (int s = 0; s < t->S && st == SP_OK; s++) {
+        sp_exec_mode w = SP_EXEC_W;
+        if (owns(t, s))
+            st = sp_tr_submit(t, "zero grads", SP_TR_FN(sp_zero_task), 1, &t->h_grads[s], &w,
+                              NULL, 0, SP_TR_HELPER);
+    }
     for (int i = 0; i < n && st == SP_OK; i++) {
         const sp_instr *in = &prog[i];
         if (is_update_phase(in)) continue;
@@ -432,6 +439,16 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
     for (int s = 0; t->rep && s < t->S && st == SP_OK; s++) /* a stage with no gradients */
         if (owns(t, s) && t->grads_last[s] < 0) st = sp_tr_reduce_begin(t, s);
     if (st == SP_OK && t->rep) st = sp_tr_reduce_end(t);
+    /* the global norm's terms, computed where the gradients are */
+    for (int s = 0; s < t->S && st == SP_OK; s++) {
+        if (!owns(t, s)) continue;
+        sp_exec_buf *bufs[2] = { t->h_grads[s], t->h_sumsq[s] };
+        sp_exec_mode modes[2] = { SP_EXEC_R, SP_EXEC_W };
+        sp_sumsq_task_args a = { .prog = t->p, .stage = s };
+        sp_trainer_shard(t, s, &a.lo, &a.hi);
+        st = sp_tr_submit(t, "grad sumsq", SP_TR_FN(sp_sumsq_task), 2, bufs, modes, &a, sizeof a,
+                          SP_TR_HELPER);
+    }
     /* whatever the plan left alive (nothing, for a well-formed plan) returns too */
     for (int i = 0; i < t->m * t->S; i++) {
         sp_tr_pool_give(t, &t->h_act[i]);
@@ -468,7 +485,8 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
     free(v);
     if (st) return st;
     if (stats) {
-        *stats = (sp_step_stats){ .loss = loss, .grad_norm = norm, .skipped = bad >= 0 };
+        *stats = (sp_step_stats){ .loss = loss, .grad_norm = norm, .skipped = bad >= 0,
+                                  .host_bytes = t->host_bytes };
         if (t->o.trace) {
             stats->bubble = run.bubble;
             stats->span_s = run.span;
@@ -517,7 +535,7 @@ static sp_status alloc_arrays(sp_trainer *t)
     ALLOC(h_act, m * S) ALLOC(h_bgrad, m * S) ALLOC(h_efwd, m * E) ALLOC(h_egrad, m * E)
     ALLOC(h_input, m * t->nin) ALLOC(input_host, m * t->nin) ALLOC(h_loss, m)
     ALLOC(shared_param, t->nshared) ALLOC(h_sgrad, t->nshared * S)
-    ALLOC(h_sparam, t->nshared)
+    ALLOC(h_sparam, t->nshared) ALLOC(h_sumsq, S) ALLOC(sumsq, S)
 #undef ALLOC
     return SP_OK;
 }
@@ -654,6 +672,13 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
             (st = sp_tr_register_host(t, &t->h_v[s], &t->mom_v[s], mb)))
             goto out;
         t->optimizer_bytes += 2 * mb;
+        size_t np = (size_t)sp_graph_num_params(t->g) + 1;
+        if (!(t->sumsq[s] = calloc(np, sizeof(double)))) {
+            st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+            goto out;
+        }
+        if ((st = sp_exec_buf_register(&t->h_sumsq[s], t->sumsq[s], np, sizeof(double))))
+            goto out;
         for (int i = 0; i < sp_graph_num_params(t->g); i++) {
             sp_tensor x = sp_graph_param(t->g, i);
             int64_t off = sp_program_param_offset(p, s, x);
@@ -677,10 +702,10 @@ out:
 void sp_trainer_free(sp_trainer *t)
 {
     if (!t) return;
-    sp_exec_buf **lists[] = { t->h_params, t->h_grads, t->h_m, t->h_v, t->h_scratch, t->h_act,
-                              t->h_bgrad, t->h_efwd, t->h_egrad, t->h_input, t->h_loss,
+    sp_exec_buf **lists[] = { t->h_params, t->h_grads, t->h_m, t->h_v, t->h_scratch, t->h_sumsq,
+                              t->h_act, t->h_bgrad, t->h_efwd, t->h_egrad, t->h_input, t->h_loss,
                               t->h_sgrad, t->h_sparam };
-    size_t counts[] = { t->S, t->S, t->S, t->S, t->S, (size_t)t->m * t->S,
+    size_t counts[] = { t->S, t->S, t->S, t->S, t->S, t->S, (size_t)t->m * t->S,
                         (size_t)t->m * t->S, (size_t)t->m * t->E, (size_t)t->m * t->E,
                         (size_t)t->m * t->nin, t->m, (size_t)t->nshared * t->S, t->nshared };
     for (size_t l = 0; l < sizeof lists / sizeof *lists; l++)
@@ -694,12 +719,14 @@ void sp_trainer_free(sp_trainer *t)
         if (t->grads) free(t->grads[s]);
         if (t->mom_m) free(t->mom_m[s]);
         if (t->mom_v) free(t->mom_v[s]);
+        if (t->sumsq) free(t->sumsq[s]);
     }
     for (int i = 0; t->input_host && i < t->m * t->nin; i++) free(t->input_host[i]);
     for (size_t i = 0; i < t->nhost; i++) free(t->host[i]);
     free(t->host);
-    free(t->params), free(t->grads), free(t->mom_m), free(t->mom_v);
+    free(t->params), free(t->grads), free(t->mom_m), free(t->mom_v), free(t->sumsq);
     free(t->h_params), free(t->h_grads), free(t->h_m), free(t->h_v), free(t->h_scratch);
+    free(t->h_sumsq);
     free(t->h_act), free(t->h_bgrad), free(t->h_efwd), free(t->h_egrad), free(t->h_input);
     free(t->input_host), free(t->h_loss), free(t->shared_param);
     free(t->h_sgrad), free(t->h_sparam), free(t->seq_task), free(t->events), free(t->msg_instr);

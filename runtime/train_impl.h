@@ -41,6 +41,9 @@ struct sp_trainer {
     int *unpack;               /* deferred unpacks of the step: (stage, replica) pairs */
     int nunpack;
     size_t persistent_bytes;   /* every buffer sp_tr_register_host made */
+    sp_exec_buf **h_sumsq;     /* [S]: the norm's per-parameter terms of each owned stage */
+    double **sumsq;
+    size_t host_bytes;         /* this step's host reads and writes of trainer buffers */
     size_t optimizer_bytes;    /* of which the AdamW moments */
     /* persistent per-stage slabs (owned stages only) */
     float **params, **grads, **mom_m, **mom_v;

@@ -153,6 +153,11 @@ static int adamw(void *c, float *param, float *m, float *v, const float *grad, i
                                 grad_scale, t, STREAM(c));
 }
 
+static int sum_squares(void *c, double *out, const float *x, int64_t n)
+{
+    return sp_cuda_sum_squares(out, x, n, STREAM(c));
+}
+
 static const sp_backend cuda = { .name = "cuda", SP_BACKEND_ENTRIES,
                                  .status_string = sp_cuda_status_string };
 

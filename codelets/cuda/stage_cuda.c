@@ -64,6 +64,30 @@ int sp_combine_task_cuda(void *const *bufs, const size_t *counts, int nbufs, con
     return 0;
 }
 
+int sp_zero_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
+                      void *stream)
+{
+    (void)nbufs, (void)args;
+    return sp_cuda_fill_zero(bufs[0], (int64_t)counts[0], stream);
+}
+
+int sp_sumsq_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
+                       void *stream)
+{
+    (void)nbufs;
+    const sp_sumsq_task_args *a = args;
+    int rc = sp_cuda_fill_zero(bufs[1], 2 * (int64_t)counts[1], stream); /* doubles: +0.0 */
+    if (rc) return rc;
+    sp_cuda_ctx c = { stream, NULL };
+    sp_status st = sp_optim_param_sumsq_on(a->prog, a->stage, a->lo, a->hi, bufs[0], bufs[1],
+                                           sp_backend_cuda(), &c);
+    if (st != SP_OK) {
+        fprintf(stderr, "starpipe: %s\n", sp_last_error());
+        return (int)st;
+    }
+    return 0;
+}
+
 int sp_local_add_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
                            void *stream)
 {

@@ -79,6 +79,9 @@ typedef struct sp_backend {
     int (*adamw)(void *ctx, float *param, float *m, float *v, const float *grad, int64_t n,
                  float lr, float beta1, float beta2, float eps, float weight_decay,
                  float grad_scale, int t);
+    /* *out (one double in the backend's memory) = the sum of squares of x, in double: the
+     * global norm's per-parameter terms */
+    int (*sum_squares)(void *ctx, double *out, const float *x, int64_t n);
     /* A name for a code an entry returned. Never NULL. */
     const char *(*status_string)(int code);
 } sp_backend;
@@ -94,7 +97,7 @@ typedef struct sp_backend {
     .layernorm_dx = layernorm_dx, .layernorm_dparams = layernorm_dparams,                  \
     .embed_dparams = embed_dparams, .attention_dx = attention_dx,                          \
     .cross_entropy_dx = cross_entropy_dx, .sum_dx = sum_dx, .set = set, .zero = zero,      \
-    .adamw = adamw
+    .adamw = adamw, .sum_squares = sum_squares
 
 /* The CPU kernels (codelets/cpu) on host memory; ctx is unused (pass NULL). What
  * sp_program_run and sp_optim_update run on. */

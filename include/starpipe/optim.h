@@ -50,6 +50,10 @@ void sp_optim_shards(const sp_program *p, int s, int R, int64_t *bounds);
 void sp_optim_param_sumsq(const sp_program *p, int s, int64_t lo, int64_t hi,
                           const float *grads, double *sumsq);
 double sp_optim_fold_sumsq(const sp_program *p, int s, const double *sumsq);
+/* sp_optim_param_sumsq on a backend (backend.h): sumsq in the backend's memory. */
+sp_status sp_optim_param_sumsq_on(const sp_program *p, int s, int64_t lo, int64_t hi,
+                                  const float *grads, double *sumsq, const sp_backend *be,
+                                  void *ctx);
 
 /* Scale for the gradients given the per-stage sums of squares (in stage order):
  * min(1, clip / norm), 1 when clipping is off. *norm gets the global norm. */

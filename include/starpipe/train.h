@@ -57,6 +57,10 @@ typedef struct {
     double dispatch_median_s; /* the runtime's share: from the message's arrival */
     int skipped;        /* the update was skipped: non-finite loss or gradient, and
                            opts.opt.skip_nonfinite */
+    size_t host_bytes;  /* bytes of the trainer's buffers the host wrote or read this step:
+                           the inputs, the losses and the norm's per-parameter terms; on a GPU
+                           all that crosses PCIe besides the plan's own messages (gradients
+                           are zeroed, normed and applied where they live) */
 } sp_step_stats;
 
 typedef struct sp_trainer sp_trainer;

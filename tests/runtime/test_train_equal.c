@@ -92,6 +92,20 @@ static void run_case(int gpt, const char *sched_name, int m)
                 FAIL("%s step %d: loss %.9g, reference %.9g", what, step, stats.loss, ref_loss);
             bad += compare(t, r, p, what, step);
             bad += check_order(t, what);
+            /* the host touches only the inputs, the losses and the norm's terms: gradients
+             * are zeroed, normed and applied where they live (no GPU round trip) */
+            size_t want = 0;
+            for (int k = 0; k < nin; k++)
+                want += (size_t)m * sp_program_buf_bytes(p, SP_SLAB_INPUT, k);
+            for (int s = 0; s < sch->nstages; s++)
+                if (sp_trainer_owns_stage(t, s))
+                    want += (size_t)sp_graph_num_params(g) * sizeof(double) +
+                            (s == sch->nstages - 1 ? (size_t)m * sizeof(float) : 0);
+            if (stats.host_bytes != want) {
+                FAIL("%s step %d: the host moved %zu bytes, expected %zu", what, step,
+                     stats.host_bytes, want);
+                bad++;
+            }
         }
         for (int i = 0; i < m * nin; i++) free(in[i]);
         free(in);
