@@ -17,22 +17,9 @@ static size_t floats_of(const sp_trainer *t, sp_slab_class c, int idx)
  * program may accumulate (read) into a buffer whose first writer it is. */
 static sp_exec_buf *lazy_buf(sp_trainer *t, sp_exec_buf **slot, size_t floats)
 {
+    void *mem;
     if (*slot) return *slot;
-    if (t->nhost == t->caphost) {
-        size_t cap = t->caphost ? 2 * t->caphost : 64;
-        void **h = realloc(t->host, cap * sizeof *h);
-        if (!h) return NULL;
-        t->host = h;
-        t->caphost = cap;
-    }
-    float *mem = calloc(floats, sizeof(float));
-    if (!mem) return NULL;
-    if (sp_exec_buf_register(slot, mem, floats, sizeof(float)) != SP_OK) {
-        free(mem);
-        return NULL;
-    }
-    t->host[t->nhost++] = mem;
-    return *slot;
+    return sp_tr_register_mem(t, slot, &mem, floats, sizeof(float)) == SP_OK ? *slot : NULL;
 }
 
 /* Per-microbatch buffers (activations, boundary tensors and their gradients) come from
@@ -148,12 +135,37 @@ sp_exec_buf *sp_tr_transfer_buf(sp_trainer *t, const sp_buf *b)
     }
 }
 
+sp_status sp_tr_register_mem(sp_trainer *t, sp_exec_buf **h, void **host, size_t count,
+                             size_t elemsize)
+{
+    if (t->nhost == t->caphost) {
+        size_t cap = t->caphost ? 2 * t->caphost : 64;
+        struct sp_tr_alloc *a = realloc(t->host, cap * sizeof *a);
+        if (!a) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+        t->host = a;
+        t->caphost = cap;
+    }
+    size_t bytes = count * elemsize;
+    if (!(*host = sp_exec_host_alloc(bytes)))
+        return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory (%zu bytes of host buffers)",
+                            bytes);
+    sp_status st = sp_exec_buf_register(h, *host, count, elemsize);
+    if (st) {
+        sp_exec_host_free(*host, bytes);
+        *host = NULL;
+        return st;
+    }
+    t->host[t->nhost++] = (struct sp_tr_alloc){ *host, bytes };
+    return SP_OK;
+}
+
 sp_status sp_tr_register_host(sp_trainer *t, sp_exec_buf **h, float **host, size_t bytes)
 {
     size_t n = bytes / 4 ? bytes / 4 : 1;
-    if (!(*host = calloc(n, sizeof(float))))
-        return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
-    t->persistent_bytes += n * sizeof(float);
-    return sp_exec_buf_register(h, *host, n, sizeof(float));
+    void *mem;
+    sp_status st = sp_tr_register_mem(t, h, &mem, n, sizeof(float));
+    *host = mem;
+    if (st == SP_OK) t->persistent_bytes += n * sizeof(float);
+    return st;
 }
 

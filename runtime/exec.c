@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <starpu_mpi.h>
@@ -485,6 +486,19 @@ sp_status sp_exec_buf_register(sp_exec_buf **out, void *ptr, size_t count, size_
                                 (uint32_t)count, elemsize);
     *out = b;
     return SP_OK;
+}
+
+void *sp_exec_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (starpu_malloc_flags(&p, bytes ? bytes : 1, STARPU_MALLOC_PINNED) != 0 || !p) return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+void sp_exec_host_free(void *ptr, size_t bytes)
+{
+    if (ptr) starpu_free_flags(ptr, bytes ? bytes : 1, STARPU_MALLOC_PINNED);
 }
 
 sp_status sp_exec_buf_unregister(sp_exec_buf *b)

@@ -88,11 +88,8 @@ void sp_tr_replicas_free(sp_trainer *t)
         for (int c = 0; c < t->R; c++) {
             if (r->send && r->send[c]) sp_exec_buf_unregister(r->send[c]);
             if (r->recv && r->recv[c]) sp_exec_buf_unregister(r->recv[c]);
-            if (r->send_host) free(r->send_host[c]);
-            if (r->recv_host) free(r->recv_host[c]);
         }
         if (r->mine) sp_exec_buf_unregister(r->mine);
-        free(r->mine_host);
         free(r->bounds), free(r->send), free(r->recv), free(r->send_host), free(r->recv_host);
     }
     free(t->rep);

@@ -535,7 +535,7 @@ static sp_status alloc_arrays(sp_trainer *t)
     ALLOC(h_act, m * S) ALLOC(h_bgrad, m * S) ALLOC(h_efwd, m * E) ALLOC(h_egrad, m * E)
     ALLOC(h_input, m * t->nin) ALLOC(input_host, m * t->nin) ALLOC(h_loss, m)
     ALLOC(shared_param, t->nshared) ALLOC(h_sgrad, t->nshared * S)
-    ALLOC(h_sparam, t->nshared) ALLOC(h_sumsq, S) ALLOC(sumsq, S)
+    ALLOC(h_sparam, t->nshared) ALLOC(h_sumsq, S)
 #undef ALLOC
     return SP_OK;
 }
@@ -672,12 +672,9 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
             (st = sp_tr_register_host(t, &t->h_v[s], &t->mom_v[s], mb)))
             goto out;
         t->optimizer_bytes += 2 * mb;
-        size_t np = (size_t)sp_graph_num_params(t->g) + 1;
-        if (!(t->sumsq[s] = calloc(np, sizeof(double)))) {
-            st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
-            goto out;
-        }
-        if ((st = sp_exec_buf_register(&t->h_sumsq[s], t->sumsq[s], np, sizeof(double))))
+        void *mem;
+        if ((st = sp_tr_register_mem(t, &t->h_sumsq[s], &mem,
+                                     (size_t)sp_graph_num_params(t->g) + 1, sizeof(double))))
             goto out;
         for (int i = 0; i < sp_graph_num_params(t->g); i++) {
             sp_tensor x = sp_graph_param(t->g, i);
@@ -714,17 +711,10 @@ void sp_trainer_free(sp_trainer *t)
     for (size_t i = 0; i < t->nfree; i++) sp_exec_buf_unregister(t->pool_free[i]);
     sp_tr_replicas_free(t);
     free(t->pool_free);
-    for (int s = 0; s < t->S; s++) {
-        if (t->params) free(t->params[s]);
-        if (t->grads) free(t->grads[s]);
-        if (t->mom_m) free(t->mom_m[s]);
-        if (t->mom_v) free(t->mom_v[s]);
-        if (t->sumsq) free(t->sumsq[s]);
-    }
-    for (int i = 0; t->input_host && i < t->m * t->nin; i++) free(t->input_host[i]);
-    for (size_t i = 0; i < t->nhost; i++) free(t->host[i]);
+    /* the memory behind every buffer, once none is registered any more */
+    for (size_t i = 0; i < t->nhost; i++) sp_exec_host_free(t->host[i].p, t->host[i].bytes);
     free(t->host);
-    free(t->params), free(t->grads), free(t->mom_m), free(t->mom_v), free(t->sumsq);
+    free(t->params), free(t->grads), free(t->mom_m), free(t->mom_v);
     free(t->h_params), free(t->h_grads), free(t->h_m), free(t->h_v), free(t->h_scratch);
     free(t->h_sumsq);
     free(t->h_act), free(t->h_bgrad), free(t->h_efwd), free(t->h_egrad), free(t->h_input);

@@ -42,7 +42,6 @@ struct sp_trainer {
     int nunpack;
     size_t persistent_bytes;   /* every buffer sp_tr_register_host made */
     sp_exec_buf **h_sumsq;     /* [S]: the norm's per-parameter terms of each owned stage */
-    double **sumsq;
     size_t host_bytes;         /* this step's host reads and writes of trainer buffers */
     size_t optimizer_bytes;    /* of which the AdamW moments */
     /* persistent per-stage slabs (owned stages only) */
@@ -68,7 +67,7 @@ struct sp_trainer {
     sp_nccl_call *ncalls;
     int nncalls;
     char notice[256];
-    void **host; /* memory behind the lazily registered buffers */
+    struct sp_tr_alloc { void *p; size_t bytes; } *host; /* memory behind every buffer */
     size_t nhost, caphost;
     sp_exec_buf **pool_free; /* per-microbatch buffers not in use */
     size_t nfree, capfree, npooled, pool_bytes;
@@ -137,8 +136,11 @@ void sp_tr_pool_give(sp_trainer *t, sp_exec_buf **slot);
 void sp_tr_free_buf(sp_trainer *t, const sp_buf *b);
 /* The buffer a SEND or RECV of the plan moves (boundary tensors, tied parameters). */
 sp_exec_buf *sp_tr_transfer_buf(sp_trainer *t, const sp_buf *b);
-/* A registered, zeroed host slab of bytes (at least one float), counted in
- * t->persistent_bytes. */
+/* A registered buffer of count elements of elemsize bytes on zeroed host memory
+ * (sp_exec_host_alloc: pinned on a GPU rank), which the trainer frees at the end. */
+sp_status sp_tr_register_mem(sp_trainer *t, sp_exec_buf **h, void **host, size_t count,
+                             size_t elemsize);
+/* A persistent float slab of bytes (at least one float), counted in t->persistent_bytes. */
 sp_status sp_tr_register_host(sp_trainer *t, sp_exec_buf **h, float **host, size_t bytes);
 /* Tied parameter k: its offset in stage's slab, its size, its owner stage. */
 int64_t sp_tr_shared_off(const sp_trainer *t, int k, int stage);

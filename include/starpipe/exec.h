@@ -73,6 +73,12 @@ typedef struct sp_exec_buf sp_exec_buf;
 /* ptr: host memory that stays owned by the caller and valid until unregister; NULL lets
  * StarPU allocate it on first use (a receive buffer, a scratch). */
 sp_status sp_exec_buf_register(sp_exec_buf **out, void *ptr, size_t count, size_t elemsize);
+/* Zeroed host memory for buffers: page-locked when StarPU drives a GPU, so that copies
+ * between host and device are asynchronous DMA rather than staged through a bounce
+ * buffer. Free with sp_exec_host_free and the same size. Call after sp_exec_init. */
+void *sp_exec_host_alloc(size_t bytes);
+void sp_exec_host_free(void *ptr, size_t bytes);
+
 /* Waits for the tasks and transfers using the buffer, brings the data back into ptr. */
 sp_status sp_exec_buf_unregister(sp_exec_buf *b);
 size_t sp_exec_buf_count(const sp_exec_buf *b);
