@@ -22,6 +22,7 @@
 #define CRC_DATA_KEY "starpipe.crc32"
 #define CRC_HEADER_KEY "starpipe.header_crc32"
 #define NAME_SHOWN 80 /* at most this many bytes of a name go into a message */
+#define MAX_DIMS 64   /* of a shape, in both directions */
 
 /* ---- dtypes ---- */
 
@@ -272,9 +273,9 @@ static int read_tensor(parser *p, const char *name, json_t *v)
     if (json_is_array(off) && json_array_size(off) != 2)
         return fail(p, NOWHERE, "tensor '%.*s': data_offsets has %zu entries, not 2", NM(name),
                     json_array_size(off));
-    int64_t shape[64], o[2];
+    int64_t shape[MAX_DIMS], o[2];
     size_t ns, no;
-    if (read_ints(p, name, "shape", sh, 64, shape, &ns) ||
+    if (read_ints(p, name, "shape", sh, MAX_DIMS, shape, &ns) ||
         read_ints(p, name, "data_offsets", off, 2, o, &no))
         return -1;
     ptensor *t = &p->t[p->nt++];
@@ -712,6 +713,9 @@ static sp_status check_args(const char *path, const sp_st_tensor *t, int n, cons
         if (!sp_st_dtype_name(t[k].dtype))
             return sp_set_error(SP_ERR_ARG, "%s: tensor '%.*s': unknown dtype %d", path,
                                 NM(t[k].name), (int)t[k].dtype);
+        if (t[k].ndim > MAX_DIMS) /* what the reader takes */
+            return sp_set_error(SP_ERR_ARG, "%s: tensor '%.*s': %d dimensions, more than %d",
+                                path, NM(t[k].name), t[k].ndim, MAX_DIMS);
         if (shape_bytes(t[k].dtype, t[k].ndim, t[k].shape, &nb))
             return sp_set_error(SP_ERR_ARG,
                                 "%s: tensor '%.*s': bad shape (ndim %d: a negative dimension, "
