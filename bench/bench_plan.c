@@ -3,22 +3,11 @@
  * (the goal of the planner issue). Usage: bench_plan [repeats] */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
+#include "bench/bench_util.h"
 #include "starpipe/plan.h"
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void die(const char *what)
-{
-    fprintf(stderr, "bench_plan: %s: %s\n", what, sp_last_error());
-    exit(1);
-}
+static void die(const char *what) { bench_die("bench_plan", what); }
 
 int main(int argc, char **argv)
 {

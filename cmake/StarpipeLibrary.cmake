@@ -1,4 +1,4 @@
-# The installed library: one shared libstarpipe (graph, kernels, planner, and with StarPU
+# The installed library: one shared libstarpipe (graph, kernels, planner, formats, and with StarPU
 # the runtime, comm and codelets) made of the objects of the internal static libraries,
 # which the tests keep linking (they reach private headers and symbols). Compiled once:
 # the static libraries are built position-independent so both can share the objects.
@@ -10,7 +10,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 include(CheckCCompilerFlag)
 
-set(_sp_parts starpipe_base starpipe_kernels starpipe_sched starpipe_graph)
+set(_sp_parts starpipe_base starpipe_kernels starpipe_formats starpipe_sched starpipe_graph)
 if(TARGET starpipe_runtime)
   list(APPEND _sp_parts starpipe_runtime)
 endif()
@@ -49,6 +49,9 @@ function(_sp_dep scope build install)
 endfunction()
 _sp_dep(PUBLIC PkgConfig::OPENBLAS PkgConfig::starpipe_openblas)
 _sp_dep(PUBLIC ${MATH_LIB} m)
+# formats/: used inside the library only (no public header names them), so a program
+# linking libstarpipe needs neither; the library records them (DT_NEEDED)
+target_link_libraries(starpipe PRIVATE PkgConfig::JANSSON PkgConfig::ZLIB)
 if(TARGET starpipe_runtime)
   _sp_dep(PUBLIC PkgConfig::STARPU PkgConfig::starpipe_starpu)
   _sp_dep(PUBLIC PkgConfig::STARPUMPI PkgConfig::starpipe_starpumpi)
@@ -108,7 +111,7 @@ install(FILES ${PROJECT_BINARY_DIR}/starpipeConfig.cmake
 
 # pkg-config: shared-library users need only -lstarpipe (the library records its own
 # dependencies); the rest is for --static and for the header search paths of the deps.
-set(STARPIPE_PC_REQUIRES_PRIVATE "openblas")
+set(STARPIPE_PC_REQUIRES_PRIVATE "openblas jansson zlib")
 set(STARPIPE_PC_LIBS_PRIVATE "-lm")
 if(STARPIPE_HAVE_RUNTIME)
   if(STARPIPE_CUDA)

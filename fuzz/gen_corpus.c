@@ -199,6 +199,10 @@ static void safetensors(const char *tmp)
             { "starpipe.step", "7" } }, 3, SP_ST_CHECKSUM },
         { "utf8-names", { { "\xc3\xa9t\xc3\xa9", SP_ST_U8, 1, s4, b } }, 1,
           { { "\xe2\x82\xac", "quote \" backslash \\ tab \t" } }, 1, SP_ST_CHECKSUM },
+        /* the header checksum's key as a tensor name and inside a value (formats/ finds the
+         * entry in the raw bytes) */
+        { "crc-lookalike", { { "starpipe.header_crc32", SP_ST_U8, 1, s4, b } }, 1,
+          { { "note", "\"starpipe.header_crc32\":\"0badf00d\"" } }, 1, SP_ST_CHECKSUM },
     };
     for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
         char path[512];
@@ -227,6 +231,11 @@ static void safetensors(const char *tmp)
            "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", "12345678", 8);
     raw_st("bad-json.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,\"data_offsets\"", "", 0);
     raw_st("empty-header.safetensors", "{}", "", 0);
+    /* valid JSON that the format refuses (jansson reads -0 as 0; nesting is bounded) */
+    raw_st("bad-negative-zero.safetensors",
+           "{\"a\":{\"dtype\":\"F32\",\"shape\":[-0],\"data_offsets\":[0,0]}}", "", 0);
+    raw_st("bad-nested.safetensors",
+           "{\"a\":{\"dtype\":\"F32\",\"shape\":[[1]],\"data_offsets\":[0,4]}}", "1234", 4);
     put("safetensors", "short", "\x05\0\0", 3);
 }
 

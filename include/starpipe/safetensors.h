@@ -52,7 +52,7 @@ typedef enum {
 typedef struct {
     const char *name;       /* UTF-8, unique in a file, not "__metadata__" */
     sp_st_dtype dtype;
-    int ndim;
+    int ndim;               /* 0..64 */
     const int64_t *shape;   /* ndim entries, each >= 0 */
     const void *data;       /* sp_st_nbytes(t) bytes (may be NULL when that is 0) */
 } sp_st_tensor;
@@ -79,9 +79,10 @@ size_t sp_st_nbytes(const sp_st_tensor *t);
  * path + ".tmp.<pid>" in the same directory, flushed and fsync'ed, renamed over path,
  * then the directory fsync'ed. On failure the temporary is removed and any previous
  * file at path is left as it was. Errors: SP_ERR_ARG (bad tensor or metadata: a
- * duplicate or empty name, invalid UTF-8, a negative dimension, a reserved
- * "starpipe.crc32" key with SP_ST_CHECKSUM), SP_ERR_IO, SP_ERR_NOMEM. Two writers of the
- * same path in one process at once are not supported (they share the temporary). */
+ * duplicate or empty name, invalid UTF-8, a negative dimension, more than 64 dimensions,
+ * a reserved "starpipe.crc32" key with SP_ST_CHECKSUM), SP_ERR_IO, SP_ERR_NOMEM. Two
+ * writers of the same path in one process at once are not supported (they share the
+ * temporary). */
 sp_status sp_safetensors_write(const char *path, const sp_st_tensor *tensors, int n,
                                const sp_st_meta *meta, int n_meta, unsigned flags);
 

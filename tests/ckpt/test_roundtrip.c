@@ -107,11 +107,15 @@ int main(void)
     sp_st_tensor baddt = {"baddt", (sp_st_dtype)99, 0, NULL, t[0].data};
     sp_st_tensor meta_name = {"__metadata__", SP_ST_F32, 0, NULL, t[0].data};
     sp_st_tensor badutf = {"a\xff", SP_ST_F32, 0, NULL, t[0].data};
+    int64_t ones[65];
+    for (int d = 0; d < 65; d++) ones[d] = 1;
+    sp_st_tensor dims65 = {"dims65", SP_ST_F32, 65, ones, t[0].data};
     sp_st_meta reserved = {"starpipe.crc32", "00000000"};
     sp_st_meta dupm[2] = {fx_meta[0], fx_meta[0]};
     struct { const sp_st_tensor *t; int n; const sp_st_meta *m; int nm; const char *want; } cases[] = {
         {dup, 2, NULL, 0, "duplicate tensor name 'wte'"},
         {&negt, 1, NULL, 0, "bad shape"},
+        {&dims65, 1, NULL, 0, "65 dimensions"},
         {&nodata, 1, NULL, 0, "data is NULL"},
         {&baddt, 1, NULL, 0, "unknown dtype"},
         {&meta_name, 1, NULL, 0, "reserved"},

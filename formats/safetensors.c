@@ -1,25 +1,28 @@
-/* Safetensors files (include/starpipe/safetensors.h): a strict parser for the header's
- * JSON subset, layout validation as the reference implementation does it, CRC-32
- * checksums, and the atomic writer (temporary file, fsync, rename, directory fsync). */
+/* Safetensors files (include/starpipe/safetensors.h): the header parsed by jansson and
+ * held to the format's schema and to the checks jansson does not make, the layout
+ * validated as the reference implementation does it, CRC-32 checksums by zlib, and the
+ * atomic writer (temporary file, fsync, rename, directory fsync). */
 #include "starpipe/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <threads.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "starpipe/env.h"
 
 #define CRC_DATA_KEY "starpipe.crc32"
 #define CRC_HEADER_KEY "starpipe.header_crc32"
 #define NAME_SHOWN 80 /* at most this many bytes of a name go into a message */
+#define MAX_DIMS 64   /* of a shape, in both directions */
 
 /* ---- dtypes ---- */
 
@@ -63,39 +66,11 @@ size_t sp_st_nbytes(const sp_st_tensor *t)
     return t && shape_bytes(t->dtype, t->ndim, t->shape, &b) == 0 ? (size_t)b : 0;
 }
 
-/* ---- CRC-32, slicing by 8 (a few GB/s: checkpoints are large) ---- */
-
-static uint32_t crc_table[8][256];
-static once_flag crc_once = ONCE_FLAG_INIT;
-
-static void crc_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_table[0][i] = c;
-    }
-    for (int s = 1; s < 8; s++)
-        for (int i = 0; i < 256; i++)
-            crc_table[s][i] = (crc_table[s - 1][i] >> 8) ^ crc_table[0][crc_table[s - 1][i] & 0xff];
-}
+/* ---- CRC-32: zlib's ---- */
 
 uint32_t sp_crc32(uint32_t crc, const void *buf, size_t n)
 {
-    call_once(&crc_once, crc_init);
-    const unsigned char *p = buf;
-    uint32_t (*t)[256] = crc_table;
-    crc = ~crc;
-    for (; n >= 8; n -= 8, p += 8) {
-        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                             (uint32_t)p[3] << 24);
-        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 |
-                      (uint32_t)p[7] << 24;
-        crc = t[7][lo & 0xff] ^ t[6][(lo >> 8) & 0xff] ^ t[5][(lo >> 16) & 0xff] ^ t[4][lo >> 24] ^
-              t[3][hi & 0xff] ^ t[2][(hi >> 8) & 0xff] ^ t[1][(hi >> 16) & 0xff] ^ t[0][hi >> 24];
-    }
-    while (n--) crc = t[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
-    return ~crc;
+    return n ? (uint32_t)crc32_z(crc, buf, n) : crc; /* zlib gives 0 for a NULL buf */
 }
 
 /* CRC of the 8 length bytes and the header, with the 8 digits at hex_at read as '0'. */
@@ -136,10 +111,10 @@ static int utf8_valid(const char *s)
     return 1;
 }
 
-/* ---- the header parser: exactly the safetensors subset of JSON ---- */
+/* ---- the header: JSON by jansson, then the safetensors schema ---- */
 
 typedef struct {
-    char *name;
+    const char *name; /* in the header's JSON tree */
     sp_st_dtype dtype;
     int ndim;
     int64_t *shape;
@@ -150,26 +125,31 @@ typedef struct {
 typedef struct {
     const char *path;
     const unsigned char *s;
-    size_t n, i;
+    size_t n;
+    json_t *root;      /* the header */
+    json_t *meta;      /* its __metadata__ object, or NULL */
     ptensor *t;
-    size_t nt, cap_t;
-    sp_st_meta *m;
-    size_t nm, cap_m;
-    int have_meta;
+    size_t nt;
+    sp_st_meta *m;     /* keys and values in the tree */
+    size_t nm;
     size_t hdr_hex_at; /* offset of the header checksum's digits, or SIZE_MAX */
     sp_status err;     /* SP_ERR_FORMAT or SP_ERR_NOMEM once failed */
 } parser;
 
-static int fail(parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(parser *p, const char *fmt, ...)
+#define NOWHERE SIZE_MAX /* a message about the header as a whole, not one byte of it */
+
+static int fail(parser *p, size_t at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(parser *p, size_t at, const char *fmt, ...)
 {
     char msg[768];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    p->err = sp_set_error(SP_ERR_FORMAT, "%s: header JSON, byte %zu of the file: %s", p->path,
-                          8 + p->i, msg);
+    if (at == NOWHERE) p->err = sp_set_error(SP_ERR_FORMAT, "%s: header JSON: %s", p->path, msg);
+    else
+        p->err = sp_set_error(SP_ERR_FORMAT, "%s: header JSON, byte %zu of the file: %s", p->path,
+                              8 + at, msg);
     return -1;
 }
 
@@ -178,15 +158,6 @@ static int oom(parser *p)
     p->err = sp_set_error(SP_ERR_NOMEM, "%s: out of memory while reading the header", p->path);
     return -1;
 }
-
-static void skip_ws(parser *p)
-{
-    while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' ||
-                           p->s[p->i] == '\r'))
-        p->i++;
-}
-
-static int peek(parser *p) { return p->i < p->n ? p->s[p->i] : -1; }
 
 static const char *show(int c)
 {
@@ -197,380 +168,194 @@ static const char *show(int c)
     return b;
 }
 
-static int expect(parser *p, char c)
+static const char *kind(const json_t *v)
 {
-    skip_ws(p);
-    if (peek(p) != c) return fail(p, "expected '%c', found %s", c, show(peek(p)));
-    p->i++;
-    return 0;
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return json_integer_value(v) < 0 ? "a negative number" : "an integer";
+    case JSON_REAL: return "a number with a fraction or an exponent";
+    case JSON_TRUE: return "true";
+    case JSON_FALSE: return "false";
+    default: return "null";
+    }
 }
 
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
+static int is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-static int read_u4(parser *p, unsigned *out)
+/* One pass over the raw bytes for what jansson does not check or cannot tell: nesting
+ * deeper than a safetensors header has (the header, a tensor, its shape: 3 levels),
+ * refused before jansson builds a tree of it (20 to 80 bytes of memory per byte of
+ * input); a '-' outside strings, a negative number (-0 included, which jansson reads as
+ * 0); and where the header checksum's digits are, which must be the 8 literal bytes of
+ * its value (the checksum is over the raw header). Exact on valid JSON; on invalid JSON
+ * it can only say another thing first, jansson refuses it anyway. */
+static int scan_header(parser *p)
 {
-    if (p->n - p->i < 4) return fail(p, "truncated \\u escape");
-    unsigned v = 0;
-    for (int k = 0; k < 4; k++) {
-        int h = hexval(p->s[p->i + k]);
-        if (h < 0) return fail(p, "bad \\u escape: %s is not a hex digit", show(p->s[p->i + k]));
-        v = v << 4 | (unsigned)h;
+    static const char key[] = "\"" CRC_HEADER_KEY "\"";
+    const unsigned char *s = p->s;
+    size_t n = p->n;
+    int depth = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '"') {
+            size_t at = i++;
+            while (i < n && s[i] != '"') i += s[i] == '\\' ? 2 : 1;
+            if (i >= n) break;
+            if (i + 1 - at != sizeof key - 1 || memcmp(s + at, key, sizeof key - 1)) continue;
+            size_t j = i + 1;
+            while (j < n && is_ws(s[j])) j++;
+            if (j == n || s[j] != ':') continue; /* a value, not a key */
+            for (j++; j < n && is_ws(s[j]); j++) {}
+            if (j == n || s[j] != '"') continue; /* a tensor of that name */
+            int literal = j + 9 < n && s[j + 9] == '"' && !memchr(s + j + 1, '"', 8) &&
+                          !memchr(s + j + 1, '\\', 8);
+            p->hdr_hex_at = literal ? j + 1 : SIZE_MAX - 1;
+        } else if (s[i] == '{' || s[i] == '[') {
+            if (++depth > 3)
+                return fail(p, i, "nested deeper than a safetensors header (3 levels: the "
+                                  "header, a tensor, its shape)");
+        } else if (s[i] == '}' || s[i] == ']')
+            depth--;
+        else if (s[i] == '-')
+            return fail(p, i, "negative number");
     }
-    p->i += 4;
-    *out = v;
     return 0;
-}
-
-/* A string: decoded into a new NUL-terminated buffer; raw_at/raw_len give its content's
- * bytes in the header, for the header checksum. NUL characters are refused (names are C
- * strings). */
-static int parse_string(parser *p, char **out, size_t *raw_at, size_t *raw_len)
-{
-    skip_ws(p);
-    if (peek(p) != '"') return fail(p, "expected a string, found %s", show(peek(p)));
-    size_t start = ++p->i;
-    size_t end = start; /* the decoded string is never longer than its raw form */
-    while (end < p->n && p->s[end] != '"') end += (p->s[end] == '\\' && end + 1 < p->n) ? 2 : 1;
-    if (end >= p->n) return fail(p, "unterminated string");
-    char *d = malloc(end - start + 1);
-    if (!d) return oom(p);
-    size_t k = 0;
-    while (p->s[p->i] != '"') {
-        unsigned char c = p->s[p->i];
-        if (c < 0x20) {
-            free(d);
-            return fail(p, "control character 0x%02x in a string (must be escaped)", c);
-        }
-        if (c != '\\') {
-            size_t l = sp_utf8_seq(p->s + p->i, p->n - p->i);
-            if (!l) {
-                free(d);
-                return fail(p, "invalid UTF-8 in a string");
-            }
-            memcpy(d + k, p->s + p->i, l);
-            k += l, p->i += l;
-            continue;
-        }
-        p->i++;
-        int e = p->s[p->i++];
-        switch (e) {
-        case '"': d[k++] = '"'; break;
-        case '\\': d[k++] = '\\'; break;
-        case '/': d[k++] = '/'; break;
-        case 'b': d[k++] = '\b'; break;
-        case 'f': d[k++] = '\f'; break;
-        case 'n': d[k++] = '\n'; break;
-        case 'r': d[k++] = '\r'; break;
-        case 't': d[k++] = '\t'; break;
-        case 'u': {
-            unsigned u, u2;
-            if (read_u4(p, &u)) goto bad;
-            if (u >= 0xdc00 && u <= 0xdfff) {
-                fail(p, "lone low surrogate \\u%04x", u);
-                goto bad;
-            }
-            if (u >= 0xd800 && u <= 0xdbff) {
-                if (p->n - p->i < 2 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u') {
-                    fail(p, "high surrogate \\u%04x not followed by a low one", u);
-                    goto bad;
-                }
-                p->i += 2;
-                if (read_u4(p, &u2)) goto bad;
-                if (u2 < 0xdc00 || u2 > 0xdfff) {
-                    fail(p, "high surrogate \\u%04x followed by \\u%04x", u, u2);
-                    goto bad;
-                }
-                u = 0x10000 + ((u - 0xd800) << 10) + (u2 - 0xdc00);
-            }
-            if (u == 0) {
-                fail(p, "\\u0000 in a string");
-                goto bad;
-            }
-            /* 6 raw bytes (or 12 for a pair) always cover the at most 4 encoded ones */
-            if (u < 0x80) d[k++] = (char)u;
-            else if (u < 0x800) {
-                d[k++] = (char)(0xc0 | u >> 6);
-                d[k++] = (char)(0x80 | (u & 0x3f));
-            } else if (u < 0x10000) {
-                d[k++] = (char)(0xe0 | u >> 12);
-                d[k++] = (char)(0x80 | ((u >> 6) & 0x3f));
-                d[k++] = (char)(0x80 | (u & 0x3f));
-            } else {
-                d[k++] = (char)(0xf0 | u >> 18);
-                d[k++] = (char)(0x80 | ((u >> 12) & 0x3f));
-                d[k++] = (char)(0x80 | ((u >> 6) & 0x3f));
-                d[k++] = (char)(0x80 | (u & 0x3f));
-            }
-            break;
-        }
-        default:
-            p->i--;
-            fail(p, "unknown escape \\%s", show(e));
-            goto bad;
-        }
-    }
-    d[k] = '\0';
-    if (raw_at) *raw_at = start;
-    if (raw_len) *raw_len = p->i - start;
-    p->i++;
-    *out = d;
-    return 0;
-bad:
-    free(d);
-    return -1;
-}
-
-static int parse_uint(parser *p, uint64_t *out)
-{
-    skip_ws(p);
-    int c = peek(p);
-    if (c == '-') return fail(p, "negative number");
-    if (c < '0' || c > '9') return fail(p, "expected a non-negative integer, found %s", show(c));
-    uint64_t v = 0;
-    size_t start = p->i;
-    while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
-        if (p->i > start && p->s[start] == '0') return fail(p, "integer with a leading zero");
-        if (__builtin_mul_overflow(v, 10, &v) ||
-            __builtin_add_overflow(v, (uint64_t)(p->s[p->i] - '0'), &v))
-            return fail(p, "integer too large");
-        p->i++;
-    }
-    c = peek(p);
-    if (c == '.' || c == 'e' || c == 'E') return fail(p, "expected an integer, found a fraction");
-    *out = v;
-    return 0;
-}
-
-static int parse_uint_array(parser *p, const char *what, uint64_t **out, size_t *n)
-{
-    skip_ws(p);
-    if (peek(p) != '[')
-        return fail(p, "%s must be an array of non-negative integers, found %s", what,
-                    show(peek(p)));
-    p->i++;
-    uint64_t *a = NULL;
-    size_t na = 0, cap = 0;
-    skip_ws(p);
-    if (peek(p) == ']') {
-        p->i++;
-        *out = NULL, *n = 0;
-        return 0;
-    }
-    for (;;) {
-        uint64_t v = 0;
-        if (parse_uint(p, &v)) goto bad;
-        if (na == cap) {
-            cap = cap ? 2 * cap : 4;
-            uint64_t *g = realloc(a, cap * sizeof *a);
-            if (!g) {
-                oom(p);
-                goto bad;
-            }
-            a = g;
-        }
-        a[na++] = v;
-        skip_ws(p);
-        if (peek(p) == ']') break;
-        if (peek(p) != ',') {
-            fail(p, "expected ',' or ']' in %s, found %s", what, show(peek(p)));
-            goto bad;
-        }
-        p->i++;
-    }
-    p->i++;
-    *out = a, *n = na;
-    return 0;
-bad:
-    free(a);
-    return -1;
 }
 
 /* Shows a name in a message, cut to NAME_SHOWN bytes. */
 #define NM(s) (int)(strlen(s) < NAME_SHOWN ? strlen(s) : NAME_SHOWN), (s)
 
-static int parse_tensor(parser *p, char *name)
+/* A shape or data_offsets array of at most max non-negative integers, into out. */
+static int read_ints(parser *p, const char *name, const char *what, const json_t *a, size_t max,
+                     int64_t *out, size_t *n)
 {
-    if (p->nt == p->cap_t) {
-        size_t cap = p->cap_t ? 2 * p->cap_t : 16;
-        ptensor *g = realloc(p->t, cap * sizeof *g);
-        if (!g) return free(name), oom(p);
-        p->t = g, p->cap_t = cap;
+    if (!json_is_array(a))
+        return fail(p, NOWHERE, "tensor '%.*s': %s must be an array of non-negative integers, "
+                                "found %s", NM(name), what, kind(a));
+    if ((*n = json_array_size(a)) > max)
+        return fail(p, NOWHERE, "tensor '%.*s': %s has %zu entries, more than %zu", NM(name),
+                    what, *n, max);
+    for (size_t k = 0; k < *n; k++) {
+        const json_t *x = json_array_get(a, k);
+        if (!json_is_integer(x) || json_integer_value(x) < 0)
+            return fail(p, NOWHERE, "tensor '%.*s': %s holds %s, not a non-negative integer",
+                        NM(name), what, kind(x));
+        out[k] = json_integer_value(x);
     }
+    return 0;
+}
+
+static int read_tensor(parser *p, const char *name, json_t *v)
+{
+    if (!json_is_object(v))
+        return fail(p, NOWHERE, "tensor '%.*s' must be an object, found %s", NM(name), kind(v));
+    if (!json_object_size(v))
+        return fail(p, NOWHERE, "tensor '%.*s' is an empty object", NM(name));
+    const char *key;
+    const json_t *f;
+    json_object_foreach(v, key, f)
+        if (strcmp(key, "dtype") && strcmp(key, "shape") && strcmp(key, "data_offsets"))
+            return fail(p, NOWHERE, "tensor '%.*s': unknown field '%.*s'", NM(name), NM(key));
+    const json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape"),
+                 *off = json_object_get(v, "data_offsets");
+    if (!dt || !sh || !off)
+        return fail(p, NOWHERE, "tensor '%.*s': missing field '%s'", NM(name),
+                    !dt ? "dtype" : !sh ? "shape" : "data_offsets");
+    const char *dn = json_string_value(dt);
+    if (!dn)
+        return fail(p, NOWHERE, "tensor '%.*s': dtype must be a string, found %s", NM(name),
+                    kind(dt));
+    int d = 0;
+    while (d < SP_ST_NDTYPES && strcmp(dn, dtypes[d].name)) d++;
+    if (d == SP_ST_NDTYPES)
+        return fail(p, NOWHERE, "tensor '%.*s': unknown dtype '%.*s'", NM(name), NM(dn));
+    if (json_is_array(off) && json_array_size(off) != 2)
+        return fail(p, NOWHERE, "tensor '%.*s': data_offsets has %zu entries, not 2", NM(name),
+                    json_array_size(off));
+    int64_t shape[MAX_DIMS], o[2];
+    size_t ns, no;
+    if (read_ints(p, name, "shape", sh, MAX_DIMS, shape, &ns) ||
+        read_ints(p, name, "data_offsets", off, 2, o, &no))
+        return -1;
     ptensor *t = &p->t[p->nt++];
-    memset(t, 0, sizeof *t);
-    t->name = name;
-    t->order = p->nt - 1;
-    int have_dtype = 0, have_shape = 0, have_off = 0;
-    skip_ws(p);
-    if (peek(p) != '{')
-        return fail(p, "tensor '%.*s' must be an object, found %s", NM(name), show(peek(p)));
-    p->i++;
-    skip_ws(p);
-    if (peek(p) == '}') return fail(p, "tensor '%.*s' is an empty object", NM(name));
-    for (;;) {
-        char *key;
-        if (parse_string(p, &key, NULL, NULL)) return -1;
-        int rc = expect(p, ':');
-        if (!rc && !strcmp(key, "dtype")) {
-            char *dt;
-            if (have_dtype++) rc = fail(p, "tensor '%.*s': duplicate field 'dtype'", NM(name));
-            else if (!(rc = parse_string(p, &dt, NULL, NULL))) {
-                int d = 0;
-                while (d < SP_ST_NDTYPES && strcmp(dt, dtypes[d].name)) d++;
-                if (d == SP_ST_NDTYPES)
-                    rc = fail(p, "tensor '%.*s': unknown dtype '%.*s'", NM(name), NM(dt));
-                t->dtype = (sp_st_dtype)d;
-                free(dt);
-            }
-        } else if (!rc && !strcmp(key, "shape")) {
-            uint64_t *s;
-            size_t ns;
-            if (have_shape++) rc = fail(p, "tensor '%.*s': duplicate field 'shape'", NM(name));
-            else if (!(rc = parse_uint_array(p, "shape", &s, &ns))) {
-                if (ns > 64) rc = fail(p, "tensor '%.*s': %zu dimensions", NM(name), ns);
-                else if (ns && !(t->shape = malloc(ns * sizeof *t->shape))) rc = oom(p);
-                for (size_t k = 0; !rc && k < ns; k++) {
-                    if (s[k] > INT64_MAX)
-                        rc = fail(p, "tensor '%.*s': dimension too large", NM(name));
-                    else
-                        t->shape[k] = (int64_t)s[k];
-                }
-                t->ndim = (int)ns;
-                free(s);
-            }
-        } else if (!rc && !strcmp(key, "data_offsets")) {
-            uint64_t *o;
-            size_t no;
-            if (have_off++)
-                rc = fail(p, "tensor '%.*s': duplicate field 'data_offsets'", NM(name));
-            else if (!(rc = parse_uint_array(p, "data_offsets", &o, &no))) {
-                if (no != 2)
-                    rc = fail(p, "tensor '%.*s': data_offsets has %zu entries, not 2", NM(name),
-                              no);
-                else
-                    t->begin = o[0], t->end = o[1];
-                free(o);
-            }
-        } else if (!rc) {
-            rc = fail(p, "tensor '%.*s': unknown field '%.*s'", NM(name), NM(key));
-        }
-        free(key);
-        if (rc) return -1;
-        skip_ws(p);
-        if (peek(p) == '}') break;
-        if (peek(p) != ',')
-            return fail(p, "expected ',' or '}' in tensor '%.*s', found %s", NM(name),
-                        show(peek(p)));
-        p->i++;
-    }
-    p->i++;
-    if (!have_dtype || !have_shape || !have_off)
-        return fail(p, "tensor '%.*s': missing field '%s'", NM(name),
-                    !have_dtype ? "dtype" : !have_shape ? "shape" : "data_offsets");
+    *t = (ptensor){.name = name, .dtype = (sp_st_dtype)d, .ndim = (int)ns,
+                   .begin = (uint64_t)o[0], .end = (uint64_t)o[1], .order = p->nt - 1};
+    if (ns && !(t->shape = malloc(ns * sizeof *t->shape))) return oom(p);
+    if (ns) memcpy(t->shape, shape, ns * sizeof *shape);
     return 0;
 }
 
-static int parse_metadata(parser *p)
+static int read_metadata(parser *p, json_t *v)
 {
-    if (p->have_meta++) return fail(p, "duplicate key '__metadata__'");
-    if (expect(p, '{')) return -1;
-    skip_ws(p);
-    if (peek(p) == '}') return p->i++, 0;
-    for (;;) {
-        char *key, *val;
-        size_t at, len;
-        if (parse_string(p, &key, NULL, NULL)) return -1;
-        if (expect(p, ':')) return free(key), -1;
-        skip_ws(p);
-        if (peek(p) != '"') {
-            fail(p, "__metadata__ value of '%.*s' must be a string, found %s", NM(key),
-                 show(peek(p)));
-            return free(key), -1;
-        }
-        if (parse_string(p, &val, &at, &len)) return free(key), -1;
-        if (p->nm == p->cap_m) {
-            size_t cap = p->cap_m ? 2 * p->cap_m : 8;
-            sp_st_meta *g = realloc(p->m, cap * sizeof *g);
-            if (!g) return free(key), free(val), oom(p);
-            p->m = g, p->cap_m = cap;
-        }
-        p->m[p->nm++] = (sp_st_meta){key, val};
-        /* the header checksum is computed over raw bytes: its digits must be literal */
-        if (!strcmp(key, CRC_HEADER_KEY)) p->hdr_hex_at = len == 8 ? at : SIZE_MAX - 1;
-        skip_ws(p);
-        if (peek(p) == '}') break;
-        if (peek(p) != ',') return fail(p, "expected ',' or '}' in __metadata__, found %s", show(peek(p)));
-        p->i++;
+    if (!json_is_object(v))
+        return fail(p, NOWHERE, "__metadata__ must be an object, found %s", kind(v));
+    if (!(p->m = malloc((json_object_size(v) + 1) * sizeof *p->m))) return oom(p);
+    const char *key;
+    const json_t *s;
+    json_object_foreach(v, key, s) {
+        if (!json_is_string(s))
+            return fail(p, NOWHERE, "__metadata__ value of '%.*s' must be a string, found %s",
+                        NM(key), kind(s));
+        p->m[p->nm++] = (sp_st_meta){key, json_string_value(s)};
     }
-    p->i++;
+    p->meta = v;
     return 0;
 }
 
+/* The header, strictly: it starts with '{' (as the reference wants), is one JSON object
+ * with no duplicate key anywhere (jansson: JSON_REJECT_DUPLICATES; it also refuses
+ * invalid UTF-8, control characters, bad escapes, lone surrogates, \u0000, integers
+ * beyond int64 and leading zeros), followed by nothing but spaces (the writers' padding),
+ * and holds only tensors and one __metadata__ object of strings. */
 static int parse_header(parser *p)
 {
-    if (peek(p) != '{')
-        return fail(p, "not a safetensors file: the header does not start with '{' (found %s)",
-                    show(peek(p)));
-    p->i++;
-    skip_ws(p);
-    if (peek(p) != '}') {
-        for (;;) {
-            char *key;
-            if (parse_string(p, &key, NULL, NULL)) return -1;
-            if (expect(p, ':')) return free(key), -1;
-            int rc;
-            if (!strcmp(key, "__metadata__")) {
-                free(key);
-                rc = parse_metadata(p);
-            } else if (!*key) {
-                free(key); /* the writer refuses these too: a file we read must write back */
-                return fail(p, "a tensor with an empty name");
-            } else
-                rc = parse_tensor(p, key); /* takes key */
-            if (rc) return -1;
-            skip_ws(p);
-            if (peek(p) == '}') break;
-            if (peek(p) != ',') return fail(p, "expected ',' or '}', found %s", show(peek(p)));
-            p->i++;
-        }
+    if (!p->n || p->s[0] != '{')
+        return fail(p, 0, "not a safetensors file: the header does not start with '{' (found %s)",
+                    show(p->n ? p->s[0] : -1));
+    if (scan_header(p)) return -1;
+    json_error_t e;
+    p->root = json_loadb((const char *)p->s, p->n, JSON_REJECT_DUPLICATES | JSON_DISABLE_EOF_CHECK,
+                         &e);
+    if (!p->root && json_error_code(&e) == json_error_out_of_memory) return oom(p);
+    if (!p->root) return fail(p, (size_t)e.position, "%s", e.text);
+    for (size_t i = (size_t)e.position; i < p->n; i++)
+        if (p->s[i] != ' ')
+            return fail(p, i, "%s after the end of the header object", show(p->s[i]));
+    if (!(p->t = malloc((json_object_size(p->root) + 1) * sizeof *p->t))) return oom(p);
+    const char *key;
+    json_t *v;
+    json_object_foreach(p->root, key, v) {
+        /* an empty name is refused by the writer too: a file we read must write back */
+        int rc = !strcmp(key, "__metadata__") ? read_metadata(p, v)
+                 : !*key ? fail(p, NOWHERE, "a tensor with an empty name")
+                         : read_tensor(p, key, v);
+        if (rc) return -1;
     }
-    p->i++;
-    while (p->i < p->n && p->s[p->i] == ' ') p->i++;
-    if (p->i < p->n) return fail(p, "%s after the end of the header object", show(peek(p)));
     return 0;
 }
 
 static void parser_free(parser *p)
 {
-    for (size_t k = 0; k < p->nt; k++) free(p->t[k].name), free(p->t[k].shape);
-    for (size_t k = 0; k < p->nm; k++) free((char *)p->m[k].key), free((char *)p->m[k].value);
+    for (size_t k = 0; k < p->nt; k++) free(p->t[k].shape);
     free(p->t);
     free(p->m);
+    json_decref(p->root);
 }
 
 /* ---- the reader ---- */
 
 struct sp_safetensors {
+    json_t *header;            /* names, keys and values point into it */
+    json_t *meta;              /* its __metadata__, for sp_safetensors_meta */
     sp_st_tensor *t;           /* by data offset */
     const sp_st_tensor **name; /* by name, for sp_safetensors_find */
     void **copy;               /* aligned copies of misaligned tensors, else NULL */
     size_t nt;
     sp_st_meta *m;             /* header order */
-    const sp_st_meta **key;    /* by key */
     size_t nm;
     unsigned char *data;       /* the data section */
 };
-
-static int cmp_ptensor_name(const void *a, const void *b)
-{
-    return strcmp((*(ptensor *const *)a)->name, (*(ptensor *const *)b)->name);
-}
 
 static int cmp_ptensor_offset(const void *a, const void *b)
 {
@@ -583,11 +368,6 @@ static int cmp_ptensor_offset(const void *a, const void *b)
 static int cmp_tensor_name(const void *a, const void *b)
 {
     return strcmp((*(const sp_st_tensor *const *)a)->name, (*(const sp_st_tensor *const *)b)->name);
-}
-
-static int cmp_meta_key(const void *a, const void *b)
-{
-    return strcmp((*(const sp_st_meta *const *)a)->key, (*(const sp_st_meta *const *)b)->key);
 }
 
 /* "(7,13)", "()" for a scalar; cut with "..." when long. */
@@ -616,15 +396,13 @@ static int read_at(int fd, uint64_t off, void *buf, size_t n)
     return 0;
 }
 
-static const char *find_meta(const parser *p, const char *key)
+static const char *meta_value(const json_t *meta, const char *key)
 {
-    for (size_t k = 0; k < p->nm; k++)
-        if (!strcmp(p->m[k].key, key)) return p->m[k].value;
-    return NULL;
+    return json_string_value(json_object_get(meta, key));
 }
 
-/* Everything after the JSON parse: names, checksums, sizes, layout. Returns the sorted
- * order (by offset) in *byoff. */
+/* Everything after the JSON parse (names are unique there): checksums, sizes, layout.
+ * Returns the sorted order (by offset) in *byoff. */
 static sp_status validate(parser *p, const char *path, unsigned flags, const unsigned char len8[8],
                           const unsigned char *hdr, uint64_t hlen, uint64_t avail,
                           ptensor ***byoff)
@@ -632,30 +410,10 @@ static sp_status validate(parser *p, const char *path, unsigned flags, const uns
     char sh[128];
     sp_status st = SP_OK;
     ptensor **v = malloc((p->nt ? p->nt : 1) * sizeof *v);
-    const sp_st_meta **mv = malloc((p->nm ? p->nm : 1) * sizeof *mv);
-    if (!v || !mv) {
-        st = sp_set_error(SP_ERR_NOMEM, "%s: out of memory while checking the header", path);
-        goto out;
-    }
-    for (size_t k = 0; k < p->nm; k++) mv[k] = &p->m[k];
-    qsort(mv, p->nm, sizeof *mv, cmp_meta_key);
-    for (size_t k = 1; k < p->nm; k++)
-        if (!strcmp(mv[k]->key, mv[k - 1]->key)) {
-            st = sp_set_error(SP_ERR_FORMAT, "%s: duplicate __metadata__ key '%.*s'", path,
-                              NM(mv[k]->key));
-            goto out;
-        }
-    for (size_t k = 0; k < p->nt; k++) v[k] = &p->t[k];
-    qsort(v, p->nt, sizeof *v, cmp_ptensor_name);
-    for (size_t k = 1; k < p->nt; k++)
-        if (!strcmp(v[k]->name, v[k - 1]->name)) {
-            st = sp_set_error(SP_ERR_FORMAT, "%s: duplicate tensor name '%.*s'", path,
-                              NM(v[k]->name));
-            goto out;
-        }
+    if (!v) return sp_set_error(SP_ERR_NOMEM, "%s: out of memory while checking the header", path);
 
     /* checksums first: a corrupt header is best reported as such */
-    const char *dcrc = find_meta(p, CRC_DATA_KEY), *hcrc = find_meta(p, CRC_HEADER_KEY);
+    const char *dcrc = meta_value(p->meta, CRC_DATA_KEY), *hcrc = meta_value(p->meta, CRC_HEADER_KEY);
     uint32_t want;
     if (hcrc) {
         if (p->hdr_hex_at >= hlen || parse_hex8(hcrc, &want)) {
@@ -754,7 +512,6 @@ static sp_status validate(parser *p, const char *path, unsigned flags, const uns
         goto out;
     }
 out:
-    free(mv);
     if (st) free(v), v = NULL;
     *byoff = v;
     return st;
@@ -764,17 +521,15 @@ void sp_safetensors_close(sp_safetensors *f)
 {
     if (!f) return;
     for (size_t k = 0; k < f->nt; k++) {
-        free((char *)f->t[k].name);
         free((int64_t *)f->t[k].shape);
         if (f->copy) free(f->copy[k]);
     }
-    for (size_t k = 0; k < f->nm; k++) free((char *)f->m[k].key), free((char *)f->m[k].value);
     free(f->t);
     free(f->name);
     free(f->copy);
     free(f->m);
-    free(f->key);
     free(f->data);
+    json_decref(f->header);
     free(f);
 }
 
@@ -856,7 +611,7 @@ sp_safetensors *sp_safetensors_open(const char *path, unsigned flags, sp_status 
         goto out;
     }
     if ((r = read_at(fd, 8 + hlen, data, avail))) goto read_failed;
-    const char *dcrc = find_meta(&p, CRC_DATA_KEY);
+    const char *dcrc = meta_value(p.meta, CRC_DATA_KEY);
     uint32_t want, got;
     if (dcrc && !parse_hex8(dcrc, &want) && (got = sp_crc32(0, data, avail)) != want) {
         st = sp_set_error(SP_ERR_FORMAT,
@@ -869,8 +624,7 @@ sp_safetensors *sp_safetensors_open(const char *path, unsigned flags, sp_status 
     /* all checked: move what was parsed into the handle */
     if (!(f = calloc(1, sizeof *f)) || !(f->t = calloc(p.nt ? p.nt : 1, sizeof *f->t)) ||
         !(f->name = malloc((p.nt ? p.nt : 1) * sizeof *f->name)) ||
-        !(f->copy = calloc(p.nt ? p.nt : 1, sizeof *f->copy)) ||
-        !(f->key = malloc((p.nm ? p.nm : 1) * sizeof *f->key))) {
+        !(f->copy = calloc(p.nt ? p.nt : 1, sizeof *f->copy))) {
         st = sp_set_error(SP_ERR_NOMEM, "%s: out of memory", path);
         goto out;
     }
@@ -887,15 +641,13 @@ sp_safetensors *sp_safetensors_open(const char *path, unsigned flags, sp_status 
             at = f->copy[k];
         }
         f->t[k] = (sp_st_tensor){t->name, t->dtype, t->ndim, t->shape, at};
-        t->name = NULL, t->shape = NULL;
+        t->shape = NULL;
         f->nt = k + 1;
         f->name[k] = &f->t[k];
     }
     qsort(f->name, f->nt, sizeof *f->name, cmp_tensor_name);
-    f->m = p.m, f->nm = p.nm;
-    p.m = NULL, p.nm = 0;
-    for (size_t k = 0; k < f->nm; k++) f->key[k] = &f->m[k];
-    qsort(f->key, f->nm, sizeof *f->key, cmp_meta_key);
+    f->m = p.m, f->nm = p.nm, f->header = p.root, f->meta = p.meta;
+    p.m = NULL, p.root = NULL;
     f->data = data;
     data = NULL;
     goto out;
@@ -938,84 +690,10 @@ const sp_st_meta *sp_safetensors_meta_at(const sp_safetensors *f, int i)
 
 const char *sp_safetensors_meta(const sp_safetensors *f, const char *key)
 {
-    if (!f || !key) return NULL;
-    sp_st_meta k = {.key = key};
-    const sp_st_meta *kp = &k, **hit = bsearch(&kp, f->key, f->nm, sizeof *f->key, cmp_meta_key);
-    return hit ? (*hit)->value : NULL;
+    return f && key ? meta_value(f->meta, key) : NULL;
 }
 
 /* ---- the writer ---- */
-
-typedef struct {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *g = realloc(b->p, cap);
-        if (!g) {
-            b->oom = 1;
-            return;
-        }
-        b->p = g, b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-
-static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_u64(sbuf *b, uint64_t v)
-{
-    char t[24];
-    sb_put(b, t, (size_t)snprintf(t, sizeof t, "%" PRIu64, v));
-}
-
-/* A JSON string; s is valid UTF-8, only '"', '\\' and control characters need escapes. */
-static void sb_json(sbuf *b, const char *s)
-{
-    sb_put(b, "\"", 1);
-    for (const char *r = s; *r; r++) {
-        unsigned char c = (unsigned char)*r;
-        char e[8];
-        if (c == '"' || c == '\\') {
-            e[0] = '\\', e[1] = (char)c;
-            sb_put(b, e, 2);
-        } else if (c < 0x20) {
-            const char *short_esc = c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : NULL;
-            if (short_esc) sb_str(b, short_esc);
-            else sb_put(b, e, (size_t)snprintf(e, sizeof e, "\\u%04x", c));
-        } else
-            sb_put(b, r, 1);
-    }
-    sb_put(b, "\"", 1);
-}
-
-static int cmp_cstr(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* The first duplicate among n strings, or NULL (-1 when out of memory). */
-static int find_dup(const char **s, size_t n, const char **dup)
-{
-    const char **v = malloc((n ? n : 1) * sizeof *v);
-    if (!v) return -1;
-    memcpy(v, s, n * sizeof *v);
-    qsort(v, n, sizeof *v, cmp_cstr);
-    *dup = NULL;
-    for (size_t k = 1; k < n && !*dup; k++)
-        if (!strcmp(v[k], v[k - 1])) *dup = v[k];
-    free(v);
-    return 0;
-}
 
 static sp_status check_args(const char *path, const sp_st_tensor *t, int n, const sp_st_meta *m,
                             int n_meta, unsigned flags)
@@ -1035,6 +713,9 @@ static sp_status check_args(const char *path, const sp_st_tensor *t, int n, cons
         if (!sp_st_dtype_name(t[k].dtype))
             return sp_set_error(SP_ERR_ARG, "%s: tensor '%.*s': unknown dtype %d", path,
                                 NM(t[k].name), (int)t[k].dtype);
+        if (t[k].ndim > MAX_DIMS) /* what the reader takes */
+            return sp_set_error(SP_ERR_ARG, "%s: tensor '%.*s': %d dimensions, more than %d",
+                                path, NM(t[k].name), t[k].ndim, MAX_DIMS);
         if (shape_bytes(t[k].dtype, t[k].ndim, t[k].shape, &nb))
             return sp_set_error(SP_ERR_ARG,
                                 "%s: tensor '%.*s': bad shape (ndim %d: a negative dimension, "
@@ -1052,81 +733,76 @@ static sp_status check_args(const char *path, const sp_st_tensor *t, int n, cons
             return sp_set_error(SP_ERR_ARG, "%s: metadata key '%s' is reserved (use SP_ST_CHECKSUM)",
                                 path, m[k].key);
     }
-    const char **s = malloc(((size_t)n + (size_t)n_meta + 1) * sizeof *s), *dup = NULL;
-    if (!s) return sp_set_error(SP_ERR_NOMEM, "%s: out of memory", path);
-    for (int k = 0; k < n; k++) s[k] = t[k].name;
-    for (int k = 0; k < n_meta; k++) s[n + k] = m[k].key;
-    int rc = find_dup(s, (size_t)n, &dup);
-    if (!rc && dup) {
-        free(s);
-        return sp_set_error(SP_ERR_ARG, "%s: duplicate tensor name '%.*s'", path, NM(dup));
-    }
-    if (!rc) rc = find_dup(s + n, (size_t)n_meta, &dup);
-    free(s);
-    if (rc) return sp_set_error(SP_ERR_NOMEM, "%s: out of memory", path);
-    if (dup) return sp_set_error(SP_ERR_ARG, "%s: duplicate metadata key '%.*s'", path, NM(dup));
-    return SP_OK;
+    return SP_OK; /* duplicates: build_header */
 }
 
-/* The header JSON padded so that 8 + its length is a multiple of 8, and the 8 length
- * bytes; the header checksum filled in when asked for. */
-static sp_status build_header(const char *path, const sp_st_tensor *t, int n, const sp_st_meta *m,
-                              int n_meta, unsigned flags, sbuf *b, unsigned char len8[8])
+/* A JSON array of n integers, NULL when out of memory. */
+static json_t *int_array(const int64_t *v, int n)
 {
-    size_t hex_at = 0;
-    sb_str(b, "{");
-    if (n_meta || (flags & SP_ST_CHECKSUM)) {
-        sb_str(b, "\"__metadata__\":{");
-        for (int k = 0; k < n_meta; k++) {
-            if (k) sb_str(b, ",");
-            sb_json(b, m[k].key);
-            sb_str(b, ":");
-            sb_json(b, m[k].value);
-        }
-        if (flags & SP_ST_CHECKSUM) {
-            uint32_t c = 0;
-            char hex[16];
-            for (int k = 0; k < n; k++) c = sp_crc32(c, t[k].data, sp_st_nbytes(&t[k]));
-            snprintf(hex, sizeof hex, "%08x", c);
-            sb_str(b, n_meta ? ",\"" CRC_DATA_KEY "\":\"" : "\"" CRC_DATA_KEY "\":\"");
-            sb_str(b, hex);
-            sb_str(b, "\",\"" CRC_HEADER_KEY "\":\"");
-            hex_at = b->n;
-            sb_str(b, "00000000\"");
-        }
-        sb_str(b, n ? "}," : "}");
+    json_t *a = json_array();
+    for (int k = 0; a && k < n; k++)
+        if (json_array_append_new(a, json_integer(v[k]))) json_decref(a), a = NULL;
+    return a;
+}
+
+/* The header: the JSON (jansson, compact, tensors in the order given) padded with spaces
+ * so that 8 + its length is a multiple of 8, and the 8 length bytes; the header checksum
+ * filled in when asked for. */
+static sp_status build_header(const char *path, const sp_st_tensor *t, int n, const sp_st_meta *m,
+                              int n_meta, unsigned flags, char **out, size_t *len,
+                              unsigned char len8[8])
+{
+    static const char hkey[] = "\"" CRC_HEADER_KEY "\":\"";
+    const char *dup = NULL, *what = NULL;
+    json_t *h = json_object(), *meta = NULL;
+    int bad = !h;
+    if (!bad && (n_meta || (flags & SP_ST_CHECKSUM)))
+        bad = json_object_set_new(h, "__metadata__", meta = json_object());
+    for (int k = 0; !bad && !dup && k < n_meta; k++) {
+        if (json_object_get(meta, m[k].key)) dup = m[k].key, what = "metadata key";
+        else bad = json_object_set_new(meta, m[k].key, json_string(m[k].value));
+    }
+    if (!bad && (flags & SP_ST_CHECKSUM)) {
+        uint32_t c = 0;
+        char hex[16];
+        for (int k = 0; k < n; k++) c = sp_crc32(c, t[k].data, sp_st_nbytes(&t[k]));
+        snprintf(hex, sizeof hex, "%08x", c);
+        bad = json_object_set_new(meta, CRC_DATA_KEY, json_string(hex)) ||
+              json_object_set_new(meta, CRC_HEADER_KEY, json_string("00000000"));
     }
     uint64_t off = 0;
-    for (int k = 0; k < n; k++) {
+    for (int k = 0; !bad && !dup && k < n; k++) {
         uint64_t nb = sp_st_nbytes(&t[k]);
-        if (k) sb_str(b, ",");
-        sb_json(b, t[k].name);
-        sb_str(b, ":{\"dtype\":\"");
-        sb_str(b, dtypes[t[k].dtype].name);
-        sb_str(b, "\",\"shape\":[");
-        for (int d = 0; d < t[k].ndim; d++) {
-            if (d) sb_str(b, ",");
-            sb_u64(b, (uint64_t)t[k].shape[d]);
+        if (json_object_get(h, t[k].name)) {
+            dup = t[k].name, what = "tensor name";
+            break;
         }
-        sb_str(b, "],\"data_offsets\":[");
-        sb_u64(b, off);
-        sb_str(b, ",");
-        sb_u64(b, off + nb);
-        sb_str(b, "]}");
+        bad = json_object_set_new(h, t[k].name,
+                                  json_pack("{s:s,s:o,s:[I,I]}", "dtype", dtypes[t[k].dtype].name,
+                                            "shape", int_array(t[k].shape, t[k].ndim),
+                                            "data_offsets", (json_int_t)off, (json_int_t)(off + nb)));
         off += nb;
     }
-    sb_str(b, "}");
-    while ((8 + b->n) % 8) sb_str(b, " ");
-    if (b->oom) return sp_set_error(SP_ERR_NOMEM, "%s: out of memory building the header", path);
-    if (b->n > SP_ST_MAX_HEADER)
-        return sp_set_error(SP_ERR_ARG, "%s: the header would be %zu bytes, over the limit of %" PRIu64,
-                            path, b->n, SP_ST_MAX_HEADER);
-    for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)b->n >> (8 * k));
-    if (flags & SP_ST_CHECKSUM) {
+    size_t n_json = bad || dup ? 0 : json_dumpb(h, NULL, 0, JSON_COMPACT);
+    char *b = n_json ? malloc(n_json + 8) : NULL;
+    if (b && json_dumpb(h, b, n_json, JSON_COMPACT) != n_json) free(b), b = NULL;
+    json_decref(h);
+    if (dup) return sp_set_error(SP_ERR_ARG, "%s: duplicate %s '%.*s'", path, what, NM(dup));
+    if (!b) return sp_set_error(SP_ERR_NOMEM, "%s: out of memory building the header", path);
+    b[n_json] = '\0'; /* (JSON text holds no NUL byte) */
+    /* the first such bytes are the entry's: in a JSON string a '"' is always escaped */
+    char *hex_at = (flags & SP_ST_CHECKSUM) ? strstr(b, hkey) + sizeof hkey - 1 : NULL;
+    while ((8 + n_json) % 8) b[n_json++] = ' ';
+    *out = b, *len = n_json;
+    if (n_json > SP_ST_MAX_HEADER)
+        return sp_set_error(SP_ERR_ARG, "%s: the header would be %zu bytes, over the limit of "
+                            "%" PRIu64, path, n_json, SP_ST_MAX_HEADER);
+    for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)n_json >> (8 * k));
+    if (hex_at) {
         char hex[16];
         snprintf(hex, sizeof hex, "%08x",
-                 header_crc(len8, (const unsigned char *)b->p, b->n, hex_at));
-        memcpy(b->p + hex_at, hex, 8);
+                 header_crc(len8, (const unsigned char *)b, n_json, (size_t)(hex_at - b)));
+        memcpy(hex_at, hex, 8);
     }
     return SP_OK;
 }
@@ -1153,10 +829,11 @@ sp_status sp_safetensors_write(const char *path, const sp_st_tensor *tensors, in
 {
     sp_status st = check_args(path, tensors, n, meta, n_meta, flags);
     if (st) return st;
-    sbuf b = {0};
+    char *hdr = NULL;
+    size_t hlen = 0;
     unsigned char len8[8];
-    if ((st = build_header(path, tensors, n, meta, n_meta, flags, &b, len8))) {
-        free(b.p);
+    if ((st = build_header(path, tensors, n, meta, n_meta, flags, &hdr, &hlen, len8))) {
+        free(hdr);
         return st;
     }
     /* the file to replace: path, or the regular file a symbolic link at path names; a
@@ -1165,11 +842,11 @@ sp_status sp_safetensors_write(const char *path, const sp_st_tensor *tensors, in
     size_t tlen = PATH_MAX + 32;
     char *tmp = malloc(tlen);
     if (!tmp || !target) {
-        free(b.p), free(tmp), free(target);
+        free(hdr), free(tmp), free(target);
         return sp_set_error(SP_ERR_NOMEM, "%s: out of memory", path);
     }
     if ((st = sp_output_target(path, "output file", target, PATH_MAX))) {
-        free(b.p), free(tmp), free(target);
+        free(hdr), free(tmp), free(target);
         return st;
     }
 
@@ -1184,7 +861,7 @@ sp_status sp_safetensors_write(const char *path, const sp_st_tensor *tensors, in
         goto failed;
     }
     step = "write";
-    if (fwrite(len8, 1, 8, fp) != 8 || fwrite(b.p, 1, b.n, fp) != b.n) goto failed;
+    if (fwrite(len8, 1, 8, fp) != 8 || fwrite(hdr, 1, hlen, fp) != hlen) goto failed;
     for (int k = 0; k < n; k++) {
         size_t nb = sp_st_nbytes(&tensors[k]);
         if (nb && fwrite(tensors[k].data, 1, nb, fp) != nb) goto failed;
@@ -1203,7 +880,7 @@ sp_status sp_safetensors_write(const char *path, const sp_st_tensor *tensors, in
         goto failed;
     }
     if (rename(tmp, target)) goto failed;
-    free(b.p);
+    free(hdr);
     free(tmp);
     int synced = fsync_dir_of(target);
     free(target);
@@ -1222,7 +899,7 @@ failed_nofile:
     st = sp_set_error(SP_ERR_IO, "%s: cannot create the temporary file '%s': %s", path, tmp,
                       strerror(errno));
 done:
-    free(b.p);
+    free(hdr);
     free(tmp);
     free(target);
     return st;
