@@ -8,9 +8,9 @@
 #include "codelets/cpu/kernels.h"
 
 static int matmul(void *c, float *out, const float *a, const float *b, int M, int Nc, int K,
-                  int ta, int tb, int acc)
+                  int ta, int tb, int acc, int bf16)
 {
-    sp_matmul_forward(out, a, b, M, Nc, K, ta, tb, acc);
+    (bf16 ? sp_matmul_forward_bf16 : sp_matmul_forward)(out, a, b, M, Nc, K, ta, tb, acc);
     return 0;
 }
 
@@ -81,16 +81,16 @@ static int sum(void *c, float *out, const float *x, int64_t n)
 }
 
 static int matmul_da(void *c, float *da, const float *dout, const float *b, int M, int Nc, int K,
-                     int ta, int tb, int acc)
+                     int ta, int tb, int acc, int bf16)
 {
-    sp_matmul_backward_a(da, dout, b, M, Nc, K, ta, tb, acc);
+    (bf16 ? sp_matmul_backward_a_bf16 : sp_matmul_backward_a)(da, dout, b, M, Nc, K, ta, tb, acc);
     return 0;
 }
 
 static int matmul_db(void *c, float *db, const float *dout, const float *a, int M, int Nc, int K,
-                     int ta, int tb, int acc)
+                     int ta, int tb, int acc, int bf16)
 {
-    sp_matmul_backward_b(db, dout, a, M, Nc, K, ta, tb, acc);
+    (bf16 ? sp_matmul_backward_b_bf16 : sp_matmul_backward_b)(db, dout, a, M, Nc, K, ta, tb, acc);
     return 0;
 }
 

@@ -738,15 +738,15 @@ static const char *const icode_names[SP_I_COUNT] = {
 
 /* The one place that knows what each instruction's operands and sizes mean: every
  * backend sees only kernel calls. */
-static int run_instr(const sp_kinstr *I, void *const *bufs, float dloss, const sp_backend *be,
-                     void *c)
+static int run_instr(const sp_kinstr *I, void *const *bufs, float dloss, int bf16,
+                     const sp_backend *be, void *c)
 {
     const int64_t *n = I->n;
     const int M = (int)n[0], Nc = (int)n[1], K = (int)n[2], acc = I->acc;
     switch (I->code) {
     case SP_I_MATMUL:
         return be->matmul(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), M, Nc, K, I->flag[0],
-                          I->flag[1], acc);
+                          I->flag[1], acc, bf16);
     case SP_I_BIAS_ADD:
         return be->bias_add(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), M, Nc);
     case SP_I_ADD:
@@ -775,10 +775,10 @@ static int run_instr(const sp_kinstr *I, void *const *bufs, float dloss, const s
     }
     case SP_I_MATMUL_DA:
         return be->matmul_da(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), M, Nc, K, I->flag[0],
-                             I->flag[1], acc);
+                             I->flag[1], acc, bf16);
     case SP_I_MATMUL_DB:
         return be->matmul_db(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), M, Nc, K, I->flag[0],
-                             I->flag[1], acc);
+                             I->flag[1], acc, bf16);
     case SP_I_BIAS_DB:
         return be->bias_db(c, F32(I->o[0]), F32(I->i[0]), M, Nc, acc);
     case SP_I_GELU_DX:
@@ -811,6 +811,21 @@ static int run_instr(const sp_kinstr *I, void *const *bufs, float dloss, const s
     }
 }
 
+void sp_program_set_precision(sp_program *p, sp_precision precision)
+{
+    if (p) p->precision = precision;
+}
+
+sp_precision sp_program_precision(const sp_program *p)
+{
+    return p ? p->precision : SP_PRECISION_FP32;
+}
+
+const char *sp_precision_name(sp_precision precision)
+{
+    return precision == SP_PRECISION_BF16 ? "bf16" : "fp32";
+}
+
 sp_status sp_program_run_on(const sp_program *p, int stage, sp_task_kind kind, void *const *bufs,
                             const sp_run_args *args, const sp_backend *be, void *ctx)
 {
@@ -822,7 +837,7 @@ sp_status sp_program_run_on(const sp_program *p, int stage, sp_task_kind kind, v
         const sp_kinstr *I = &kp->ins[j];
         if ((unsigned)I->code >= SP_I_COUNT)
             return sp_set_error(SP_ERR_ARG, "sp_program_run: bad instruction %d", I->code);
-        int rc = run_instr(I, bufs, dloss, be, ctx);
+        int rc = run_instr(I, bufs, dloss, p->precision == SP_PRECISION_BF16, be, ctx);
         if (rc)
             return sp_set_error(rc == SP_BACKEND_BAD_INDEX ? SP_ERR_ARG : SP_ERR_RUNTIME,
                                 "stage %d %s, instruction %d (%s, node %d) failed on %s: %s",

@@ -58,6 +58,7 @@ typedef struct {
 struct sp_program {
     const sp_graph *g;
     int nstages;
+    sp_precision precision;  /* of the matrix products (sp_program_set_precision) */
     uint8_t *needs_grad;     /* per tensor: requires grad and the loss depends on it */
     int64_t *act_off;        /* per tensor computed in its stage: offset in ACT */
     int64_t *bgrad_off;      /* per tensor needing grad: offset in BGRAD of its stage */

@@ -111,6 +111,19 @@ void sp_adamw_update(float *param, float *m, float *v, const float *grad, int64_
 /* Sum of squares of x (n) in double: for the global gradient norm. */
 double sp_sum_squares(const float *x, int64_t n);
 
+/* bfloat16 mixed precision. sp_round_bf16: dst = src rounded to bfloat16, round to
+ * nearest even (NaN stays a quiet NaN, overflow goes to infinity), kept in fp32 storage:
+ * the value a bf16 tensor would hold (dst may be src). The _bf16 products round both
+ * operands so and accumulate in fp32 (each product of two bf16 values is exact in fp32):
+ * what a GPU's bf16 GEMM computes, up to its order of summation. */
+void sp_round_bf16(float *dst, const float *src, int64_t n);
+void sp_matmul_forward_bf16(float *out, const float *a, const float *b, int M, int Nc, int K,
+                            int ta, int tb, int acc);
+void sp_matmul_backward_a_bf16(float *da, const float *dout, const float *b, int M, int Nc,
+                               int K, int ta, int tb, int acc);
+void sp_matmul_backward_b_bf16(float *db, const float *dout, const float *a, int M, int Nc,
+                               int K, int ta, int tb, int acc);
+
 /* Sets OpenBLAS to one thread (the kernels do not use it, but a program may link it; the
  * runtime owns the cores). Idempotent. */
 void sp_kernels_init(void);

@@ -3,6 +3,10 @@
  * allocated. */
 #include "codelets/cpu/kernels.h"
 
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include <cblas.h>
 
 #include "codelets/cpu/gemm_impl.h"
@@ -42,6 +46,74 @@ void sp_matmul_backward_b(float *db, const float *dout, const float *a,
         gemm(db, a, lda, !ta, dout, Nc, 0, K, Nc, M, acc);
     else
         gemm(db, dout, Nc, 1, a, lda, ta, Nc, K, M, acc);
+}
+
+void sp_round_bf16(float *dst, const float *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], 4);
+        if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))
+            u = (u | 0x00400000u) & 0xffff0000u; /* NaN: quiet, and still a NaN */
+        else
+            u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u; /* to nearest, ties to even */
+        memcpy(&dst[i], &u, 4);
+    }
+}
+
+/* Two rounded operands per product, in buffers each worker thread keeps (freed when the
+ * thread ends), so a step allocates nothing after its first products. */
+typedef struct {
+    float *p[2];
+    int64_t cap[2];
+} bf16_bufs;
+static pthread_key_t bf16_key;
+static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+
+static void bf16_free(void *v)
+{
+    bf16_bufs *b = v;
+    free(b->p[0]), free(b->p[1]), free(b);
+}
+static void bf16_key_init(void) { pthread_key_create(&bf16_key, bf16_free); }
+
+/* Operand k (0 or 1) rounded, n floats; NULL when memory runs out (the caller falls back
+ * to an allocation that aborts loudly rather than computing in the wrong precision). */
+static const float *rounded(int k, const float *x, int64_t n)
+{
+    pthread_once(&bf16_once, bf16_key_init);
+    bf16_bufs *b = pthread_getspecific(bf16_key);
+    if (!b && (b = calloc(1, sizeof *b))) pthread_setspecific(bf16_key, b);
+    if (!b) abort();
+    if (b->cap[k] < n) {
+        float *q = realloc(b->p[k], (size_t)(n > 0 ? n : 1) * sizeof(float));
+        if (!q) abort(); /* no quiet fallback to fp32 */
+        b->p[k] = q;
+        b->cap[k] = n;
+    }
+    sp_round_bf16(b->p[k], x, n);
+    return b->p[k];
+}
+
+void sp_matmul_forward_bf16(float *out, const float *a, const float *b, int M, int Nc, int K,
+                            int ta, int tb, int acc)
+{
+    sp_matmul_forward(out, rounded(0, a, (int64_t)M * K), rounded(1, b, (int64_t)K * Nc), M, Nc,
+                      K, ta, tb, acc);
+}
+
+void sp_matmul_backward_a_bf16(float *da, const float *dout, const float *b, int M, int Nc,
+                               int K, int ta, int tb, int acc)
+{
+    sp_matmul_backward_a(da, rounded(0, dout, (int64_t)M * Nc), rounded(1, b, (int64_t)K * Nc),
+                         M, Nc, K, ta, tb, acc);
+}
+
+void sp_matmul_backward_b_bf16(float *db, const float *dout, const float *a, int M, int Nc,
+                               int K, int ta, int tb, int acc)
+{
+    sp_matmul_backward_b(db, rounded(0, dout, (int64_t)M * Nc), rounded(1, a, (int64_t)M * K),
+                         M, Nc, K, ta, tb, acc);
 }
 
 /* The kernels no longer call OpenBLAS, but a program linking it (benchmarks, the CUDA

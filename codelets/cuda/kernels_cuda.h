@@ -54,6 +54,16 @@ int sp_cuda_matmul_backward_a(float *da, const float *dout, const float *b, int 
                               int K, int ta, int tb, int acc, void *stream, void *cublas);
 int sp_cuda_matmul_backward_b(float *db, const float *dout, const float *a, int M, int Nc,
                               int K, int ta, int tb, int acc, void *stream, void *cublas);
+/* bf16 mixed precision: the same products with both operands rounded to bfloat16 (the
+ * CPU's sp_round_bf16 bits) and fp32 accumulation on the tensor cores (cublasGemmEx);
+ * compared with the CPU's _bf16 products within a tolerance (their summation orders
+ * differ). */
+int sp_cuda_matmul_forward_bf16(float *out, const float *a, const float *b, int M, int Nc,
+                                int K, int ta, int tb, int acc, void *stream, void *cublas);
+int sp_cuda_matmul_backward_a_bf16(float *da, const float *dout, const float *b, int M, int Nc,
+                                   int K, int ta, int tb, int acc, void *stream, void *cublas);
+int sp_cuda_matmul_backward_b_bf16(float *db, const float *dout, const float *a, int M, int Nc,
+                                   int K, int ta, int tb, int acc, void *stream, void *cublas);
 
 /* ---- elementwise.cu. bias, add, scale, gelu, relu forwards and scale_backward may run
  * in place (out == an input exactly), as on the CPU. */

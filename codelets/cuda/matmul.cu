@@ -7,10 +7,42 @@
 /* cuBLAS rejects a leading dimension of 0 even when the matrix is empty. */
 static int ld(int n) { return n > 0 ? n : 1; }
 
+/* bf16 mixed precision: x rounded to bfloat16 (nearest even, NaN kept quiet), the bits of
+ * codelets/cpu's sp_round_bf16, as 16-bit values for cublasGemmEx. */
+__global__ void to_bf16_kernel(uint16_t *dst, const float *src, int64_t n)
+{
+    SP_GRID_STRIDE(i, n)
+    {
+        union {
+            float f;
+            uint32_t u;
+        } v;
+        v.f = src[i];
+        uint32_t u = v.u;
+        if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))
+            u |= 0x00400000u;
+        else
+            u += 0x7fffu + ((u >> 16) & 1u);
+        dst[i] = (uint16_t)(u >> 16);
+    }
+}
+
+/* The stored extent of a row-major operand (rows of ld elements) as bf16, in
+ * stream-ordered scratch that the caller frees with cudaFreeAsync. */
+static int to_bf16(cudaStream_t s, const float *x, int64_t rows, int ld, uint16_t **out)
+{
+    int64_t n = rows * (int64_t)(ld > 0 ? ld : 1);
+    SP_CUDA_TRY(cudaMallocAsync((void **)out, sizeof(uint16_t) * (size_t)(n > 0 ? n : 1), s));
+    to_bf16_kernel<<<sp_ew_blocks(n), SP_EW_THREADS, 0, s>>>(*out, x, n);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
 /* Row-major c (m,n) = opA (m,k) @ opB (k,n) [+ c], lda/ldb the row-major leading
- * dimensions of a and b as stored; degenerate sizes handled here, as on the CPU. */
+ * dimensions of a and b as stored; degenerate sizes handled here, as on the CPU. bf16:
+ * both operands rounded to bfloat16, fp32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F). */
 static int gemm(cudaStream_t s, cublasHandle_t h, float *c, const float *a, int lda, int ta,
-                const float *b, int ldb, int tb, int m, int n, int k, int acc)
+                const float *b, int ldb, int tb, int m, int n, int k, int acc, int bf16)
 {
     if (m <= 0 || n <= 0)
         return SP_CUDA_OK;
@@ -24,45 +56,82 @@ static int gemm(cudaStream_t s, cublasHandle_t h, float *c, const float *a, int 
         return rc;
     /* beta = 0 makes sgemm ignore c's old contents (even NaN), as acc = 0 promises. */
     const float alpha = 1.0f, beta = acc ? 1.0f : 0.0f;
-    SP_CUBLAS_TRY(cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                              n, m, k, &alpha, b, ld(ldb), a, ld(lda), &beta, c, ld(n)));
+    if (!bf16) {
+        SP_CUBLAS_TRY(cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                  ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ld(ldb), a,
+                                  ld(lda), &beta, c, ld(n)));
+        return SP_CUDA_OK;
+    }
+    uint16_t *a16 = NULL, *b16 = NULL;
+    rc = to_bf16(s, a, ta ? k : m, lda, &a16);
+    if (!rc) rc = to_bf16(s, b, tb ? n : k, ldb, &b16);
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    if (!rc)
+        st = cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m,
+                          k, &alpha, b16, CUDA_R_16BF, ld(ldb), a16, CUDA_R_16BF, ld(lda), &beta,
+                          c, CUDA_R_32F, ld(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (a16) cudaFreeAsync(a16, s);
+    if (b16) cudaFreeAsync(b16, s);
+    if (rc) return rc;
+    if (st != CUBLAS_STATUS_SUCCESS) return SP_CUDA_ERR_CUBLAS_BASE + (int)st;
     return SP_CUDA_OK;
 }
 
-extern "C" int sp_cuda_matmul_forward(float *out, const float *a, const float *b, int M, int Nc,
-                                      int K, int ta, int tb, int acc, void *stream,
-                                      void *cublas)
+static int forward(float *out, const float *a, const float *b, int M, int Nc, int K, int ta,
+                   int tb, int acc, void *stream, void *cublas, int bf16)
 {
     return gemm(SP_STREAM(stream), SP_CUBLAS(cublas), out, a, ta ? M : K, ta, b, tb ? K : Nc,
-                tb, M, Nc, K, acc);
+                tb, M, Nc, K, acc, bf16);
 }
 
 /* d op(a) (M,K) = dout (M,Nc) @ op(b)^T; when a is stored transposed, da (K,M) =
  * op(b) (K,Nc) @ dout^T directly (the CPU's matmul.c, line for line). */
-extern "C" int sp_cuda_matmul_backward_a(float *da, const float *dout, const float *b, int M,
-                                         int Nc, int K, int ta, int tb, int acc, void *stream,
-                                         void *cublas)
+static int backward_a(float *da, const float *dout, const float *b, int M, int Nc, int K,
+                      int ta, int tb, int acc, void *stream, void *cublas, int bf16)
 {
     cudaStream_t s = SP_STREAM(stream);
     cublasHandle_t h = SP_CUBLAS(cublas);
     int ldb = tb ? K : Nc;
     if (!ta)
-        return gemm(s, h, da, dout, Nc, 0, b, ldb, !tb, M, K, Nc, acc);
-    return gemm(s, h, da, b, ldb, tb, dout, Nc, 1, K, M, Nc, acc);
+        return gemm(s, h, da, dout, Nc, 0, b, ldb, !tb, M, K, Nc, acc, bf16);
+    return gemm(s, h, da, b, ldb, tb, dout, Nc, 1, K, M, Nc, acc, bf16);
 }
 
 /* d op(b) (K,Nc) = op(a)^T @ dout (M,Nc); stored transposed: db (Nc,K) = dout^T @ op(a). */
-extern "C" int sp_cuda_matmul_backward_b(float *db, const float *dout, const float *a, int M,
-                                         int Nc, int K, int ta, int tb, int acc, void *stream,
-                                         void *cublas)
+static int backward_b(float *db, const float *dout, const float *a, int M, int Nc, int K,
+                      int ta, int tb, int acc, void *stream, void *cublas, int bf16)
 {
     cudaStream_t s = SP_STREAM(stream);
     cublasHandle_t h = SP_CUBLAS(cublas);
     int lda = ta ? M : K;
     if (!tb)
-        return gemm(s, h, db, a, lda, !ta, dout, Nc, 0, K, Nc, M, acc);
-    return gemm(s, h, db, dout, Nc, 1, a, lda, ta, Nc, K, M, acc);
+        return gemm(s, h, db, a, lda, !ta, dout, Nc, 0, K, Nc, M, acc, bf16);
+    return gemm(s, h, db, dout, Nc, 1, a, lda, ta, Nc, K, M, acc, bf16);
 }
+
+#define SP_MATMUL_ENTRIES(suffix, bf16)                                                       \
+    extern "C" int sp_cuda_matmul_forward##suffix(float *out, const float *a, const float *b, \
+                                                  int M, int Nc, int K, int ta, int tb,       \
+                                                  int acc, void *stream, void *cublas)        \
+    {                                                                                         \
+        return forward(out, a, b, M, Nc, K, ta, tb, acc, stream, cublas, bf16);               \
+    }                                                                                         \
+    extern "C" int sp_cuda_matmul_backward_a##suffix(float *da, const float *dout,            \
+                                                     const float *b, int M, int Nc, int K,    \
+                                                     int ta, int tb, int acc, void *stream,   \
+                                                     void *cublas)                            \
+    {                                                                                         \
+        return backward_a(da, dout, b, M, Nc, K, ta, tb, acc, stream, cublas, bf16);          \
+    }                                                                                         \
+    extern "C" int sp_cuda_matmul_backward_b##suffix(float *db, const float *dout,            \
+                                                     const float *a, int M, int Nc, int K,    \
+                                                     int ta, int tb, int acc, void *stream,   \
+                                                     void *cublas)                            \
+    {                                                                                         \
+        return backward_b(db, dout, a, M, Nc, K, ta, tb, acc, stream, cublas, bf16);          \
+    }
+SP_MATMUL_ENTRIES(, 0)
+SP_MATMUL_ENTRIES(_bf16, 1)
 
 extern "C" int sp_cuda_set_tf32(void *cublas, int on)
 {

@@ -12,9 +12,10 @@
 #define CUBLAS(c) (((sp_cuda_ctx *)(c))->cublas)
 
 static int matmul(void *c, float *out, const float *a, const float *b, int M, int Nc, int K,
-                  int ta, int tb, int acc)
+                  int ta, int tb, int acc, int bf16)
 {
-    return sp_cuda_matmul_forward(out, a, b, M, Nc, K, ta, tb, acc, STREAM(c), CUBLAS(c));
+    return (bf16 ? sp_cuda_matmul_forward_bf16 : sp_cuda_matmul_forward)(
+        out, a, b, M, Nc, K, ta, tb, acc, STREAM(c), CUBLAS(c));
 }
 
 static int bias_add(void *c, float *out, const float *x, const float *bias, int N, int C)
@@ -74,15 +75,17 @@ static int sum(void *c, float *out, const float *x, int64_t n)
 }
 
 static int matmul_da(void *c, float *da, const float *dout, const float *b, int M, int Nc, int K,
-                     int ta, int tb, int acc)
+                     int ta, int tb, int acc, int bf16)
 {
-    return sp_cuda_matmul_backward_a(da, dout, b, M, Nc, K, ta, tb, acc, STREAM(c), CUBLAS(c));
+    return (bf16 ? sp_cuda_matmul_backward_a_bf16 : sp_cuda_matmul_backward_a)(
+        da, dout, b, M, Nc, K, ta, tb, acc, STREAM(c), CUBLAS(c));
 }
 
 static int matmul_db(void *c, float *db, const float *dout, const float *a, int M, int Nc, int K,
-                     int ta, int tb, int acc)
+                     int ta, int tb, int acc, int bf16)
 {
-    return sp_cuda_matmul_backward_b(db, dout, a, M, Nc, K, ta, tb, acc, STREAM(c), CUBLAS(c));
+    return (bf16 ? sp_cuda_matmul_backward_b_bf16 : sp_cuda_matmul_backward_b)(
+        db, dout, a, M, Nc, K, ta, tb, acc, STREAM(c), CUBLAS(c));
 }
 
 static int bias_db(void *c, float *dbias, const float *dout, int N, int C, int acc)

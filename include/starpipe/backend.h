@@ -28,9 +28,11 @@ extern "C" {
 
 typedef struct sp_backend {
     const char *name; /* "cpu", "cuda": for messages */
-    /* forward */
+    /* forward. The three matrix products take bf16: both operands rounded to bfloat16
+     * (round to nearest even), products accumulated in fp32, as tensor cores do
+     * (sp_program_set_precision); 0: fp32 throughout. */
     int (*matmul)(void *ctx, float *out, const float *a, const float *b, int M, int Nc, int K,
-                  int ta, int tb, int acc);
+                  int ta, int tb, int acc, int bf16);
     int (*bias_add)(void *ctx, float *out, const float *x, const float *bias, int N, int C);
     int (*add)(void *ctx, float *out, const float *a, const float *b, int64_t n);
     /* out = s * x, += with acc (the CPU's sp_scale_backward); may run in place */
@@ -50,9 +52,9 @@ typedef struct sp_backend {
     int (*sum)(void *ctx, float *out, const float *x, int64_t n);
     /* backward */
     int (*matmul_da)(void *ctx, float *da, const float *dout, const float *b, int M, int Nc,
-                     int K, int ta, int tb, int acc);
+                     int K, int ta, int tb, int acc, int bf16);
     int (*matmul_db)(void *ctx, float *db, const float *dout, const float *a, int M, int Nc,
-                     int K, int ta, int tb, int acc);
+                     int K, int ta, int tb, int acc, int bf16);
     int (*bias_db)(void *ctx, float *dbias, const float *dout, int N, int C, int acc);
     int (*gelu_dx)(void *ctx, float *dx, const float *x, const float *dout, int64_t n, int acc);
     int (*relu_dx)(void *ctx, float *dx, const float *x, const float *dout, int64_t n, int acc);

@@ -54,6 +54,17 @@ typedef struct sp_program sp_program;
 sp_program *sp_program_build(const sp_graph *g, sp_status *status);
 void sp_program_free(sp_program *p);
 
+/* The precision of the matrix products (linear layers, forward and both backward
+ * products): fp32, or bf16 mixed precision, where both operands are rounded to bfloat16
+ * (round to nearest even) and the products accumulate in fp32, as tensor cores do.
+ * Master weights, gradients, AdamW state, attention, LayerNorm, softmax and the loss stay
+ * fp32. Deterministic on the CPU (the reference a GPU's bf16 run is compared with); set
+ * it before creating a trainer or a reference. */
+typedef enum { SP_PRECISION_FP32 = 0, SP_PRECISION_BF16 = 1 } sp_precision;
+void sp_program_set_precision(sp_program *p, sp_precision precision);
+sp_precision sp_program_precision(const sp_program *p);
+const char *sp_precision_name(sp_precision precision);
+
 const sp_graph *sp_program_graph(const sp_program *p);
 int sp_program_num_stages(const sp_program *p);
 

@@ -389,6 +389,18 @@ cudaError_t cudaMalloc(void **ptr, size_t bytes)
     return cudaSuccess;
 }
 
+cudaError_t cudaMallocAsync(void **ptr, size_t bytes, cudaStream_t stream)
+{
+    (void)stream;
+    return cudaMalloc(ptr, bytes);
+}
+
+cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream)
+{
+    (void)stream;
+    return cudaFree(ptr);
+}
+
 cudaError_t cudaFree(void *ptr)
 {
     if (!ptr)
@@ -660,6 +672,38 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
 {
     cublasStatus_t s = gemm(h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
     check_fences("cublasSgemm");
+    return s;
+}
+
+/* An operand of 16-bit bf16 words (rows x ld as stored, column-major) widened to fp32. */
+static float *widen(const void *x, int ld, int cols)
+{
+    size_t n = (size_t)(ld > 0 ? ld : 1) * (size_t)(cols > 0 ? cols : 1);
+    float *w = (float *)malloc(n * sizeof(float));
+    const uint16_t *h = (const uint16_t *)x;
+    for (size_t i = 0; w && i < n; i++) {
+        uint32_t u = (uint32_t)h[i] << 16;
+        memcpy(&w[i], &u, 4);
+    }
+    return w;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                            int n, int k, const void *alpha, const void *A, cudaDataType at,
+                            int lda, const void *B, cudaDataType bt, int ldb, const void *beta,
+                            void *C, cudaDataType ct, int ldc, cublasComputeType_t comp,
+                            cublasGemmAlgo_t algo)
+{
+    (void)algo;
+    if (at != CUDA_R_16BF || bt != CUDA_R_16BF || ct != CUDA_R_32F || comp != CUBLAS_COMPUTE_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    /* column-major: A is (m,k) or its transpose, stored with lda rows per column */
+    float *a = widen(A, lda, ta == CUBLAS_OP_N ? k : m), *b = widen(B, ldb, tb == CUBLAS_OP_N ? n : k);
+    cublasStatus_t s = a && b ? gemm(h, ta, tb, m, n, k, (const float *)alpha, a, lda, b, ldb,
+                                     (const float *)beta, (float *)C, ldc)
+                              : CUBLAS_STATUS_ALLOC_FAILED;
+    free(a), free(b);
+    check_fences("cublasGemmEx");
     return s;
 }
 

@@ -47,6 +47,9 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 
 cudaError_t cudaMalloc(void **ptr, size_t bytes);
 cudaError_t cudaFree(void *ptr);
+/* stream-ordered allocation: here cudaMalloc/cudaFree, every stream being immediate */
+cudaError_t cudaMallocAsync(void **ptr, size_t bytes, cudaStream_t stream);
+cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
                             cudaStream_t stream);
 cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes, cudaStream_t stream);
