@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "apps/checkpoint.h"
+#include "apps/metrics.h"
 #include "apps/options.h"
 #include "starpipe/env.h"
 #include "starpipe/exec.h"
@@ -132,6 +133,7 @@ static sp_status check_outputs(const sp_app_opts *o)
     if (o->dump_grads && o->steps > 0 &&
         (st = sp_output_check(o->dump_grads, "--dump-grads file")))
         return st;
+    if (o->log && o->steps > 0 && (st = sp_output_check(o->log, "--log file"))) return st;
     if (env.trace && o->steps > 0) {
         char svg[PATH_MAX + 8];
         snprintf(svg, sizeof svg, "%s.svg", env.trace);
@@ -142,24 +144,44 @@ static sp_status check_outputs(const sp_app_opts *o)
     return SP_OK;
 }
 
-/* The flags that continue this run from a checkpoint ("--flag value" lines): those that
- * change the computation and are not in the model's signature. Floats with as many
- * digits as they need to read back as the same float. */
-static const char *float_str(float x, char *buf, size_t len)
+/* The learning-rate schedule's horizon: the step at which the decay reaches --lr-min.
+ * --decay-steps when given or stored in the checkpoint being resumed (so a resumed run
+ * keeps the horizon of the run it continues, however many steps it runs itself), else the
+ * last step of this run: its --steps after the checkpoint's step `start`. */
+static int horizon_of(const sp_app_opts *o, int start)
 {
-    for (int digits = 6; digits <= 9; digits++) { /* the shortest that reads back */
-        snprintf(buf, len, "%.*g", digits, (double)x);
-        if (strtof(buf, NULL) == x) break;
-    }
-    return buf;
+    return o->decay_steps > 0 ? o->decay_steps : start + o->steps;
 }
 
-static void settings_of(const sp_app_model *m, const sp_app_opts *o, int nmicro, char *buf,
-                        size_t len)
+static sp_lr_schedule lr_schedule_of(const sp_app_opts *o, int start)
 {
-    char lr[32], clip[32];
-    int k = snprintf(buf, len, "--microbatches %d\n--seed %d\n--lr %s\n--clip %s\n", nmicro,
-                     o->seed, float_str(o->lr, lr, sizeof lr), float_str(o->clip, clip, sizeof clip));
+    return (sp_lr_schedule){ .lr = o->lr, .lr_min = o->lr_min, .warmup = o->warmup,
+                             .total = horizon_of(o, start), .decay = o->lr_decay };
+}
+
+/* The horizon a checkpoint stores: the run's when it decays, else only a --decay-steps
+ * given (a constant rate has none, and runs without a schedule keep equal settings
+ * however they are cut into resumed pieces). */
+static int stored_horizon(const sp_app_opts *o, int start)
+{
+    return o->lr_decay != SP_LR_DECAY_NONE ? horizon_of(o, start) : o->decay_steps;
+}
+
+/* The flags that continue this run from a checkpoint ("--flag value" lines): those that
+ * change the computation and are not in the model's signature, the learning-rate
+ * schedule with its horizon (stored_horizon, or 0 for none) among them. Floats with as
+ * many digits as they need to read back as the same float (app_float_str). */
+static void settings_of(const sp_app_model *m, const sp_app_opts *o, int nmicro, int horizon,
+                        char *buf, size_t len)
+{
+    char lr[32], clip[32], lr_min[32];
+    int k = snprintf(buf, len, "--microbatches %d\n--seed %d\n--lr %s\n--clip %s\n--warmup %d\n"
+                     "--lr-decay %s\n--lr-min %s\n", nmicro, o->seed,
+                     app_float_str(o->lr, lr, sizeof lr), app_float_str(o->clip, clip, sizeof clip),
+                     o->warmup, sp_lr_decay_name(o->lr_decay),
+                     app_float_str(o->lr_min, lr_min, sizeof lr_min));
+    if (horizon > 0 && k > 0 && (size_t)k < len)
+        k += snprintf(buf + k, len - (size_t)k, "--decay-steps %d\n", horizon);
     if (m->settings && k > 0 && (size_t)k < len) m->settings(m->cfg, buf + k, len - k);
 }
 
@@ -189,7 +211,7 @@ static char *resume_settings(const sp_app_model *m, sp_app_opts *o, int *bad)
     sp_env_int("STARPIPE_MICROBATCHES", 1, SP_SCHEDULE_MAX_COUNT, &env_m); /* read_env checked it */
     int m_given = o->microbatches > 0 ? o->microbatches : (int)env_m;
     char cur[4096], now[1024], changed[1024] = "";
-    settings_of(m, o, m_given, cur, sizeof cur);
+    settings_of(m, o, m_given, o->decay_steps, cur, sizeof cur);
     size_t nc = 0;
     for (char *line = stored, *next; line && *line && !*bad; line = next) {
         if ((next = strchr(line, '\n'))) *next++ = 0;
@@ -440,6 +462,110 @@ static int preflight(sp_app_model *m, const sp_app_opts *o, int P, int R, int re
     return bad;
 }
 
+/* ---- what each step reports: the step line and the --log file ---- */
+
+typedef struct {
+    sp_lr_schedule lr;
+    app_log log;          /* rank 0's; fd -1 elsewhere and without --log */
+    char rate_key[32];    /* the log's name of the throughput, "tokens_per_s" */
+    double samples;       /* samples (tokens, rows) per step, every replica's */
+    double step_flops;    /* model FLOPs per step (app_step_flops) */
+    double peak_total;    /* MFU's denominator: peak x devices in use; 0: no MFU */
+} run_report;
+
+static const char *fmt_flops(double f, char *buf, size_t len)
+{
+    const char *unit = "";
+    const char *const units[] = { "K", "M", "G", "T", "P" };
+    for (int i = 0; i < 5 && f >= 1000; i++) f /= 1000, unit = units[i];
+    snprintf(buf, len, "%.3g %sFLOP", f, unit);
+    return buf;
+}
+
+/* The peak MFU is measured against, and the devices in use (ranks, at most as many per
+ * machine as it has cores or GPUs): --peak-tflops, else a known GPU's datasheet figure,
+ * else on CPU `cpu` (measured at start-up). Fills rr->peak_total and prints the banner
+ * line saying so (rank 0). */
+static void set_peak(run_report *rr, const sp_app_opts *o, int cuda, int ranks, int reference,
+                     const app_peak *cpu)
+{
+    app_peak pk = *cpu;
+    int local = reference ? 1 : sp_app_launcher_local_size(), per_node = local;
+    if (local < 1) local = per_node = 1;
+    if (cuda) {
+        int64_t tf32 = 0;
+        int ngpus;
+        sp_env_int("STARPIPE_TF32", 0, 1, &tf32); /* read_env checked it */
+        app_peak_gpu(&pk, (int)tf32, NULL, &ngpus);
+        if (ngpus > 0 && ngpus < per_node) per_node = ngpus;
+    } else {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        if (cores > 0 && cores < per_node) per_node = (int)cores;
+    }
+    if (o->peak_tflops > 0) {
+        pk.flops = o->peak_tflops * 1e12;
+        snprintf(pk.source, sizeof pk.source, "given by --peak-tflops");
+    }
+    int devices = (ranks + local - 1) / local * per_node;
+    if (devices > ranks) devices = ranks;
+    rr->peak_total = pk.flops * devices;
+    char f1[32], f2[32];
+    if (pk.flops > 0)
+        printf("throughput: %s per step (the model's F, B and W tasks, as the program counts "
+               "them); MFU against %d %s x %s/s (%s)\n", fmt_flops(rr->step_flops, f1, sizeof f1),
+               devices, cuda ? (devices > 1 ? "GPUs" : "GPU") : (devices > 1 ? "cores" : "core"),
+               fmt_flops(pk.flops, f2, sizeof f2), pk.source);
+    else
+        printf("throughput: %s per step; no MFU: the peak is %s\n",
+               fmt_flops(rr->step_flops, f1, sizeof f1), pk.source);
+}
+
+/* The banner's line on the learning rate, when it is not constant. */
+static void describe_lr(const sp_lr_schedule *s)
+{
+    if (s->warmup <= 0 && s->decay == SP_LR_DECAY_NONE) return;
+    char lr[32], lo[32], warm[96] = "";
+    app_float_str(s->lr, lr, sizeof lr);
+    if (s->warmup > 0) snprintf(warm, sizeof warm, "linear warmup to %s over steps 1..%d", lr, s->warmup);
+    if (s->decay == SP_LR_DECAY_NONE)
+        printf("learning rate: %s, then %s\n", warm, lr);
+    else
+        printf("learning rate: %s%s%s decay from %s to %s at step %d\n", warm,
+               s->warmup > 0 ? ", then " : "", sp_lr_decay_name(s->decay), lr,
+               app_float_str(s->lr_min, lo, sizeof lo), s->total);
+}
+
+/* Everything but the peak and the log, which come later on the rank that prints. */
+static run_report report_of(const sp_app_model *m, const sp_app_opts *o, const sp_program *p,
+                            const sp_schedule *sch, int R, double samples, int start)
+{
+    run_report rr = { .lr = lr_schedule_of(o, start), .log = APP_LOG_NONE,
+                      .samples = samples * R * sch->nmicro,
+                      .step_flops = app_step_flops(p, sch, R) };
+    snprintf(rr.rate_key, sizeof rr.rate_key, "%s_per_s",
+             strcmp(m->sample_unit, "tok") ? m->sample_unit : "tokens");
+    return rr;
+}
+
+/* The head of a step's line, "step 3 loss 5.1  lr 1.00e-03  1234 tok/s  MFU 3.1%  12.0 ms",
+ * into line, and its --log line (stats NULL: the reference, no bubble). */
+static sp_status report_step(run_report *rr, const sp_app_model *m, int step, float loss,
+                             float lr, double step_s, double grad_norm,
+                             const sp_step_stats *stats, int skipped, char *line, size_t len)
+{
+    double rate = rr->samples / step_s, fps = rr->step_flops / step_s;
+    double mfu = rr->peak_total > 0 ? fps / rr->peak_total : -1;
+    char mfus[32] = "";
+    if (mfu >= 0) snprintf(mfus, sizeof mfus, "  MFU %.1f%%", 100 * mfu);
+    snprintf(line, len, "step %d loss %.6f  lr %.2e  %.0f %s/s%s  %.1f ms", step, loss,
+             (double)lr, rate, m->sample_unit, mfus, 1e3 * step_s);
+    app_log_line x = { .step = step, .loss = loss, .lr = lr, .step_s = step_s,
+                       .grad_norm = grad_norm, .rate_key = rr->rate_key, .rate = rate,
+                       .flops_per_s = fps, .mfu = mfu, .bubble = stats ? stats->bubble : -1,
+                       .plan_bubble = stats ? stats->plan_bubble : -1, .skipped = skipped };
+    return app_log_write(&rr->log, &x);
+}
+
 /* ---- the reference interpreter alone ---- */
 static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config *opt)
 {
@@ -481,7 +607,6 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
     }
     char sig[256], settings[4096];
     m->signature(m->cfg, sig, sizeof sig);
-    settings_of(m, o, nmb, settings, sizeof settings);
     ckpt_io io = { .ctx = r, .get = ref_get, .set = ref_set, .writer = 1 };
     int start = 0;
     if (check_outputs(o) != SP_OK) {
@@ -495,6 +620,12 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
         }
         sp_reference_set_steps_done(r, start);
     }
+    settings_of(m, o, nmb, stored_horizon(o, start), settings, sizeof settings);
+    run_report rr = report_of(m, o, p, sch, R, samples, start);
+    if (o->log && o->steps > 0 && app_log_open(&rr.log, o->log, o->load ? start : -1) != SP_OK) {
+        fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
+        return 1;
+    }
     /* --steps 0 --save F: the loaded (or initial) state, as it is */
     if (o->steps == 0 && o->save && ckpt_save(o->save, g, sig, settings, start, &io) != SP_OK) {
         fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
@@ -507,14 +638,21 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
         printf("%s: reference interpreter, %d stages, %d microbatches\n", m->name, sch->nstages,
                nmb);
     if (m->describe) m->describe(m->cfg, stdout);
+    describe_lr(&rr.lr);
+    if (o->steps > 0) {
+        app_peak cpu = { 0 };
+        if (o->peak_tflops <= 0) app_peak_cpu(&cpu);
+        set_peak(&rr, o, 0, 1, 1, &cpu);
+    }
     if (o->load) printf("resumed from %s after step %d\n", o->load, start);
     fflush(stdout);
     double t_start = now();
     float first = 0, last = 0;
     for (int step = start + 1; step <= start + o->steps; step++) {
         fill_inputs(m, o, p, R * nmb, step, in);
+        float loss, lr = sp_lr_at(&rr.lr, step);
+        sp_reference_set_lr(r, lr);
         double t0 = now();
-        float loss;
         if (sp_reference_step(r, (const void *const *)in, &loss) != SP_OK) {
             fprintf(stderr, "%s: error at step %d: %s\n", m->name, step, sp_last_error());
             return 1;
@@ -522,12 +660,13 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
         double dt = now() - t0;
         if (step == start + 1) first = loss;
         last = loss;
-        printf("step %d loss %.6f  %.0f %s/s  %.1f ms%s\n", step, loss, samples * R * nmb / dt,
-               m->sample_unit, 1e3 * dt,
-               sp_reference_last_skipped(r) ? "  update skipped: non-finite loss or gradients" : "");
+        char line[256];
+        int skipped = sp_reference_last_skipped(r);
+        sp_status cst = report_step(&rr, m, step, loss, lr, dt, sp_reference_grad_norm(r), NULL,
+                                    skipped, line, sizeof line);
+        printf("%s%s\n", line, skipped ? "  update skipped: non-finite loss or gradients" : "");
         fflush(stdout);
-        sp_status cst = SP_OK;
-        if (o->dump_grads && step == start + 1)
+        if (cst == SP_OK && o->dump_grads && step == start + 1)
             cst = ckpt_dump_grads(o->dump_grads, g, sig, step, &io);
         if (cst == SP_OK && o->save && (step == start + o->steps ||
                                         (o->save_every && step % o->save_every == 0)))
@@ -538,6 +677,8 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
         }
     }
     printf("done: %d steps in %.1f s, loss %.6f -> %.6f\n", o->steps, now() - t_start, first, last);
+    if (rr.log.fd >= 0) printf("log: %s (scripts/plot-log draws it)\n", o->log);
+    app_log_close(&rr.log);
     for (int i = 0; i < R * nmb * sp_program_num_inputs(p); i++) free(in[i]);
     free(in);
     sp_reference_free(r);
@@ -644,6 +785,10 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         if (sp_app_launcher_local_rank() == 0) fprintf(stderr, "%s: error: %s\n", m->name, msg);
         return 2;
     }
+    /* MFU's CPU peak: one core's sgemm, timed before StarPU's workers and MPI's progress
+     * thread start (a CUDA run does not use it) */
+    app_peak cpu_peak = { 0 };
+    if (o->steps > 0 && o->peak_tflops <= 0 && sp_app_launcher_rank() == 0) app_peak_cpu(&cpu_peak);
     sp_exec_opts eo = { .trace = 1, .watchdog_s = env.timeout, .verbose = verbose >= 1 };
     if (sp_exec_init(&argc, &argv, &eo) != SP_OK) {
         if (sp_app_launcher_rank() == 0) fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
@@ -683,6 +828,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
     void **in = NULL;
     int code = 0;
     double *bound_ratio = NULL;
+    run_report rr = { .log = APP_LOG_NONE };
     /* creating the trainer is collective (the NCCL bootstrap): agree first, so that a
      * rank that found bad input does not leave the others in a collective of their own */
     if (any_failed(bad, m->name, msg)) {
@@ -715,7 +861,6 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
     double tol = sp_exec_num_cuda() > 0 ? 1e-4 : 0.0;
     char sig[256], settings[4096];
     m->signature(m->cfg, sig, sizeof sig);
-    settings_of(m, o, nmb, settings, sizeof settings);
     ckpt_io io = { .ctx = t, .get = tr_get, .set = tr_set, .writer = me == 0 };
     int start = 0;
     if (o->load) {
@@ -730,6 +875,13 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         }
         sp_trainer_set_steps_done(t, start);
         if (ref) sp_reference_set_steps_done(ref, start);
+    }
+    settings_of(m, o, nmb, stored_horizon(o, start), settings, sizeof settings);
+    rr = report_of(m, o, p, sch, R, samples, start);
+    if (me == 0 && o->log && o->steps > 0) st = app_log_open(&rr.log, o->log, o->load ? start : -1);
+    if (any_failed(me == 0 && o->log && o->steps > 0 && rr.log.fd < 0, m->name, sp_last_error())) {
+        code = 1;
+        goto out;
     }
     /* --steps 0 --save F: the loaded (or initial) state, as it is */
     if (o->steps == 0 && o->save &&
@@ -749,6 +901,8 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
                !o->check ? "" : tol > 0 ? ", checked against the reference within 1e-4"
                                         : ", checked against the reference");
         if (m->describe) m->describe(m->cfg, stdout);
+        describe_lr(&rr.lr);
+        if (o->steps > 0) set_peak(&rr, o, sp_exec_num_cuda() > 0, sp_exec_size(), 0, &cpu_peak);
         if (sp_exec_num_cuda() > 0) printf("transfers: %s\n", sp_trainer_notice(t));
         if (verbose >= 1) describe_plan(sp_trainer_plan(t), sp_program_stage_model(p));
         if (verbose >= 1 && R > 1) describe_layout(&lay);
@@ -773,6 +927,9 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
     }
     for (int step = start + 1; step <= start + o->steps; step++) {
         fill_inputs(m, o, p, R * nmb, step, in);
+        float lr = sp_lr_at(&rr.lr, step);
+        sp_trainer_set_lr(t, lr);
+        if (ref) sp_reference_set_lr(ref, lr);
         sp_step_stats stats;
         if (sp_trainer_step(t, (const void *const *)in, &stats) != SP_OK) {
             /* lost on this rank only (watchdog, submission): its peers may be waiting for
@@ -805,19 +962,23 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
                 snprintf(msg, sizeof msg, "step %d differs from the reference: %s", step, where);
             }
         }
+        st = SP_OK;
         if (me == 0) {
-            printf("step %d loss %.6f  %.0f %s/s  %.1f ms  bubble %.1f%% (plan %.1f%%)%s%s\n",
-                   step, stats.loss, samples * R * nmb / stats.step_s, m->sample_unit,
-                   1e3 * stats.step_s, 100 * stats.bubble, 100 * stats.plan_bubble,
+            char line[256];
+            st = report_step(&rr, m, step, stats.loss, lr, stats.step_s, stats.grad_norm, &stats,
+                             stats.skipped, line, sizeof line);
+            printf("%s  bubble %.1f%% (plan %.1f%%)%s%s\n", line, 100 * stats.bubble,
+                   100 * stats.plan_bubble,
                    ref && !mismatch ? (tol > 0 ? "  (~ reference)" : "  (= reference)") : "",
                    stats.skipped ? "  update skipped: non-finite loss or gradients" : "");
             fflush(stdout);
         }
-        if (ref && any_failed(mismatch > 0, m->name, msg)) {
+        /* a --log write that failed (rank 0) stops every rank */
+        if ((o->log && any_failed(st != SP_OK, m->name, sp_last_error())) ||
+            (ref && any_failed(mismatch > 0, m->name, msg))) {
             code = 1;
             goto out;
         }
-        st = SP_OK;
         if (o->dump_grads && step == start + 1)
             st = ckpt_dump_grads(o->dump_grads, g, sig, step, &io);
         if (st == SP_OK && o->save && (step == start + o->steps ||
@@ -853,9 +1014,11 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         if (trace_path && o->steps > 0)
             printf("trace of the last step: %s (open in https://ui.perfetto.dev), picture: %s.svg\n",
                    trace_path, trace_path);
+        if (rr.log.fd >= 0) printf("log: %s (scripts/plot-log draws it)\n", o->log);
         fflush(stdout);
     }
 out:
+    app_log_close(&rr.log);
     free(bound_ratio);
     for (int i = 0; in && i < R * nmb_or_zero(sch) * sp_program_num_inputs(p); i++) free(in[i]);
     free(in);
@@ -885,6 +1048,12 @@ int sp_app_main(int argc, char **argv, sp_app_model *m)
     }
     int bad = 0;
     char *resumed = o.load ? resume_settings(m, &o, &bad) : NULL;
+    if (!bad && o.lr_min > o.lr) { /* after a resume: either may come from the checkpoint */
+        if (sp_app_launcher_rank() == 0)
+            fprintf(stderr, "%s: error: --lr-min %g is above --lr %g: the floor of the decay "
+                    "must not exceed its peak\n", m->name, (double)o.lr_min, (double)o.lr);
+        bad = 1;
+    }
     if (bad) {
         free(resumed);
         return 2;

@@ -8,6 +8,7 @@
 
 #include "apps/parse.h"
 #include "starpipe/env.h"
+#include "starpipe/optim.h"
 #include "starpipe/plan.h"
 
 /* The first of the launcher's variables that is set, as an int (def when none is, or
@@ -53,7 +54,14 @@ static void usage(const sp_app_model *m, FILE *f)
             "training:\n"
             "  --steps N           optimizer steps (50)\n"
             "  --microbatches N    microbatches per step, m (STARPIPE_MICROBATCHES; 4)\n"
-            "  --lr X              AdamW learning rate (1e-3)\n"
+            "  --lr X              AdamW learning rate, the peak of a schedule (1e-3)\n"
+            "  --warmup N          linear warmup from 0 to --lr over steps 1..N (0)\n"
+            "  --lr-decay K        after warmup: cosine, linear (to --lr-min at the horizon)\n"
+            "                      or none (constant --lr; default)\n"
+            "  --lr-min X          the floor the decay ends at (0)\n"
+            "  --decay-steps N     the horizon: the step at which the decay reaches --lr-min\n"
+            "                      (default: the run's last step; stored in checkpoints, so a\n"
+            "                      resumed run keeps the horizon of the run it continues)\n"
             "  --clip X            clip the global gradient norm to X, 0 = off (1.0)\n"
             "  --seed N            initialisation and data seed (1337)\n"
             "  --skip-nonfinite    skip the update of a step whose loss or gradients are not\n"
@@ -65,6 +73,13 @@ static void usage(const sp_app_model *m, FILE *f)
             "                      --steps more steps follow it, with the settings stored in\n"
             "                      FILE where no flag says otherwise (--steps 0: save it)\n"
             "  --dump-grads FILE   write the first step's gradients (before clipping)\n"
+            "metrics:\n"
+            "  --log FILE          one JSON line per step (loss, lr, throughput, MFU, bubble,\n"
+            "                      step time, gradient norm), each line flushed to disk;\n"
+            "                      scripts/plot-log draws it. A resumed run keeps the lines\n"
+            "                      up to its checkpoint's step and appends\n"
+            "  --peak-tflops X     the peak TFLOP/s of one device for MFU (default: a measured\n"
+            "                      sgemm rate on CPU, the datasheet figure of a known GPU)\n"
             "pipeline:\n"
             "  --schedule NAME     gpipe, 1f1b, eager-1f1b, interleaved-1f1b, zb-h1, zb-v,\n"
             "                      dualpipe-v or file:PATH (STARPIPE_SCHEDULE; 1f1b); 'help' lists them\n"
@@ -98,7 +113,9 @@ static void usage(const sp_app_model *m, FILE *f)
 static const char *const common[] = { "--steps", "--microbatches", "--chunks", "--actors",
                                       "--seed", "--lr", "--clip", "--schedule", "--save",
                                       "--load", "--resume", "--dump-grads", "--save-every",
-                                      "--replicas", "--rank-order", NULL };
+                                      "--replicas", "--rank-order", "--warmup", "--lr-min",
+                                      "--lr-decay", "--decay-steps", "--log", "--peak-tflops",
+                                      NULL };
 
 /* The bit of a flag that takes a value in sp_app_opts.given: common flags first, then
  * the model's; -1 for none. */
@@ -139,6 +156,22 @@ static int apply(const sp_app_model *m, sp_app_opts *o, const char *a, const cha
     else if (!strcmp(a, "--dump-grads")) o->dump_grads = v;
     else if (!strcmp(a, "--save-every")) ok = app_parse_int(a, v, 1, 1 << 30, &o->save_every);
     else if (!strcmp(a, "--replicas")) ok = app_parse_int(a, v, 1, 1 << 16, &o->replicas);
+    else if (!strcmp(a, "--warmup")) ok = app_parse_int(a, v, 0, 1 << 30, &o->warmup);
+    else if (!strcmp(a, "--lr-min")) ok = app_parse_float(a, v, 0.0, 10.0, &o->lr_min);
+    else if (!strcmp(a, "--decay-steps")) ok = app_parse_int(a, v, 1, 1 << 30, &o->decay_steps);
+    else if (!strcmp(a, "--peak-tflops")) {
+        float x = 0;
+        if ((ok = app_parse_float(a, v, 0.0, 1e9, &x)) && !(ok = x > 0))
+            fprintf(stderr, "error: --peak-tflops expects a number above 0, got '%s'\n", v);
+        if (ok) o->peak_tflops = x;
+    }
+    else if (!strcmp(a, "--log")) o->log = v;
+    else if (!strcmp(a, "--lr-decay")) {
+        int d = sp_lr_decay_parse(v);
+        ok = d >= 0;
+        if (ok) o->lr_decay = d;
+        else fprintf(stderr, "error: --lr-decay '%s': use cosine, linear or none\n", v);
+    }
     else if (!strcmp(a, "--rank-order")) {
         ok = !strcmp(v, "pipeline") || !strcmp(v, "replica");
         if (ok) o->rank_order = v;

@@ -8,7 +8,12 @@ typedef struct {
     int steps, microbatches, chunks, actors, seed, reference, check, save_every, skip_nonfinite;
     int replicas, shard_optimizer;
     float lr, clip;
-    const char *schedule, *save, *load, *dump_grads, *rank_order;
+    /* the learning-rate schedule (sp_lr_schedule): --warmup, --lr-min, --lr-decay, and
+     * --decay-steps, its horizon (0: the run's last step, see horizon_of in driver.c) */
+    int warmup, lr_decay, decay_steps;
+    float lr_min;
+    float peak_tflops; /* --peak-tflops: MFU's peak per device; 0: measured or datasheet */
+    const char *schedule, *save, *load, *dump_grads, *rank_order, *log;
     unsigned long long given; /* which flags the command line gave (sp_app_given) */
 } sp_app_opts;
 

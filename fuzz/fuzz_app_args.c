@@ -6,6 +6,7 @@
 #include "fuzz/fuzz_util.h"
 
 #include "apps/options.h"
+#include "starpipe/optim.h"
 #define main starpipe_gpt_main
 #include "apps/starpipe-gpt.c"
 #undef main
@@ -61,6 +62,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n)
         FZ_CHECK(o.lr >= 0 && o.lr <= 10, "lr %g", o.lr);
         FZ_CHECK(o.clip >= 0 && o.clip <= 1e30f, "clip %g", o.clip);
         FZ_CHECK(!o.save_every || o.save, "--save-every without --save accepted");
+        FZ_CHECK(o.warmup >= 0 && o.warmup <= 1 << 30, "warmup %d", o.warmup);
+        FZ_CHECK(o.decay_steps >= 0 && o.decay_steps <= 1 << 30, "decay steps %d", o.decay_steps);
+        FZ_CHECK(o.lr_min >= 0 && o.lr_min <= 10, "lr-min %g", o.lr_min);
+        FZ_CHECK(o.lr_decay >= SP_LR_DECAY_NONE && o.lr_decay <= SP_LR_DECAY_LINEAR,
+                 "lr-decay %d", o.lr_decay);
+        FZ_CHECK(o.peak_tflops >= 0 && o.peak_tflops <= 1e9f, "peak %g", o.peak_tflops);
         if (mlp) {
             FZ_CHECK(mc->in_dim >= 1 && mc->width >= 1 && mc->depth >= 1 && mc->depth <= 4096
                          && mc->classes >= 2 && mc->batch >= 1, "mlp config out of range");
@@ -75,7 +82,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n)
                      "gpt --stage-layers out of range");
         }
         /* every pointer kept must point into the argument strings */
-        const char *kept[] = { o.schedule, o.save, o.load, o.dump_grads, mlp ? NULL : gcfg.data };
+        const char *kept[] = { o.schedule, o.save, o.load, o.dump_grads, o.log,
+                               mlp ? NULL : gcfg.data };
         for (size_t k = 0; k < sizeof kept / sizeof *kept; k++)
             if (kept[k] && kept[k] != gcfg.data) {
                 int found = 0;

@@ -154,6 +154,11 @@ static void args(void)
         (const char *const[]){ "--data", "/dev/null", "--context", "65536", NULL },
         (const char *const[]){ "--layers", "4", "--stage-layers", "0,2,2,0", NULL },
         (const char *const[]){ "--stage-layers", "1,,2", "--stage-layers", "-1", NULL },
+        (const char *const[]){ "--warmup", "10", "--lr-decay", "cosine", "--lr-min", "1e-4",
+                               "--decay-steps", "100", "--log", "run.jsonl", "--peak-tflops",
+                               "67", NULL },
+        (const char *const[]){ "--lr-decay", "exp", "--warmup", "-1", "--peak-tflops", "0",
+                               "--decay-steps", "0", "--lr-min", "11", NULL },
     };
     char name[32];
     for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) {

@@ -307,6 +307,11 @@ void sp_reference_set_steps_done(sp_reference *r, int steps)
     if (r) r->steps = steps;
 }
 
+void sp_reference_set_lr(sp_reference *r, float lr)
+{
+    if (r) r->opt.lr = lr;
+}
+
 const float *sp_reference_param_moment(const sp_reference *r, sp_tensor t, int which)
 {
     int o = r ? sp_program_param_owner(r->p, t) : -1;

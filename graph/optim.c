@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "codelets/cpu/kernels.h"
 #include "graph/program_impl.h"
@@ -12,6 +13,32 @@ void sp_adamw_defaults(sp_adamw_config *cfg)
 {
     *cfg = (sp_adamw_config){ .lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                               .weight_decay = 0.1f, .grad_clip = 1.0f };
+}
+
+float sp_lr_at(const sp_lr_schedule *s, int step)
+{
+    double lr = s->lr, lo = s->lr_min;
+    if (s->warmup > 0 && step <= s->warmup) return (float)(lr * step / s->warmup);
+    if (s->decay == SP_LR_DECAY_NONE) return s->lr;
+    double x = s->total > s->warmup ? (double)(step - s->warmup) / (s->total - s->warmup) : 1.0;
+    if (x > 1.0) x = 1.0;
+    if (x < 0.0) x = 0.0; /* step < 1 with no warmup: the peak */
+    double k = s->decay == SP_LR_DECAY_COSINE ? 0.5 * (1.0 + cos(M_PI * x)) : 1.0 - x;
+    return (float)(lo + (lr - lo) * k);
+}
+
+static const char *const decay_names[] = { "none", "cosine", "linear" };
+
+const char *sp_lr_decay_name(sp_lr_decay d)
+{
+    return d >= SP_LR_DECAY_NONE && d <= SP_LR_DECAY_LINEAR ? decay_names[d] : "?";
+}
+
+int sp_lr_decay_parse(const char *name)
+{
+    for (int d = SP_LR_DECAY_NONE; name && d <= SP_LR_DECAY_LINEAR; d++)
+        if (!strcmp(name, decay_names[d])) return d;
+    return -1;
 }
 
 static int owner_of(const sp_program *p, int t) { return sp_program_param_owner(p, t); }

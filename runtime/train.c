@@ -24,6 +24,7 @@ int sp_trainer_owns_stage(const sp_trainer *t, int stage)
 }
 int sp_trainer_steps_done(const sp_trainer *t) { return t ? t->steps : 0; }
 void sp_trainer_set_steps_done(sp_trainer *t, int steps) { t->steps = steps; }
+void sp_trainer_set_lr(sp_trainer *t, float lr) { t->o.opt.lr = lr; }
 const sp_plan *sp_trainer_plan(const sp_trainer *t) { return t ? t->plan : NULL; }
 sp_layout sp_trainer_layout(const sp_trainer *t) { return t->layout; }
 int sp_trainer_replica(const sp_trainer *t) { return t ? t->replica : 0; }

@@ -27,6 +27,33 @@ typedef struct {
 
 void sp_adamw_defaults(sp_adamw_config *cfg);
 
+/* ---- learning-rate schedule ----
+ * The learning rate of a step is a pure function of the step number, so a run resumed
+ * from a checkpoint at step k continues with the bits the uninterrupted run would have
+ * used: nothing but the schedule's fields and the step enter it. With steps numbered
+ * from 1, W = warmup, T = total, lr the peak and lr_min the floor:
+ *   step <= W:              lr * step / W                       (linear warmup)
+ *   decay NONE, step > W:   lr
+ *   else, with x = min(1, (step - W) / (T - W))  (x = 1 when T <= W):
+ *     COSINE:               lr_min + (lr - lr_min) * (1 + cos(pi x)) / 2
+ *     LINEAR:               lr_min + (lr - lr_min) * (1 - x)
+ * so the rate reaches lr at step W and lr_min at step T, and stays there after T.
+ * Computed in double and rounded once to float; every rank computes it itself, so ranks
+ * agree as they agree on the kernels' libm calls (the same libm). */
+typedef enum { SP_LR_DECAY_NONE = 0, SP_LR_DECAY_COSINE, SP_LR_DECAY_LINEAR } sp_lr_decay;
+typedef struct {
+    float lr;          /* peak (the constant rate when warmup = 0 and decay NONE) */
+    float lr_min;      /* floor the decay ends at */
+    int warmup;        /* W steps of linear warmup; 0: none */
+    int total;         /* T: the step at which the decay reaches lr_min (its horizon) */
+    sp_lr_decay decay;
+} sp_lr_schedule;
+
+float sp_lr_at(const sp_lr_schedule *s, int step);
+/* "none", "cosine", "linear"; sp_lr_decay_parse returns -1 for another name. */
+const char *sp_lr_decay_name(sp_lr_decay d);
+int sp_lr_decay_parse(const char *name);
+
 /* owner_grads (GRADS of the owner stage) += other_grads (GRADS of stage `other`) for every
  * parameter the two stages share. */
 void sp_optim_combine(const sp_program *p, int owner, float *owner_grads, int other,

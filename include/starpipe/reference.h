@@ -56,6 +56,8 @@ sp_status sp_reference_set_param(sp_reference *r, sp_tensor param, const float *
  * holds it, and the step count: for loading checkpoints. */
 sp_status sp_reference_store(sp_reference *r, sp_tensor param, int what, const float *values);
 void sp_reference_set_steps_done(sp_reference *r, int steps);
+/* The learning rate of the next steps (opt->lr until set), as sp_trainer_set_lr. */
+void sp_reference_set_lr(sp_reference *r, float lr);
 /* The owner's AdamW moment m (which 0) or v (1) of a parameter. */
 const float *sp_reference_param_moment(const sp_reference *r, sp_tensor param, int which);
 /* Losses of each microbatch of the last step (R x m with replicas). */

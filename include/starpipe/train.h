@@ -114,6 +114,9 @@ sp_status sp_trainer_fetch(sp_trainer *t, sp_tensor param, int what, float *dst)
  * Collective; call between steps. */
 sp_status sp_trainer_store(sp_trainer *t, sp_tensor param, int what, const float *src);
 void sp_trainer_set_steps_done(sp_trainer *t, int steps);
+/* The learning rate of the next steps (opts.opt.lr until set): a schedule (optim.h,
+ * sp_lr_at) sets it before each step. Call it with the same value on every rank. */
+void sp_trainer_set_lr(sp_trainer *t, float lr);
 
 /* Memory of this rank: bytes of per-microbatch buffers (activations, boundary tensors,
  * their gradients) at their high-water mark, which the pool keeps to what the plan's

@@ -15,11 +15,7 @@ until grep -q "^step 2 " "$log"; do
   sleep 0.2; i=$((i + 1))
   [ $i -lt 300 ] || { cat "$log"; echo "FAIL: never reached step 2"; kill -9 $launcher; exit 1; }
 done
-victim=""
-for pid in $(pgrep -f "$app"); do
-  if tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -q "^STARPIPE_KILL_TAG=$tag$" &&
-     tr '\0' '\n' < /proc/$pid/environ | grep -q "^OMPI_COMM_WORLD_RANK=$victim_rank\$"; then victim=$pid; fi
-done
+victim=$("$(dirname "$0")/rank_pid.sh" "$app" "$tag" "$victim_rank")
 [ -n "$victim" ] || { echo "FAIL: rank $victim_rank not found"; kill -9 $launcher; exit 1; }
 start=$(date +%s%N)
 kill -9 "$victim"
