@@ -156,12 +156,12 @@ void app_peak_cpu(app_peak *pk)
     float *b = a + N * N, *c = b + N * N;
     for (int i = 0; i < 2 * N * N; i++) a[i] = (float)((i * 7919) % 1009) / 1009.0f - 0.5f;
     const sp_backend *be = sp_backend_cpu();
-    be->matmul(NULL, c, a, b, N, N, N, 0, 0, 0); /* warm the caches and the pages */
+    be->matmul(NULL, c, a, b, N, N, N, 0, 0, 0, 0); /* warm the caches and the pages */
     double best = INFINITY, stop = now() + 0.02;
     int reps = 0;
     do {
         double t0 = now();
-        be->matmul(NULL, c, a, b, N, N, N, 0, 0, 0);
+        be->matmul(NULL, c, a, b, N, N, N, 0, 0, 0, 0);
         double dt = now() - t0;
         if (dt < best) best = dt;
         reps++;
