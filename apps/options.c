@@ -92,6 +92,8 @@ static void usage(const sp_app_model *m, FILE *f)
             "  --rank-order O      pipeline: a pipeline's ranks consecutive (default, keeps\n"
             "                      its traffic in a node); replica: a stage's replicas\n"
             "                      consecutive (STARPIPE_RANK_ORDER)\n"
+            "  --precision P       fp32 (default) or bf16: matrix products on bfloat16 operands\n"
+            "                      with fp32 accumulation; weights, AdamW state in fp32\n"
             "  --shard-optimizer   ZeRO-1: each replica keeps the AdamW state of 1/R of the\n"
             "                      parameters (same results, less memory)\n"
             "  --reference         run the single-process reference interpreter instead (with\n"
@@ -115,7 +117,7 @@ static const char *const common[] = { "--steps", "--microbatches", "--chunks", "
                                       "--load", "--resume", "--dump-grads", "--save-every",
                                       "--replicas", "--rank-order", "--warmup", "--lr-min",
                                       "--lr-decay", "--decay-steps", "--log", "--peak-tflops",
-                                      NULL };
+                                      "--precision", NULL };
 
 /* The bit of a flag that takes a value in sp_app_opts.given: common flags first, then
  * the model's; -1 for none. */
@@ -156,6 +158,11 @@ static int apply(const sp_app_model *m, sp_app_opts *o, const char *a, const cha
     else if (!strcmp(a, "--dump-grads")) o->dump_grads = v;
     else if (!strcmp(a, "--save-every")) ok = app_parse_int(a, v, 1, 1 << 30, &o->save_every);
     else if (!strcmp(a, "--replicas")) ok = app_parse_int(a, v, 1, 1 << 16, &o->replicas);
+    else if (!strcmp(a, "--precision")) {
+        ok = !strcmp(v, "fp32") || !strcmp(v, "bf16");
+        if (ok) o->bf16 = !strcmp(v, "bf16");
+        else fprintf(stderr, "error: --precision '%s': use fp32 or bf16\n", v);
+    }
     else if (!strcmp(a, "--warmup")) ok = app_parse_int(a, v, 0, 1 << 30, &o->warmup);
     else if (!strcmp(a, "--lr-min")) ok = app_parse_float(a, v, 0.0, 10.0, &o->lr_min);
     else if (!strcmp(a, "--decay-steps")) ok = app_parse_int(a, v, 1, 1 << 30, &o->decay_steps);

@@ -1,0 +1,156 @@
+/* bfloat16 mixed precision on the CPU (the reference a GPU's bf16 run is checked against):
+ * sp_round_bf16 against an independent rounding in double arithmetic (nearest, ties to
+ * even, over random floats, every exponent, ties, subnormals, overflow, infinities, NaN);
+ * and the three _bf16 products against float64 products of the rounded operands, which
+ * they must match to fp32 accumulation error while differing from the fp32 products. */
+#include "codelets/cpu/kernels.h"
+#include "tests/kernels/kcheck.h"
+
+/* The bf16 value nearest to x, ties to even: from the two bf16 neighbours, in double. */
+static float nearest_bf16(float x)
+{
+    if (isnan(x) || isinf(x)) return x;
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    uint32_t lo_bits = u & 0xffff0000u, hi_bits = lo_bits + 0x10000u;
+    float lo, hi;
+    memcpy(&lo, &lo_bits, 4);
+    memcpy(&hi, &hi_bits, 4); /* the next bf16 away from zero (may be infinity) */
+    double dl = fabs((double)x - (double)lo);
+    /* past the largest bf16 the next value is 2^128 (IEEE rounds as if the exponent went
+     * on, then overflows to infinity) */
+    double dh = isinf(hi) ? ldexp(1.0, 128) - fabs((double)x) : fabs((double)hi - (double)x);
+    if (dl < dh) return lo;
+    if (dh < dl) return hi;
+    return (lo_bits >> 16) & 1 ? hi : lo; /* a tie: the even mantissa */
+}
+
+static void rounding(void)
+{
+    enum { N = 200000 };
+    float *x = KC_F(N), *y = KC_F(N);
+    int64_t n = 0;
+    for (; n < 100000; n++) { /* random bits: every exponent, sign and mantissa */
+        uint32_t u = (uint32_t)kc_next();
+        memcpy(&x[n], &u, 4);
+    }
+    for (int e = -149; e < 128 && n < N - 8; e++) { /* ties and near-ties at every scale */
+        float base = ldexpf(1.0f, e);
+        x[n++] = base;
+        x[n++] = base * (1.0f + 0x1p-8f);          /* exactly halfway: ties to even */
+        x[n++] = base * (1.0f + 0x1p-8f + 0x1p-7f); /* halfway above an odd one: up */
+        x[n++] = base * (1.0f + 0x1p-8f + 0x1p-20f);
+        x[n++] = -base * (1.0f + 0x1p-9f);
+    }
+    x[n++] = 3.4028235e38f; /* FLT_MAX rounds to infinity */
+    x[n++] = -3.4028235e38f;
+    x[n++] = INFINITY;
+    x[n++] = -INFINITY;
+    x[n++] = 0.0f;
+    x[n++] = -0.0f;
+    x[n++] = 1.401298464e-45f; /* the smallest subnormal */
+    sp_round_bf16(y, x, n);
+    int bad = 0, nan_ok = 1;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(x[i])) {
+            uint32_t u;
+            memcpy(&u, &y[i], 4);
+            nan_ok &= isnan(y[i]) && (u & 0xffff) == 0;
+            continue;
+        }
+        float want = nearest_bf16(x[i]);
+        if (memcmp(&want, &y[i], 4)) {
+            if (bad++ < 5)
+                fprintf(stderr, "round_bf16(%a) = %a, want %a\n", (double)x[i], (double)y[i],
+                        (double)want);
+        }
+    }
+    kc_expect(bad == 0, "sp_round_bf16 is round to nearest, ties to even");
+    kc_expect(nan_ok, "NaN stays a NaN with a 16-bit pattern");
+    float z[2] = { 3.4028235e38f, 0x1.00ff00p0f }, w[2];
+    sp_round_bf16(w, z, 2);
+    kc_expect(isinf(w[0]) && w[1] == 0x1.00p0f, "overflow to infinity; a tie to even");
+    sp_round_bf16(x, x, n); /* in place */
+    kc_expect(!memcmp(x, y, sizeof(float) * (size_t)n), "in place gives the same bits");
+    free(x), free(y);
+}
+
+/* Row-major op(a) (M,K), op(b) (K,Nc) in double, of operands already rounded. */
+static void ref_mm(double *c, const float *a, const float *b, int M, int Nc, int K, int ta,
+                   int tb)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < Nc; j++) {
+            double s = 0;
+            for (int k = 0; k < K; k++)
+                s += (double)(ta ? a[k * M + i] : a[i * K + k]) *
+                     (double)(tb ? b[j * K + k] : b[k * Nc + j]);
+            c[i * Nc + j] = s;
+        }
+}
+
+static void products(void)
+{
+    const int M = 37, Nc = 29, K = 53;
+    float *a = KC_F(M * K), *b = KC_F(K * Nc), *ar = KC_F(M * K), *br = KC_F(K * Nc);
+    float *c = KC_F(M * Nc), *c32 = KC_F(M * Nc), *dout = KC_F(M * Nc), *dr = KC_F(M * Nc);
+    float *da = KC_F(M * K), *db = KC_F(K * Nc), *bt = KC_F(K * Nc);
+    double *want = KC_D(M * Nc), *wa = KC_D(M * K), *wb = KC_D(K * Nc);
+    kc_fill(a, M * K, -1, 1);
+    kc_fill(b, K * Nc, -1, 1);
+    kc_fill(dout, M * Nc, -1, 1);
+    sp_round_bf16(ar, a, M * K);
+    sp_round_bf16(br, b, K * Nc);
+    sp_round_bf16(dr, dout, M * Nc);
+    for (int ta = 0; ta <= 1; ta++)
+        for (int tb = 0; tb <= 1; tb++) {
+            /* the stored layouts of op(a), op(b) */
+            float *as = KC_F(M * K), *bs = KC_F(K * Nc), *asr = KC_F(M * K), *bsr = KC_F(K * Nc);
+            for (int i = 0; i < M; i++)
+                for (int k = 0; k < K; k++) as[ta ? k * M + i : i * K + k] = a[i * K + k];
+            for (int k = 0; k < K; k++)
+                for (int j = 0; j < Nc; j++) bs[tb ? j * K + k : k * Nc + j] = b[k * Nc + j];
+            sp_round_bf16(asr, as, M * K);
+            sp_round_bf16(bsr, bs, K * Nc);
+            char what[96];
+            sp_matmul_forward_bf16(c, as, bs, M, Nc, K, ta, tb, 0);
+            sp_matmul_forward(c32, as, bs, M, Nc, K, ta, tb, 0);
+            ref_mm(want, asr, bsr, M, Nc, K, ta, tb);
+            snprintf(what, sizeof what, "bf16 forward ta=%d tb=%d vs float64 of bf16 operands", ta, tb);
+            kc_check(what, c, want, M * Nc, 1e-5);
+            snprintf(what, sizeof what, "bf16 forward ta=%d tb=%d differs from fp32", ta, tb);
+            kc_expect(memcmp(c, c32, sizeof(float) * (size_t)(M * Nc)) != 0, what);
+            /* dA = dout op(b)^T; dB = op(a)^T dout, laid out as the operand is stored */
+            sp_matmul_backward_a_bf16(da, dout, bs, M, Nc, K, ta, tb, 0);
+            for (int i = 0; i < M; i++)
+                for (int k = 0; k < K; k++) {
+                    double s = 0;
+                    for (int j = 0; j < Nc; j++)
+                        s += (double)dr[i * Nc + j] * (double)bsr[tb ? j * K + k : k * Nc + j];
+                    wa[ta ? k * M + i : i * K + k] = s;
+                }
+            snprintf(what, sizeof what, "bf16 backward a ta=%d tb=%d", ta, tb);
+            kc_check(what, da, wa, M * K, 1e-5);
+            sp_matmul_backward_b_bf16(db, dout, as, M, Nc, K, ta, tb, 0);
+            for (int k = 0; k < K; k++)
+                for (int j = 0; j < Nc; j++) {
+                    double s = 0;
+                    for (int i = 0; i < M; i++)
+                        s += (double)asr[ta ? k * M + i : i * K + k] * (double)dr[i * Nc + j];
+                    wb[tb ? j * K + k : k * Nc + j] = s;
+                }
+            snprintf(what, sizeof what, "bf16 backward b ta=%d tb=%d", ta, tb);
+            kc_check(what, db, wb, K * Nc, 1e-5);
+            free(as), free(bs), free(asr), free(bsr);
+        }
+    free(a), free(b), free(ar), free(br), free(c), free(c32), free(dout), free(dr), free(da);
+    free(db), free(bt), free(want), free(wa), free(wb);
+}
+
+int main(void)
+{
+    kc_start();
+    rounding();
+    products();
+    return kc_finish("test_bf16");
+}
