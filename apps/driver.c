@@ -1040,7 +1040,20 @@ out:
     return code;
 }
 
-int sp_app_main(int argc, char **argv, sp_app_model *m)
+/* A refusal before MPI starts (exit 2) is printed by rank 0 only; the other ranks wait a
+ * moment before they exit, or the launcher, seeing one of them end first, could tear the
+ * job down before rank 0's message is out (seen on loaded machines). */
+static int refused(int code)
+{
+    if (code == 2 && sp_app_launcher_rank() != 0) usleep(1000 * 1000);
+    return code;
+}
+
+static int app_main(int argc, char **argv, sp_app_model *m);
+
+int sp_app_main(int argc, char **argv, sp_app_model *m) { return refused(app_main(argc, argv, m)); }
+
+static int app_main(int argc, char **argv, sp_app_model *m)
 {
     sp_app_opts o;
     int r = sp_app_parse(argc, argv, m, &o);
