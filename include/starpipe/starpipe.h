@@ -58,7 +58,8 @@
  * backend.h (the table of kernels a program runs on), stages.h and plan.h (schedules,
  * plans, simulator), optim.h (AdamW), reference.h (the single-process reference), exec.h
  * and train.h (the StarPU runtime and the pipelined trainer), models.h and data.h (the
- * built-in GPT and MLP, and their data), safetensors.h (checkpoints). */
+ * built-in GPT and MLP, and their data), safetensors.h (checkpoints), tokens.h (token
+ * shards, the layout of llm.c). */
 #ifndef STARPIPE_STARPIPE_H
 #define STARPIPE_STARPIPE_H
 
@@ -75,5 +76,6 @@
 #include "starpipe/models.h"
 #include "starpipe/data.h"
 #include "starpipe/safetensors.h"
+#include "starpipe/tokens.h"
 
 #endif

@@ -1,0 +1,222 @@
+/* Token shards (include/starpipe/tokens.h), read with pread so that a microbatch touches
+ * only its windows. */
+#define _GNU_SOURCE
+#include "starpipe/tokens.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "starpipe/env.h"
+
+typedef struct {
+    int fd;
+    int64_t first, count; /* stream positions [first, first + count) */
+    char *path;
+} shard;
+
+struct sp_tokens {
+    shard *s;
+    int n;
+    int64_t total;
+};
+
+static uint32_t le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Reads exactly len bytes at off, or fails naming the file. */
+static sp_status read_at(int fd, void *buf, size_t len, int64_t off, const char *path)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = pread(fd, (char *)buf + got, len - got, (off_t)(off + (int64_t)got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return sp_set_error(SP_ERR_IO, "token shard '%s': %s at byte %lld", path,
+                                r < 0 ? strerror(errno) : "unexpected end",
+                                (long long)(off + (int64_t)got));
+        got += (size_t)r;
+    }
+    return SP_OK;
+}
+
+int sp_tokens_is_shard(const char *path)
+{
+    unsigned char h[8];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int ok = pread(fd, h, sizeof h, 0) == (ssize_t)sizeof h && le32(h) == SP_TOKENS_MAGIC;
+    close(fd);
+    return ok;
+}
+
+void sp_tokens_close(sp_tokens *s)
+{
+    if (!s) return;
+    for (int i = 0; i < s->n; i++) {
+        if (s->s[i].fd >= 0) close(s->s[i].fd);
+        free(s->s[i].path);
+    }
+    free(s->s);
+    free(s);
+}
+
+static sp_status open_shard(shard *sh, const char *path)
+{
+    sh->fd = -1;
+    if (!(sh->path = strdup(path))) return sp_set_error(SP_ERR_NOMEM, "out of memory");
+    sh->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (sh->fd < 0)
+        return sp_set_error(SP_ERR_IO, "cannot open token shard '%s': %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(sh->fd, &sb) || !S_ISREG(sb.st_mode))
+        return sp_set_error(SP_ERR_IO, "token shard '%s' is not a regular file", path);
+    unsigned char h[SP_TOKENS_HEADER_BYTES];
+    if (sb.st_size < SP_TOKENS_HEADER_BYTES)
+        return sp_set_error(SP_ERR_FORMAT, "token shard '%s': %lld bytes, shorter than the "
+                            "%d-byte header", path, (long long)sb.st_size, SP_TOKENS_HEADER_BYTES);
+    sp_status st = read_at(sh->fd, h, sizeof h, 0, path);
+    if (st) return st;
+    if (le32(h) != SP_TOKENS_MAGIC)
+        return sp_set_error(SP_ERR_FORMAT, "token shard '%s': magic %u, expected %d", path,
+                            le32(h), SP_TOKENS_MAGIC);
+    if (le32(h + 4) != SP_TOKENS_VERSION)
+        return sp_set_error(SP_ERR_FORMAT, "token shard '%s': version %u, only %d (uint16 "
+                            "tokens) is read", path, le32(h + 4), SP_TOKENS_VERSION);
+    int64_t n = (int32_t)le32(h + 8);
+    int64_t want = SP_TOKENS_HEADER_BYTES + 2 * n;
+    if (n < 0 || (int64_t)sb.st_size != want)
+        return sp_set_error(SP_ERR_FORMAT, "token shard '%s': the header counts %lld tokens "
+                            "(%lld bytes in all) but the file has %lld bytes", path,
+                            (long long)n, (long long)want, (long long)sb.st_size);
+    sh->count = n;
+    return SP_OK;
+}
+
+sp_status sp_tokens_open(const char *const *paths, int n, sp_tokens **out)
+{
+    *out = NULL;
+    if (!paths || n < 1 || n > SP_TOKENS_MAX_SHARDS)
+        return sp_set_error(SP_ERR_ARG, "token shards: between 1 and %d files, got %d",
+                            SP_TOKENS_MAX_SHARDS, n);
+    sp_tokens *s = calloc(1, sizeof *s);
+    if (!s || !(s->s = calloc((size_t)n, sizeof *s->s))) {
+        free(s);
+        return sp_set_error(SP_ERR_NOMEM, "out of memory");
+    }
+    sp_status st = SP_OK;
+    for (int i = 0; i < n && st == SP_OK; i++) {
+        st = open_shard(&s->s[i], paths[i]);
+        s->n = i + 1;
+        s->s[i].first = s->total;
+        s->total += s->s[i].count;
+    }
+    if (st) {
+        sp_tokens_close(s);
+        return st;
+    }
+    *out = s;
+    return SP_OK;
+}
+
+sp_status sp_tokens_open_pattern(const char *pattern, sp_tokens **out)
+{
+    *out = NULL;
+    char *copy = strdup(pattern ? pattern : "");
+    if (!copy) return sp_set_error(SP_ERR_NOMEM, "out of memory");
+    glob_t g = { 0 };
+    int flags = 0, bad = 0;
+    char *save = NULL;
+    for (char *part = strtok_r(copy, ",", &save); part && !bad; part = strtok_r(NULL, ",", &save)) {
+        int rc = glob(part, flags | GLOB_NOCHECK, NULL, &g); /* no match: the name itself */
+        bad = rc != 0;
+        flags = GLOB_APPEND;
+    }
+    free(copy);
+    sp_status st;
+    if (bad || g.gl_pathc == 0)
+        st = sp_set_error(SP_ERR_ARG, "token shards '%s': no file", pattern ? pattern : "");
+    else if (g.gl_pathc > SP_TOKENS_MAX_SHARDS)
+        st = sp_set_error(SP_ERR_ARG, "token shards '%s': %zu files, at most %d", pattern,
+                          g.gl_pathc, SP_TOKENS_MAX_SHARDS);
+    else
+        st = sp_tokens_open((const char *const *)g.gl_pathv, (int)g.gl_pathc, out);
+    globfree(&g);
+    return st;
+}
+
+int64_t sp_tokens_count(const sp_tokens *s) { return s ? s->total : 0; }
+int sp_tokens_shards(const sp_tokens *s) { return s ? s->n : 0; }
+
+sp_status sp_tokens_read(sp_tokens *s, int64_t pos, int64_t n, int32_t *out)
+{
+    if (!s || pos < 0 || n < 0 || pos + n > s->total)
+        return sp_set_error(SP_ERR_ARG, "sp_tokens_read: [%lld, %lld) outside the %lld tokens",
+                            (long long)pos, (long long)(pos + n), (long long)(s ? s->total : 0));
+    /* the shard holding pos: binary search over the first positions */
+    int lo = 0, hi = s->n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (s->s[mid].first <= pos) lo = mid;
+        else hi = mid - 1;
+    }
+    uint16_t buf[4096];
+    for (int i = lo; n > 0 && i < s->n; i++) {
+        const shard *sh = &s->s[i];
+        int64_t at = pos - sh->first, take = sh->count - at < n ? sh->count - at : n;
+        for (int64_t done = 0; done < take;) {
+            int64_t k = take - done < 4096 ? take - done : 4096;
+            sp_status st = read_at(sh->fd, buf, (size_t)k * 2,
+                                   SP_TOKENS_HEADER_BYTES + 2 * (at + done), sh->path);
+            if (st) return st;
+            for (int64_t j = 0; j < k; j++) {
+                const unsigned char *b = (const unsigned char *)&buf[j];
+                out[done + j] = (int32_t)(b[0] | b[1] << 8);
+            }
+            done += k;
+        }
+        out += take, pos += take, n -= take;
+    }
+    return SP_OK;
+}
+
+sp_status sp_tokens_max(sp_tokens *s, int32_t *max)
+{
+    int32_t block[4096], m = -1;
+    for (int64_t pos = 0; s && pos < s->total; pos += 4096) {
+        int64_t k = s->total - pos < 4096 ? s->total - pos : 4096;
+        sp_status st = sp_tokens_read(s, pos, k, block);
+        if (st) return st;
+        for (int64_t j = 0; j < k; j++)
+            if (block[j] > m) m = block[j];
+    }
+    *max = m;
+    return SP_OK;
+}
+
+sp_status sp_tokens_write(const char *path, const uint16_t *tokens, int64_t n)
+{
+    if (n < 0 || n > INT32_MAX || (!tokens && n))
+        return sp_set_error(SP_ERR_ARG, "sp_tokens_write: %lld tokens (0 .. %d)", (long long)n,
+                            INT32_MAX);
+    sp_output o;
+    sp_status st = sp_output_open(&o, path, "token shard");
+    if (st) return st;
+    unsigned char h[SP_TOKENS_HEADER_BYTES] = { 0 };
+    const uint32_t fields[3] = { SP_TOKENS_MAGIC, SP_TOKENS_VERSION, (uint32_t)n };
+    for (int f = 0; f < 3; f++)
+        for (int b = 0; b < 4; b++) h[4 * f + b] = (unsigned char)(fields[f] >> (8 * b));
+    fwrite(h, 1, sizeof h, o.f);
+    for (int64_t i = 0; i < n; i++) {
+        unsigned char t[2] = { (unsigned char)(tokens[i] & 0xff), (unsigned char)(tokens[i] >> 8) };
+        fwrite(t, 1, 2, o.f);
+    }
+    return sp_output_commit(&o, "token shard");
+}

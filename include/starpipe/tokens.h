@@ -1,0 +1,48 @@
+/* Token shards: the binary layout llm.c's data scripts write, so their shards (and ours)
+ * train here as they are. A shard is a 1024-byte header of 256 little-endian int32 —
+ * [0] the magic 20240520, [1] the version 1, [2] the token count, the rest 0 — then that
+ * many uint16 tokens, little-endian, and nothing after. Several shards read as one
+ * stream, in the order given. Readers take only the windows a microbatch needs (pread):
+ * no rank loads the data set. scripts/make-shards writes shards from a text file. */
+#ifndef STARPIPE_TOKENS_H
+#define STARPIPE_TOKENS_H
+
+#include <stdint.h>
+
+#include "starpipe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SP_TOKENS_MAGIC 20240520
+#define SP_TOKENS_VERSION 1
+#define SP_TOKENS_HEADER_BYTES 1024
+#define SP_TOKENS_MAX_SHARDS 4096
+
+typedef struct sp_tokens sp_tokens;
+
+/* 1 when the file at path begins with a shard header (magic and version), else 0. */
+int sp_tokens_is_shard(const char *path);
+
+/* Opens n shards as one stream. Every header is checked (magic, version, a token count
+ * that the file size matches exactly, no trailing bytes): a bad shard fails with
+ * SP_ERR_FORMAT naming the file and what is wrong. */
+sp_status sp_tokens_open(const char *const *paths, int n, sp_tokens **out);
+/* The same for a pattern: a comma-separated list of paths, each may be a glob (sorted). */
+sp_status sp_tokens_open_pattern(const char *pattern, sp_tokens **out);
+void sp_tokens_close(sp_tokens *s);
+int64_t sp_tokens_count(const sp_tokens *s);
+int sp_tokens_shards(const sp_tokens *s);
+/* Tokens [pos, pos + n) of the stream (across shard boundaries) into out. */
+sp_status sp_tokens_read(sp_tokens *s, int64_t pos, int64_t n, int32_t *out);
+/* The largest token in the stream (scans it once, in blocks: for a vocabulary check). */
+sp_status sp_tokens_max(sp_tokens *s, int32_t *max);
+
+/* Writes a shard atomically (a temporary renamed over path). */
+sp_status sp_tokens_write(const char *path, const uint16_t *tokens, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
