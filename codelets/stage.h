@@ -104,6 +104,8 @@ int sp_combine_task_cuda(void *const *bufs, const size_t *counts, int nbufs, con
                          void *stream);
 int sp_optim_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
                        void *stream);
+int sp_reduce_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
+                        void *stream);
 int sp_zero_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
                       void *stream);
 int sp_sumsq_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,

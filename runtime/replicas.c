@@ -163,7 +163,7 @@ static sp_status reduce(sp_trainer *t, int s)
         sp_reduce_task_args a = { .dst_off = shard_lo(t, s, own), .n = n, .own = own };
         char name[32];
         snprintf(name, sizeof name, "reduce s%d", s);
-        st = sp_tr_submit(t, name, (sp_tr_fn){ sp_reduce_task_cpu, NULL }, t->R, bufs, modes, &a,
+        st = sp_tr_submit(t, name, SP_TR_FN(sp_reduce_task), t->R, bufs, modes, &a,
                           sizeof a, (task_id){ SP_TR_COLLECTIVE, -1, s, -1 });
     }
     if (st || t->o.shard_optimizer) return st;

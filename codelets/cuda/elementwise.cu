@@ -187,3 +187,49 @@ extern "C" int sp_cuda_relu_backward(float *dx, const float *x, const float *dou
     SP_CUDA_LAUNCHED();
     return SP_CUDA_OK;
 }
+
+/* ---- the replicas' gradient sum (runtime/replicas.c): dst = ((x0 + x1) + x2) + ... in
+ * replica order, x_own being dst's own values; the order and bits of the CPU's
+ * sp_reduce_task_cpu. Up to REDUCE_MAX sources per launch; past that, the running sum
+ * waits in dst between launches (an exact store), own values kept aside first. */
+#define REDUCE_MAX 8
+typedef struct {
+    const float *x[REDUCE_MAX];
+} reduce_srcs;
+
+static __global__ void reduce_kernel(float *dst, reduce_srcs s, int ns, int from_dst, int64_t n)
+{
+    SP_GRID_STRIDE(i, n)
+    {
+        float acc = from_dst ? dst[i] + s.x[0][i] : s.x[0][i];
+        for (int q = 1; q < ns; q++)
+            acc += s.x[q][i];
+        dst[i] = acc;
+    }
+}
+
+extern "C" int sp_cuda_reduce_replicas(float *dst, const float *const *others, int R, int own,
+                                       int64_t n, void *stream)
+{
+    if (n <= 0 || R < 1 || own < 0 || own >= R)
+        return n <= 0 ? SP_CUDA_OK : SP_CUDA_ERR_ARG;
+    cudaStream_t st = SP_STREAM(stream);
+    float *mine = dst; /* own values, copied aside when a later launch reads them */
+    if (R > REDUCE_MAX && own >= REDUCE_MAX) {
+        SP_CUDA_TRY(cudaMallocAsync((void **)&mine, sizeof(float) * (size_t)n, st));
+        SP_CUDA_TRY(cudaMemcpyAsync(mine, dst, sizeof(float) * (size_t)n,
+                                    cudaMemcpyDeviceToDevice, st));
+    }
+    int rc = SP_CUDA_OK;
+    for (int q0 = 0, j = 0; q0 < R && rc == SP_CUDA_OK; q0 += REDUCE_MAX) {
+        reduce_srcs s;
+        int ns = R - q0 < REDUCE_MAX ? R - q0 : REDUCE_MAX;
+        for (int k = 0; k < ns; k++)
+            s.x[k] = q0 + k == own ? mine : others[j++];
+        reduce_kernel<<<sp_ew_blocks(n), SP_EW_THREADS, 0, st>>>(dst, s, ns, q0 > 0, n);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) rc = (int)e;
+    }
+    if (mine != dst) cudaFreeAsync(mine, st);
+    return rc;
+}

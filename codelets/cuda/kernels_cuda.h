@@ -154,6 +154,12 @@ int sp_cuda_sum_forward(float *out, const float *x, int64_t n, void *stream);
 int sp_cuda_sum_backward(float *dx, const float *dout, float mult, int64_t n, int acc,
                          void *stream);
 
+/* NEW. The replicas' sum of one gradient shard: dst (n) = ((x0 + x1) + x2) + ... over R
+ * replicas in order, x_own = dst's own values, others the R - 1 others in replica order
+ * (device pointers); bitwise the CPU's sp_reduce_task_cpu (adds only). */
+int sp_cuda_reduce_replicas(float *dst, const float *const *others, int R, int own, int64_t n,
+                            void *stream);
+
 /* ---- optim.cu */
 /* Bit for bit the CPU's formula: the same host-side bias corrections, the same per-element
  * operations in the same order, with FMA contraction suppressed. */

@@ -64,6 +64,15 @@ int sp_combine_task_cuda(void *const *bufs, const size_t *counts, int nbufs, con
     return 0;
 }
 
+int sp_reduce_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
+                        void *stream)
+{
+    (void)counts;
+    const sp_reduce_task_args *a = args;
+    return sp_cuda_reduce_replicas((float *)bufs[0] + a->dst_off, (const float *const *)bufs + 1,
+                                   nbufs, a->own, a->n, stream);
+}
+
 int sp_zero_task_cuda(void *const *bufs, const size_t *counts, int nbufs, const void *args,
                       void *stream)
 {

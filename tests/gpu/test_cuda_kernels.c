@@ -696,6 +696,40 @@ static void test_optim(void)
 }
 
 /* ------------------------------------------------------------------ helpers, errors */
+/* The replicas' gradient sum against the sum in replica order, ((x0 + x1) + x2) + ...
+ * (codelets/stage.c's sp_reduce_task_cpu): the same adds, so the same bits, for R past one
+ * launch's 8 sources and the own values anywhere. */
+static void test_reduce(void)
+{
+    const int64_t n = 1037;
+    static const int cases[][2] = { { 2, 0 }, { 2, 1 }, { 3, 1 }, { 9, 0 }, { 9, 8 }, { 12, 10 } };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        const int R = cases[c][0], own = cases[c][1];
+        char L[96];
+        snprintf(L, sizeof L, "reduce_replicas R=%d own=%d", R, own);
+        float *h[12], *d[12], *cpu = hrand(n, -1, 1), got[1037];
+        for (int q = 0; q < R - 1; q++) {
+            h[q] = hrand(n, -1, 1);
+            d[q] = dcopy(h[q], n);
+        }
+        float *dd = dcopy(cpu, n);
+        for (int64_t i = 0; i < n; i++) { /* x_q: own values at q == own, else the next other */
+            float acc = 0.0f;
+            for (int q = 0, j = 0; q < R; q++) {
+                float x = q == own ? cpu[i] : h[j++][i];
+                acc = q == 0 ? x : acc + x;
+            }
+            cpu[i] = acc;
+        }
+        kstat(L, sp_cuda_reduce_replicas(dd, (const float *const *)d, R, own, n, stream));
+        down(got, dd, sizeof(float) * (size_t)n);
+        expect(!memcmp(got, cpu, sizeof(float) * (size_t)n), L, "bitwise the CPU task's sum");
+        for (int q = 0; q < R - 1; q++) free(h[q]), dfree(d[q]);
+        free(cpu);
+        dfree(dd);
+    }
+}
+
 static void test_misc(void)
 {
     float *d = dalloc(sizeof(float) * 37), h[37];
@@ -815,6 +849,7 @@ int main(int argc, char **argv)
     test_sum();
     test_optim();
     test_misc();
+    test_reduce();
     test_matmul_rate(rate_size);
 
     printf("worst error vs CPU per op:\n");
