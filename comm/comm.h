@@ -28,10 +28,18 @@ sp_status sp_comm_post(starpu_data_handle_t h, int peer, int64_t tag, int is_sen
 sp_status sp_comm_nccl_init(MPI_Comm comm, int ncuda, char *notice, size_t len);
 int sp_comm_nccl_active(void);
 void sp_comm_nccl_shutdown(void);
+/* Collective among the listed peers: connects to each now (one float each way), so that
+ * the first step does not set up connections inside a group. peers must be symmetric (a
+ * lists b exactly when b lists a), as the plan's NCCL messages are. */
+sp_status sp_comm_nccl_connect(const int *peers, int n);
+/* The asynchronous NCCL error seen by the completion thread, or NULL: the executor's wait
+ * loop polls it. After one, the communicator is aborted. */
+const char *sp_comm_nccl_error(void);
 /* A group of NCCL calls as one task's CUDA function: buffer i is sent to (is_send[i]) or
- * received from peer[i], all between ncclGroupStart and ncclGroupEnd on the worker's
- * stream. Submit it as an ordered task (modes R for sends, W for receives), in the plan's
- * message order (sp_nccl_calls). */
+ * received from peer[i], all between ncclGroupStart and ncclGroupEnd on NCCL's own stream
+ * (never the worker's compute stream); the task ends when the group has (StarPU end
+ * dependency, released by nccl.c's completion thread). Submit it as an ordered task
+ * (modes R for sends, W for receives), in the plan's message order (sp_nccl_calls). */
 #define SP_COMM_NCCL_MAX_GROUP 16
 typedef struct {
     int n;

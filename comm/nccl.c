@@ -1,11 +1,22 @@
 /* NCCL transfers between GPU actors. One communicator over all ranks, bootstrapped with
  * an MPI broadcast of the unique id. A group of the plan's messages (sp_nccl_calls) is
- * one ordered task on the rank's CUDA worker: ncclGroupStart, ncclSend/ncclRecv, End,
- * enqueued on the worker's stream. NCCL's point-to-point calls block on the device and
- * channels are ordered, so each rank must issue them in the plan's global message order:
- * the ordered policy runs the tasks in that order (tests/sched/test_nccl_order.c checks
- * that the calls pair up). Without NCCL, a GPU, or with two ranks on one GPU (NCCL
- * refuses that), every message stays on StarPU-MPI and sp_comm_nccl_init says why. */
+ * one ordered task on the rank's CUDA worker: ncclGroupStart, ncclSend/ncclRecv, End.
+ * NCCL's point-to-point calls block on the device and channels are ordered, so each rank
+ * must issue them in the plan's global message order: the ordered policy runs the tasks in
+ * that order (tests/sched/test_nccl_order.c checks that the calls pair up).
+ *
+ * Beside compute: the calls go on a stream of their own, never the worker's compute
+ * stream, so a posted receive does not hold back the kernels of later tasks. The task
+ * returns at once with one StarPU end dependency (starpu_task_end_dep_add); a completion
+ * thread waits for the group's event and releases it, so the task (and what depends on
+ * its buffers) ends when the transfer has, while the worker goes on. Inputs need no event
+ * on the compute stream: StarPU starts a task only after the tasks it depends on ended.
+ * The completion thread also polls ncclCommGetAsyncError; an error aborts the
+ * communicator, releases the waiting tasks and is reported by sp_comm_nccl_error, which
+ * the executor's wait loop turns into a failed, unusable executor within milliseconds.
+ * Connections are made at start-up (sp_comm_nccl_connect), not inside the first group.
+ * Without NCCL, a GPU, or with two ranks on one GPU (NCCL refuses that), every message
+ * stays on StarPU-MPI and sp_comm_nccl_init says why. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,12 +26,93 @@
 #include "comm/comm.h"
 
 #if defined(STARPU_USE_CUDA) && defined(STARPIPE_HAVE_NCCL)
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
 static ncclComm_t comm;
-static int active, tried, my_rank;
+static int active, tried, my_rank, device;
 static char why[256]; /* the notice of the first call: later calls return it again */
+static cudaStream_t comm_stream; /* NCCL's own, beside the worker's compute stream */
+
+/* ---- the completion thread: a queue of (event, task) to release in order ---- */
+typedef struct {
+    cudaEvent_t ev;
+    struct starpu_task *task;
+} pending;
+static struct {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pending *q;
+    int head, n, cap, stop, running;
+} done_q = { .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER };
+static atomic_int failed;
+static char fail_msg[256];
+
+const char *sp_comm_nccl_error(void) { return atomic_load(&failed) ? fail_msg : NULL; }
+
+static void nccl_failed(const char *what, ncclResult_t r)
+{
+    if (atomic_exchange(&failed, 1)) return;
+    snprintf(fail_msg, sizeof fail_msg, "%s: %s", what, ncclGetErrorString(r));
+    ncclCommAbort(comm); /* pending operations end, with an error */
+}
+
+/* Waits for each group's event in order (polling, so that NCCL's asynchronous errors are
+ * seen while a receive waits for a peer that is gone) and releases its task. */
+static void *completion_thread(void *arg)
+{
+    (void)arg;
+    cudaSetDevice(device);
+    pthread_mutex_lock(&done_q.lock);
+    for (;;) {
+        while (!done_q.n && !done_q.stop) pthread_cond_wait(&done_q.wake, &done_q.lock);
+        if (!done_q.n && done_q.stop) break;
+        pending p = done_q.q[done_q.head];
+        pthread_mutex_unlock(&done_q.lock);
+        for (int polls = 0;; polls++) {
+            cudaError_t e = atomic_load(&failed) ? cudaSuccess : cudaEventQuery(p.ev);
+            if (e != cudaErrorNotReady) break;
+            ncclResult_t async = ncclSuccess;
+            if (polls % 64 == 0 && ncclCommGetAsyncError(comm, &async) == ncclSuccess &&
+                async != ncclSuccess && async != ncclInProgress)
+                nccl_failed("NCCL reported an asynchronous error", async);
+            nanosleep(&(struct timespec){ 0, 20000 }, NULL);
+        }
+        cudaEventDestroy(p.ev);
+        starpu_task_end_dep_release(p.task); /* the task may end now */
+        pthread_mutex_lock(&done_q.lock);
+        done_q.head = (done_q.head + 1) % done_q.cap;
+        done_q.n--;
+    }
+    pthread_mutex_unlock(&done_q.lock);
+    return NULL;
+}
+
+static int enqueue(cudaEvent_t ev, struct starpu_task *task)
+{
+    pthread_mutex_lock(&done_q.lock);
+    if (done_q.n == done_q.cap) { /* grow the ring, keeping its order */
+        int cap = done_q.cap ? 2 * done_q.cap : 64;
+        pending *q = malloc((size_t)cap * sizeof *q);
+        if (!q) {
+            pthread_mutex_unlock(&done_q.lock);
+            return -1;
+        }
+        for (int i = 0; i < done_q.n; i++) q[i] = done_q.q[(done_q.head + i) % done_q.cap];
+        free(done_q.q);
+        done_q.q = q, done_q.head = 0, done_q.cap = cap;
+    }
+    done_q.q[(done_q.head + done_q.n) % done_q.cap] = (pending){ ev, task };
+    done_q.n++;
+    pthread_cond_signal(&done_q.wake);
+    pthread_mutex_unlock(&done_q.lock);
+    return 0;
+}
 
 int sp_comm_nccl_active(void) { return active; }
 
@@ -101,20 +193,73 @@ static sp_status nccl_start(int ncuda, char *notice, size_t len)
     ncclResult_t r = ncclInternalError;
     if (!anyone(bad) && cudaSetDevice(dev) == cudaSuccess)
         r = ncclCommInitRank(&comm, P, id, me);
-    if (anyone(r != ncclSuccess)) {
+    /* the stream of the transfers, at the device's highest priority: a receive that
+     * completes should feed its consumer before more compute is queued */
+    int lo = 0, hi = 0, stream_bad = r != ncclSuccess;
+    if (!stream_bad) {
+        cudaDeviceGetStreamPriorityRange(&lo, &hi);
+        stream_bad = cudaStreamCreateWithPriority(&comm_stream, cudaStreamNonBlocking, hi) !=
+                     cudaSuccess;
+    }
+    device = dev;
+    atomic_store(&failed, 0);
+    done_q.stop = 0;
+    if (!stream_bad)
+        stream_bad = pthread_create(&done_q.thread, NULL, completion_thread, NULL) != 0;
+    else
+        comm_stream = NULL;
+    done_q.running = !stream_bad;
+    if (anyone(r != ncclSuccess || stream_bad)) {
         if (r == ncclSuccess)
             ncclCommDestroy(comm);
         snprintf(notice, len, "NCCL initialisation failed (%s on rank %d): transfers use "
-                 "StarPU-MPI", ncclGetErrorString(r), me);
+                 "StarPU-MPI", r != ncclSuccess ? ncclGetErrorString(r)
+                                                 : "no stream or completion thread", me);
         return SP_OK;
     }
     active = 1;
     return SP_OK;
 }
 
+sp_status sp_comm_nccl_connect(const int *peers, int n)
+{
+    if (!active || n <= 0) return SP_OK;
+    float *d = NULL;
+    if (cudaSetDevice(device) != cudaSuccess ||
+        cudaMalloc((void **)&d, sizeof(float) * 2 * (size_t)n) != cudaSuccess)
+        return sp_set_error(SP_ERR_RUNTIME, "NCCL connections: no device memory on rank %d",
+                            my_rank);
+    cudaMemsetAsync(d, 0, sizeof(float) * 2 * (size_t)n, comm_stream);
+    /* one float each way with every peer: NCCL sets up those connections now, in the
+     * main thread, rather than inside the first group of the first step */
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0; r == ncclSuccess && i < n; i++) {
+        r = ncclSend(d + 2 * i, 1, ncclFloat32, peers[i], comm, comm_stream);
+        if (r == ncclSuccess) r = ncclRecv(d + 2 * i + 1, 1, ncclFloat32, peers[i], comm, comm_stream);
+    }
+    ncclResult_t e = ncclGroupEnd();
+    if (r == ncclSuccess) r = e;
+    cudaError_t c = r == ncclSuccess ? cudaStreamSynchronize(comm_stream) : cudaSuccess;
+    cudaFree(d);
+    if (r != ncclSuccess || c != cudaSuccess)
+        return sp_set_error(SP_ERR_RUNTIME, "NCCL connections from rank %d failed: %s", my_rank,
+                            r != ncclSuccess ? ncclGetErrorString(r) : cudaGetErrorString(c));
+    return SP_OK;
+}
+
 void sp_comm_nccl_shutdown(void)
 {
-    if (active)
+    if (done_q.running) { /* after the last task: nothing is pending */
+        pthread_mutex_lock(&done_q.lock);
+        done_q.stop = 1;
+        pthread_cond_signal(&done_q.wake);
+        pthread_mutex_unlock(&done_q.lock);
+        pthread_join(done_q.thread, NULL);
+        done_q.running = 0;
+    }
+    if (comm_stream) cudaStreamDestroy(comm_stream);
+    comm_stream = NULL;
+    if (active && !atomic_load(&failed))
         ncclCommDestroy(comm);
     active = tried = 0;
 }
@@ -122,22 +267,40 @@ void sp_comm_nccl_shutdown(void)
 int sp_comm_nccl_group(void *const *bufs, const size_t *counts, int nbufs, const void *args,
                        void *stream)
 {
+    (void)stream; /* the compute stream: the transfers go on their own */
     const sp_comm_nccl_group_args *a = args;
     if (nbufs != a->n)
         return -1;
+    if (atomic_load(&failed)) {
+        fprintf(stderr, "starpipe: rank %d: %s\n", my_rank, fail_msg);
+        return 1;
+    }
     ncclResult_t r = ncclGroupStart();
     for (int i = 0; r == ncclSuccess && i < a->n; i++)
         r = a->is_send[i] ? ncclSend(bufs[i], counts[i], ncclFloat32, a->peer[i], comm,
-                                     (cudaStream_t)stream)
+                                     comm_stream)
                           : ncclRecv(bufs[i], counts[i], ncclFloat32, a->peer[i], comm,
-                                     (cudaStream_t)stream);
+                                     comm_stream);
     ncclResult_t e = ncclGroupEnd();
     if (r == ncclSuccess)
         r = e;
-    if (r != ncclSuccess) {
+    cudaEvent_t ev = NULL;
+    cudaError_t c = cudaSuccess;
+    if (r == ncclSuccess && (c = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) == cudaSuccess)
+        c = cudaEventRecord(ev, comm_stream);
+    if (r != ncclSuccess || c != cudaSuccess) {
+        if (ev) cudaEventDestroy(ev);
         fprintf(stderr, "starpipe: rank %d: NCCL transfer failed: %s\n", my_rank,
-                ncclGetErrorString(r));
-        return (int)r;
+                r != ncclSuccess ? ncclGetErrorString(r) : cudaGetErrorString(c));
+        return r != ncclSuccess ? (int)r : (int)c;
+    }
+    /* the task ends when the transfer has: the completion thread releases it */
+    struct starpu_task *task = starpu_task_get_current();
+    starpu_task_end_dep_add(task, 1);
+    if (enqueue(ev, task)) { /* no memory for the queue: wait here instead */
+        cudaEventSynchronize(ev);
+        cudaEventDestroy(ev);
+        starpu_task_end_dep_release(task);
     }
     return 0;
 }
@@ -145,6 +308,12 @@ int sp_comm_nccl_group(void *const *bufs, const size_t *counts, int nbufs, const
 #else /* no NCCL in this build */
 
 int sp_comm_nccl_active(void) { return 0; }
+const char *sp_comm_nccl_error(void) { return NULL; }
+sp_status sp_comm_nccl_connect(const int *peers, int n)
+{
+    (void)peers, (void)n;
+    return SP_OK;
+}
 
 sp_status sp_comm_nccl_init(MPI_Comm c, int ncuda, char *notice, size_t len)
 {

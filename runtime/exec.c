@@ -559,7 +559,10 @@ static double seconds_now(void)
  * never comes cannot be recalled, so the step is lost and the executor with it. */
 static sp_status wait_tasks(void)
 {
-    if (X.opts.watchdog_s <= 0) {
+    /* NCCL's transfers end on its completion thread, which also sees its asynchronous
+     * errors: with NCCL on, the wait polls for one (a dead or unreachable peer) */
+    int nccl = sp_comm_nccl_active();
+    if (X.opts.watchdog_s <= 0 && !nccl) {
         SP_STARPU_CHECK(starpu_task_wait_for_all());
         return SP_OK;
     }
@@ -568,8 +571,15 @@ static sp_status wait_tasks(void)
     int pending;
     while ((pending = starpu_task_nsubmitted()) > 0) {
         nanosleep(&(struct timespec){ 0, 2000000 }, NULL); /* the main thread only watches */
+        const char *nerr = nccl ? sp_comm_nccl_error() : NULL;
+        if (nerr) { /* the communicator is aborted: this step and the executor are lost */
+            X.broken = 1;
+            return sp_set_error(SP_ERR_RUNTIME, "rank %d: %s", sp_exec_rank_, nerr);
+        }
         unsigned long done = atomic_load(&tasks_done);
-        if (done != seen) {
+        if (X.opts.watchdog_s <= 0) {
+            seen = done;
+        } else if (done != seen) {
             seen = done;
             quiet_since = seconds_now();
         } else if (seconds_now() - quiet_since > X.opts.watchdog_s) {
@@ -715,6 +725,12 @@ sp_status sp_exec_nccl_init(char *notice, size_t len)
 }
 
 int sp_exec_nccl_active(void) { return sp_comm_nccl_active(); }
+
+sp_status sp_exec_nccl_connect(const int *peers, int n)
+{
+    sp_status st = between_steps("sp_exec_nccl_connect");
+    return st ? st : sp_comm_nccl_connect(peers, n);
+}
 
 void sp_exec_nccl_shutdown(void) { sp_comm_nccl_shutdown(); }
 

@@ -643,6 +643,21 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
         }
         for (int i = 0; i < t->plan->ninstr[t->actor]; i++) t->nccl_of[i] = -1;
         for (int k = 0; k < t->nncalls; k++) t->nccl_of[t->ncalls[k].instr] = k;
+        /* connect to every NCCL peer now (a peer of ours has us as its peer: both sides
+         * of a message decide NCCL from its size alike) */
+        int *peers = malloc(sizeof(int) * (size_t)(t->nncalls + 1)), np = 0;
+        if (!peers) {
+            st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+            goto out;
+        }
+        for (int k = 0; k < t->nncalls; k++) {
+            int r = peer_rank(t, t->plan->instr[t->actor][t->ncalls[k].instr].peer), seen = 0;
+            for (int j = 0; j < np; j++) seen |= peers[j] == r;
+            if (!seen) peers[np++] = r;
+        }
+        st = sp_exec_nccl_connect(peers, np);
+        free(peers);
+        if (st) goto out;
         snprintf(t->notice, sizeof t->notice, "NCCL carries boundary tensors of %zu bytes "
                  "and more", threshold);
     }

@@ -126,7 +126,9 @@ sp_status sp_exec_recv(sp_exec_buf *b, int src, uint32_t msg);
 
 /* ---- NCCL (comm/nccl.c) ----
  * Large GPU-to-GPU messages can go through NCCL instead of StarPU-MPI (which stages
- * them through host memory). */
+ * them through host memory), on a stream of their own beside the compute stream; an
+ * asynchronous NCCL error fails sp_exec_end_step on that rank at once and leaves the
+ * executor unusable (sp_exec_usable). */
 
 /* Collective, after init. Makes one communicator over all ranks when every rank has one
  * CUDA worker on its own GPU and NCCL starts; else leaves NCCL off and writes the
@@ -134,6 +136,9 @@ sp_status sp_exec_recv(sp_exec_buf *b, int src, uint32_t msg);
 sp_status sp_exec_nccl_init(char *notice, size_t len);
 int sp_exec_nccl_active(void);
 void sp_exec_nccl_shutdown(void);
+/* Collective among the peers listed (ranks this rank exchanges NCCL messages with; the
+ * lists must be symmetric): connects now rather than inside the first transfer. */
+sp_status sp_exec_nccl_connect(const int *peers, int n);
 
 
 /* ---- tasks ---- */
