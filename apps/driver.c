@@ -18,6 +18,7 @@
 #include "starpipe/plan.h"
 #include "starpipe/program.h"
 #include "starpipe/reference.h"
+#include "starpipe/sample.h"
 #include "starpipe/train.h"
 
 /* ---- the STARPIPE_* variables, read once before any work, as strictly as the flags ---- */
@@ -160,6 +161,11 @@ static void settings_of(const sp_app_model *m, const sp_app_opts *o, int nmicro,
     char lr[32], clip[32];
     int k = snprintf(buf, len, "--microbatches %d\n--seed %d\n--lr %s\n--clip %s\n", nmicro,
                      o->seed, float_str(o->lr, lr, sizeof lr), float_str(o->clip, clip, sizeof clip));
+    /* evaluation holds out data, which changes the training batches: a resume keeps it */
+    if (k > 0 && (size_t)k < len && (o->eval_every || sp_app_given(m, o, "--eval-every")))
+        k += snprintf(buf + k, len - (size_t)k, "--eval-every %d\n", o->eval_every);
+    if (k > 0 && (size_t)k < len && o->eval_every && o->eval_batches)
+        k += snprintf(buf + k, len - (size_t)k, "--eval-batches %d\n", o->eval_batches);
     if (m->settings && k > 0 && (size_t)k < len) m->settings(m->cfg, buf + k, len - k);
 }
 
@@ -440,7 +446,145 @@ static int preflight(sp_app_model *m, const sp_app_opts *o, int P, int R, int re
     return bad;
 }
 
+/* ---- evaluation (--eval-every) and sampling (--sample), shared by both runs ---- */
+
+/* After prepare: the held-out data set aside, when evaluation is asked for (only then:
+ * runs without it train on the data as they always did). 0 ok, else a message. */
+static int hold_out(sp_app_model *m, const sp_app_opts *o, char *msg, size_t len)
+{
+    return o->eval_every && m->hold_out ? m->hold_out(m->cfg, msg, len) : 0;
+}
+
+/* The K held-out microbatches, filled once: every evaluation reads the same ones. */
+static void **eval_inputs(sp_app_model *m, const sp_app_opts *o, const sp_program *p, int K)
+{
+    void **in = alloc_inputs(p, K);
+    int nin = sp_program_num_inputs(p);
+    for (int k = 0; in && k < K; k++)
+        m->eval_batch(m->cfg, (uint64_t)o->seed, k, K, in + (size_t)k * nin);
+    return in;
+}
+
+static void free_inputs(void **in, int n, const sp_program *p)
+{
+    for (int i = 0; in && i < n * sp_program_num_inputs(p); i++) free(in[i]);
+    free(in);
+}
+
+/* Evaluations come every N steps (counted from the first step of the run that a resume
+ * continues) and after the last step; with --steps 0, once, of the loaded state. */
+static int eval_due(const sp_app_opts *o, int step) { return o->eval_every && step % o->eval_every == 0; }
+static int eval_at_end(const sp_app_opts *o, int last)
+{
+    return o->eval_every && (o->steps == 0 || last % o->eval_every != 0);
+}
+
+/* "eval step 10 loss 2.5123458 (8 held-out microbatches)": the loss with the digits that
+ * read back as the same float, so two runs' lines compare bit for bit. */
+static void print_eval(int step, float loss, int K, const char *suffix)
+{
+    char b[32];
+    printf("eval step %d loss %s (%d held-out microbatches)%s\n", step,
+           float_str(loss, b, sizeof b), K, suffix);
+    fflush(stdout);
+}
+
+/* Writes bytes with C escapes for what a terminal would not show (quote: also '"' and
+ * '\\' and line breaks, for the one-line prompt). */
+static void put_bytes(FILE *f, const unsigned char *b, size_t n, int quote)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned c = b[i];
+        if (quote && (c == '"' || c == '\\')) fprintf(f, "\\%c", c);
+        else if (c == '\n') fputs(quote ? "\\n" : "\n", f);
+        else if (c == '\t') fputs(quote ? "\\t" : "\t", f);
+        else if (c < 0x20 || c == 0x7f || (quote && c >= 0x80)) fprintf(f, "\\x%02x", c);
+        else fputc((int)c, f);
+    }
+}
+
+/* --sample: the trained parameters gathered (io->get is collective in a pipelined run:
+ * every rank calls it for every parameter, in order) into a reference interpreter of the
+ * model's one-sequence build on the writer (rank 0), which generates the bytes and
+ * prints them. 1 on failure, with a message in msg. */
+static int sample_text(sp_app_model *m, const sp_app_opts *o, const sp_graph *g,
+                       const ckpt_io *io, char *msg, size_t len)
+{
+    sp_status st = SP_OK;
+    sp_graph *sg = NULL;
+    sp_program *sp = NULL;
+    sp_reference *sr = NULL;
+    if (io->writer) {
+        sg = m->build_sampler(m->cfg, &st);
+        sp = sg ? sp_program_build(sg, &st) : NULL;
+        sr = sp ? sp_reference_create(sp, 1, NULL, 0, &st) : NULL;
+    }
+    int bad = io->writer && !sr;
+    if (bad) snprintf(msg, len, "--sample: %s", sp_last_error());
+    int64_t most = 1;
+    for (int i = 0; i < sp_graph_num_params(g); i++)
+        if (sp_tensor_numel(g, sp_graph_param(g, i)) > most) most = sp_tensor_numel(g, sp_graph_param(g, i));
+    float *buf = malloc((size_t)most * sizeof *buf);
+    for (int i = 0; buf && i < sp_graph_num_params(g); i++) {
+        sp_tensor p = sp_graph_param(g, i);
+        if ((st = io->get(io->ctx, p, 0, buf)) != SP_OK) break; /* the same on every rank */
+        sp_tensor q = sr ? sp_graph_find(sg, sp_tensor_name(g, p)) : -1;
+        if (sr && !bad && (q < 0 || (st = sp_reference_set_param(sr, q, buf)) != SP_OK)) {
+            snprintf(msg, len, "--sample: the model to sample from has no parameter '%s'",
+                     sp_tensor_name(g, p));
+            bad = 1;
+        }
+    }
+    if (!buf || st != SP_OK) {
+        if (!bad) snprintf(msg, len, "--sample: %s", buf ? sp_last_error() : "out of memory");
+        bad = 1;
+    }
+    free(buf);
+    const char *prompt = o->prompt ? o->prompt : "\n";
+    size_t np = strlen(prompt);
+    int32_t *tokens = io->writer && !bad ? malloc((np + (size_t)o->sample) * sizeof *tokens) : NULL;
+    if (io->writer && !bad) {
+        sp_sample_opts so = { .temperature = o->temperature, .top_k = o->top_k,
+                              .seed = (uint64_t)(o->sample_seed >= 0 ? o->sample_seed : o->seed) };
+        for (size_t i = 0; tokens && i < np; i++) tokens[i] = (unsigned char)prompt[i];
+        if (!tokens || (st = sp_generate(sr, tokens, (int)np, o->sample, &so, tokens + np))) {
+            snprintf(msg, len, "--sample: %s", tokens ? sp_last_error() : "out of memory");
+            bad = 1;
+        } else {
+            unsigned char *text = malloc((size_t)o->sample + 1);
+            for (int i = 0; text && i < o->sample; i++) text[i] = (unsigned char)tokens[np + (size_t)i];
+            printf("sample (%d bytes, temperature %g, top-k %d, seed %llu) after \"", o->sample,
+                   (double)o->temperature, o->top_k, (unsigned long long)so.seed);
+            put_bytes(stdout, (const unsigned char *)prompt, np, 1);
+            printf("\":\n");
+            if (text) put_bytes(stdout, text, (size_t)o->sample, 0);
+            if (!o->sample || !text || text[o->sample - 1] != '\n') putchar('\n');
+            fflush(stdout);
+            free(text);
+        }
+    }
+    free(tokens);
+    sp_reference_free(sr);
+    sp_program_free(sp);
+    sp_graph_free(sg);
+    return bad;
+}
+
 /* ---- the reference interpreter alone ---- */
+
+/* One evaluation of the reference run, printed. 1 on failure (message printed). */
+static int eval_reference(sp_app_model *m, sp_reference *r, void **in, int K, int step)
+{
+    float loss = 0;
+    if (sp_reference_eval(r, K, (const void *const *)in, &loss) != SP_OK) {
+        fprintf(stderr, "%s: error in the evaluation after step %d: %s\n", m->name, step,
+                sp_last_error());
+        return 1;
+    }
+    print_eval(step, loss, K, "");
+    return 0;
+}
+
 static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config *opt)
 {
     sp_schedule *sch = NULL;
@@ -455,7 +599,7 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
         fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
         return 2;
     }
-    if (m->prepare(m->cfg, &samples, msg, sizeof msg)) {
+    if (m->prepare(m->cfg, &samples, msg, sizeof msg) || hold_out(m, o, msg, sizeof msg)) {
         fprintf(stderr, "%s: error: %s\n", m->name, msg);
         return 1;
     }
@@ -475,7 +619,9 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
         r = NULL;
     }
     void **in = p ? alloc_inputs(p, R * nmb) : NULL;
-    if (!r || !in) {
+    int K = o->eval_batches ? o->eval_batches : R * nmb; /* held-out microbatches */
+    void **ev = p && o->eval_every ? eval_inputs(m, o, p, K) : NULL;
+    if (!r || !in || (o->eval_every && !ev)) {
         fprintf(stderr, "%s: error: %s\n", m->name, st ? sp_last_error() : "out of memory");
         return 1;
     }
@@ -536,8 +682,15 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
             fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
             return 1;
         }
+        if (eval_due(o, step) && eval_reference(m, r, ev, K, step)) return 1;
     }
+    if (eval_at_end(o, start + o->steps) && eval_reference(m, r, ev, K, start + o->steps)) return 1;
     printf("done: %d steps in %.1f s, loss %.6f -> %.6f\n", o->steps, now() - t_start, first, last);
+    if (o->sample && sample_text(m, o, g, &io, msg, sizeof msg)) {
+        fprintf(stderr, "%s: error: %s\n", m->name, msg);
+        return 1;
+    }
+    free_inputs(ev, K, p);
     for (int i = 0; i < R * nmb * sp_program_num_inputs(p); i++) free(in[i]);
     free(in);
     sp_reference_free(r);
@@ -628,6 +781,38 @@ static int any_failed(int bad, const char *name, const char *msg)
     return first >= 0;
 }
 
+/* One evaluation of the pipelined run: forward only through the pipeline, checked against
+ * the reference's under --check; rank 0 prints. Collective; 1 on failure (every rank). */
+static int eval_pipelined(sp_app_model *m, sp_trainer *t, sp_reference *ref, double tol,
+                          void **in, int K, int step)
+{
+    float loss = 0, want = 0;
+    if (sp_trainer_eval(t, (const void *const *)in, &loss) != SP_OK) {
+        if (!sp_exec_usable()) /* lost on this rank only: it ends them all */
+            sp_exec_abort(1, "%s: error in the evaluation after step %d: %s", m->name, step,
+                          sp_last_error());
+        if (sp_exec_rank() == 0)
+            fprintf(stderr, "%s: error in the evaluation after step %d: %s\n", m->name, step,
+                    sp_last_error());
+        return 1;
+    }
+    char msg[512] = "";
+    int mismatch = 0;
+    if (ref && sp_reference_eval(ref, K, (const void *const *)in, &want) != SP_OK) {
+        snprintf(msg, sizeof msg, "reference: %s", sp_last_error());
+        mismatch = 1;
+    } else if (ref && (tol > 0 ? !(fabs(want - loss) <= tol * (1 + fabs(want)))
+                               : memcmp(&want, &loss, 4) != 0)) {
+        snprintf(msg, sizeof msg, "the evaluation after step %d differs from the reference: "
+                 "loss %.9g vs reference %.9g", step, loss, want);
+        mismatch = 1;
+    }
+    if (sp_exec_rank() == 0)
+        print_eval(step, loss, K, !ref || mismatch ? "" : tol > 0 ? "  (~ reference)"
+                                                               : "  (= reference)");
+    return ref ? any_failed(mismatch, m->name, msg) : 0;
+}
+
 static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_opts *o,
                          sp_adamw_config *opt)
 {
@@ -674,14 +859,15 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         bad = 1;
     }
     double samples = 0;
-    if (!bad && m->prepare(m->cfg, &samples, msg, sizeof msg)) bad = 1;
+    if (!bad && (m->prepare(m->cfg, &samples, msg, sizeof msg) || hold_out(m, o, msg, sizeof msg)))
+        bad = 1;
     sp_status st = SP_OK;
     sp_graph *g = NULL;
     sp_program *p = NULL;
     sp_trainer *t = NULL;
     sp_reference *ref = NULL;
-    void **in = NULL;
-    int code = 0;
+    void **in = NULL, **ev = NULL;
+    int code = 0, K = 0; /* K: held-out microbatches of an evaluation */
     double *bound_ratio = NULL;
     /* creating the trainer is collective (the NCCL bootstrap): agree first, so that a
      * rank that found bad input does not leave the others in a collective of their own */
@@ -690,12 +876,15 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         goto out;
     }
     {
+        K = o->eval_every ? (o->eval_batches ? o->eval_batches : R * sch->nmicro) : 0;
         sp_train_opts to = { .opt = *opt, .seed = (uint64_t)o->seed, .trace = 1, .replicas = R,
-                             .rank_order = lay.order, .shard_optimizer = o->shard_optimizer };
+                             .rank_order = lay.order, .shard_optimizer = o->shard_optimizer,
+                             .eval_microbatches = K };
         g = m->build(m->cfg, sch->nstages, &st);
         p = g ? sp_program_build(g, &st) : NULL;
         t = p ? sp_trainer_create(p, sch, &to, &st) : NULL;
         in = t ? alloc_inputs(p, R * sch->nmicro) : NULL;
+        if (in && K && !(ev = eval_inputs(m, o, p, K))) in = (free_inputs(in, R * sch->nmicro, p), NULL);
         if (t && o->check) ref = sp_reference_create(p, sch->nmicro, opt, (uint64_t)o->seed, &st);
         if (ref && (st = sp_reference_set_replicas(ref, R))) {
             sp_reference_free(ref);
@@ -817,6 +1006,10 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
             code = 1;
             goto out;
         }
+        if (eval_due(o, step) && eval_pipelined(m, t, ref, tol, ev, K, step)) {
+            code = 1;
+            goto out;
+        }
         st = SP_OK;
         if (o->dump_grads && step == start + 1)
             st = ckpt_dump_grads(o->dump_grads, g, sig, step, &io);
@@ -827,6 +1020,11 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
             code = 1;
             goto out;
         }
+    }
+    if (eval_at_end(o, start + o->steps) &&
+        eval_pipelined(m, t, ref, tol, ev, K, start + o->steps)) {
+        code = 1;
+        goto out;
     }
     if (trace_path && o->steps > 0) {
         char svg[4096];
@@ -855,7 +1053,12 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
                    trace_path, trace_path);
         fflush(stdout);
     }
+    if (o->sample && any_failed(sample_text(m, o, g, &io, msg, sizeof msg), m->name, msg)) {
+        code = 1;
+        goto out;
+    }
 out:
+    free_inputs(ev, K, p);
     free(bound_ratio);
     for (int i = 0; in && i < R * nmb_or_zero(sch) * sp_program_num_inputs(p); i++) free(in[i]);
     free(in);

@@ -9,6 +9,13 @@ typedef struct {
     int replicas, shard_optimizer;
     float lr, clip;
     const char *schedule, *save, *load, *dump_grads, *rank_order;
+    /* evaluation: every N steps and at the end (0: off), on K held-out microbatches (0:
+     * R x m, one step's worth) */
+    int eval_every, eval_batches;
+    /* sampling after training: N bytes (0: off) after the prompt, seeded (-1: --seed) */
+    int sample, top_k, sample_seed;
+    float temperature;
+    const char *prompt;
     unsigned long long given; /* which flags the command line gave (sp_app_given) */
 } sp_app_opts;
 
