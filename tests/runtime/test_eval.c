@@ -21,35 +21,6 @@
 
 static int failures, passes, skipped;
 
-static sp_graph *build(int gpt, int stages)
-{
-    sp_status st;
-    if (gpt) {
-        sp_gpt_config c = { .vocab = 256, .context = 6, .layers = stages, .heads = 2,
-                            .channels = 8, .batch = 2, .stages = stages };
-        return sp_model_gpt(&c, &st);
-    }
-    sp_mlp_config c = { .in_dim = 7, .width = 13, .depth = stages, .classes = 5, .batch = 5,
-                        .stages = stages };
-    return sp_model_mlp(&c, &st);
-}
-
-/* n microbatches of data `key` (a step number, or 1000 + for held-out batches). */
-static void fill(int gpt, int key, int n, void **in)
-{
-    for (int i = 0; i < n; i++) {
-        if (gpt)
-            for (int k = 0; k < 12; k++) {
-                ((int32_t *)in[2 * i])[k] = (int32_t)(sp_mix64((uint64_t)(key * 1000 + i * 50 + k)) % 256);
-                ((int32_t *)in[2 * i + 1])[k] = (int32_t)(sp_mix64((uint64_t)(key * 977 + i * 31 + k)) % 256);
-            }
-        else if (key >= 1000)
-            sp_mlp_eval_batch(3, i, 5, 7, 5, in[2 * i], in[2 * i + 1]);
-        else
-            sp_mlp_batch(3, key, i, 5, 7, 5, in[2 * i], in[2 * i + 1]);
-    }
-}
-
 static void **alloc_in(int n)
 {
     void **in = calloc((size_t)n * 2, sizeof *in);
@@ -79,38 +50,25 @@ static void run_case(int gpt, const char *sched_name, int R, int keval)
         skipped++;
         return;
     }
-    sp_status st;
-    sp_graph *g = build(gpt, sch->nstages);
-    sp_program *p = g ? sp_program_build(g, &st) : NULL;
-    sp_adamw_config opt;
-    sp_adamw_defaults(&opt);
-    opt.lr = 1e-2f;
-    sp_train_opts to = { .opt = opt, .seed = 11, .replicas = R, .eval_microbatches = K };
-    sp_trainer *t = p ? sp_trainer_create(p, sch, &to, &st) : NULL;
-    sp_reference *r = p ? sp_reference_create(p, m, &opt, 11, &st) : NULL;
-    if (r && sp_reference_set_replicas(r, R)) r = (sp_reference_free(r), NULL);
-    if (!t || !r) {
+    sp_train_opts to = { .seed = 11, .replicas = R, .eval_microbatches = K };
+    sp_adamw_defaults(&to.opt);
+    to.opt.lr = 1e-2f;
+    check_run c = check_setup(gpt, sch, &to);
+    if (!c.t || !c.r) {
         FAIL("%s: setup: %s", what, sp_last_error());
     } else {
         void **in = alloc_in(R * m), **ev = alloc_in(K);
-        fill(gpt, 1000, K, ev);
+        check_fill(gpt, -1, K, ev);
         for (int step = 0; step <= 2; step++) { /* the same path on every rank */
             if (step > 0) {
-                fill(gpt, step, R * m, in);
-                sp_step_stats stats;
-                float ref_loss;
-                if (sp_trainer_step(t, (const void *const *)in, &stats) != SP_OK ||
-                    sp_reference_step(r, (const void *const *)in, &ref_loss) != SP_OK) {
-                    FAIL("%s step %d: %s", what, step, sp_last_error());
-                    break;
-                }
-                if (memcmp(&stats.loss, &ref_loss, 4))
-                    FAIL("%s step %d: loss %.9g, reference %.9g", what, step, stats.loss, ref_loss);
-                bad += compare(t, r, p, what, step);
+                check_fill(gpt, step, R * m, in);
+                int stop = 0;
+                bad += check_step(c.t, c.r, c.p, (const void *const *)in, what, step, &stop);
+                if (stop) break;
             }
             float mine = -1, want = -2;
-            if (sp_trainer_eval(t, (const void *const *)ev, &mine) != SP_OK ||
-                sp_reference_eval(r, K, (const void *const *)ev, &want) != SP_OK) {
+            if (sp_trainer_eval(c.t, (const void *const *)ev, &mine) != SP_OK ||
+                sp_reference_eval(c.r, K, (const void *const *)ev, &want) != SP_OK) {
                 FAIL("%s eval after step %d: %s", what, step, sp_last_error());
                 break;
             }
@@ -120,14 +78,9 @@ static void run_case(int gpt, const char *sched_name, int R, int keval)
         free_in(in, R * m);
         free_in(ev, K);
     }
-    sp_trainer_free(t);
-    sp_reference_free(r);
-    sp_program_free(p);
-    sp_graph_free(g);
+    check_teardown(&c);
     sp_schedule_free(sch);
-    double any = bad; /* a case fails when it fails on any rank */
-    sp_exec_allreduce_sum(&any, 1, 1);
-    if (any > 0) failures++;
+    if (check_any(bad)) failures++; /* a case fails when it fails on any rank */
     else passes++;
 }
 
@@ -137,7 +90,7 @@ static void refused_share(int R)
     int N = sp_exec_size(), P = N / R, bad = 0;
     sp_schedule *sch = NULL;
     sp_status st = sp_schedule_builtin("1f1b", P, P, 1, &sch);
-    sp_graph *g = st ? NULL : build(0, P);
+    sp_graph *g = st ? NULL : check_model(0, P);
     sp_program *p = g ? sp_program_build(g, &st) : NULL;
     sp_train_opts to = { .seed = 1, .replicas = R, .eval_microbatches = R + 1 };
     sp_adamw_defaults(&to.opt);
@@ -148,9 +101,7 @@ static void refused_share(int R)
     sp_program_free(p);
     sp_graph_free(g);
     sp_schedule_free(sch);
-    double any = bad;
-    sp_exec_allreduce_sum(&any, 1, 1);
-    if (any > 0) failures++;
+    if (check_any(bad)) failures++;
     else passes++;
 }
 
