@@ -35,6 +35,17 @@ typedef struct {
     /* Flags to lower when the parameters, or the activations, do not fit, for messages
      * ("--channels or --layers"); may be NULL. */
     const char *param_flags, *act_flags;
+    /* Evaluation (--eval-every). hold_out, after prepare: set aside the data evaluation
+     * reads, so that batch() never reads it (the GPT: the tail of its file); 0 ok, else
+     * a message; NULL when the held-out data is drawn elsewhere (the MLP: another stream
+     * of its generator). eval_batch fills held-out microbatch k of K (inputs as batch());
+     * NULL: the model has no held-out data and --eval-every is refused. */
+    int (*hold_out)(void *cfg, char *msg, size_t len);
+    void (*eval_batch)(void *cfg, uint64_t seed, int k, int K, void *const *inputs);
+    /* Sampling (--sample): the model for one sequence in one stage, with the trained
+     * model's parameter names, an i32 input "tokens" (1,T) of bytes and a tensor named
+     * "logits" (1,T,V) (sp_generate). NULL: the model does not generate text. */
+    sp_graph *(*build_sampler)(void *cfg, sp_status *st);
 } sp_app_model;
 
 /* Parses argv, runs, returns the process exit code. */

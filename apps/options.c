@@ -80,6 +80,15 @@ static void usage(const sp_app_model *m, FILE *f)
             "                      up to its checkpoint's step and appends\n"
             "  --peak-tflops X     the peak TFLOP/s of one device for MFU (default: a measured\n"
             "                      sgemm rate on CPU, the datasheet figure of a known GPU)\n"
+            "evaluation and sampling:\n"
+            "  --eval-every N      the loss on held-out data every N steps and at the end,\n"
+            "                      forward only through the pipeline (0: off; 0)\n"
+            "  --eval-batches K    held-out microbatches per evaluation (replicas x m)\n"
+            "  --sample N          after training, generate N bytes from the trained model\n"
+            "  --prompt TEXT       what the sample continues (a newline)\n"
+            "  --temperature X     sampling temperature, 0 = greedy (1.0)\n"
+            "  --top-k K           sample among the K most likely bytes only, 0 = all (0)\n"
+            "  --sample-seed N     seed of the sample's draws (--seed)\n"
             "pipeline:\n"
             "  --schedule NAME     gpipe, 1f1b, eager-1f1b, interleaved-1f1b, zb-h1, zb-v,\n"
             "                      dualpipe-v or file:PATH (STARPIPE_SCHEDULE; 1f1b); 'help' lists them\n"
@@ -117,7 +126,9 @@ static const char *const common[] = { "--steps", "--microbatches", "--chunks", "
                                       "--load", "--resume", "--dump-grads", "--save-every",
                                       "--replicas", "--rank-order", "--warmup", "--lr-min",
                                       "--lr-decay", "--decay-steps", "--log", "--peak-tflops",
-                                      "--precision", NULL };
+                                      "--precision", "--eval-every", "--eval-batches", "--sample",
+                                      "--prompt", "--temperature", "--top-k", "--sample-seed",
+                                      NULL };
 
 /* The bit of a flag that takes a value in sp_app_opts.given: common flags first, then
  * the model's; -1 for none. */
@@ -179,6 +190,17 @@ static int apply(const sp_app_model *m, sp_app_opts *o, const char *a, const cha
         if (ok) o->lr_decay = d;
         else fprintf(stderr, "error: --lr-decay '%s': use cosine, linear or none\n", v);
     }
+    else if (!strcmp(a, "--eval-every")) ok = app_parse_int(a, v, 0, 1 << 30, &o->eval_every);
+    else if (!strcmp(a, "--eval-batches")) ok = app_parse_int(a, v, 1, 65536, &o->eval_batches);
+    else if (!strcmp(a, "--sample")) ok = app_parse_int(a, v, 0, 1 << 20, &o->sample);
+    else if (!strcmp(a, "--temperature")) ok = app_parse_float(a, v, 0.0, 100.0, &o->temperature);
+    else if (!strcmp(a, "--top-k")) ok = app_parse_int(a, v, 0, 1 << 20, &o->top_k);
+    else if (!strcmp(a, "--sample-seed")) ok = app_parse_int(a, v, 0, INT_MAX, &o->sample_seed);
+    else if (!strcmp(a, "--prompt")) {
+        ok = v[0] != 0;
+        if (ok) o->prompt = v;
+        else fprintf(stderr, "error: --prompt needs at least one byte\n");
+    }
     else if (!strcmp(a, "--rank-order")) {
         ok = !strcmp(v, "pipeline") || !strcmp(v, "replica");
         if (ok) o->rank_order = v;
@@ -202,10 +224,37 @@ int sp_app_apply(const sp_app_model *m, sp_app_opts *o, const char *flag, const 
     return ok;
 }
 
+/* The evaluation and sampling flags against each other and the app: 1 fine, else -1
+ * with one message. */
+static int check_eval_sample(const sp_app_model *m, const sp_app_opts *o, FILE *err)
+{
+    const char *alone = NULL, *needs = NULL;
+    if (sp_app_given(m, o, "--eval-batches") && !o->eval_every)
+        alone = "--eval-batches", needs = "--eval-every N";
+    static const char *const sampling[] = { "--prompt", "--temperature", "--top-k",
+                                            "--sample-seed" };
+    for (int i = 0; i < 4 && !alone; i++)
+        if (sp_app_given(m, o, sampling[i]) && !o->sample) alone = sampling[i], needs = "--sample N";
+    if (alone) {
+        fprintf(err, "%s: error: %s needs %s\n", m->name, alone, needs);
+        return -1;
+    }
+    if (o->eval_every && !m->eval_batch) {
+        fprintf(err, "%s: error: --eval-every: this model has no held-out data\n", m->name);
+        return -1;
+    }
+    if (o->sample && !m->build_sampler) {
+        fprintf(err, "%s: error: --sample: this model does not generate text\n", m->name);
+        return -1;
+    }
+    return 1;
+}
+
 /* 1 run, 0 exit 0 (help), -1 bad command line (message printed on rank 0). */
 int sp_app_parse(int argc, char **argv, const sp_app_model *m, sp_app_opts *o)
 {
-    *o = (sp_app_opts){ .steps = 50, .seed = 1337, .lr = 1e-3f, .clip = 1.0f };
+    *o = (sp_app_opts){ .steps = 50, .seed = 1337, .lr = 1e-3f, .clip = 1.0f,
+                        .temperature = 1.0f, .sample_seed = -1 };
     int quiet = sp_app_launcher_rank() != 0;
     FILE *err = quiet ? fopen("/dev/null", "w") : stderr;
     if (!err) err = stderr;
@@ -250,6 +299,7 @@ int sp_app_parse(int argc, char **argv, const sp_app_model *m, sp_app_opts *o)
         fprintf(err, "%s: error: --save-every needs --save FILE\n", m->name);
         rc = -1;
     }
+    if (rc == 1) rc = check_eval_sample(m, o, err);
     stderr = saved;
     if (err != saved) fclose(err);
     return rc;

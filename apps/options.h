@@ -15,6 +15,13 @@ typedef struct {
     float lr_min;
     float peak_tflops; /* --peak-tflops: MFU's peak per device; 0: measured or datasheet */
     const char *schedule, *save, *load, *dump_grads, *rank_order, *log;
+    /* evaluation: every N steps and at the end (0: off), on K held-out microbatches (0:
+     * R x m, one step's worth) */
+    int eval_every, eval_batches;
+    /* sampling after training: N bytes (0: off) after the prompt, seeded (-1: --seed) */
+    int sample, top_k, sample_seed;
+    float temperature;
+    const char *prompt;
     unsigned long long given; /* which flags the command line gave (sp_app_given) */
 } sp_app_opts;
 

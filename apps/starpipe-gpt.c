@@ -69,16 +69,49 @@ static void gpt_batch(void *cfg, uint64_t seed, int step, int mb, void *const *i
                   in[0], in[1]);
 }
 
+/* Evaluation reads the last SP_EVAL_PERCENT of the file, which training then never
+ * reads. Held out only when evaluation is asked for: runs without it train on the whole
+ * file, with the batches they always had. */
+#define SP_EVAL_PERCENT 10
+
+static int gpt_hold_out(void *cfg, char *msg, size_t len)
+{
+    gpt_app *c = cfg;
+    if (sp_text_hold_out(c->text, SP_EVAL_PERCENT, c->model.context) == SP_OK) return 0;
+    snprintf(msg, len, "--eval-every: %s", sp_last_error());
+    return 1;
+}
+
+static void gpt_eval_batch(void *cfg, uint64_t seed, int k, int K, void *const *in)
+{
+    (void)seed; /* the same held-out windows whatever the seed: evaluations compare */
+    gpt_app *c = cfg;
+    sp_text_eval_batch(c->text, k, K, c->model.batch, c->model.context, in[0], in[1]);
+}
+
+/* One sequence, one stage: the model sp_generate runs token by token. */
+static sp_graph *gpt_build_sampler(void *cfg, sp_status *st)
+{
+    sp_gpt_config one = ((gpt_app *)cfg)->model;
+    one.batch = 1;
+    one.stages = 1;
+    one.stage_layers = NULL;
+    return sp_model_gpt(&one, st);
+}
+
 static void gpt_describe(void *cfg, FILE *f)
 {
     gpt_app *c = cfg;
     sp_status st;
     sp_graph *g = sp_model_gpt(&c->model, &st);
+    size_t n = sp_text_size(c->text), held = n - sp_text_train_size(c->text);
+    char split[96] = "";
+    if (held)
+        snprintf(split, sizeof split, "; the last %zu held out for evaluation", held);
     fprintf(f, "GPT: %lld parameters, %d layers, %d heads, %d channels, context %d, batch %d "
-            "per microbatch; data %s (%zu bytes)\n",
+            "per microbatch; data %s (%zu bytes%s)\n",
             g ? (long long)sp_graph_param_count(g) : 0LL, c->model.layers, c->model.heads,
-            c->model.channels, c->model.context, c->model.batch, c->data,
-            sp_text_size(c->text));
+            c->model.channels, c->model.context, c->model.batch, c->data, n, split);
     sp_graph_free(g);
 }
 
@@ -128,7 +161,9 @@ int main(int argc, char **argv)
                        .batch = gpt_batch, .describe = gpt_describe, .sample_unit = "tok",
                        .signature = gpt_signature, .settings = gpt_settings,
                        .param_flags = "--channels or --layers",
-                       .act_flags = "--batch, --context or --channels" };
+                       .act_flags = "--batch, --context or --channels",
+                       .hold_out = gpt_hold_out, .eval_batch = gpt_eval_batch,
+                       .build_sampler = gpt_build_sampler };
     int rc = sp_app_main(argc, argv, &m);
     sp_text_free(cfg.text);
     return rc;

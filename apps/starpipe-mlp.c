@@ -55,6 +55,14 @@ static void mlp_batch(void *cfg, uint64_t seed, int step, int mb, void *const *i
     sp_mlp_batch(seed, step, mb, c->batch, c->in_dim, c->classes, in[0], in[1]);
 }
 
+/* Held-out rows: another stream of the same generator and teacher (data.h). */
+static void mlp_eval_batch(void *cfg, uint64_t seed, int k, int K, void *const *in)
+{
+    (void)K;
+    const sp_mlp_config *c = &((mlp_app *)cfg)->model;
+    sp_mlp_eval_batch(seed, k, c->batch, c->in_dim, c->classes, in[0], in[1]);
+}
+
 static void mlp_describe(void *cfg, FILE *f)
 {
     const sp_mlp_config *c = &((mlp_app *)cfg)->model;
@@ -102,6 +110,7 @@ int main(int argc, char **argv)
         .batch = mlp_batch, .describe = mlp_describe, .sample_unit = "rows",
         .signature = mlp_signature, .settings = mlp_settings,
         .param_flags = "--width, --depth or --in", .act_flags = "--batch, --width or --classes",
+        .eval_batch = mlp_eval_batch,
     };
     return sp_app_main(argc, argv, &m);
 }

@@ -13,6 +13,7 @@
 struct sp_text {
     uint8_t *bytes;
     size_t n;
+    size_t train; /* bytes [0, train) are trained on; [train, n) are held out */
 };
 
 uint64_t sp_mix64(uint64_t x)
@@ -42,7 +43,7 @@ sp_text *sp_text_load(const char *path, int context, sp_status *status)
      * refused at once rather than waited on or read forever */
     if ((st = sp_file_read(path, "data file", SP_TEXT_MAX_BYTES, &bytes, &n))) goto out;
     t->bytes = (uint8_t *)bytes;
-    t->n = n;
+    t->n = t->train = n;
     if (context < 1 || t->n < (size_t)context + 2)
         st = sp_set_error(SP_ERR_IO, "data file '%s' has %zu bytes; a context of %d needs at "
                           "least %d", path, t->n, context, context + 2);
@@ -65,16 +66,51 @@ void sp_text_free(sp_text *t)
 size_t sp_text_size(const sp_text *t) { return t ? t->n : 0; }
 const uint8_t *sp_text_bytes(const sp_text *t) { return t ? t->bytes : NULL; }
 
+size_t sp_text_train_size(const sp_text *t) { return t ? t->train : 0; }
+
+sp_status sp_text_hold_out(sp_text *t, int percent, int context)
+{
+    if (!t || percent < 1 || percent > 99 || context < 1)
+        return sp_set_error(SP_ERR_ARG, "sp_text_hold_out: bad argument");
+    size_t held = (size_t)((double)t->n * percent / 100.0);
+    /* each part needs one window of context + 1 bytes */
+    if (held < (size_t)context + 1 || t->n - held < (size_t)context + 1)
+        return sp_set_error(SP_ERR_ARG, "evaluation holds out the last %d%% of the data "
+                            "(%zu of %zu bytes), but with a context of %d each part needs at "
+                            "least %d bytes: use a larger data file or a smaller --context",
+                            percent, held, t->n, context, context + 1);
+    t->train = t->n - held;
+    return SP_OK;
+}
+
+/* The T+1 bytes at off: tokens and, shifted by one, targets. */
+static void window(const sp_text *t, size_t off, int T, int32_t *tokens, int32_t *targets)
+{
+    for (int j = 0; j < T; j++) {
+        tokens[j] = t->bytes[off + j];
+        targets[j] = t->bytes[off + j + 1];
+    }
+}
+
 void sp_text_batch(const sp_text *t, uint64_t seed, int step, int mb, int B, int T,
                    int32_t *tokens, int32_t *targets)
 {
-    size_t windows = t->n - (size_t)T; /* start offsets whose T+1 bytes fit */
+    size_t windows = t->train - (size_t)T; /* start offsets whose T+1 bytes fit */
     for (int b = 0; b < B; b++) {
         size_t off = (size_t)(key4(seed, (uint64_t)step, (uint64_t)mb, (uint64_t)b) % windows);
-        for (int j = 0; j < T; j++) {
-            tokens[b * T + j] = t->bytes[off + j];
-            targets[b * T + j] = t->bytes[off + j + 1];
-        }
+        window(t, off, T, tokens + (size_t)b * T, targets + (size_t)b * T);
+    }
+}
+
+void sp_text_eval_batch(const sp_text *t, int k, int K, int B, int T, int32_t *tokens,
+                        int32_t *targets)
+{
+    /* the K x B windows spread evenly over the held-out tail's start offsets */
+    size_t windows = t->n - t->train - (size_t)T, total = (size_t)K * (size_t)B;
+    for (int b = 0; b < B; b++) {
+        size_t w = (size_t)k * (size_t)B + (size_t)b;
+        size_t off = t->train + (size_t)((double)w * (double)windows / (double)total);
+        window(t, off, T, tokens + (size_t)b * T, targets + (size_t)b * T);
     }
 }
 
@@ -85,11 +121,15 @@ static double normal01(uint64_t k)
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
 
-void sp_mlp_batch(uint64_t seed, int step, int mb, int B, int in_dim, int classes, float *x,
-                  int32_t *y)
+/* Rows keyed by (seed, stream, mb, b): training uses stream = step (an int >= 0), the
+ * held-out rows a stream no step reaches. */
+#define SP_MLP_EVAL_STREAM 0xe7a1000000000000ULL
+
+static void mlp_rows(uint64_t seed, uint64_t stream, int mb, int B, int in_dim, int classes,
+                     float *x, int32_t *y)
 {
     for (int b = 0; b < B; b++) {
-        uint64_t row = key4(seed, (uint64_t)step, (uint64_t)mb, (uint64_t)b);
+        uint64_t row = key4(seed, stream, (uint64_t)mb, (uint64_t)b);
         for (int j = 0; j < in_dim; j++) x[b * in_dim + j] = (float)normal01(row + (uint64_t)j);
         int best = 0;
         double best_v = -INFINITY;
@@ -105,4 +145,16 @@ void sp_mlp_batch(uint64_t seed, int step, int mb, int B, int in_dim, int classe
         }
         y[b] = best;
     }
+}
+
+void sp_mlp_batch(uint64_t seed, int step, int mb, int B, int in_dim, int classes, float *x,
+                  int32_t *y)
+{
+    mlp_rows(seed, (uint64_t)step, mb, B, in_dim, classes, x, y);
+}
+
+void sp_mlp_eval_batch(uint64_t seed, int k, int B, int in_dim, int classes, float *x,
+                       int32_t *y)
+{
+    mlp_rows(seed, SP_MLP_EVAL_STREAM, k, B, in_dim, classes, x, y);
 }

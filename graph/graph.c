@@ -499,12 +499,26 @@ int sp_tensor_stage(const sp_graph *g, sp_tensor t) { return valid_id(g, t) ? N(
 
 sp_tensor sp_graph_find(const sp_graph *g, const char *name)
 {
-    if (!g || !name) return -1;
+    if (!g || !name || !name[0]) return -1;
     for (int i = 0; i < g->n; i++)
-        if ((g->node[i].op == SP_OP_PARAM || g->node[i].op == SP_OP_INPUT) &&
-            strcmp(g->node[i].name, name) == 0)
-            return i;
+        if (strcmp(g->node[i].name, name) == 0) return i;
     return -1;
+}
+
+sp_status sp_graph_name(sp_graph *g, sp_tensor t, const char *name)
+{
+    if (!valid_id(g, t)) return sp_set_error(SP_ERR_ARG, "sp_graph_name: bad tensor id %d", t);
+    t = resolve(g, t);
+    sp_node *n = &g->node[t];
+    if (n->op == SP_OP_PARAM || n->op == SP_OP_INPUT || n->name[0])
+        return sp_set_error(SP_ERR_ARG, "sp_graph_name: tensor %d already has a name ('%s')",
+                            t, n->name);
+    if (!name || !name[0] || strlen(name) >= sizeof n->name)
+        return sp_set_error(SP_ERR_ARG, "sp_graph_name: a name of 1 to 63 characters is needed");
+    if (sp_graph_find(g, name) >= 0)
+        return sp_set_error(SP_ERR_ARG, "sp_graph_name: the name '%s' is already used", name);
+    snprintf(n->name, sizeof n->name, "%s", name);
+    return SP_OK;
 }
 
 int sp_graph_num_params(const sp_graph *g)

@@ -107,7 +107,9 @@ out:
     return r;
 }
 
-static sp_status run(sp_reference *r, int s, sp_task_kind kind, int i, const void *const *inputs)
+/* Runs program (s, kind) on microbatch i; its loss (the last F) goes to *loss. */
+static sp_status run_to(sp_reference *r, int s, sp_task_kind kind, int i,
+                        const void *const *inputs, float *loss)
 {
     const sp_program *p = r->p;
     int nb = sp_program_num_bufs(p, s, kind);
@@ -125,7 +127,7 @@ static sp_status run(sp_reference *r, int s, sp_task_kind kind, int i, const voi
         case SP_SLAB_EDGE_FWD: b[j] = r->efwd[ref.index]; break;
         case SP_SLAB_EDGE_GRAD: b[j] = r->egrad[ref.index]; break;
         case SP_SLAB_INPUT: b[j] = (void *)inputs[i * p->ninputs + ref.index]; break;
-        case SP_SLAB_LOSS: b[j] = &r->losses[i]; break;
+        case SP_SLAB_LOSS: b[j] = loss; break;
         default: b[j] = NULL;
         }
     }
@@ -133,6 +135,11 @@ static sp_status run(sp_reference *r, int s, sp_task_kind kind, int i, const voi
     sp_status st = sp_program_run(p, s, kind, b, &args);
     if (b != bufs) free(b);
     return st;
+}
+
+static sp_status run(sp_reference *r, int s, sp_task_kind kind, int i, const void *const *inputs)
+{
+    return run_to(r, s, kind, i, inputs, &r->losses[i]);
 }
 
 sp_status sp_reference_set_replicas(sp_reference *r, int replicas)
@@ -227,6 +234,34 @@ sp_status sp_reference_step(sp_reference *r, const void *const *inputs, float *l
             if (sp_optim_stages_share(p, o, s))
                 sp_optim_copy_shared(p, o, r->params[o], s, r->params[s]);
     return SP_OK;
+}
+
+sp_status sp_reference_eval(sp_reference *r, int K, const void *const *inputs, float *loss)
+{
+    if (!r || !inputs || K < 1) return sp_set_error(SP_ERR_ARG, "sp_reference_eval: bad argument");
+    sp_status st = sp_program_check_inputs(r->p, inputs, K);
+    if (st) return st;
+    /* forward only: the gradient accumulators, the step's losses and the parameters stay
+     * as they are */
+    double total = 0.0;
+    for (int i = 0; i < K; i++) {
+        float mb_loss = 0.0f;
+        for (int s = 0; s < r->S; s++)
+            if ((st = run_to(r, s, SP_TASK_F, i, inputs, &mb_loss))) return st;
+        total += mb_loss;
+    }
+    if (loss) *loss = (float)(total / K);
+    return SP_OK;
+}
+
+const float *sp_reference_value(const sp_reference *r, sp_tensor t)
+{
+    const sp_graph *g = r ? r->p->g : NULL;
+    if (!g || t < 0 || t >= g->n) return NULL;
+    while (g->node[t].op == SP_OP_YIELD) t = g->node[t].in[0];
+    int s = g->node[t].stage;
+    if (s < 0 || r->p->act_off[t] < 0) return NULL;
+    return r->act[s] + r->p->act_off[t];
 }
 
 static double seconds(void)

@@ -54,9 +54,11 @@ static sp_tensor param(sp_graph *g, const char *fmt, int l, int ndim, int64_t d0
     return sp_param(g, name, ndim, shape, init, std);
 }
 
-static sp_graph *finish(sp_graph *g, sp_tensor loss, sp_status *status)
+/* The loss, and the logits named "logits" for whoever samples or inspects them. */
+static sp_graph *finish(sp_graph *g, sp_tensor logits, sp_tensor loss, sp_status *status)
 {
     sp_status st = sp_graph_set_loss(g, loss);
+    if (st == SP_OK) st = sp_graph_name(g, logits, "logits");
     if (status) *status = st;
     if (st != SP_OK) {
         sp_graph_free(g);
@@ -114,7 +116,7 @@ sp_graph *sp_model_gpt(const sp_gpt_config *c, sp_status *status)
     x = sp_layernorm(g, x, param(g, "lnf.g", 0, 1, C, 0, SP_INIT_ONES, 0),
                      param(g, "lnf.b", 0, 1, C, 0, SP_INIT_ZEROS, 0));
     sp_tensor logits = sp_matmul(g, x, wte, 0, 1); /* tied: (B,T,C) x (V,C)^T */
-    return finish(g, sp_cross_entropy(g, logits, targets), status);
+    return finish(g, logits, sp_cross_entropy(g, logits, targets), status);
 }
 
 sp_graph *sp_model_mlp(const sp_mlp_config *c, sp_status *status)
@@ -149,5 +151,5 @@ sp_graph *sp_model_mlp(const sp_mlp_config *c, sp_status *status)
                         sqrtf(1.0f / (float)fan_in));
     h = sp_bias_add(g, sp_matmul(g, h, w, 0, 0),
                     param(g, "head.b", 0, 1, c->classes, 0, SP_INIT_ZEROS, 0));
-    return finish(g, sp_cross_entropy(g, h, y), status);
+    return finish(g, h, sp_cross_entropy(g, h, y), status);
 }

@@ -108,8 +108,8 @@ static sp_status do_run(sp_trainer *t, const sp_task *task, int instr)
         snprintf(name, sizeof name, "%s mb%d s%d", sp_task_kind_name(kind), mb, s);
         sp_stage_task_args a = { .prog = t->p, .stage = s, .kind = kind,
                                  .dloss = 1.0f / (float)(t->R * t->m) };
-        if (t->fault.kind && t->fault.step == t->steps + 1 && t->fault.stage == s &&
-            kind == SP_TASK_F && mb == 0)
+        if (t->fault.kind && !t->evaluating && t->fault.step == t->steps + 1 &&
+            t->fault.stage == s && kind == SP_TASK_F && mb == 0)
             a.fault = t->fault.kind;
         st = sp_tr_submit(t, name, SP_TR_FN(sp_stage_task), nb, bufs, modes, &a, sizeof a,
                     (task_id){ kind, mb, s, instr });
@@ -523,11 +523,82 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
     return SP_OK;
 }
 
+/* ---- evaluation ------------------------------------------------------------------- */
+
+/* The evaluation's loss on every rank: each replica's last actor contributes its
+ * microbatches' losses (the others zeros), then the mean over all K in microbatch order,
+ * as sp_reference_eval computes it. */
+static sp_status eval_loss(sp_trainer *t, float *loss)
+{
+    int km = t->eval_m, K = t->R * km;
+    float *each = calloc((size_t)K, sizeof *each);
+    if (!each) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    sp_status st = SP_OK;
+    void *ptr;
+    if (owns(t, t->S - 1))
+        for (int i = 0; i < km && st == SP_OK; i++)
+            if (!(st = sp_exec_buf_acquire(t->h_loss[i], SP_EXEC_R, &ptr))) {
+                each[t->replica * km + i] = *(float *)ptr;
+                st = sp_exec_buf_release(t->h_loss[i]);
+            }
+    if (st == SP_OK) st = sp_exec_allreduce_sum(each, (size_t)K, 0);
+    double total = 0.0;
+    for (int i = 0; i < K; i++) total += each[i];
+    if (loss) *loss = (float)(total / K);
+    free(each);
+    return st;
+}
+
+sp_status sp_trainer_eval(sp_trainer *t, const void *const *inputs, float *loss)
+{
+    if (!t || !inputs) return sp_set_error(SP_ERR_ARG, "sp_trainer_eval: NULL argument");
+    if (!t->eval_plan)
+        return sp_set_error(SP_ERR_ARG, "sp_trainer_eval: the trainer was created without "
+                            "evaluation (opts.eval_microbatches)");
+    int km = t->eval_m;
+    sp_status st = sp_program_check_inputs(t->p, inputs, t->R * km);
+    void *ptr;
+    const void *const *mine = inputs + (size_t)t->replica * km * t->nin;
+    for (int i = 0; i < km * t->nin && st == SP_OK; i++)
+        if (!(st = sp_exec_buf_acquire(t->h_input[i], SP_EXEC_W, &ptr))) {
+            memcpy(ptr, mine[i], sp_program_buf_bytes(t->p, SP_SLAB_INPUT, i % t->nin));
+            st = sp_exec_buf_release(t->h_input[i]);
+        }
+    if (st) return st;
+    /* the forward-only plan: F tasks, boundary tensors, FREEs; nothing else is in it */
+    const sp_plan *pl = t->eval_plan;
+    const sp_instr *prog = pl->instr[t->actor];
+    if ((st = sp_exec_begin_step())) return st;
+    t->seq = 0;
+    t->evaluating = 1;
+    for (int i = 0; i < pl->ninstr[t->actor] && st == SP_OK; i++) {
+        const sp_instr *in = &prog[i];
+        switch (in->op) {
+        case SP_OP_RUN: st = do_run(t, &in->task, i); break;
+        case SP_OP_SEND:
+        case SP_OP_RECV: st = do_transfer(t, in); break;
+        case SP_OP_FREE: sp_tr_free_buf(t, &in->buf); break;
+        default:
+            st = sp_set_error(SP_ERR_RUNTIME, "trainer: a %s in the evaluation plan",
+                              sp_op_name((sp_op)in->op));
+        }
+    }
+    t->evaluating = 0;
+    for (int i = 0; i < km * t->S; i++) sp_tr_pool_give(t, &t->h_act[i]);
+    for (int i = 0; i < km * t->E; i++) sp_tr_pool_give(t, &t->h_efwd[i]);
+    if (st) { /* a local submission error the peers cannot know of */
+        sp_exec_cancel_step();
+        return st;
+    }
+    if ((st = sp_exec_end_step())) return st;
+    return eval_loss(t, loss);
+}
+
 /* ---- creation ---------------------------------------------------------------------- */
 
 static sp_status alloc_arrays(sp_trainer *t)
 {
-    int S = t->S, E = t->E, m = t->m;
+    int S = t->S, E = t->E, m = t->mcap;
 #define ALLOC(field, count)                                                              \
     if (!(t->field = calloc((size_t)(count) + 1, sizeof *t->field)))                      \
         return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
@@ -624,6 +695,23 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
         t->fault.kind = fault.kind, t->fault.step = fault.step, t->fault.stage = fault.stage;
     if ((st = sp_plan_build(model, sched, &t->plan))) goto out;
     if ((st = sp_plan_check(t->plan))) goto out;
+    t->mcap = t->m;
+    if (opts->eval_microbatches > 0) { /* the forward-only plan on the same placement */
+        if (opts->eval_microbatches % R) {
+            st = sp_set_error(SP_ERR_ARG, "evaluating %d microbatches over %d replicas: each "
+                              "replica evaluates an equal share, so the count must be a "
+                              "multiple of %d", opts->eval_microbatches, R, R);
+            goto out;
+        }
+        t->eval_m = opts->eval_microbatches / R;
+        sp_schedule *fs = NULL;
+        if (!(st = sp_schedule_forward(sched, t->eval_m, &fs)) &&
+            !(st = sp_plan_build(model, fs, &t->eval_plan)))
+            st = sp_plan_check(t->eval_plan);
+        sp_schedule_free(fs);
+        if (st) goto out;
+        if (t->eval_m > t->mcap) t->mcap = t->eval_m;
+    }
     if (!(t->msg_instr = malloc(sizeof(int) * (size_t)(t->plan->nmessages + 1)))) {
         st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
         goto out;
@@ -699,7 +787,7 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
                 goto out;
         }
     }
-    for (int i = 0; i < t->m * t->nin; i++)
+    for (int i = 0; i < t->mcap * t->nin; i++)
         if ((st = sp_tr_register_host(t, &t->h_input[i], (float **)&t->input_host[i],
                                 sp_program_buf_bytes(p, SP_SLAB_INPUT, i % t->nin))))
             goto out;
@@ -718,9 +806,9 @@ void sp_trainer_free(sp_trainer *t)
     sp_exec_buf **lists[] = { t->h_params, t->h_grads, t->h_m, t->h_v, t->h_scratch, t->h_sumsq,
                               t->h_act, t->h_bgrad, t->h_efwd, t->h_egrad, t->h_input, t->h_loss,
                               t->h_sgrad, t->h_sparam };
-    size_t counts[] = { t->S, t->S, t->S, t->S, t->S, t->S, (size_t)t->m * t->S,
-                        (size_t)t->m * t->S, (size_t)t->m * t->E, (size_t)t->m * t->E,
-                        (size_t)t->m * t->nin, t->m, (size_t)t->nshared * t->S, t->nshared };
+    size_t mc = (size_t)t->mcap; /* per-microbatch slots, evaluation included */
+    size_t counts[] = { t->S, t->S, t->S, t->S, t->S, t->S, mc * t->S, mc * t->S, mc * t->E,
+                        mc * t->E, mc * t->nin, mc, (size_t)t->nshared * t->S, t->nshared };
     for (size_t l = 0; l < sizeof lists / sizeof *lists; l++)
         for (size_t i = 0; lists[l] && i < counts[l]; i++)
             if (lists[l][i]) sp_exec_buf_unregister(lists[l][i]);
@@ -739,6 +827,7 @@ void sp_trainer_free(sp_trainer *t)
     free(t->nccl_of), free(t->ncalls), free(t->grads_last);
     free(t->tbuf), free(t->tstart), free(t->tend);
     sp_plan_free(t->plan);
+    sp_plan_free(t->eval_plan);
     free(t);
 }
 

@@ -33,6 +33,10 @@ struct sp_trainer {
     sp_plan *plan;
     sp_train_opts o;
     int rank, S, E, m, nin, nshared, steps;
+    /* evaluation (sp_trainer_eval): the forward-only plan of eval_m microbatches per
+     * replica, or NULL; per-microbatch slots exist for mcap = max(m, eval_m) */
+    sp_plan *eval_plan;
+    int eval_m, mcap, evaluating;
     /* replicas: this rank is actor `actor` of replica `replica` (layout) */
     sp_layout layout;
     int actor, replica, R;
@@ -47,7 +51,7 @@ struct sp_trainer {
     /* persistent per-stage slabs (owned stages only) */
     float **params, **grads, **mom_m, **mom_v;
     sp_exec_buf **h_params, **h_grads, **h_m, **h_v, **h_scratch;
-    /* per-microbatch buffers, created on first use: [mb * count + index] */
+    /* per-microbatch buffers, created on first use: [mb * count + index], mb < mcap */
     sp_exec_buf **h_act, **h_bgrad, **h_efwd, **h_egrad, **h_input, **h_loss;
     void **input_host;
     /* tied parameters: graph tensor of shared k; transfer buffers per (k, stage) */

@@ -488,11 +488,14 @@ static sp_status finish_plan(ctx *c, sp_plan *plan, sp_access *acc)
         size_t cur[5] = { 0 };
         int acts = 0;
         /* Persistent buffers exist from the start: own parameters, gradients, optimizer
-         * state, shared parameter copies and per-step accumulators. */
+         * state, shared parameter copies and per-step accumulators (a forward-only plan:
+         * the parameters alone). */
+        int fwd = c->g.fwd;
         for (int s = 0; s < c->S; s++) {
             if (actor_of(c, s) != a) continue;
             sp_mem_add(&pk, cur, &acts, mkbuf(SP_BUF_PARAM, s, -1, -1),
                        model->stage[s].param_bytes, 1);
+            if (fwd) continue;
             sp_mem_add(&pk, cur, &acts, mkbuf(SP_BUF_GRAD, s, -1, -1),
                        model->stage[s].param_bytes, 1);
             sp_mem_add(&pk, cur, &acts, mkbuf(SP_BUF_OPT, s, -1, -1), model->stage[s].opt_bytes,
@@ -505,7 +508,7 @@ static sp_status finish_plan(ctx *c, sp_plan *plan, sp_access *acc)
             for (int q = 0; q < sh->nstages; q++) {
                 if (actor_of(c, sh->stages[q]) != a) continue;
                 here = 1;
-                if (c->deferred[k] || q == 0)
+                if (!fwd && (c->deferred[k] || q == 0))
                     sp_mem_add(&pk, cur, &acts, mkbuf(SP_BUF_SHARED_GRAD, k, -1, sh->stages[q]),
                                sh->bytes, 1);
             }

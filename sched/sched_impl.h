@@ -44,6 +44,7 @@ typedef struct {
     int *out_off, *out_e;
     int maxdeg;          /* bound on preds or succs of one task (dataflow only) */
     int ntasks;
+    int fwd;             /* a forward-only schedule: F tasks only, no backward edges */
 } sp_tgraph;
 
 sp_status sp_tgraph_build(sp_tgraph *g, const sp_stage_model *model, const sp_schedule *s);

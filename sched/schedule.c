@@ -61,6 +61,7 @@ sp_schedule *sp_schedule_clone(const sp_schedule *src)
     sp_schedule *s = sp_schedule_create(src->nactors, src->nstages, src->nmicro);
     if (!s) return NULL;
     memcpy(s->name, src->name, sizeof s->name);
+    s->forward_only = src->forward_only;
     memcpy(s->stage_actor, src->stage_actor, (size_t)src->nstages * sizeof *s->stage_actor);
     for (int a = 0; a < src->nactors; a++) {
         int n = src->ntasks[a];
@@ -75,6 +76,27 @@ sp_schedule *sp_schedule_clone(const sp_schedule *src)
         s->ntasks[a] = s->cap[a] = n;
     }
     return s;
+}
+
+sp_status sp_schedule_forward(const sp_schedule *like, int nmicro, sp_schedule **out)
+{
+    *out = NULL;
+    if (!like) return sp_set_error(SP_ERR_ARG, "sp_schedule_forward: no schedule");
+    sp_schedule *s = sp_schedule_create(like->nactors, like->nstages, nmicro);
+    if (!s) return sp_set_error(SP_ERR_ARG, "evaluation: %s", sp_last_error());
+    snprintf(s->name, sizeof s->name, "forward");
+    s->forward_only = 1;
+    memcpy(s->stage_actor, like->stage_actor, (size_t)like->nstages * sizeof *s->stage_actor);
+    sp_status st = SP_OK;
+    for (int stage = 0; stage < s->nstages && st == SP_OK; stage++)
+        for (int i = 0; i < nmicro && st == SP_OK; i++)
+            st = sp_schedule_append(s, s->stage_actor[stage], SP_TASK_F, i, stage);
+    if (st) {
+        sp_schedule_free(s);
+        return st;
+    }
+    *out = s;
+    return SP_OK;
 }
 
 sp_status sp_schedule_place(sp_schedule *s, int stage, int actor)

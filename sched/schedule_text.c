@@ -21,6 +21,7 @@ typedef struct {
     int *seen_line;   /* [4 m S] line where each task was listed, 0 if not yet */
     int place_line;   /* line of the 'place' line, 0 if none yet */
     int tasks_seen;   /* an 'actor' line came: the placement is fixed */
+    int forward_only; /* a 'forward-only' line came */
 } parser;
 
 static sp_status perr(const parser *ps, const char *tok, const char *fmt, const char *detail)
@@ -58,8 +59,8 @@ static int parse_task(const char *t, sp_task *out)
     return 0;
 }
 
-static const char *KEYWORDS = " (expected schedule, actors, stages, microbatches, place or "
-                              "actor)";
+static const char *KEYWORDS = " (expected schedule, actors, stages, microbatches, "
+                              "forward-only, place or actor)";
 
 static sp_status header_done(parser *ps, const char *tok)
 {
@@ -70,6 +71,7 @@ static sp_status header_done(parser *ps, const char *tok)
     if (!ps->s) return SP_ERR_NOMEM;
     /* an unnamed schedule is known by its file, so messages can say which one */
     snprintf(ps->s->name, sizeof ps->s->name, "%s", ps->name[0] ? ps->name : ps->src);
+    ps->s->forward_only = ps->forward_only;
     size_t n = (size_t)4 * ps->m * ps->S;
     ps->seen_line = calloc(n, sizeof *ps->seen_line);
     if (!ps->seen_line) return sp_set_error(SP_ERR_NOMEM, "out of memory reading a schedule");
@@ -101,6 +103,14 @@ static sp_status parse_line(parser *ps, char **tok, int nt)
         if (*field) return perr(ps, kw, "given twice:", NULL);
         if (parse_int(tok[1], &v) || v < 1) return perr(ps, tok[1], "not a positive number:", NULL);
         *field = v;
+        return SP_OK;
+    }
+    if (!strcmp(kw, "forward-only")) { /* an evaluation schedule: F tasks only */
+        if (nt != 1) return perr(ps, tok[1], "nothing may follow 'forward-only', got", NULL);
+        if (ps->tasks_seen) return perr(ps, kw, "must come before 'actor' lines:", NULL);
+        if (ps->forward_only) return perr(ps, kw, "given twice:", NULL);
+        ps->forward_only = 1;
+        if (ps->s) ps->s->forward_only = 1;
         return SP_OK;
     }
     if (!strcmp(kw, "place")) {
@@ -287,8 +297,8 @@ sp_status sp_schedule_write(const sp_schedule *s, FILE *f)
             if (isspace((unsigned char)*c) || *c == '#') *c = '_';
         fprintf(f, "schedule %s\n", name);
     }
-    fprintf(f, "actors %d\nstages %d\nmicrobatches %d\nplace", s->nactors, s->nstages,
-            s->nmicro);
+    fprintf(f, "actors %d\nstages %d\nmicrobatches %d\n%splace", s->nactors, s->nstages,
+            s->nmicro, s->forward_only ? "forward-only\n" : "");
     for (int st = 0; st < s->nstages; st++) fprintf(f, " %d", s->stage_actor[st]);
     fputc('\n', f);
     for (int a = 0; a < s->nactors; a++) {

@@ -63,12 +63,14 @@ sp_status sp_tgraph_build(sp_tgraph *g, const sp_stage_model *model, const sp_sc
     int p = s->nactors, S = s->nstages, m = s->nmicro, E = model->nedges;
     /* Too few tasks to be complete: say so before allocating anything of size m*S (a
      * header of a few bytes can declare millions of slots). */
-    if ((int64_t)sp_schedule_total_tasks(s) < 2 * (int64_t)m * S)
+    int fwd = s->forward_only != 0, per = fwd ? 1 : 2;
+    if ((int64_t)sp_schedule_total_tasks(s) < per * (int64_t)m * S)
         return sp_set_error(SP_ERR_SCHEDULE, "schedule '%s' lists %d tasks, but %d stages and "
-                            "%d microbatches need at least %lld (an F and a BW, or B and W, "
-                            "for each)", s->name, sp_schedule_total_tasks(s), S, m,
-                            (long long)2 * m * S);
+                            "%d microbatches need at least %lld (%s for each)", s->name,
+                            sp_schedule_total_tasks(s), S, m, (long long)per * m * S,
+                            fwd ? "an F" : "an F and a BW, or B and W,");
     g->p = p, g->S = S, g->m = m, g->E = E;
+    g->fwd = fwd;
     g->model = model;
     g->sched = s;
     g->nslots = 4 * m * S;
@@ -123,6 +125,10 @@ sp_status sp_tgraph_build(sp_tgraph *g, const sp_stage_model *model, const sp_sc
                                             "(kind %d, mb %d, stage %d) out of range", a, j,
                                             t.kind, t.mb, t.stage));
             sp_task_format(t, t1, sizeof t1);
+            if (fwd && t.kind != SP_TASK_F)
+                return fail(g, sp_set_error(SP_ERR_SCHEDULE, "%s is in actor %d's list "
+                                            "(position %d) but schedule '%s' is forward-only "
+                                            "(F tasks only)", t1, a, j, s->name));
             if (s->stage_actor[t.stage] != a)
                 return fail(g, sp_set_error(SP_ERR_SCHEDULE, "%s is in actor %d's list "
                                             "(position %d) but stage %d is placed on actor %d",
@@ -147,6 +153,8 @@ sp_status sp_tgraph_build(sp_tgraph *g, const sp_stage_model *model, const sp_sc
             if (!f)
                 return fail(g, sp_set_error(SP_ERR_SCHEDULE, "%s is missing (actor %d)",
                                             sp_task_format(tf, t1, sizeof t1), a));
+            g->bk[i * S + st2] = SP_TASK_BW;
+            if (fwd) continue; /* no backward to check */
             if (bw && (b || w))
                 return fail(g, sp_set_error(SP_ERR_SCHEDULE, "both %s and %s are scheduled "
                                             "(actor %d): use BW, or B and W",
@@ -213,7 +221,7 @@ int sp_tgraph_succs(const sp_tgraph *g, int slot, int *out)
     if (t.kind == SP_TASK_F) {
         for (int j = g->out_off[t.stage]; j < g->out_off[t.stage + 1]; j++)
             out[n++] = sp_slot(SP_TASK_F, t.mb, edge[g->out_e[j]].dst_stage, g->S);
-        out[n++] = bslot(g, t.mb, t.stage);
+        if (!g->fwd) out[n++] = bslot(g, t.mb, t.stage);
         return n;
     }
     if (t.kind == SP_TASK_B || t.kind == SP_TASK_BW)

@@ -29,15 +29,33 @@ void sp_text_free(sp_text *t);
 size_t sp_text_size(const sp_text *t);
 const uint8_t *sp_text_bytes(const sp_text *t);
 
-/* Microbatch `mb` of step `step`: B windows of T+1 bytes at pseudo-random offsets;
- * tokens (B,T) and targets (B,T) = tokens shifted by one. */
+/* Microbatch `mb` of step `step`: B windows of T+1 bytes at pseudo-random offsets of the
+ * training part (the whole file unless some is held out); tokens (B,T) and targets (B,T)
+ * = tokens shifted by one. */
 void sp_text_batch(const sp_text *t, uint64_t seed, int step, int mb, int B, int T,
                    int32_t *tokens, int32_t *targets);
+
+/* Evaluation data: holds out the last `percent` percent of the bytes (floor), which
+ * sp_text_batch then never reads; each part must hold a window of T+1 bytes (else
+ * SP_ERR_ARG with a message). Nothing is held out unless this is called, so runs without
+ * evaluation train on the whole file, as before. */
+sp_status sp_text_hold_out(sp_text *t, int percent, int context);
+/* Bytes trained on: [0, size) of the file (all of it when nothing is held out). */
+size_t sp_text_train_size(const sp_text *t);
+/* Held-out microbatch k of K: B windows of T+1 bytes at offsets spread evenly over the
+ * held-out tail (window k B + b of the K B), the same whatever the seed, so evaluations
+ * of different runs compare. */
+void sp_text_eval_batch(const sp_text *t, int k, int K, int B, int T, int32_t *tokens,
+                        int32_t *targets);
 
 /* The MLP task: x (B,in) ~ N(0,1), y = argmax of x W* (a fixed random teacher W* of
  * (in, classes) drawn from seed). */
 void sp_mlp_batch(uint64_t seed, int step, int mb, int B, int in_dim, int classes, float *x,
                   int32_t *y);
+/* Held-out microbatch k of the same task: rows from a stream of the generator that no
+ * training step draws from. */
+void sp_mlp_eval_batch(uint64_t seed, int k, int B, int in_dim, int classes, float *x,
+                       int32_t *y);
 
 /* splitmix64 mix of a 64-bit key: the counter-based generator behind both. */
 uint64_t sp_mix64(uint64_t x);

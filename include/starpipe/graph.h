@@ -88,8 +88,12 @@ int sp_tensor_is_param(const sp_graph *g, sp_tensor t);
 int sp_tensor_is_input(const sp_graph *g, sp_tensor t);
 /* Stage of the op producing t; -1 for params and inputs. */
 int sp_tensor_stage(const sp_graph *g, sp_tensor t);
-/* Finds a param or input by name; -1 if none. */
+/* Finds a param, an input or a named tensor by name; -1 if none. */
 sp_tensor sp_graph_find(const sp_graph *g, const char *name);
+/* Names a computed tensor (e.g. a model's "logits"), so that code holding only the graph
+ * can find it and read its value after a forward pass (sp_reference_value): sampling
+ * needs the logits, while a training step exposes only the loss. */
+sp_status sp_graph_name(sp_graph *g, sp_tensor t, const char *name);
 
 /* Parameters in creation order. */
 int sp_graph_num_params(const sp_graph *g);

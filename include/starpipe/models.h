@@ -15,7 +15,9 @@ extern "C" {
  * `stage_layers` says: the embedding sits in stage 0 and the head in the last stage, so
  * with stages > 1 the tied embedding is shared by the first and the last stage.
  * Inputs: "tokens", "targets". Parameters: wte wpe h<l>.{ln1,attn,proj,ln2,fc,fcproj}.{w,b,g}
- * lnf.{g,b}; weights N(0, 0.02), residual projections N(0, 0.02/sqrt(2 layers)). */
+ * lnf.{g,b}; weights N(0, 0.02), residual projections N(0, 0.02/sqrt(2 layers)). The
+ * logits (B,T,V) are named "logits" (sp_graph_find), for sampling: causal attention
+ * makes the logits at position j depend on tokens 0..j only. */
 typedef struct {
     int vocab;    /* 256 for bytes */
     int context;  /* T */
@@ -34,7 +36,7 @@ sp_graph *sp_model_gpt(const sp_gpt_config *cfg, sp_status *status);
 /* MLP classifier: x (B,in) -> `depth` x [linear, relu] of `width` -> linear -> classes,
  * cross-entropy against y (B). Hidden layers split evenly over `stages` (depth >=
  * stages) or as `stage_layers` says; the head is in the last stage. He-initialised
- * weights. Inputs "x", "y". */
+ * weights. Inputs "x", "y"; the logits (B,classes) are named "logits". */
 typedef struct {
     int in_dim;
     int width;

@@ -45,6 +45,10 @@ typedef struct {
     int *ntasks;      /* [nactors] */
     sp_task **tasks;  /* [nactors][ntasks[a]] */
     int *cap;         /* [nactors] allocated length of tasks[a] (internal) */
+    /* 1: an evaluation schedule of F tasks only (sp_schedule_forward). Validity then asks
+     * for every F once and nothing else; its plan has no backward, gradient, combine or
+     * optimizer instruction, so a forward-only pass never touches gradient buffers. */
+    int forward_only;
 } sp_schedule;
 
 /* The largest actor, stage or microbatch count a schedule takes (SP_MAX_INDEX of the
@@ -75,6 +79,11 @@ int sp_schedule_builtin_count(void);
 const sp_schedule_info *sp_schedule_builtin_info(int i);
 sp_status sp_schedule_builtin(const char *name, int nactors, int nmicro, int nchunks,
                               sp_schedule **out);
+/* The forward-only schedule that evaluates nmicro microbatches on the placement of
+ * `like` (a training schedule): each actor runs F of its stages in ascending stage
+ * order, all microbatches of one stage in order before the next (GPipe's forward), which
+ * is a topological order for any placement. */
+sp_status sp_schedule_forward(const sp_schedule *like, int nmicro, sp_schedule **out);
 /* Stages a built-in needs for (p, v); -1 (and a message) if the name is unknown. */
 int sp_schedule_builtin_stages(const char *name, int nactors, int nchunks);
 /* One line per built-in, plus file:PATH; what STARPIPE_SCHEDULE=help prints. */

@@ -33,6 +33,17 @@ const sp_program *sp_reference_program(const sp_reference *r);
  * Computes the mean loss over the microbatches and the gradients, without updating. */
 sp_status sp_reference_forward_backward(sp_reference *r, const void *const *inputs,
                                         float *loss);
+/* Evaluation: the mean loss of K microbatches (inputs[i * ninputs + k], i < K), forward
+ * only: F of every stage, microbatch by microbatch, the losses summed in microbatch order
+ * in double, as a step's loss is. Gradients, parameters and the last step's losses stay
+ * as they were. The ground truth of sp_trainer_eval, bit for bit, for any replicas (the
+ * mean over K does not depend on how the trainer shares them out). */
+sp_status sp_reference_eval(sp_reference *r, int K, const void *const *inputs, float *loss);
+/* The value of a computed tensor (one named with sp_graph_name, say) after the last
+ * forward pass, of its last microbatch: numel floats, valid until the next run. NULL for
+ * parameters and inputs. */
+const float *sp_reference_value(const sp_reference *r, sp_tensor t);
+
 /* forward_backward, then the optimizer step. A non-finite loss or gradient fails with
  * SP_ERR_NUMERIC naming the step and stage, or skips the update (opt.skip_nonfinite). */
 sp_status sp_reference_step(sp_reference *r, const void *const *inputs, float *loss);

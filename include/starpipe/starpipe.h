@@ -70,6 +70,7 @@
 #include "starpipe/backend.h"
 #include "starpipe/optim.h"
 #include "starpipe/reference.h"
+#include "starpipe/sample.h"
 #include "starpipe/plan.h"
 #include "starpipe/exec.h"
 #include "starpipe/train.h"

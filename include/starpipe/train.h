@@ -40,6 +40,10 @@ typedef struct {
      * parameters (sp_optim_shards), updates that shard and sends it to the others.
      * Bitwise the same parameters as without it. */
     int shard_optimizer;
+    /* Evaluation (sp_trainer_eval): K microbatches over all replicas, a multiple of the
+     * replicas; 0: none. Its forward-only plan is built and checked here, with the
+     * training plan. */
+    int eval_microbatches;
 } sp_train_opts;
 
 typedef struct {
@@ -83,6 +87,17 @@ const sp_plan *sp_trainer_plan(const sp_trainer *t);
  * SP_ERR_TIMEOUT, a submission error): then sp_exec_usable() is 0, and the caller should
  * end every rank (sp_exec_abort). Nothing here ends the process. */
 sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stats *stats);
+
+/* Evaluation: the mean loss of the opts.eval_microbatches (K) microbatches of inputs
+ * (inputs[i * ninputs + k], i < K, the whole batch on every rank, as for a step), forward
+ * only: the plan of sp_schedule_forward on the schedule's placement runs F of every
+ * stage, each boundary tensor sent as in a step, and no backward: no gradient buffer is
+ * touched, parameters and optimizer state stay as they are. With R replicas, replica r
+ * evaluates microbatches r K/R .. (r+1) K/R - 1 and the K losses are averaged in
+ * microbatch order, so the result is bitwise sp_reference_eval's on the same K
+ * microbatches, whatever R (within a tolerance on a GPU). Collective; the same status and
+ * loss on every rank; failures as for sp_trainer_step. */
+sp_status sp_trainer_eval(sp_trainer *t, const void *const *inputs, float *loss);
 
 /* Host copies of this rank's stage slabs, for checks and checkpoints: PARAMS, GRADS
  * (gradients of the last step, the owner's combined, summed over replicas), and the AdamW

@@ -19,32 +19,6 @@
 
 static int failures, passes, skipped;
 
-static sp_graph *build(int gpt, int stages)
-{
-    sp_status st;
-    if (gpt) {
-        sp_gpt_config c = { .vocab = 256, .context = 6, .layers = stages, .heads = 2,
-                            .channels = 8, .batch = 2, .stages = stages };
-        return sp_model_gpt(&c, &st);
-    }
-    sp_mlp_config c = { .in_dim = 7, .width = 13, .depth = stages, .classes = 5, .batch = 5,
-                        .stages = stages };
-    return sp_model_mlp(&c, &st);
-}
-
-static void fill(int gpt, int step, int m, void **in)
-{
-    for (int i = 0; i < m; i++) {
-        if (gpt)
-            for (int k = 0; k < 12; k++) {
-                ((int32_t *)in[2 * i])[k] = (int32_t)(sp_mix64((uint64_t)(step * 1000 + i * 50 + k)) % 256);
-                ((int32_t *)in[2 * i + 1])[k] = (int32_t)(sp_mix64((uint64_t)(step * 977 + i * 31 + k)) % 256);
-            }
-        else
-            sp_mlp_batch(3, step, i, 5, 7, 5, in[2 * i], in[2 * i + 1]);
-    }
-}
-
 static void run_case(int gpt, const char *sched_name, int m)
 {
     int P = sp_exec_size(), bad = 0;
@@ -63,61 +37,30 @@ static void run_case(int gpt, const char *sched_name, int m)
         failures += bad;
         return;
     }
-    sp_status st;
-    sp_graph *g = build(gpt, sch->nstages);
-    sp_program *p = g ? sp_program_build(g, &st) : NULL;
-    sp_adamw_config opt;
-    sp_adamw_defaults(&opt);
-    opt.lr = 1e-2f;
-    opt.grad_clip = 0.5f; /* small enough that clipping really scales */
-    sp_train_opts to = { .opt = opt, .seed = 11, .trace = 1 };
-    sp_trainer *t = p ? sp_trainer_create(p, sch, &to, &st) : NULL;
-    sp_reference *r = p ? sp_reference_create(p, m, &opt, 11, &st) : NULL;
-    if (!t || !r) {
+    sp_train_opts to = { .seed = 11, .trace = 1 };
+    sp_adamw_defaults(&to.opt);
+    to.opt.lr = 1e-2f;
+    to.opt.grad_clip = 0.5f; /* small enough that clipping really scales */
+    check_run c = check_setup(gpt, sch, &to);
+    if (!c.t || !c.r) {
         FAIL("%s: setup: %s", what, sp_last_error());
     } else {
-        int nin = sp_program_num_inputs(p);
+        int nin = sp_program_num_inputs(c.p);
         void **in = calloc((size_t)m * nin, sizeof *in);
         for (int i = 0; i < m * nin; i++) in[i] = calloc(64, 4);
         for (int step = 1; step <= 3; step++) {
-            fill(gpt, step, m, in);
-            sp_step_stats stats;
-            float ref_loss;
-            if (sp_trainer_step(t, (const void *const *)in, &stats) != SP_OK ||
-                sp_reference_step(r, (const void *const *)in, &ref_loss) != SP_OK) {
-                FAIL("%s step %d: %s", what, step, sp_last_error());
-                break;
-            }
-            if (memcmp(&stats.loss, &ref_loss, 4))
-                FAIL("%s step %d: loss %.9g, reference %.9g", what, step, stats.loss, ref_loss);
-            bad += compare(t, r, p, what, step);
-            bad += check_order(t, what);
-            /* the host touches only the inputs, the losses and the norm's terms: gradients
-             * are zeroed, normed and applied where they live (no GPU round trip) */
-            size_t want = 0;
-            for (int k = 0; k < nin; k++)
-                want += (size_t)m * sp_program_buf_bytes(p, SP_SLAB_INPUT, k);
-            for (int s = 0; s < sch->nstages; s++)
-                if (sp_trainer_owns_stage(t, s))
-                    want += (size_t)sp_graph_num_params(g) * sizeof(double) +
-                            (s == sch->nstages - 1 ? (size_t)m * sizeof(float) : 0);
-            if (stats.host_bytes != want) {
-                FAIL("%s step %d: the host moved %zu bytes, expected %zu", what, step,
-                     stats.host_bytes, want);
-                bad++;
-            }
+            check_fill(gpt, step, m, in);
+            int stop = 0;
+            bad += check_step(c.t, c.r, c.p, (const void *const *)in, what, step, &stop);
+            if (stop) break;
+            bad += check_order(c.t, what);
         }
         for (int i = 0; i < m * nin; i++) free(in[i]);
         free(in);
     }
-    sp_trainer_free(t);
-    sp_reference_free(r);
-    sp_program_free(p);
-    sp_graph_free(g);
+    check_teardown(&c);
     sp_schedule_free(sch);
-    double any = bad; /* a case fails when it fails on any rank */
-    sp_exec_allreduce_sum(&any, 1, 1);
-    if (any > 0) failures++;
+    if (check_any(bad)) failures++; /* a case fails when it fails on any rank */
     else passes++;
 }
 
