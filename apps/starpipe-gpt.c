@@ -1,5 +1,5 @@
-/* starpipe-gpt: trains a small byte-level GPT-2 on a text file, pipelined over MPI ranks
- * (mpirun -np P), or with --reference in one process. The training loop, flags and
+/* starpipe-gpt: trains a small GPT-2 on a text file (bytes) or token shards, pipelined
+ * over MPI ranks (mpirun -np P), or with --reference in one process. The training loop, flags and
  * checks are in driver.c; this file is the model and its data. */
 #include <stdio.h>
 #include <string.h>
@@ -29,7 +29,7 @@ static int gpt_flag(void *cfg, const char *a, const char *v)
     const struct { const char *flag; int *dst; long hi; } ints[] = {
         { "--layers", &c->model.layers, 1024 },    { "--heads", &c->model.heads, 1024 },
         { "--channels", &c->model.channels, 65536 }, { "--context", &c->model.context, 65536 },
-        { "--batch", &c->model.batch, 65536 },
+        { "--batch", &c->model.batch, 65536 },     { "--vocab", &c->model.vocab, 65536 },
     };
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
         if (!strcmp(a, ints[i].flag)) return app_parse_int(a, v, 1, ints[i].hi, ints[i].dst) ? 1 : -1;
@@ -47,6 +47,11 @@ static int gpt_prepare(void *cfg, double *samples, char *msg, size_t len)
     sp_status st;
     if (!c->text && !(c->text = sp_text_load(c->data, c->model.context, &st))) {
         snprintf(msg, len, "%s", sp_last_error());
+        return 1;
+    }
+    if (!sp_text_shards(c->text) && c->model.vocab < 256) {
+        snprintf(msg, len, "--vocab %d: a text file is read as bytes, which needs 256",
+                 c->model.vocab);
         return 1;
     }
     *samples = (double)c->model.batch * c->model.context;
@@ -93,6 +98,11 @@ static void gpt_eval_batch(void *cfg, uint64_t seed, int k, int K, void *const *
 static sp_graph *gpt_build_sampler(void *cfg, sp_status *st)
 {
     sp_gpt_config one = ((gpt_app *)cfg)->model;
+    if (one.vocab != 256) { /* the sample is printed as bytes */
+        *st = sp_set_error(SP_ERR_ARG, "the sample is printed as bytes: it needs a byte-level "
+                           "model (--vocab 256), not %d tokens", one.vocab);
+        return NULL;
+    }
     one.batch = 1;
     one.stages = 1;
     one.stage_layers = NULL;
@@ -108,10 +118,17 @@ static void gpt_describe(void *cfg, FILE *f)
     char split[96] = "";
     if (held)
         snprintf(split, sizeof split, "; the last %zu held out for evaluation", held);
+    char what[64];
+    int shards = sp_text_shards(c->text);
+    if (shards)
+        snprintf(what, sizeof what, "%zu tokens in %d shard%s, vocabulary %d", n, shards,
+                 shards > 1 ? "s" : "", c->model.vocab);
+    else
+        snprintf(what, sizeof what, "%zu bytes", n);
     fprintf(f, "GPT: %lld parameters, %d layers, %d heads, %d channels, context %d, batch %d "
-            "per microbatch; data %s (%zu bytes%s)\n",
+            "per microbatch; data %s (%s%s)\n",
             g ? (long long)sp_graph_param_count(g) : 0LL, c->model.layers, c->model.heads,
-            c->model.channels, c->model.context, c->model.batch, c->data, n, split);
+            c->model.channels, c->model.context, c->model.batch, c->data, what, split);
     sp_graph_free(g);
 }
 
@@ -139,15 +156,19 @@ static void gpt_settings(void *cfg, char *buf, size_t len)
                                             .heads = 4, .channels = 64, .batch = 4,         \
                                             .stages = 1 } }
 static const char *const gpt_flags[] = { "--data", "--layers", "--heads", "--channels",
-                                         "--context", "--batch", "--stage-layers", NULL };
+                                         "--context", "--batch", "--stage-layers", "--vocab",
+                                         NULL };
 
 int main(int argc, char **argv)
 {
     gpt_app cfg = GPT_APP_DEFAULTS;
-    static char defaults[512];
+    static char defaults[1024];
     snprintf(defaults, sizeof defaults,
              "model:\n"
-             "  --data FILE         UTF-8 text, read as bytes (%s)\n"
+             "  --data FILE         UTF-8 text, read as bytes (%s); or token shards\n"
+             "                      (llm.c's layout, scripts/make-shards): a shard, or a\n"
+             "                      comma-separated list of paths or quoted globs\n"
+             "  --vocab V           vocabulary size (256: bytes; 50257 for GPT-2 tokens)\n"
              "  --layers N          transformer blocks (4)\n"
              "  --heads N           attention heads (4)\n"
              "  --channels N        model width, divisible by heads (64)\n"

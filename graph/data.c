@@ -9,11 +9,13 @@
 #include <string.h>
 
 #include "starpipe/env.h"
+#include "starpipe/tokens.h"
 
 struct sp_text {
-    uint8_t *bytes;
+    uint8_t *bytes;     /* a text file, held whole; NULL for shards */
+    sp_tokens *shards;  /* token shards, read window by window */
     size_t n;
-    size_t train; /* bytes [0, train) are trained on; [train, n) are held out */
+    size_t train; /* tokens [0, train) are trained on; [train, n) are held out */
 };
 
 uint64_t sp_mix64(uint64_t x)
@@ -39,14 +41,20 @@ sp_text *sp_text_load(const char *path, int context, sp_status *status)
         st = sp_set_error(SP_ERR_NOMEM, "out of memory reading '%s'", path ? path : "(null)");
         goto out;
     }
-    /* a regular file, read whole, never more than the limit: a FIFO or /dev/zero is
-     * refused at once rather than waited on or read forever */
-    if ((st = sp_file_read(path, "data file", SP_TEXT_MAX_BYTES, &bytes, &n))) goto out;
-    t->bytes = (uint8_t *)bytes;
+    if (path && (strpbrk(path, "*?,") || sp_tokens_is_shard(path))) {
+        /* token shards: headers checked now, windows read when a batch needs them */
+        if ((st = sp_tokens_open_pattern(path, &t->shards))) goto out;
+        n = (size_t)sp_tokens_count(t->shards);
+    } else {
+        /* a regular file, read whole, never more than the limit: a FIFO or /dev/zero is
+         * refused at once rather than waited on or read forever */
+        if ((st = sp_file_read(path, "data file", SP_TEXT_MAX_BYTES, &bytes, &n))) goto out;
+        t->bytes = (uint8_t *)bytes;
+    }
     t->n = t->train = n;
     if (context < 1 || t->n < (size_t)context + 2)
-        st = sp_set_error(SP_ERR_IO, "data file '%s' has %zu bytes; a context of %d needs at "
-                          "least %d", path, t->n, context, context + 2);
+        st = sp_set_error(SP_ERR_IO, "data '%s' has %zu %s; a context of %d needs at least %d",
+                          path, t->n, t->shards ? "tokens" : "bytes", context, context + 2);
 out:
     if (st != SP_OK) {
         sp_text_free(t);
@@ -60,11 +68,13 @@ void sp_text_free(sp_text *t)
 {
     if (!t) return;
     free(t->bytes);
+    sp_tokens_close(t->shards);
     free(t);
 }
 
 size_t sp_text_size(const sp_text *t) { return t ? t->n : 0; }
 const uint8_t *sp_text_bytes(const sp_text *t) { return t ? t->bytes : NULL; }
+int sp_text_shards(const sp_text *t) { return t ? sp_tokens_shards(t->shards) : 0; }
 
 size_t sp_text_train_size(const sp_text *t) { return t ? t->train : 0; }
 
@@ -83,9 +93,17 @@ sp_status sp_text_hold_out(sp_text *t, int percent, int context)
     return SP_OK;
 }
 
-/* The T+1 bytes at off: tokens and, shifted by one, targets. */
+/* The T+1 tokens at off: tokens and, shifted by one, targets. */
 static void window(const sp_text *t, size_t off, int T, int32_t *tokens, int32_t *targets)
 {
+    if (t->shards) { /* two reads of T: no buffer of T + 1 needed */
+        if (sp_tokens_read(t->shards, (int64_t)off, T, tokens) ||
+            sp_tokens_read(t->shards, (int64_t)off + 1, T, targets)) {
+            fprintf(stderr, "starpipe: %s\n", sp_last_error());
+            for (int j = 0; j < T; j++) tokens[j] = targets[j] = -1;
+        }
+        return;
+    }
     for (int j = 0; j < T; j++) {
         tokens[j] = t->bytes[off + j];
         targets[j] = t->bytes[off + j + 1];

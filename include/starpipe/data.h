@@ -19,19 +19,30 @@ extern "C" {
 
 typedef struct sp_text sp_text;
 
-/* The largest data file read, in bytes: it is held in memory whole on every rank. */
+/* The largest text file read, in bytes: it is held in memory whole on every rank. */
 #define SP_TEXT_MAX_BYTES ((size_t)1 << 30)
 
-/* Loads a file as bytes (UTF-8 text is read byte by byte: vocabulary 256). It must be a
- * regular file of at most SP_TEXT_MAX_BYTES bytes and hold at least context + 2. */
+/* The training data. A text file is read as bytes (UTF-8 byte by byte: vocabulary 256),
+ * a regular file of at most SP_TEXT_MAX_BYTES bytes, held in memory. Token shards
+ * (starpipe/tokens.h; a path whose file starts with the shard magic, or a pattern: a
+ * comma-separated list of paths or globs) are read as one stream, each window with
+ * pread when a batch needs it: no rank loads the data set, whatever its size. Either must
+ * hold at least context + 2 tokens. */
 sp_text *sp_text_load(const char *path, int context, sp_status *status);
 void sp_text_free(sp_text *t);
+/* Tokens in all (bytes of a text file). */
 size_t sp_text_size(const sp_text *t);
+/* The bytes of a text file; NULL for token shards. */
 const uint8_t *sp_text_bytes(const sp_text *t);
+/* The shards' file count, 0 for a text file. */
+int sp_text_shards(const sp_text *t);
 
-/* Microbatch `mb` of step `step`: B windows of T+1 bytes at pseudo-random offsets of the
- * training part (the whole file unless some is held out); tokens (B,T) and targets (B,T)
- * = tokens shifted by one. */
+/* Microbatch `mb` of step `step`: B windows of T+1 tokens at pseudo-random offsets of the
+ * training part (all of the data unless some is held out); tokens (B,T) and targets (B,T)
+ * = tokens shifted by one. The offsets are a function of (seed, step, mb, row) only, so a
+ * resumed run reads what the uninterrupted run would have, and with replicas (global
+ * microbatch numbers) each replica reads its own windows. A shard read that fails leaves
+ * -1 tokens, which the program's input check refuses with a message. */
 void sp_text_batch(const sp_text *t, uint64_t seed, int step, int mb, int B, int T,
                    int32_t *tokens, int32_t *targets);
 
