@@ -49,8 +49,11 @@ static sp_status read_at(int fd, void *buf, size_t len, int64_t off, const char 
 
 int sp_tokens_is_shard(const char *path)
 {
+    /* only a regular file is looked into: opening a FIFO would wait for a writer */
+    struct stat sb;
+    if (stat(path, &sb) || !S_ISREG(sb.st_mode)) return 0;
     unsigned char h[8];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return 0;
     int ok = pread(fd, h, sizeof h, 0) == (ssize_t)sizeof h && le32(h) == SP_TOKENS_MAGIC;
     close(fd);
@@ -72,10 +75,12 @@ static sp_status open_shard(shard *sh, const char *path)
 {
     sh->fd = -1;
     if (!(sh->path = strdup(path))) return sp_set_error(SP_ERR_NOMEM, "out of memory");
-    sh->fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb; /* a FIFO or a device is refused before it is opened (no wait) */
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return sp_set_error(SP_ERR_IO, "token shard '%s' is not a regular file", path);
+    sh->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (sh->fd < 0)
         return sp_set_error(SP_ERR_IO, "cannot open token shard '%s': %s", path, strerror(errno));
-    struct stat sb;
     if (fstat(sh->fd, &sb) || !S_ISREG(sb.st_mode))
         return sp_set_error(SP_ERR_IO, "token shard '%s' is not a regular file", path);
     unsigned char h[SP_TOKENS_HEADER_BYTES];
