@@ -106,8 +106,10 @@ static void check_matrix(const char *call, char name, const float *p, int rows, 
         return;
     const size_t bytes = sizeof(float) * ((size_t)ld * (size_t)(cols - 1) + (size_t)rows);
     if (!sp_emu_dev_find(p, bytes, NULL))
-        sp_emu_die("%s: %c (%p, %d x %d, leading dimension %d) does not lie in one cudaMalloc "
-                   "block", call, name, (const void *)p, rows, cols, ld);
+        sp_emu_die("%s: %c (%p, %d x %d, leading dimension %d) %s", call, name, (const void *)p,
+                   rows, cols, ld,
+                   sp_emu_dev_find(p, 0, NULL) ? "runs past the end of its cudaMalloc block"
+                                               : "is not device memory");
 }
 
 /* Column-major C (m,n) = alpha op(A) (m,k) op(B) (k,n) + beta C, as cuBLAS defines it,

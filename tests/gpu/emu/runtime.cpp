@@ -347,7 +347,15 @@ static cudaError_t copy(const char *call, const rows &r, int kind, const void *h
     if (!s)
         return cudaErrorInvalidResourceHandle;
     const int dev = dev_of_count >= 0 ? dev_of_count : s->dev;
+    static const int trace = getenv("STARPIPE_FAKE_GPU_TRACE") != NULL;
     uint64_t seq = enqueue(s, sp_emu_op{ call, [r, counter, dev, call, sb]() {
+                                            if (trace)
+                                                fprintf(stderr, "EMU trace: device %d: %s, %zu "
+                                                        "bytes, %s\n", dev, call, sb,
+                                                        counter == SP_EMU_H2D ? "host to device"
+                                                        : counter == SP_EMU_D2H ? "device to host"
+                                                        : counter == SP_EMU_D2D ? "device to device"
+                                                        : "host to host");
                                             copy_rows(r);
                                             sp_emu_count(dev, counter, sb);
                                             sp_emu_check_fences(call);
