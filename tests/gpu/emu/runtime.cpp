@@ -404,6 +404,41 @@ struct CUevent_st {
 
 static bool complete(const cudaEvent_t e) { return !e->s || e->s->done >= e->seq; }
 
+/* The errors this runtime returns, with CUDA's names and messages. */
+static const struct cuda_error {
+    int code;
+    const char *name, *text;
+} errors[] = {
+    { cudaSuccess, "cudaSuccess", "no error" },
+    { cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument" },
+    { cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory" },
+    { cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration",
+      "invalid configuration argument" },
+    { cudaErrorInvalidMemcpyDirection, "cudaErrorInvalidMemcpyDirection",
+      "invalid copy direction for memcpy" },
+    { cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected" },
+    { cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal" },
+    { cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle",
+      "invalid resource handle" },
+    { cudaErrorNotReady, "cudaErrorNotReady", "device not ready" },
+    { 704, "cudaErrorPeerAccessAlreadyEnabled", "peer access is already enabled" },
+    { 705, "cudaErrorPeerAccessNotEnabled", "peer access has not been enabled" },
+    { 712, "cudaErrorHostMemoryAlreadyRegistered",
+      "part or all of the requested memory range is already mapped" },
+    { 713, "cudaErrorHostMemoryNotRegistered",
+      "pointer does not correspond to a registered memory region" },
+    { cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported" },
+};
+
+static const cuda_error *error_of(int e)
+{
+    static const cuda_error unknown = { -1, "cudaErrorUnknown", "unrecognized error code" };
+    for (const cuda_error &x : errors)
+        if (x.code == e)
+            return &x;
+    return &unknown;
+}
+
 extern "C" {
 
 cudaError_t cudaMalloc(void **ptr, size_t bytes)
@@ -511,26 +546,7 @@ cudaError_t cudaGetLastError(void)
     return e;
 }
 
-const char *cudaGetErrorString(cudaError_t e)
-{
-    switch ((int)e) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
-    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
-    case cudaErrorNotReady: return "device not ready";
-    case 704: return "peer access is already enabled";
-    case 705: return "peer access has not been enabled";
-    case 712: return "part or all of the requested memory range is already mapped";
-    case 713: return "pointer does not correspond to a registered memory region";
-    case cudaErrorNotSupported: return "operation not supported";
-    }
-    return "unrecognized error code";
-}
+const char *cudaGetErrorString(cudaError_t e) { return error_of(e)->text; }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags)
 {
@@ -746,26 +762,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event)
 
 cudaError_t cudaPeekAtLastError(void) { return (cudaError_t)last_error; }
 
-const char *cudaGetErrorName(cudaError_t e)
-{
-    switch ((int)e) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
-    case cudaErrorNoDevice: return "cudaErrorNoDevice";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
-    case cudaErrorNotReady: return "cudaErrorNotReady";
-    case cudaErrorPeerAccessAlreadyEnabled: return "cudaErrorPeerAccessAlreadyEnabled";
-    case cudaErrorPeerAccessNotEnabled: return "cudaErrorPeerAccessNotEnabled";
-    case cudaErrorHostMemoryAlreadyRegistered: return "cudaErrorHostMemoryAlreadyRegistered";
-    case cudaErrorHostMemoryNotRegistered: return "cudaErrorHostMemoryNotRegistered";
-    case cudaErrorNotSupported: return "cudaErrorNotSupported";
-    default: return "cudaErrorUnknown";
-    }
-}
+const char *cudaGetErrorName(cudaError_t e) { return error_of(e)->name; }
 
 cudaError_t cudaDriverGetVersion(int *v)
 {

@@ -12,18 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int me, bad;
+#include "tests/check.h"
 
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "FAIL rank %d, line %d: ", me, __LINE__);                      \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fputc('\n', stderr);                                                           \
-            bad++;                                                                         \
-        }                                                                                  \
-    } while (0)
-#define OK(call) CHECK((call) == 0, "%s", #call)
+static int me;
+
+#define OK(call) CHECK((call) == 0, "rank %d: %s", me, #call)
 
 #define N 4096 /* floats per transfer */
 
@@ -155,7 +148,7 @@ int main(int argc, char **argv)
           (size_t)2 * N * 4);
     free(host);
     int any = 0;
-    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&check_failures, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (me == 0) printf("%s: %d failure(s)\n", any ? "FAIL" : "PASS", any);
     MPI_Finalize();
     return any != 0;

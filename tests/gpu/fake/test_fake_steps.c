@@ -23,18 +23,12 @@
 #include "starpipe/plan.h"
 #include "starpipe/program.h"
 #include "starpipe/train.h"
+#include "tests/runtime/train_check.h"
 
 enum { H2D, D2H, D2D, NCCL_SENT, NCCL_RECV, KERNELS, GEMMS, NCOUNTS };
 typedef int (*stats_fn)(int dev, unsigned long long out[NCOUNTS]);
 
-static int bad;
-#define FAIL(...)                                                                          \
-    do {                                                                                   \
-        fprintf(stderr, "FAIL rank %d: ", sp_exec_rank());                                 \
-        fprintf(stderr, __VA_ARGS__);                                                      \
-        fputc('\n', stderr);                                                               \
-        bad++;                                                                             \
-    } while (0)
+static int bad; /* FAIL (train_check.h) counts here */
 
 /* The counters of every fake device of this process, summed (the rank uses one). */
 static void counters(stats_fn f, unsigned long long sum[NCOUNTS])
