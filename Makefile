@@ -1,5 +1,6 @@
 # The two Quick start commands (README.md): `make demo` and `make test`. Both install what
-# is missing (scripts/install-deps) and build with CMake into build/.
+# is missing (scripts/install-deps) and build with CMake into build/ (`make test` also into
+# build/starpu-cuda and build/fake-gpu: scripts/test-fake-gpu).
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
@@ -17,8 +18,12 @@ build: deps
 demo: build
 	@scripts/demo $(BUILD)
 
+# Then the CUDA path through StarPU on the fake device (tests/gpu/fake): StarPU with CUDA
+# built once into $(BUILD)/starpu-cuda, starpipe on the fake device in $(BUILD)/fake-gpu,
+# ctest -L gpu-fake there (skipped with a notice without the CUDA toolkit).
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@JOBS=$(JOBS) scripts/test-fake-gpu $(BUILD)
 
 # The CUDA build (no GPU needed to build): StarPU with CUDA into build/starpu-cuda, then
 # starpipe with CUDA and NCCL into build-cuda, and its CPU tests with CUDA workers off.

@@ -5,6 +5,11 @@
 #
 #   cmake -S . -B build-cuda -DSTARPIPE_STARPU_PREFIX=$PWD/build/starpu-cuda
 #
+# With -DSTARPIPE_FAKE_GPU=ON the same build runs without a GPU: no nvcc, and the fake
+# device of tests/gpu/fake (the CPU emulation as libcudart, libcublas and libnccl with the
+# real sonames) in place of the toolkit's libraries (`make test` builds one in
+# build/fake-gpu).
+#
 # Gives: STARPIPE_HAVE_CUDA=1 (and STARPIPE_HAVE_NCCL=1) for all code, the targets
 # starpipe_cuda_kernels (codelets/cuda/*.cu; an interface library while there are none)
 # and NCCL::nccl, starpipe_cuda_link(target) (called by runtime/: adds codelets/cuda/*.c)
@@ -19,6 +24,7 @@ else()
 endif()
 option(STARPIPE_CUDA "Build with CUDA: the CUDA StarPU, the .cu kernels, cuBLAS, NCCL" ${_sp_cuda_default})
 option(STARPIPE_NCCL "With STARPIPE_CUDA: link NCCL (found in the CUDA toolkit or NCCL_HOME)" ON)
+option(STARPIPE_FAKE_GPU "With STARPIPE_CUDA: run on the fake device of tests/gpu/fake (CPU emulation behind the CUDA, cuBLAS and NCCL ABIs) instead of nvcc and the toolkit's libraries" OFF)
 if(NOT STARPIPE_CUDA)
   return()
 endif()
@@ -59,66 +65,70 @@ list(APPEND CMAKE_BUILD_RPATH ${STARPIPE_STARPU_LIBDIR})
 list(APPEND CMAKE_INSTALL_RPATH ${STARPIPE_STARPU_LIBDIR})
 add_link_options(LINKER:--disable-new-dtags)
 
-# --- CUDA language: sm_90 SASS + compute_90 PTX (H100/H200; newer parts JIT the PTX) ---
-if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-  set(CMAKE_CUDA_ARCHITECTURES 90)
-endif()
-if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX})
-  find_program(_sp_nvcc nvcc HINTS $ENV{CUDA_HOME}/bin /usr/local/cuda/bin)
-  if(_sp_nvcc)
-    set(CMAKE_CUDA_COMPILER ${_sp_nvcc})
-  endif()
-endif()
-# One CUDA runtime in the process: StarPU uses the shared libcudart, so do we.
-set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
-set(CMAKE_CUDA_STANDARD 17)
-set(CMAKE_CUDA_STANDARD_REQUIRED ON)
-enable_language(CUDA)
-find_package(CUDAToolkit REQUIRED)
-# nvcc does not take gcc's warning flags (set by add_compile_options above): hand them to
-# the host compiler for .cu files, unchanged for C.
-get_directory_property(_sp_opts COMPILE_OPTIONS)
-set(_sp_wrapped "")
-foreach(_o ${_sp_opts})
-  list(APPEND _sp_wrapped "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=${_o}>"
-                          "$<$<NOT:$<COMPILE_LANGUAGE:CUDA>>:${_o}>")
-endforeach()
-set_directory_properties(PROPERTIES COMPILE_OPTIONS "${_sp_wrapped}")
-add_compile_definitions(STARPIPE_HAVE_CUDA=1)
-
-# --- NCCL: next to the toolkit (pip-style /usr/local/cuda/lib) or NCCL_HOME ---
-if(STARPIPE_NCCL)
-  find_path(NCCL_INCLUDE_DIR nccl.h HINTS $ENV{NCCL_HOME}/include ${CUDAToolkit_INCLUDE_DIRS})
-  find_library(NCCL_LIBRARY nccl HINTS $ENV{NCCL_HOME}/lib ${CUDAToolkit_LIBRARY_DIR}
-               ${CUDAToolkit_LIBRARY_ROOT}/lib ${CUDAToolkit_LIBRARY_ROOT}/lib64)
-  if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
-    message(FATAL_ERROR "STARPIPE_CUDA: NCCL not found (nccl.h: ${NCCL_INCLUDE_DIR}, "
-      "libnccl: ${NCCL_LIBRARY}); set NCCL_HOME, or configure with -DSTARPIPE_NCCL=OFF")
-  endif()
-  file(STRINGS ${NCCL_INCLUDE_DIR}/nccl.h _sp_nccl_v REGEX "^#define NCCL_(MAJOR|MINOR|PATCH) ")
-  string(REGEX REPLACE "[^0-9;]|#define NCCL_[A-Z]+ " "" _sp_nccl_v "${_sp_nccl_v}")
-  string(REPLACE ";" "." _sp_nccl_v "${_sp_nccl_v}")
-  add_library(NCCL::nccl UNKNOWN IMPORTED)
-  set_target_properties(NCCL::nccl PROPERTIES IMPORTED_LOCATION ${NCCL_LIBRARY}
-                        INTERFACE_INCLUDE_DIRECTORIES ${NCCL_INCLUDE_DIR})
-  add_compile_definitions(STARPIPE_HAVE_NCCL=1)
-endif()
-message(STATUS "starpipe CUDA: StarPU ${_sp_prefix}, CUDA ${CUDAToolkit_VERSION} "
-  "(${CUDAToolkit_LIBRARY_DIR}), arch ${CMAKE_CUDA_ARCHITECTURES}, "
-  "NCCL ${_sp_nccl_v} ${NCCL_LIBRARY}")
-
-# --- the CUDA kernels: every codelets/cuda/*.cu (none yet is fine) ---
-file(GLOB STARPIPE_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/codelets/cuda/*.cu)
-if(STARPIPE_CUDA_SOURCES)
-  add_library(starpipe_cuda_kernels STATIC ${STARPIPE_CUDA_SOURCES})
-  set(_sp_scope PUBLIC)
+if(STARPIPE_FAKE_GPU)
+  include(${CMAKE_SOURCE_DIR}/tests/gpu/fake/FakeGpu.cmake)
 else()
-  add_library(starpipe_cuda_kernels INTERFACE)
-  set(_sp_scope INTERFACE)
+  # --- CUDA language: sm_90 SASS + compute_90 PTX (H100/H200; newer parts JIT the PTX) ---
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 90)
+  endif()
+  if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX})
+    find_program(_sp_nvcc nvcc HINTS $ENV{CUDA_HOME}/bin /usr/local/cuda/bin)
+    if(_sp_nvcc)
+      set(CMAKE_CUDA_COMPILER ${_sp_nvcc})
+    endif()
+  endif()
+  # One CUDA runtime in the process: StarPU uses the shared libcudart, so do we.
+  set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  # nvcc does not take gcc's warning flags (set by add_compile_options above): hand them to
+  # the host compiler for .cu files, unchanged for C.
+  get_directory_property(_sp_opts COMPILE_OPTIONS)
+  set(_sp_wrapped "")
+  foreach(_o ${_sp_opts})
+    list(APPEND _sp_wrapped "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=${_o}>"
+                            "$<$<NOT:$<COMPILE_LANGUAGE:CUDA>>:${_o}>")
+  endforeach()
+  set_directory_properties(PROPERTIES COMPILE_OPTIONS "${_sp_wrapped}")
+  add_compile_definitions(STARPIPE_HAVE_CUDA=1)
+
+  # --- NCCL: next to the toolkit (pip-style /usr/local/cuda/lib) or NCCL_HOME ---
+  if(STARPIPE_NCCL)
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS $ENV{NCCL_HOME}/include ${CUDAToolkit_INCLUDE_DIRS})
+    find_library(NCCL_LIBRARY nccl HINTS $ENV{NCCL_HOME}/lib ${CUDAToolkit_LIBRARY_DIR}
+                 ${CUDAToolkit_LIBRARY_ROOT}/lib ${CUDAToolkit_LIBRARY_ROOT}/lib64)
+    if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
+      message(FATAL_ERROR "STARPIPE_CUDA: NCCL not found (nccl.h: ${NCCL_INCLUDE_DIR}, "
+        "libnccl: ${NCCL_LIBRARY}); set NCCL_HOME, or configure with -DSTARPIPE_NCCL=OFF")
+    endif()
+    file(STRINGS ${NCCL_INCLUDE_DIR}/nccl.h _sp_nccl_v REGEX "^#define NCCL_(MAJOR|MINOR|PATCH) ")
+    string(REGEX REPLACE "[^0-9;]|#define NCCL_[A-Z]+ " "" _sp_nccl_v "${_sp_nccl_v}")
+    string(REPLACE ";" "." _sp_nccl_v "${_sp_nccl_v}")
+    add_library(NCCL::nccl UNKNOWN IMPORTED)
+    set_target_properties(NCCL::nccl PROPERTIES IMPORTED_LOCATION ${NCCL_LIBRARY}
+                          INTERFACE_INCLUDE_DIRECTORIES ${NCCL_INCLUDE_DIR})
+    add_compile_definitions(STARPIPE_HAVE_NCCL=1)
+  endif()
+  message(STATUS "starpipe CUDA: StarPU ${_sp_prefix}, CUDA ${CUDAToolkit_VERSION} "
+    "(${CUDAToolkit_LIBRARY_DIR}), arch ${CMAKE_CUDA_ARCHITECTURES}, "
+    "NCCL ${_sp_nccl_v} ${NCCL_LIBRARY}")
+
+  # --- the CUDA kernels: every codelets/cuda/*.cu (none yet is fine) ---
+  file(GLOB STARPIPE_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/codelets/cuda/*.cu)
+  if(STARPIPE_CUDA_SOURCES)
+    add_library(starpipe_cuda_kernels STATIC ${STARPIPE_CUDA_SOURCES})
+    set(_sp_scope PUBLIC)
+  else()
+    add_library(starpipe_cuda_kernels INTERFACE)
+    set(_sp_scope INTERFACE)
+  endif()
+  target_include_directories(starpipe_cuda_kernels ${_sp_scope} ${CMAKE_SOURCE_DIR}/include
+                             ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/codelets/cuda)
+  target_link_libraries(starpipe_cuda_kernels ${_sp_scope} CUDA::cudart CUDA::cublas)
 endif()
-target_include_directories(starpipe_cuda_kernels ${_sp_scope} ${CMAKE_SOURCE_DIR}/include
-                           ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/codelets/cuda)
-target_link_libraries(starpipe_cuda_kernels ${_sp_scope} CUDA::cudart CUDA::cublas)
 
 # Called by runtime/CMakeLists.txt on starpipe_runtime: the C task functions of
 # codelets/cuda/*.c (they use the runtime and graph internals), the kernels, cuBLAS, NCCL,

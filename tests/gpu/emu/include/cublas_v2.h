@@ -1,5 +1,8 @@
-/* cuBLAS as the CPU emulation provides it (emu.cpp): handle state and sgemm on OpenBLAS,
- * with cuBLAS's argument checks. Only what codelets/cuda and tests/gpu call. Plain C. */
+/* cuBLAS as the CPU emulation provides it (cublas.cpp): handle state and sgemm on
+ * OpenBLAS, with cuBLAS's argument checks. Only what codelets/cuda and tests/gpu call.
+ * Plain C. The entry points have the names of the real library's v2 API, as
+ * cublas_v2.h gives them, so that code compiled here links to the fake device's
+ * libcublas.so.13 (tests/gpu/fake) as to the real one. */
 #ifndef STARPIPE_EMU_CUBLAS_V2_H
 #define STARPIPE_EMU_CUBLAS_V2_H
 
@@ -10,6 +13,14 @@ extern "C" {
 #endif
 
 typedef struct cublasContext *cublasHandle_t;
+
+#define cublasCreate cublasCreate_v2
+#define cublasDestroy cublasDestroy_v2
+#define cublasSetStream cublasSetStream_v2
+#define cublasGetStream cublasGetStream_v2
+#define cublasGetPointerMode cublasGetPointerMode_v2
+#define cublasSetPointerMode cublasSetPointerMode_v2
+#define cublasSgemm cublasSgemm_v2
 
 typedef enum {
     CUBLAS_STATUS_SUCCESS = 0,

@@ -15,7 +15,12 @@ typedef enum cudaError {
     cudaErrorInvalidValue = 1,
     cudaErrorMemoryAllocation = 2,
     cudaErrorInvalidConfiguration = 9,
-    cudaErrorInvalidResourceHandle = 400
+    cudaErrorInvalidMemcpyDirection = 21,
+    cudaErrorNoDevice = 100,
+    cudaErrorInvalidDevice = 101,
+    cudaErrorInvalidResourceHandle = 400,
+    cudaErrorNotReady = 600,
+    cudaErrorNotSupported = 801
 } cudaError_t;
 
 typedef struct CUstream_st *cudaStream_t;
@@ -50,6 +55,7 @@ cudaError_t cudaFree(void *ptr);
 /* stream-ordered allocation: here cudaMalloc/cudaFree, every stream being immediate */
 cudaError_t cudaMallocAsync(void **ptr, size_t bytes, cudaStream_t stream);
 cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream);
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
                             cudaStream_t stream);
 cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes, cudaStream_t stream);

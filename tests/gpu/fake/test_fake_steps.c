@@ -1,0 +1,175 @@
+/* On the fake device (README.md): what one training step moves across the host-device
+ * bus, counted by the device itself. On P ranks (mpiexec -np P), each with one GPU: a
+ * GPT pipelined with 1F1B, 6 steps; over steps 4-6 (StarPU has measured the bus and
+ * placed every buffer by then) each rank's device must have moved, per step, exactly:
+ *   into the device: the inputs its stages read; out of it: the losses (last stage) and
+ *   the gradient norm's per-parameter terms (np + 1 doubles a stage: the buffer's size in
+ *   runtime/train.c, which sp_step_stats.host_bytes counts as np);
+ *   both ways: each message the plan sends or receives through StarPU-MPI, once;
+ * and NCCL exactly the plan's messages of sp_nccl_calls. Nothing else: parameters,
+ * gradients and optimizer state stay on the device, and host_bytes stays far below the
+ * parameters. argv[1]: "nccl" (run with STARPIPE_NCCL_THRESHOLD=1: every boundary
+ * tensor on NCCL, the tied embedding's messages on StarPU-MPI) or "mpi" (two ranks on
+ * one device: everything on StarPU-MPI).
+ * Exits 77 when the fake device is not loaded (a real GPU, or a CPU-only build). */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "starpipe/data.h"
+#include "starpipe/exec.h"
+#include "starpipe/models.h"
+#include "starpipe/plan.h"
+#include "starpipe/program.h"
+#include "starpipe/train.h"
+#include "tests/runtime/train_check.h"
+
+enum { H2D, D2H, D2D, NCCL_SENT, NCCL_RECV, KERNELS, GEMMS, NCOUNTS };
+typedef int (*stats_fn)(int dev, unsigned long long out[NCOUNTS]);
+
+static int bad; /* FAIL (train_check.h) counts here */
+
+/* The counters of every fake device of this process, summed (the rank uses one). */
+static void counters(stats_fn f, unsigned long long sum[NCOUNTS])
+{
+    memset(sum, 0, sizeof(unsigned long long) * NCOUNTS);
+    unsigned long long c[NCOUNTS];
+    for (int d = 0; f(d, c) == 0; d++)
+        for (int i = 0; i < NCOUNTS; i++) sum[i] += c[i];
+}
+
+int main(int argc, char **argv)
+{
+    const int nccl = argc > 1 && !strcmp(argv[1], "nccl");
+    stats_fn stats_of = (stats_fn)dlsym(RTLD_DEFAULT, "starpipe_fake_gpu_stats");
+    if (sp_exec_init(&argc, &argv, &(sp_exec_opts){ 0 }) != SP_OK) {
+        fprintf(stderr, "init: %s\n", sp_last_error());
+        return 1;
+    }
+    const int P = sp_exec_size(), me = sp_exec_rank(), m = 2 * P, steps = 6, warm = 3;
+    if (!stats_of || sp_exec_num_cuda() != 1) {
+        if (me == 0)
+            printf("SKIP: %s\n", !stats_of ? "not on the fake device (starpipe_fake_gpu_stats)"
+                                          : "no CUDA worker");
+        sp_exec_shutdown();
+        return 77;
+    }
+    sp_status st;
+    sp_gpt_config c = { .vocab = 256, .context = 16, .layers = 2 * P, .heads = 2,
+                        .channels = 16, .batch = 2, .stages = P };
+    sp_graph *g = sp_model_gpt(&c, &st);
+    sp_program *p = g ? sp_program_build(g, &st) : NULL;
+    sp_schedule *sch = NULL;
+    if (!p || sp_schedule_builtin("1f1b", P, m, 1, &sch) != SP_OK) {
+        fprintf(stderr, "setup: %s\n", sp_last_error());
+        return 1;
+    }
+    sp_adamw_config opt;
+    sp_adamw_defaults(&opt);
+    sp_trainer *t = sp_trainer_create(p, sch, &(sp_train_opts){ .opt = opt, .seed = 5 }, &st);
+    if (!t) {
+        fprintf(stderr, "trainer: %s\n", sp_last_error());
+        return 1;
+    }
+    if (nccl != sp_exec_nccl_active())
+        FAIL("NCCL is %s, the test expects it %s (%s)", sp_exec_nccl_active() ? "on" : "off",
+             nccl ? "on" : "off", sp_trainer_notice(t));
+    /* the plan's messages of this rank in a step: on NCCL, and the rest (StarPU-MPI) */
+    const sp_plan *pl = sp_trainer_plan(t);
+    unsigned long long mpi_sent = 0, mpi_recv = 0, nccl_sent = 0, nccl_recv = 0;
+    for (int j = 0; j < pl->ninstr[me]; j++) {
+        const sp_instr *in = &pl->instr[me][j];
+        if (in->op == SP_OP_SEND) mpi_sent += in->bytes;
+        if (in->op == SP_OP_RECV) mpi_recv += in->bytes;
+    }
+    sp_nccl_call *calls = NULL;
+    int ncalls = 0;
+    if (sp_exec_nccl_active() && sp_nccl_calls(pl, me, 1, &calls, &ncalls) != SP_OK) {
+        fprintf(stderr, "sp_nccl_calls: %s\n", sp_last_error());
+        return 1;
+    }
+    for (int k = 0; k < ncalls; k++) {
+        const int send = calls[k].op == SP_OP_SEND;
+        *(send ? &nccl_sent : &nccl_recv) += calls[k].bytes;
+        *(send ? &mpi_sent : &mpi_recv) -= calls[k].bytes;
+    }
+    free(calls);
+    /* the host's share: inputs read by this rank's stages, losses, norm terms */
+    const int np = sp_graph_num_params(g), S = sp_program_num_stages(p);
+    unsigned long long h2d = 0, d2h = 0;
+    size_t params = 0;
+    for (int k = 0; k < sp_program_num_inputs(p); k++) {
+        int used = 0;
+        for (int s = 0; s < S; s++)
+            for (int kind = SP_TASK_F; kind <= SP_TASK_BW && sp_trainer_owns_stage(t, s); kind++)
+                for (int j = 0; j < sp_program_num_bufs(p, s, (sp_task_kind)kind); j++) {
+                    sp_slab_ref r = sp_program_buf(p, s, (sp_task_kind)kind, j);
+                    used |= r.cls == SP_SLAB_INPUT && r.index == k;
+                }
+        if (used) h2d += (unsigned long long)m * sp_program_buf_bytes(p, SP_SLAB_INPUT, k);
+    }
+    for (int s = 0; s < S; s++)
+        if (sp_trainer_owns_stage(t, s)) {
+            d2h += (unsigned long long)(np + 1) * sizeof(double) +
+                   (s == S - 1 ? (unsigned long long)m * sizeof(float) : 0);
+            params += sp_program_buf_bytes(p, SP_SLAB_PARAMS, s);
+        }
+    const int nin = sp_program_num_inputs(p);
+    void **in = calloc((size_t)m * nin, sizeof *in);
+    for (int i = 0; i < m * nin; i++) {
+        in[i] = calloc((size_t)c.batch * c.context, sizeof(int32_t));
+        for (int k = 0; k < c.batch * c.context; k++)
+            ((int32_t *)in[i])[k] = (int32_t)(sp_mix64((uint64_t)(i * 131 + k)) % 256);
+    }
+    unsigned long long before[NCOUNTS] = { 0 }, after[NCOUNTS];
+    size_t host = 0;
+    for (int step = 1; step <= steps && !bad; step++) {
+        if (step == warm + 1) counters(stats_of, before);
+        sp_step_stats s;
+        if (sp_trainer_step(t, (const void *const *)in, &s) != SP_OK) {
+            FAIL("step %d: %s", step, sp_last_error());
+            break;
+        }
+        if (step > warm) host += s.host_bytes;
+        if (step > warm && s.host_bytes * (size_t)(step - warm) != host)
+            FAIL("step %d: the host touched %zu bytes, not as many as in step %d", step,
+                 s.host_bytes, warm + 1);
+    }
+    counters(stats_of, after);
+    const int n = steps - warm;
+    unsigned long long d[NCOUNTS];
+    for (int i = 0; i < NCOUNTS; i++) d[i] = (after[i] - before[i]) / (unsigned long long)n;
+    printf("rank %d: per step: host to device %llu bytes (inputs %llu, StarPU-MPI %llu), device "
+           "to host %llu (losses and norm terms %llu, StarPU-MPI %llu); NCCL sent %llu received "
+           "%llu (plan %llu, %llu); %llu kernels, %llu cuBLAS calls; host_bytes %zu, the "
+           "rank's parameters %zu\n", me, d[H2D], h2d, mpi_recv, d[D2H], d2h, mpi_sent,
+           d[NCCL_SENT], d[NCCL_RECV], nccl_sent, nccl_recv, d[KERNELS], d[GEMMS], host / n,
+           params);
+    if ((after[H2D] - before[H2D]) % n || (after[D2H] - before[D2H]) % n ||
+        d[H2D] != h2d + mpi_recv || d[D2H] != d2h + mpi_sent)
+        FAIL("steps %d-%d moved %llu bytes into the device and %llu out of it, expected "
+             "%llu and %llu a step", warm + 1, steps, after[H2D] - before[H2D],
+             after[D2H] - before[D2H], h2d + mpi_recv, d2h + mpi_sent);
+    if (d[NCCL_SENT] != nccl_sent || d[NCCL_RECV] != nccl_recv)
+        FAIL("NCCL moved %llu / %llu bytes a step, the plan %llu / %llu", d[NCCL_SENT],
+             d[NCCL_RECV], nccl_sent, nccl_recv);
+    if (nccl && !nccl_sent && !nccl_recv)
+        FAIL("NCCL carries none of the plan's messages");
+    if (!d[KERNELS] || !d[GEMMS])
+        FAIL("no kernels (%llu) or cuBLAS calls (%llu) ran on the device", d[KERNELS], d[GEMMS]);
+    if (host / n >= params / 4)
+        FAIL("the host touches %zu bytes a step, a quarter of the parameters (%zu)", host / n,
+             params);
+    for (int i = 0; i < m * nin; i++) free(in[i]);
+    free(in);
+    sp_trainer_free(t);
+    sp_program_free(p);
+    sp_graph_free(g);
+    sp_schedule_free(sch);
+    double any = bad;
+    sp_exec_allreduce_sum(&any, 1, 1);
+    sp_exec_shutdown();
+    if (me == 0) printf("%s\n", any > 0 ? "FAIL" : "PASS");
+    return any > 0;
+}
