@@ -1,7 +1,8 @@
 /* bench_gpu_stage: the achieved TFLOP/s of a whole stage task on the GPU. One GPT stage
  * (all layers, the embedding and the head) runs its F and BW programs through
  * sp_program_run_cuda on one stream, timed with CUDA events; the FLOPs are the program's
- * own count (sp_program_flops). fp32, then with TF32 tensor cores. No StarPU: this is the
+ * own count (sp_program_flops). fp32, then with TF32 tensor cores, then bf16 operands
+ * (--precision bf16: cublasGemmEx with fp32 accumulation). No StarPU: this is the
  * kernels' speed, the ceiling for a task. Exits 77 without a GPU.
  *   bench_gpu_stage [layers channels heads context batch]   (default GPT-2 small, T=1024, B=8) */
 #include <stdio.h>
@@ -123,7 +124,8 @@ int main(int argc, char **argv)
     printf("GPT stage: %d layers, %d channels, %d heads, context %d, batch %d "
            "(%lld parameters)\n", c.layers, c.channels, c.heads, c.context, c.batch,
            (long long)sp_graph_param_count(g));
-    printf("| task | GFLOP | fp32 ms | fp32 TFLOP/s | TF32 ms | TF32 TFLOP/s |\n|---|---|---|---|---|---|\n");
+    printf("| task | GFLOP | fp32 ms | fp32 TFLOP/s | TF32 ms | TF32 TFLOP/s | bf16 ms | "
+           "bf16 TFLOP/s |\n|---|---|---|---|---|---|---|---|\n");
     sp_task_kind kinds[2] = { SP_TASK_F, SP_TASK_BW };
     for (int k = 0; k < 2; k++) {
         double flops = sp_program_flops(p, 0, kinds[k]);
@@ -131,8 +133,13 @@ int main(int argc, char **argv)
         double t32 = run(p, kinds[k], &d, s, h, 5);
         sp_cuda_set_tf32(h, 1);
         double ttf = run(p, kinds[k], &d, s, h, 5);
-        printf("| %s | %.1f | %.2f | %.1f | %.2f | %.1f |\n", kinds[k] == SP_TASK_F ? "F" : "BW",
-               flops / 1e9, t32 * 1e3, flops / t32 / 1e12, ttf * 1e3, flops / ttf / 1e12);
+        sp_cuda_set_tf32(h, 0);
+        sp_program_set_precision(p, SP_PRECISION_BF16); /* cublasGemmEx on bf16 operands */
+        double tbf = run(p, kinds[k], &d, s, h, 5);
+        sp_program_set_precision(p, SP_PRECISION_FP32);
+        printf("| %s | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f |\n",
+               kinds[k] == SP_TASK_F ? "F" : "BW", flops / 1e9, t32 * 1e3, flops / t32 / 1e12,
+               ttf * 1e3, flops / ttf / 1e12, tbf * 1e3, flops / tbf / 1e12);
     }
     for (int j = 0; j < d.n; j++) cudaFree(d.dev[j]);
     cublasDestroy(h);

@@ -255,6 +255,14 @@ if ((built)); then
       --eval-every 2
   if ((prc == 0)) && on_gpu gpt-2; then record PASS "4. (b) GPT --check 2 ranks" "${ptime}s"
   else record FAIL "4. (b) GPT --check 2 ranks" "rc $prc"; fi
+  # bf16: cublasGemmEx against the CPU's bf16 reference (within 2e-2), and with NCCL carrying
+  # every boundary tensor from a stream of its own (a trace of the last step shows compute
+  # continuing while a receive is posted: $OUT/gpt-bf16-trace.json)
+  run_phase "4. (b) starpipe-gpt --precision bf16 --check" 120 gpt-bf16 \
+    env STARPU_NCUDA=$ncuda STARPIPE_TRACE="${OUT:-$B}/gpt-bf16-trace.json" "$gpt" "${data[@]}" \
+      --steps 3 --precision bf16 --check
+  if ((prc == 0)) && on_gpu gpt-bf16; then record PASS "4. (b) GPT bf16 --check" "${ptime}s"
+  else record FAIL "4. (b) GPT bf16 --check" "rc $prc"; fi
 fi
 
 # ---------------------------------------------------------------- 5. (c) performance
