@@ -19,10 +19,11 @@ static int to_logical(hwloc_topology_t topo, int os)
     return pu ? (int)pu->logical_index : -1;
 }
 
-sp_status sp_binding_plan(MPI_Comm node, int want, const cpu_set_t *near, sp_binding *b)
+sp_status sp_binding_plan(MPI_Comm node, int want, const cpu_set_t *near, int gpus,
+                          sp_binding *b)
 {
     memset(b, 0, sizeof *b);
-    b->mpi_cpu = -1;
+    b->mpi_cpu = b->cuda_cpu = -1;
     int lrank, lsize;
     SP_MPI_CHECK(MPI_Comm_rank(node, &lrank));
     SP_MPI_CHECK(MPI_Comm_size(node, &lsize));
@@ -63,6 +64,11 @@ sp_status sp_binding_plan(MPI_Comm node, int want, const cpu_set_t *near, sp_bin
     }
     if (b->nworkers > ncpus)
         b->nworkers = ncpus;
+    /* A CUDA worker's driver thread polls its device all the time: it takes a core of its
+     * own when the rank has one to spare, after the CPU workers' (StarPU numbers the CPU
+     * workers first and binds workers in the order of STARPU_WORKERS_CPUID); with none to
+     * spare it shares the first (StarPU says so once at start-up). */
+    int cuda_at = gpus > 0 ? (b->nworkers < ncpus ? b->nworkers : 0) : -1;
     if (b->nworkers > STARPU_MAXCPUS)
         b->nworkers = STARPU_MAXCPUS;
     if (b->nworkers > SP_BINDING_MAXW)
@@ -78,10 +84,15 @@ sp_status sp_binding_plan(MPI_Comm node, int want, const cpu_set_t *near, sp_bin
         if (len < (int)sizeof b->desc)
             len += snprintf(b->desc + len, sizeof b->desc - (size_t)len, " %d", cpus[i]);
     }
+    b->cuda_cpu = cuda_at >= 0 ? to_logical(topo, cpus[cuda_at]) : -1;
+    if (cuda_at >= 0 && len < (int)sizeof b->desc)
+        len += snprintf(b->desc + len, sizeof b->desc - (size_t)len, ", CUDA worker cpu %d",
+                        cpus[cuda_at]);
     /* The progress thread takes a spare core of this rank if there is one; else it is
      * left unbound (-1): as fast as sharing the worker's core (runtime/README.md), and
      * StarPU then does not warn on every start about binding two threads to one core. */
-    b->mpi_cpu = b->nworkers < ncpus ? to_logical(topo, cpus[b->nworkers]) : -1;
+    int used = b->nworkers + (cuda_at >= b->nworkers ? 1 : 0);
+    b->mpi_cpu = used < ncpus ? to_logical(topo, cpus[used]) : -1;
     hwloc_topology_destroy(topo);
     for (int i = 0; i < b->nworkers; i++)
         if (b->worker_cpus[i] < 0)
@@ -105,6 +116,8 @@ void sp_binding_apply(const sp_binding *b)
     int len = 0;
     for (int i = 0; i < b->nworkers; i++)
         len += snprintf(v + len, sizeof v - (size_t)len, "%s%d", i ? " " : "", b->worker_cpus[i]);
+    if (b->cuda_cpu >= 0) /* the CUDA worker comes after the CPU workers */
+        len += snprintf(v + len, sizeof v - (size_t)len, " %d", b->cuda_cpu);
     setenv("STARPU_WORKERS_CPUID", v, 0);
     if (b->mpi_cpu < 0) {
         setenv("STARPU_MPI_NOBIND", "1", 0);

@@ -14,12 +14,16 @@ typedef struct sp_binding {
     int nobind;                       /* 1: ranks outnumber cores, nothing is bound */
     int worker_cpus[SP_BINDING_MAXW]; /* hwloc logical PU ids */
     int mpi_cpu;                      /* where the StarPU-MPI progress thread goes */
+    int cuda_cpu;                     /* the CUDA worker's core; -1 without a GPU */
     char desc[256];                   /* for the verbose line */
 } sp_binding;
 
 /* Collective over node (the ranks of this host). want: CPU workers asked for. near
- * (may be NULL): the CPUs near this rank's GPU, where its workers should sit. */
-sp_status sp_binding_plan(MPI_Comm node, int want, const cpu_set_t *near, sp_binding *b);
+ * (may be NULL): the CPUs near this rank's GPU, where its workers should sit. gpus: CUDA
+ * workers of this rank (0 or 1), whose driver thread gets a core of its own if one is
+ * spare. */
+sp_status sp_binding_plan(MPI_Comm node, int want, const cpu_set_t *near, int gpus,
+                          sp_binding *b);
 /* Exports the plan as StarPU variables; ones the user already set are kept. */
 void sp_binding_apply(const sp_binding *b);
 

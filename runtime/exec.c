@@ -885,7 +885,8 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     setenv("STARPU_NCUDA", gpu.ncuda, 0); /* a user's own StarPU settings win */
     if (gpu.device >= 0) setenv("STARPU_WORKERS_CUDAID", gpu.cudaid, 0);
     sp_binding b;
-    st = sp_binding_plan(node, X.opts.ncpus, CPU_COUNT(&near) ? &near : NULL, &b);
+    st = sp_binding_plan(node, X.opts.ncpus, CPU_COUNT(&near) ? &near : NULL,
+                         gpu.device >= 0 && strcmp(getenv("STARPU_NCUDA"), "0") != 0, &b);
     MPI_Comm_free(&node);
     if (st)
         return st;
