@@ -777,8 +777,9 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
             goto out;
         t->optimizer_bytes += 2 * mb;
         void *mem;
-        if ((st = sp_tr_register_mem(t, &t->h_sumsq[s], &mem,
-                                     (size_t)sp_graph_num_params(t->g) + 1, sizeof(double))))
+        int np = sp_graph_num_params(t->g); /* one double per parameter: all cross the bus */
+        if ((st = sp_tr_register_mem(t, &t->h_sumsq[s], &mem, (size_t)(np > 0 ? np : 1),
+                                     sizeof(double))))
             goto out;
         for (int i = 0; i < sp_graph_num_params(t->g); i++) {
             sp_tensor x = sp_graph_param(t->g, i);

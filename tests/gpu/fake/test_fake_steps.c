@@ -3,8 +3,8 @@
  * GPT pipelined with 1F1B, 6 steps; over steps 4-6 (StarPU has measured the bus and
  * placed every buffer by then) each rank's device must have moved, per step, exactly:
  *   into the device: the inputs its stages read; out of it: the losses (last stage) and
- *   the gradient norm's per-parameter terms (np + 1 doubles a stage: the buffer's size in
- *   runtime/train.c, which sp_step_stats.host_bytes counts as np);
+ *   the gradient norm's per-parameter terms (np doubles a stage, as
+ *   sp_step_stats.host_bytes counts them);
  *   both ways: each message the plan sends or receives through StarPU-MPI, once;
  * and NCCL exactly the plan's messages of sp_nccl_calls. Nothing else: parameters,
  * gradients and optimizer state stay on the device, and host_bytes stays far below the
@@ -111,7 +111,7 @@ int main(int argc, char **argv)
     }
     for (int s = 0; s < S; s++)
         if (sp_trainer_owns_stage(t, s)) {
-            d2h += (unsigned long long)(np + 1) * sizeof(double) +
+            d2h += (unsigned long long)np * sizeof(double) +
                    (s == S - 1 ? (unsigned long long)m * sizeof(float) : 0);
             params += sp_program_buf_bytes(p, SP_SLAB_PARAMS, s);
         }
