@@ -749,6 +749,7 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
     sp_graph *g = m->build(m->cfg, sch->nstages, &st);
     sp_program *p = g ? sp_program_build(g, &st) : NULL;
     sp_program_set_precision(p, o->bf16 ? SP_PRECISION_BF16 : SP_PRECISION_FP32);
+    sp_program_set_recompute(p, -1, o->recompute);
     sp_reference *r = p ? sp_reference_create(p, nmb, opt, (uint64_t)o->seed, &st) : NULL;
     if (r && (st = sp_reference_set_replicas(r, R))) {
         sp_reference_free(r);
@@ -1039,6 +1040,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         g = m->build(m->cfg, sch->nstages, &st);
         p = g ? sp_program_build(g, &st) : NULL;
         sp_program_set_precision(p, o->bf16 ? SP_PRECISION_BF16 : SP_PRECISION_FP32);
+    sp_program_set_recompute(p, -1, o->recompute);
         t = p ? sp_trainer_create(p, sch, &to, &st) : NULL;
         in = t ? alloc_inputs(p, R * sch->nmicro) : NULL;
         if (in && K && !(ev = eval_inputs(m, o, p, K))) in = (free_inputs(in, R * sch->nmicro, p), NULL);
@@ -1235,6 +1237,16 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
     if (o->sample && any_failed(sample_text(m, o, g, &io, msg, sizeof msg), m->name, msg)) {
         code = 1;
         goto out;
+    }
+    if (verbose >= 1 && o->steps > 0) { /* measured against planned, per rank */
+        sp_train_memory mem = sp_trainer_memory(t);
+        const sp_plan *pl = sp_trainer_plan(t);
+        int rep = 0, actor = 0; /* every replica of an actor runs the same plan */
+        sp_layout_place(&lay, me, &rep, &actor);
+        fprintf(stderr, "starpipe: rank %d: per-microbatch buffers %.2f MiB at their peak "
+                "(plan %.2f MiB: activations, boundary tensors and their gradients)\n", me,
+                mem.transient / 1048576.0,
+                (pl->peak[actor].acts + pl->peak[actor].boundary) / 1048576.0);
     }
 out:
     app_log_close(&rr.log);

@@ -103,6 +103,9 @@ static void usage(const sp_app_model *m, FILE *f)
             "                      consecutive (STARPIPE_RANK_ORDER)\n"
             "  --precision P       fp32 (default) or bf16: matrix products on bfloat16 operands\n"
             "                      with fp32 accumulation; weights, AdamW state in fp32\n"
+            "  --recompute         activation recomputation: each stage keeps only its inputs\n"
+            "                      between F and B and runs F again in B (same bits, less\n"
+            "                      activation memory, one more forward)\n"
             "  --shard-optimizer   ZeRO-1: each replica keeps the AdamW state of 1/R of the\n"
             "                      parameters (same results, less memory)\n"
             "  --reference         run the single-process reference interpreter instead (with\n"
@@ -279,6 +282,9 @@ int sp_app_parse(int argc, char **argv, const sp_app_model *m, sp_app_opts *o)
             takes = 0;
         } else if (!strcmp(a, "--shard-optimizer")) {
             o->shard_optimizer = 1;
+            takes = 0;
+        } else if (!strcmp(a, "--recompute")) {
+            o->recompute = 1;
             takes = 0;
         } else if (!takes_value(m, a)) {
             fprintf(err, "%s: error: unknown option '%s' (see --help)\n", m->name, a);

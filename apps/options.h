@@ -8,6 +8,7 @@ typedef struct {
     int steps, microbatches, chunks, actors, seed, reference, check, save_every, skip_nonfinite;
     int replicas, shard_optimizer;
     int bf16; /* --precision bf16 */
+    int recompute; /* --recompute: every stage */
     float lr, clip;
     /* the learning-rate schedule (sp_lr_schedule): --warmup, --lr-min, --lr-decay, and
      * --decay-steps, its horizon (0: the run's last step, see horizon_of in driver.c) */

@@ -816,6 +816,12 @@ void sp_program_set_precision(sp_program *p, sp_precision precision)
     if (p) p->precision = precision;
 }
 
+void sp_program_set_recompute(sp_program *p, int stage, int on)
+{
+    for (int s = 0; p && s < p->model.nstages; s++)
+        if (stage < 0 || stage == s) p->model.stage[s].recompute = on != 0;
+}
+
 sp_precision sp_program_precision(const sp_program *p)
 {
     return p ? p->precision : SP_PRECISION_FP32;

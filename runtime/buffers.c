@@ -76,6 +76,11 @@ sp_exec_buf **sp_tr_mb_slot(sp_trainer *t, sp_slab_class c, int idx, int mb)
     }
 }
 
+sp_exec_buf *sp_tr_pool_scratch(sp_trainer *t, sp_exec_buf **slot, size_t floats)
+{
+    return pool_take(t, slot, floats ? floats : 1, 1);
+}
+
 sp_exec_buf *sp_tr_slab_buf(sp_trainer *t, sp_slab_class c, int idx, int mb)
 {
     switch (c) {

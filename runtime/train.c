@@ -84,20 +84,23 @@ sp_status sp_tr_submit_copy(sp_trainer *t, sp_exec_buf *dst, int64_t dst_off, sp
     return sp_tr_submit(t, name, SP_TR_FN(sp_copy_task), 2, bufs, modes, &a, sizeof a, id);
 }
 
-static sp_status do_run(sp_trainer *t, const sp_task *task, int instr)
+/* Submits stage s's program `kind` for microbatch mb. act_mb: the microbatch whose ACT
+ * slot it uses (mb + m for a recomputing stage's backward: a buffer of its own). redo: the
+ * recomputation of F inside the backward: its boundary outputs go to scratch buffers (the
+ * real ones were sent, and may serve another microbatch by now). */
+static sp_status submit_program(sp_trainer *t, int s, sp_task_kind kind, int mb, int act_mb,
+                                int redo, int instr, sp_exec_buf **bufs, sp_exec_mode *modes)
 {
-    int s = task->stage, mb = task->mb;
-    sp_task_kind kind = (sp_task_kind)task->kind;
-    int nb = sp_program_num_bufs(t->p, s, kind);
-    sp_exec_buf *stack_bufs[32];
-    sp_exec_mode stack_modes[32];
-    sp_exec_buf **bufs = nb <= 32 ? stack_bufs : malloc((size_t)nb * sizeof *bufs);
-    sp_exec_mode *modes = nb <= 32 ? stack_modes : malloc((size_t)nb * sizeof *modes);
+    int nb = sp_program_num_bufs(t->p, s, kind), nscratch = 0;
+    sp_exec_buf *scratch[8] = { NULL };
     sp_status st = SP_OK;
-    if (!bufs || !modes) st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
     for (int j = 0; st == SP_OK && j < nb; j++) {
         sp_slab_ref r = sp_program_buf(t->p, s, kind, j);
-        bufs[j] = sp_tr_slab_buf(t, r.cls, r.index, mb);
+        if (redo && r.cls == SP_SLAB_EDGE_FWD && r.mode != SP_SLAB_R && nscratch < 8)
+            bufs[j] = sp_tr_pool_scratch(t, &scratch[nscratch++],
+                                         sp_program_buf_bytes(t->p, r.cls, r.index) / 4);
+        else
+            bufs[j] = sp_tr_slab_buf(t, r.cls, r.index, r.cls == SP_SLAB_ACT ? act_mb : mb);
         modes[j] = exec_mode(r.cls, r.mode);
         if (!bufs[j]) st = sp_set_error(SP_ERR_RUNTIME, "trainer: no buffer %s[%d] for %s mb%d "
                                         "s%d: %s", sp_slab_class_name(r.cls), r.index,
@@ -105,14 +108,40 @@ static sp_status do_run(sp_trainer *t, const sp_task *task, int instr)
     }
     if (st == SP_OK) {
         char name[32];
-        snprintf(name, sizeof name, "%s mb%d s%d", sp_task_kind_name(kind), mb, s);
+        snprintf(name, sizeof name, "%s%s mb%d s%d", sp_task_kind_name(kind), redo ? "'" : "",
+                 mb, s);
         sp_stage_task_args a = { .prog = t->p, .stage = s, .kind = kind,
                                  .dloss = 1.0f / (float)(t->R * t->m) };
-        if (t->fault.kind && !t->evaluating && t->fault.step == t->steps + 1 &&
+        if (t->fault.kind && !redo && !t->evaluating && t->fault.step == t->steps + 1 &&
             t->fault.stage == s && kind == SP_TASK_F && mb == 0)
             a.fault = t->fault.kind;
         st = sp_tr_submit(t, name, SP_TR_FN(sp_stage_task), nb, bufs, modes, &a, sizeof a,
-                    (task_id){ kind, mb, s, instr });
+                          (task_id){ kind, mb, s, redo ? -1 : instr });
+    }
+    for (int k = 0; k < nscratch; k++) sp_tr_pool_give(t, &scratch[k]);
+    return st;
+}
+
+static sp_status do_run(sp_trainer *t, const sp_task *task, int instr)
+{
+    int s = task->stage, mb = task->mb;
+    sp_task_kind kind = (sp_task_kind)task->kind;
+    int nb = sp_program_num_bufs(t->p, s, kind), nf = sp_program_num_bufs(t->p, s, SP_TASK_F);
+    if (nf > nb) nb = nf;
+    sp_exec_buf *stack_bufs[32];
+    sp_exec_mode stack_modes[32];
+    sp_exec_buf **bufs = nb <= 32 ? stack_bufs : malloc((size_t)nb * sizeof *bufs);
+    sp_exec_mode *modes = nb <= 32 ? stack_modes : malloc((size_t)nb * sizeof *modes);
+    sp_status st = SP_OK;
+    if (!bufs || !modes) st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    /* activation recomputation (sp_program_set_recompute): F again, into the backward's
+     * own activations, right before the first backward task of the microbatch */
+    int rec = sp_program_stage_model(t->p)->stage[s].recompute && !t->evaluating;
+    int act_mb = rec && kind != SP_TASK_F ? mb + t->m : mb;
+    if (st == SP_OK && rec && (kind == SP_TASK_B || kind == SP_TASK_BW))
+        st = submit_program(t, s, SP_TASK_F, mb, act_mb, 1, instr, bufs, modes);
+    if (st == SP_OK) {
+        st = submit_program(t, s, kind, mb, act_mb, 0, instr, bufs, modes);
         /* BW's activation gradients live and die inside the task (the plan does not
          * track them): the buffer can serve the next user at once */
         if (kind == SP_TASK_BW) sp_tr_pool_give(t, sp_tr_mb_slot(t, SP_SLAB_BGRAD, s, mb));
@@ -123,8 +152,8 @@ static sp_status do_run(sp_trainer *t, const sp_task *task, int instr)
             sp_exec_buf *g = t->h_grads[s];
             sp_exec_mode rw = SP_EXEC_RW;
             sp_local_add_task_args la = { .prog = t->p, .stage = s };
-            st = sp_tr_submit(t, "local add", SP_TR_FN(sp_local_add_task), 1, &g, &rw, &la, sizeof la,
-                        (task_id){ -1, -1, s, -1 });
+            st = sp_tr_submit(t, "local add", SP_TR_FN(sp_local_add_task), 1, &g, &rw, &la,
+                              sizeof la, (task_id){ -1, -1, s, -1 });
         }
     }
     if (bufs != stack_bufs) free(bufs);
@@ -453,6 +482,7 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
     /* whatever the plan left alive (nothing, for a well-formed plan) returns too */
     for (int i = 0; i < t->m * t->S; i++) {
         sp_tr_pool_give(t, &t->h_act[i]);
+        sp_tr_pool_give(t, &t->h_act[i + t->m * t->S]); /* recomputed activations */
         sp_tr_pool_give(t, &t->h_bgrad[i]);
     }
     for (int i = 0; i < t->m * t->E; i++) {
@@ -604,7 +634,7 @@ static sp_status alloc_arrays(sp_trainer *t)
         return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
     ALLOC(params, S) ALLOC(grads, S) ALLOC(mom_m, S) ALLOC(mom_v, S)
     ALLOC(h_params, S) ALLOC(h_grads, S) ALLOC(h_m, S) ALLOC(h_v, S) ALLOC(h_scratch, S)
-    ALLOC(h_act, m * S) ALLOC(h_bgrad, m * S) ALLOC(h_efwd, m * E) ALLOC(h_egrad, m * E)
+    ALLOC(h_act, 2 * m * S) ALLOC(h_bgrad, m * S) /* ACT: m more for recomputation */ ALLOC(h_efwd, m * E) ALLOC(h_egrad, m * E)
     ALLOC(h_input, m * t->nin) ALLOC(input_host, m * t->nin) ALLOC(h_loss, m)
     ALLOC(shared_param, t->nshared) ALLOC(h_sgrad, t->nshared * S)
     ALLOC(h_sparam, t->nshared) ALLOC(h_sumsq, S)
@@ -808,7 +838,7 @@ void sp_trainer_free(sp_trainer *t)
                               t->h_act, t->h_bgrad, t->h_efwd, t->h_egrad, t->h_input, t->h_loss,
                               t->h_sgrad, t->h_sparam };
     size_t mc = (size_t)t->mcap; /* per-microbatch slots, evaluation included */
-    size_t counts[] = { t->S, t->S, t->S, t->S, t->S, t->S, mc * t->S, mc * t->S, mc * t->E,
+    size_t counts[] = { t->S, t->S, t->S, t->S, t->S, t->S, 2 * mc * t->S, mc * t->S, mc * t->E,
                         mc * t->E, mc * t->nin, mc, (size_t)t->nshared * t->S, t->nshared };
     for (size_t l = 0; l < sizeof lists / sizeof *lists; l++)
         for (size_t i = 0; lists[l] && i < counts[l]; i++)

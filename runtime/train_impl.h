@@ -135,6 +135,9 @@ sp_status sp_tr_gather_params(sp_trainer *t, int s);
 sp_exec_buf *sp_tr_slab_buf(sp_trainer *t, sp_slab_class c, int idx, int mb);
 /* The slot of a per-microbatch buffer (ACT, BGRAD, EDGE_FWD, EDGE_GRAD). */
 sp_exec_buf **sp_tr_mb_slot(sp_trainer *t, sp_slab_class c, int idx, int mb);
+/* A pool buffer of floats for *slot, to give back with sp_tr_pool_give once submitted
+ * (a recomputed forward's boundary outputs). */
+sp_exec_buf *sp_tr_pool_scratch(sp_trainer *t, sp_exec_buf **slot, size_t floats);
 /* Gives a per-microbatch buffer back to the pool (the plan's FREE). */
 void sp_tr_pool_give(sp_trainer *t, sp_exec_buf **slot);
 void sp_tr_free_buf(sp_trainer *t, const sp_buf *b);

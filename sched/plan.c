@@ -344,10 +344,15 @@ static int accesses(const ctx *c, const sp_instr *in, sp_access *out)
     int s = t.stage, i = t.mb, S = c->S;
     int isf = t.kind == SP_TASK_F, isb = t.kind == SP_TASK_B || t.kind == SP_TASK_BW;
     int isw = t.kind == SP_TASK_W || t.kind == SP_TASK_BW;
-    if (!isf) ACC(SP_BUF_ACT, s, i, -1, SP_ACCESS_R);
+    /* recompute: F's activations die with F; the first backward task writes them again
+     * (as microbatch i + m, a buffer of its own) from the stage's inputs, which every
+     * backward task reads anyway */
+    int rec = model->stage[s].recompute;
+    if (!isf) ACC(SP_BUF_ACT, s, rec ? i + c->m : i, -1,
+                  rec && isb ? SP_ACCESS_W : SP_ACCESS_R);
     if (t.kind == SP_TASK_W) ACC(SP_BUF_BGRAD, s, i, -1, SP_ACCESS_R);
     for (int j = g->in_off[s]; j < g->in_off[s + 1]; j++)
-        ACC(SP_BUF_EDGE_FWD, g->in_e[j], i, -1, SP_ACCESS_R);
+        ACC(SP_BUF_EDGE_FWD, g->in_e[j], i, -1, SP_ACCESS_R); /* B and W read them too */
     if (isb)
         for (int j = g->out_off[s]; j < g->out_off[s + 1]; j++)
             if (model->edge[g->out_e[j]].needs_grad)

@@ -62,9 +62,13 @@ static void grads_final(const sp_plan *plan, const sp_stage_model *model, int *l
 
 static double task_time(const sp_stage_model *model, const sp_sim_config *cfg, sp_task t)
 {
+    /* a recomputing stage's first backward task runs F again first */
+    int again = model->stage[t.stage].recompute && (t.kind == SP_TASK_B || t.kind == SP_TASK_BW);
     if (cfg->flops && cfg->device_flops > 0)
-        return cfg->flops[t.stage * SP_NUM_TASK_KINDS + t.kind] / cfg->device_flops;
-    return model->stage[t.stage].cost[t.kind];
+        return (cfg->flops[t.stage * SP_NUM_TASK_KINDS + t.kind] +
+                (again ? cfg->flops[t.stage * SP_NUM_TASK_KINDS + SP_TASK_F] : 0)) /
+               cfg->device_flops;
+    return model->stage[t.stage].cost[t.kind] + (again ? model->stage[t.stage].cost[SP_TASK_F] : 0);
 }
 
 /* Memory of each actor, recomputed from its instructions alone: persistent buffers it

@@ -65,6 +65,12 @@ void sp_program_set_precision(sp_program *p, sp_precision precision);
 sp_precision sp_program_precision(const sp_program *p);
 const char *sp_precision_name(sp_precision precision);
 
+/* Activation recomputation for stage s (-1: every stage): the stage keeps only its inputs
+ * between F and B and runs its forward again inside its first backward task (stages.h,
+ * sp_stage_info.recompute). The same bits as without it (the same forward, run twice),
+ * less activation memory, one more forward of compute. Set before planning. */
+void sp_program_set_recompute(sp_program *p, int stage, int on);
+
 const sp_graph *sp_program_graph(const sp_program *p);
 int sp_program_num_stages(const sp_program *p);
 

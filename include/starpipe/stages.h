@@ -33,6 +33,11 @@ typedef struct {
     size_t bgrad_bytes; /* kept by B for W of the same microbatch (freed after W) */
     size_t param_bytes; /* parameters held by the stage; gradient accumulators are as big */
     size_t opt_bytes;   /* optimizer state (AdamW: 2 x param_bytes) */
+    /* Activation recomputation: F's saved activations are dropped right after F, and the
+     * first backward task (B or BW) of the microbatch runs F again from the stage's kept
+     * inputs before its own work (cost F + B). The plan keeps the stage's input boundary
+     * tensors alive until then, and its activations only from there to the last W. */
+    int recompute;
 } sp_stage_info;
 
 /* A parameter used by several stages (the GPT's tied token embedding). Each stage keeps
