@@ -750,6 +750,8 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
     sp_program *p = g ? sp_program_build(g, &st) : NULL;
     sp_program_set_precision(p, o->bf16 ? SP_PRECISION_BF16 : SP_PRECISION_FP32);
     sp_program_set_recompute(p, -1, o->recompute);
+    for (int k = 0; p && k < o->nrecompute; k++)
+        sp_program_set_recompute(p, o->recompute_stages[k], 1);
     sp_reference *r = p ? sp_reference_create(p, nmb, opt, (uint64_t)o->seed, &st) : NULL;
     if (r && (st = sp_reference_set_replicas(r, R))) {
         sp_reference_free(r);
@@ -1003,6 +1005,12 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         snprintf(msg, sizeof msg, "%s", sp_last_error());
         bad = 1;
     }
+    for (int k = 0; !bad && k < o->nrecompute; k++)
+        if (o->recompute_stages[k] >= sch->nstages) {
+            snprintf(msg, sizeof msg, "--recompute-stages: there is no stage %d (the schedule has "
+                     "%d stages)", o->recompute_stages[k], sch->nstages);
+            bad = 1;
+        }
     if (!bad && (env.fault.kind == SP_FAULT_FAIL || env.fault.kind == SP_FAULT_HANG) &&
         env.fault.stage >= sch->nstages) {
         snprintf(msg, sizeof msg, "STARPIPE_FAULT='%s': there is no stage %d (the schedule has "
@@ -1040,7 +1048,9 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         g = m->build(m->cfg, sch->nstages, &st);
         p = g ? sp_program_build(g, &st) : NULL;
         sp_program_set_precision(p, o->bf16 ? SP_PRECISION_BF16 : SP_PRECISION_FP32);
-    sp_program_set_recompute(p, -1, o->recompute);
+        sp_program_set_recompute(p, -1, o->recompute);
+        for (int k = 0; p && k < o->nrecompute; k++)
+            sp_program_set_recompute(p, o->recompute_stages[k], 1);
         t = p ? sp_trainer_create(p, sch, &to, &st) : NULL;
         in = t ? alloc_inputs(p, R * sch->nmicro) : NULL;
         if (in && K && !(ev = eval_inputs(m, o, p, K))) in = (free_inputs(in, R * sch->nmicro, p), NULL);

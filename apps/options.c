@@ -106,6 +106,7 @@ static void usage(const sp_app_model *m, FILE *f)
             "  --recompute         activation recomputation: each stage keeps only its inputs\n"
             "                      between F and B and runs F again in B (same bits, less\n"
             "                      activation memory, one more forward)\n"
+            "  --recompute-stages L  the same for the listed stages only, e.g. 0,1\n"
             "  --shard-optimizer   ZeRO-1: each replica keeps the AdamW state of 1/R of the\n"
             "                      parameters (same results, less memory)\n"
             "  --reference         run the single-process reference interpreter instead (with\n"
@@ -129,7 +130,8 @@ static const char *const common[] = { "--steps", "--microbatches", "--chunks", "
                                       "--load", "--resume", "--dump-grads", "--save-every",
                                       "--replicas", "--rank-order", "--warmup", "--lr-min",
                                       "--lr-decay", "--decay-steps", "--log", "--peak-tflops",
-                                      "--precision", "--eval-every", "--eval-batches", "--sample",
+                                      "--precision", "--recompute-stages", "--eval-every",
+                                      "--eval-batches", "--sample",
                                       "--prompt", "--temperature", "--top-k", "--sample-seed",
                                       NULL };
 
@@ -172,6 +174,8 @@ static int apply(const sp_app_model *m, sp_app_opts *o, const char *a, const cha
     else if (!strcmp(a, "--dump-grads")) o->dump_grads = v;
     else if (!strcmp(a, "--save-every")) ok = app_parse_int(a, v, 1, 1 << 30, &o->save_every);
     else if (!strcmp(a, "--replicas")) ok = app_parse_int(a, v, 1, 1 << 16, &o->replicas);
+    else if (!strcmp(a, "--recompute-stages"))
+        ok = app_parse_int_list(a, v, 0, 1023, o->recompute_stages, 1024, &o->nrecompute);
     else if (!strcmp(a, "--precision")) {
         ok = !strcmp(v, "fp32") || !strcmp(v, "bf16");
         if (ok) o->bf16 = !strcmp(v, "bf16");

@@ -9,6 +9,7 @@ typedef struct {
     int replicas, shard_optimizer;
     int bf16; /* --precision bf16 */
     int recompute; /* --recompute: every stage */
+    int recompute_stages[1024], nrecompute; /* --recompute-stages */
     float lr, clip;
     /* the learning-rate schedule (sp_lr_schedule): --warmup, --lr-min, --lr-decay, and
      * --decay-steps, its horizon (0: the run's last step, see horizon_of in driver.c) */
