@@ -49,8 +49,11 @@ static int to_int(const char *flag, const char *v, int *out)
     return 0;
 }
 
-/* "F=1,B=1,W=1,BW=2,lat=0,bw=0" */
-static int parse_cost(const char *spec, double kind[4], int *bw_given, double *lat, double *bw)
+/* A "key=value,..." list of finite numbers in [0, 1e100] (a nan or inf cost would give a
+ * nan or inf step time), each handed to set, which prints its own message for a key or
+ * value it does not take. 0, or -1 after one message (none for an item without '='). */
+static int parse_pairs(const char *spec, const char *flag, const char *hint,
+                       int (*set)(void *ctx, const char *key, double v), void *ctx)
 {
     char *copy = strdup(spec), *save = NULL;
     int bad = !copy;
@@ -64,59 +67,71 @@ static int parse_cost(const char *spec, double kind[4], int *bw_given, double *l
         *eq = 0;
         errno = 0;
         double v = strtod(eq + 1, &end);
-        /* finite and not negative: a nan or inf cost would give a nan or inf step time */
         if (end == eq + 1 || *end || errno || !isfinite(v) || v < 0 || v > 1e100) {
-            fprintf(stderr, "starpipe-plan: --cost: bad value '%s' for %s (a finite number in "
-                    "[0, 1e100])\n", eq + 1, t);
+            fprintf(stderr, "starpipe-plan: %s: bad value '%s' for %s%s\n", flag, eq + 1, t, hint);
             bad = 1;
-            break;
-        }
-        if (!strcmp(t, "F")) kind[SP_TASK_F] = v;
-        else if (!strcmp(t, "B")) kind[SP_TASK_B] = v;
-        else if (!strcmp(t, "W")) kind[SP_TASK_W] = v;
-        else if (!strcmp(t, "BW")) kind[SP_TASK_BW] = v, *bw_given = 1;
-        else if (!strcmp(t, "lat")) *lat = v;
-        else if (!strcmp(t, "bw")) *bw = v;
-        else {
-            fprintf(stderr, "starpipe-plan: --cost: unknown key '%s' (F, B, W, BW, lat, bw)\n", t);
-            bad = 1;
+        } else {
+            bad = set(ctx, t, v) != 0;
         }
     }
     free(copy);
     return bad ? -1 : 0;
 }
 
-/* "alpha=1e-5,intra=450e9,inter=50e9,node=8,hier=1" */
+/* --cost "F=1,B=1,W=1,BW=2,lat=0,bw=0" */
+typedef struct {
+    double *kind, *lat, *bw;
+    int *bw_given;
+} cost_spec;
+
+static int set_cost(void *ctx, const char *t, double v)
+{
+    cost_spec *c = ctx;
+    if (!strcmp(t, "F")) c->kind[SP_TASK_F] = v;
+    else if (!strcmp(t, "B")) c->kind[SP_TASK_B] = v;
+    else if (!strcmp(t, "W")) c->kind[SP_TASK_W] = v;
+    else if (!strcmp(t, "BW")) c->kind[SP_TASK_BW] = v, *c->bw_given = 1;
+    else if (!strcmp(t, "lat")) *c->lat = v;
+    else if (!strcmp(t, "bw")) *c->bw = v;
+    else {
+        fprintf(stderr, "starpipe-plan: --cost: unknown key '%s' (F, B, W, BW, lat, bw)\n", t);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_cost(const char *spec, double kind[4], int *bw_given, double *lat, double *bw)
+{
+    cost_spec c = { kind, lat, bw, bw_given };
+    return parse_pairs(spec, "--cost", " (a finite number in [0, 1e100])", set_cost, &c);
+}
+
+/* --allreduce "alpha=1e-5,intra=450e9,inter=50e9,node=8,hier=1" */
+typedef struct {
+    sp_allreduce_model *m;
+    int *node;
+} allreduce_spec;
+
+static int set_allreduce(void *ctx, const char *t, double v)
+{
+    allreduce_spec *a = ctx;
+    if (!strcmp(t, "alpha")) a->m->alpha = v;
+    else if (!strcmp(t, "intra")) a->m->bw_intra = v;
+    else if (!strcmp(t, "inter")) a->m->bw_inter = v;
+    else if (!strcmp(t, "node") && v >= 1 && v <= 1 << 20 && v == (int)v) *a->node = (int)v;
+    else if (!strcmp(t, "hier") && (v == 0 || v == 1)) a->m->hierarchical = (int)v;
+    else {
+        fprintf(stderr, "starpipe-plan: --allreduce: bad key or value '%s' (alpha, intra, "
+                "inter, node a count, hier 0 or 1)\n", t);
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_allreduce(const char *spec, sp_allreduce_model *m, int *node)
 {
-    char *copy = strdup(spec), *save = NULL;
-    int bad = !copy;
-    for (char *t = copy ? strtok_r(copy, ",", &save) : NULL; t && !bad;
-         t = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(t, '='), *end;
-        if (!eq) {
-            bad = 1;
-            break;
-        }
-        *eq = 0;
-        errno = 0;
-        double v = strtod(eq + 1, &end);
-        if (end == eq + 1 || *end || errno || !isfinite(v) || v < 0 || v > 1e100) {
-            fprintf(stderr, "starpipe-plan: --allreduce: bad value '%s' for %s\n", eq + 1, t);
-            bad = 1;
-        } else if (!strcmp(t, "alpha")) m->alpha = v;
-        else if (!strcmp(t, "intra")) m->bw_intra = v;
-        else if (!strcmp(t, "inter")) m->bw_inter = v;
-        else if (!strcmp(t, "node") && v >= 1 && v <= 1 << 20 && v == (int)v) *node = (int)v;
-        else if (!strcmp(t, "hier") && (v == 0 || v == 1)) m->hierarchical = (int)v;
-        else {
-            fprintf(stderr, "starpipe-plan: --allreduce: bad key or value '%s' (alpha, intra, "
-                    "inter, node a count, hier 0 or 1)\n", t);
-            bad = 1;
-        }
-    }
-    free(copy);
-    return bad ? -1 : 0;
+    allreduce_spec a = { m, node };
+    return parse_pairs(spec, "--allreduce", "", set_allreduce, &a);
 }
 
 /* "gpt3-175b" or "L,C,T,V,B" */

@@ -52,14 +52,10 @@ const float *sp_trainer_moment(sp_trainer *t, int which, int stage)
 static int holder_replica(const sp_trainer *t, int s, int64_t off, int what)
 {
     if (!t->rep || what == 0 || !t->o.shard_optimizer) return 0;
-    const int64_t *b = t->rep[s].bounds;
+    /* another actor's stage: the same cut as its holders make */
+    int64_t cut[t->R + 1];
+    const int64_t *b = t->rep[s].bounds ? t->rep[s].bounds : (sp_optim_shards(t->p, s, t->R, cut), cut);
     int c = 0;
-    if (!b) { /* another actor's stage: the same cut as its holders make */
-        int64_t bounds[t->R + 1];
-        sp_optim_shards(t->p, s, t->R, bounds);
-        while (c + 1 < t->R && off >= bounds[c + 1]) c++;
-        return c;
-    }
     while (c + 1 < t->R && off >= b[c + 1]) c++;
     return c;
 }

@@ -56,24 +56,23 @@ sp_status sp_tr_replicas_create(sp_trainer *t)
         sp_tr_stage_replicas *r = &t->rep[s];
         if (!(r->bounds = malloc(sizeof(int64_t) * (size_t)(t->R + 1))) ||
             !(r->send = calloc((size_t)t->R, sizeof *r->send)) ||
-            !(r->recv = calloc((size_t)t->R, sizeof *r->recv)) ||
-            !(r->send_host = calloc((size_t)t->R, sizeof *r->send_host)) ||
-            !(r->recv_host = calloc((size_t)t->R, sizeof *r->recv_host)))
+            !(r->recv = calloc((size_t)t->R, sizeof *r->recv)))
             return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
         sp_optim_shards(t->p, s, t->R, r->bounds);
         sp_status st;
+        float *host; /* the trainer owns the memory (its registry frees it) */
         for (int c = 0; c < t->R; c++) {
             if (c == t->replica) continue;
             /* shard c: this replica's part of it goes to replica c, and in the gathers
              * replica c's result comes back in the same buffer; what replica c sends of
              * this rank's own shard arrives in recv[c] */
-            if ((st = sp_tr_register_host(t, &r->send[c], &r->send_host[c],
+            if ((st = sp_tr_register_host(t, &r->send[c], &host,
                                           4 * (size_t)shard_n(t, s, c))) ||
-                (st = sp_tr_register_host(t, &r->recv[c], &r->recv_host[c],
+                (st = sp_tr_register_host(t, &r->recv[c], &host,
                                           4 * (size_t)shard_n(t, s, t->replica))))
                 return st;
         }
-        if ((st = sp_tr_register_host(t, &r->mine, &r->mine_host,
+        if ((st = sp_tr_register_host(t, &r->mine, &host,
                                       4 * (size_t)shard_n(t, s, t->replica))))
             return st;
     }
@@ -90,7 +89,7 @@ void sp_tr_replicas_free(sp_trainer *t)
             if (r->recv && r->recv[c]) sp_exec_buf_unregister(r->recv[c]);
         }
         if (r->mine) sp_exec_buf_unregister(r->mine);
-        free(r->bounds), free(r->send), free(r->recv), free(r->send_host), free(r->recv_host);
+        free(r->bounds), free(r->send), free(r->recv);
     }
     free(t->rep);
     free(t->unpack);

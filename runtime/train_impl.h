@@ -21,9 +21,7 @@ typedef struct {
 typedef struct {
     int64_t *bounds;      /* [R + 1] (sp_optim_shards) */
     sp_exec_buf **send, **recv; /* [R], NULL at this rank's own replica */
-    float **send_host, **recv_host;
     sp_exec_buf *mine;
-    float *mine_host;
     int pending;          /* the reduce of this step is still to be submitted */
 } sp_tr_stage_replicas;
 

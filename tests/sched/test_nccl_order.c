@@ -63,11 +63,7 @@ static void check(const char *name, int p, int m, int v, size_t threshold)
     sp_schedule *sch;
     if (sp_schedule_builtin(name, p, m, v, &sch) != SP_OK) return; /* a stated constraint */
     int S = sch->nstages;
-    sp_stage_model *md = sp_stage_model_chain(S, 1, 1, 1, 4096);
-    md->nshared = 1;
-    md->shared = calloc(1, sizeof *md->shared);
-    md->shared[0] = (sp_stage_shared){ .bytes = 100, .nstages = 2, .stages = { 0, S - 1 },
-                                       .single_use = 1 };
+    sp_stage_model *md = sp_test_tied_chain(S);
     sp_plan *plan;
     MUST(sp_plan_build(md, sch, &plan));
     calls *A = calloc((size_t)p, sizeof *A);
@@ -121,8 +117,7 @@ int main(void)
     int cases = 0;
     for (int k = 0; k < sp_schedule_builtin_count(); k++) {
         const char *name = sp_schedule_builtin_info(k)->name;
-        int v = (!strcmp(name, "interleaved-1f1b") || !strcmp(name, "zb-v") ||
-                 !strcmp(name, "dualpipe-v")) ? 2 : 1;
+        int v = sp_test_chunks(name);
         for (int p = 2; p <= 8; p++) {
             int ms[4] = { 1, p, 2 * p, 3 * p + 1 };
             for (int j = 0; j < 4; j++) {

@@ -114,29 +114,18 @@ static int completes(const sp_plan *pl, size_t threshold)
     return ok;
 }
 
-static sp_stage_model *model(int S)
-{
-    sp_stage_model *md = sp_stage_model_chain(S, 1, 1, 1, 4096);
-    md->nshared = 1;
-    md->shared = calloc(1, sizeof *md->shared);
-    md->shared[0] = (sp_stage_shared){ .bytes = 100, .nstages = 2, .stages = { 0, S - 1 },
-                                       .single_use = 1 };
-    return md;
-}
-
 int main(void)
 {
     int cases = 0;
     for (int k = 0; k < sp_schedule_builtin_count(); k++) {
         const char *name = sp_schedule_builtin_info(k)->name;
-        int v = (!strcmp(name, "interleaved-1f1b") || !strcmp(name, "zb-v") ||
-                 !strcmp(name, "dualpipe-v")) ? 2 : 1;
+        int v = sp_test_chunks(name);
         for (int p = 2; p <= 6; p++) {
             int ms[3] = { p, 2 * p, 3 * p + 1 };
             for (int j = 0; j < 3; j++) {
                 sp_schedule *sch;
                 if (sp_schedule_builtin(name, p, ms[j], v, &sch) != SP_OK) continue;
-                sp_stage_model *md = model(sch->nstages);
+                sp_stage_model *md = sp_test_tied_chain(sch->nstages);
                 sp_plan *pl;
                 MUST(sp_plan_build(md, sch, &pl));
                 CHECK(completes(pl, 0), "%s p=%d m=%d: NCCL beside compute deadlocks", name, p,
@@ -154,7 +143,7 @@ int main(void)
      * receive first on its stream, while actor 0's stream sends the first first) */
     sp_schedule *sch;
     MUST(sp_schedule_builtin("1f1b", 2, 4, 1, &sch));
-    sp_stage_model *md = model(2);
+    sp_stage_model *md = sp_test_tied_chain(2);
     sp_plan *pl;
     MUST(sp_plan_build(md, sch, &pl));
     sp_instr *prog = pl->instr[1];

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "starpipe/plan.h"
 
@@ -39,6 +40,27 @@ static inline int test_done(const char *name)
     }
     printf("%s: ok\n", name);
     return 0;
+}
+
+/* A chain of S stages (unit costs, 4096-byte edges) with a weight tied between the first
+ * and the last stage, as the GPT's embedding is: the model of the NCCL order tests. */
+static inline sp_stage_model *sp_test_tied_chain(int S)
+{
+    sp_stage_model *md = sp_stage_model_chain(S, 1, 1, 1, 4096);
+    md->nshared = 1;
+    md->shared = calloc(1, sizeof *md->shared);
+    md->shared[0] = (sp_stage_shared){ .bytes = 100, .nstages = 2, .stages = { 0, S - 1 },
+                                       .single_use = 1 };
+    return md;
+}
+
+/* The stages per actor a built-in schedule is tested with: 2 where it takes chunks. */
+static inline int sp_test_chunks(const char *name)
+{
+    return !strcmp(name, "interleaved-1f1b") || !strcmp(name, "zb-v") ||
+                   !strcmp(name, "dualpipe-v")
+               ? 2
+               : 1;
 }
 
 /* splitmix64: small, seeded, the same on every platform. */
