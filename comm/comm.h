@@ -35,17 +35,22 @@ sp_status sp_comm_nccl_connect(const int *peers, int n);
 /* The asynchronous NCCL error seen by the completion thread, or NULL: the executor's wait
  * loop polls it. After one, the communicator is aborted. */
 const char *sp_comm_nccl_error(void);
-/* A group of NCCL calls as one task's CUDA function: buffer i is sent to (is_send[i]) or
- * received from peer[i], all between ncclGroupStart and ncclGroupEnd on NCCL's own stream
- * (never the worker's compute stream); the task ends when the group has (StarPU end
- * dependency, released by nccl.c's completion thread). Submit it as an ordered task
- * (modes R for sends, W for receives), in the plan's message order (sp_nccl_calls). */
-#define SP_COMM_NCCL_MAX_GROUP 16
+/* A group of NCCL calls as one task's CUDA function: call i sends (is_send) the task's
+ * buffer `buf` to peer, or receives it from peer, all between ncclGroupStart and
+ * ncclGroupEnd on NCCL's own stream (never the worker's compute stream); the task ends
+ * when the group has (StarPU end dependency, released by nccl.c's completion thread).
+ * Submit it as an ordered task (modes R for sends, W for receives), in the plan's message
+ * order (sp_nccl_calls); a buffer may be sent to several peers in one group. The args are
+ * SP_COMM_NCCL_GROUP_ARGS_SIZE(n) bytes. */
+typedef struct {
+    int is_send, peer, buf;
+} sp_comm_nccl_call;
 typedef struct {
     int n;
-    int is_send[SP_COMM_NCCL_MAX_GROUP];
-    int peer[SP_COMM_NCCL_MAX_GROUP];
+    sp_comm_nccl_call call[];
 } sp_comm_nccl_group_args;
+#define SP_COMM_NCCL_GROUP_ARGS_SIZE(n) \
+    (sizeof(sp_comm_nccl_group_args) + (size_t)(n) * sizeof(sp_comm_nccl_call))
 int sp_comm_nccl_group(void *const *bufs, const size_t *counts, int nbufs, const void *args,
                        void *stream);
 

@@ -269,18 +269,21 @@ int sp_comm_nccl_group(void *const *bufs, const size_t *counts, int nbufs, const
 {
     (void)stream; /* the compute stream: the transfers go on their own */
     const sp_comm_nccl_group_args *a = args;
-    if (nbufs != a->n)
-        return -1;
+    for (int i = 0; i < a->n; i++)
+        if (a->call[i].buf < 0 || a->call[i].buf >= nbufs)
+            return -1;
     if (atomic_load(&failed)) {
         fprintf(stderr, "starpipe: rank %d: %s\n", my_rank, fail_msg);
         return 1;
     }
     ncclResult_t r = ncclGroupStart();
-    for (int i = 0; r == ncclSuccess && i < a->n; i++)
-        r = a->is_send[i] ? ncclSend(bufs[i], counts[i], ncclFloat32, a->peer[i], comm,
-                                     comm_stream)
-                          : ncclRecv(bufs[i], counts[i], ncclFloat32, a->peer[i], comm,
-                                     comm_stream);
+    for (int i = 0; r == ncclSuccess && i < a->n; i++) {
+        const sp_comm_nccl_call *c = &a->call[i];
+        r = c->is_send ? ncclSend(bufs[c->buf], counts[c->buf], ncclFloat32, c->peer, comm,
+                                  comm_stream)
+                       : ncclRecv(bufs[c->buf], counts[c->buf], ncclFloat32, c->peer, comm,
+                                  comm_stream);
+    }
     ncclResult_t e = ncclGroupEnd();
     if (r == ncclSuccess)
         r = e;

@@ -14,10 +14,16 @@
  *     rank updates only its shard in phase 2 (AdamW moments of that shard only) and the
  *     updated parameter shards are gathered the same way (sp_tr_gather_params).
  *
- * Transfers are StarPU-MPI messages between ranks of the same actor, tagged past the
- * plan's message numbers. Every message is 1/R of a stage's parameters, each rank sends
- * and receives 2 (R - 1) of them per stage and step, as a ring all-reduce does, with
- * R - 1 peers instead of two. */
+ * Every message is 1/R of a stage's parameters, each rank sends and receives 2 (R - 1) of
+ * them per stage and step, as a ring all-reduce does, with R - 1 peers instead of two.
+ * Each phase's messages (exchange) are StarPU-MPI messages between ranks of the same
+ * actor, tagged past the plan's message numbers, or, when NCCL carries the plan's GPU
+ * transfers, one NCCL group on NCCL's own stream (an all-to-all of shards: the reduce-
+ * scatter's sends and receives, then the all-gather's). Not ncclReduceScatter: its sum
+ * order is NCCL's (not the reference's) and its shards are equal, ours whole tensors.
+ * Deadlock-free on NCCL's in-order stream: the groups of stage s pair only the replicas of
+ * one actor, and every replica submits the same task sequence, so they sit at the same
+ * place in each rank's order; the plan's own groups keep the global message order. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,25 +102,44 @@ void sp_tr_replicas_free(sp_trainer *t)
     t->rep = NULL;
 }
 
+/* A phase's transfers: one NCCL group when NCCL carries GPU transfers (every replica of
+ * the actor decides alike), else StarPU-MPI messages numbered msg. */
+static sp_status exchange(sp_trainer *t, int s, int phase, const sp_tr_xfer *x, int n)
+{
+    static const char *const what[] = { "reduce-scatter", "gather grads", "gather params" };
+    if (n == 0) return SP_OK;
+    if (sp_exec_nccl_active()) {
+        char name[40];
+        snprintf(name, sizeof name, "nccl %s s%d", what[phase], s);
+        return sp_tr_submit_nccl(t, name, x, n, COLL(s));
+    }
+    sp_status st = SP_OK;
+    for (int k = 0; k < n && st == SP_OK; k++)
+        st = x[k].is_send ? sp_exec_send(x[k].buf, x[k].peer, msg_of(t, s, phase))
+                          : sp_exec_recv(x[k].buf, x[k].peer, msg_of(t, s, phase));
+    return st;
+}
+
 sp_status sp_tr_reduce_begin(sp_trainer *t, int s)
 {
     sp_tr_stage_replicas *r = &t->rep[s];
     sp_status st = SP_OK;
+    sp_tr_xfer x[2 * t->R];
+    int n = 0;
     char name[32];
+    r->pending = 1;
     for (int c = 0; c < t->R && st == SP_OK; c++) {
         if (c == t->replica) continue;
         snprintf(name, sizeof name, "pack s%d r%d", s, c);
-        if (shard_n(t, s, c) > 0 &&
-            (st = sp_tr_submit_copy(t, r->send[c], 0, t->h_grads[s], shard_lo(t, s, c),
-                                    shard_n(t, s, c), name, COLL(s))))
-            break;
-        if (shard_n(t, s, c) > 0)
-            st = sp_exec_send(r->send[c], replica_rank(t, c), msg_of(t, s, PH_REDUCE));
-        if (st == SP_OK && shard_n(t, s, t->replica) > 0)
-            st = sp_exec_recv(r->recv[c], replica_rank(t, c), msg_of(t, s, PH_REDUCE));
+        if (shard_n(t, s, c) > 0) {
+            st = sp_tr_submit_copy(t, r->send[c], 0, t->h_grads[s], shard_lo(t, s, c),
+                                   shard_n(t, s, c), name, COLL(s));
+            x[n++] = (sp_tr_xfer){ r->send[c], 1, replica_rank(t, c) };
+        }
+        if (shard_n(t, s, t->replica) > 0)
+            x[n++] = (sp_tr_xfer){ r->recv[c], 0, replica_rank(t, c) };
     }
-    r->pending = 1;
-    return st;
+    return st ? st : exchange(t, s, PH_REDUCE, x, n);
 }
 
 /* Sends this rank's shard (in r->mine) to every other replica and receives theirs (into
@@ -123,23 +148,27 @@ sp_status sp_tr_reduce_begin(sp_trainer *t, int s)
 static sp_status gather(sp_trainer *t, int s, sp_exec_buf *dst, int phase)
 {
     sp_tr_stage_replicas *r = &t->rep[s];
-    sp_status st = SP_OK;
-    for (int c = 0; c < t->R && st == SP_OK; c++) {
+    sp_tr_xfer x[2 * t->R];
+    int n = 0;
+    for (int c = 0; c < t->R; c++) {
         if (c == t->replica) continue;
         if (shard_n(t, s, t->replica) > 0)
-            st = sp_exec_send(r->mine, replica_rank(t, c), msg_of(t, s, phase));
-        if (st == SP_OK && shard_n(t, s, c) > 0) {
-            st = sp_exec_recv(r->send[c], replica_rank(t, c), msg_of(t, s, phase));
-            if (st == SP_OK && phase == PH_GATHER_GRADS) {
-                t->unpack[2 * t->nunpack] = s;
-                t->unpack[2 * t->nunpack + 1] = c;
-                t->nunpack++;
-            } else if (st == SP_OK) {
-                char name[32];
-                snprintf(name, sizeof name, "unpack param s%d r%d", s, c);
-                st = sp_tr_submit_copy(t, dst, shard_lo(t, s, c), r->send[c], 0, shard_n(t, s, c),
-                                       name, COLL(s));
-            }
+            x[n++] = (sp_tr_xfer){ r->mine, 1, replica_rank(t, c) };
+        if (shard_n(t, s, c) > 0)
+            x[n++] = (sp_tr_xfer){ r->send[c], 0, replica_rank(t, c) };
+    }
+    sp_status st = exchange(t, s, phase, x, n);
+    for (int c = 0; c < t->R && st == SP_OK; c++) {
+        if (c == t->replica || shard_n(t, s, c) == 0) continue;
+        if (phase == PH_GATHER_GRADS) {
+            t->unpack[2 * t->nunpack] = s;
+            t->unpack[2 * t->nunpack + 1] = c;
+            t->nunpack++;
+        } else {
+            char name[32];
+            snprintf(name, sizeof name, "unpack param s%d r%d", s, c);
+            st = sp_tr_submit_copy(t, dst, shard_lo(t, s, c), r->send[c], 0, shard_n(t, s, c),
+                                   name, COLL(s));
         }
     }
     return st;

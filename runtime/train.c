@@ -224,30 +224,54 @@ static sp_status do_combine(sp_trainer *t, int k, int instr)
                   (task_id){ -1, -1, o, instr });
 }
 
-/* One task for a whole NCCL group (comm/nccl.c), at the group's first call. */
+sp_status sp_tr_submit_nccl(sp_trainer *t, const char *name, const sp_tr_xfer *x, int n,
+                            task_id id)
+{
+    sp_exec_buf **bufs = malloc((size_t)(n + 1) * sizeof *bufs);
+    sp_exec_mode *modes = malloc((size_t)(n + 1) * sizeof *modes);
+    sp_comm_nccl_group_args *a = calloc(1, SP_COMM_NCCL_GROUP_ARGS_SIZE(n));
+    sp_status st = SP_OK;
+    int nb = 0;
+    if (!bufs || !modes || !a) st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    for (int k = 0; k < n && st == SP_OK; k++) {
+        int b = 0; /* each buffer once in the task: a send may go to several peers */
+        while (b < nb && bufs[b] != x[k].buf) b++;
+        sp_exec_mode m = x[k].is_send ? SP_EXEC_R : SP_EXEC_W;
+        if (!x[k].buf)
+            st = sp_set_error(SP_ERR_RUNTIME, "trainer: no buffer for NCCL");
+        else if (b < nb && modes[b] != m)
+            st = sp_set_error(SP_ERR_RUNTIME, "trainer: an NCCL group both sends and "
+                              "receives one buffer");
+        else if (b == nb)
+            bufs[nb] = x[k].buf, modes[nb++] = m;
+        a->call[a->n++] = (sp_comm_nccl_call){ x[k].is_send, x[k].peer, b };
+    }
+    if (st == SP_OK)
+        st = sp_tr_submit(t, name, (sp_tr_fn){ NULL, sp_comm_nccl_group }, nb, bufs, modes, a,
+                          SP_COMM_NCCL_GROUP_ARGS_SIZE(n), id);
+    free(bufs), free(modes), free(a);
+    return st;
+}
+
+/* One task for a whole NCCL group of the plan (sp_nccl_calls), at its first call. */
 static sp_status do_nccl(sp_trainer *t, int call)
 {
     const sp_nccl_call *c = &t->ncalls[call];
     if (call > 0 && t->ncalls[call - 1].group == c->group) return SP_OK; /* already issued */
-    sp_exec_buf *bufs[SP_COMM_NCCL_MAX_GROUP];
-    sp_exec_mode modes[SP_COMM_NCCL_MAX_GROUP];
-    sp_comm_nccl_group_args a = { 0 };
-    for (int k = call; k < t->nncalls && t->ncalls[k].group == c->group; k++) {
-        if (a.n == SP_COMM_NCCL_MAX_GROUP)
-            return sp_set_error(SP_ERR_RUNTIME, "trainer: an NCCL group of more than %d calls",
-                                SP_COMM_NCCL_MAX_GROUP);
-        const sp_instr *in = &t->plan->instr[t->actor][t->ncalls[k].instr];
-        bufs[a.n] = sp_tr_transfer_buf(t, &in->buf);
-        modes[a.n] = in->op == SP_OP_SEND ? SP_EXEC_R : SP_EXEC_W;
-        a.is_send[a.n] = in->op == SP_OP_SEND;
-        a.peer[a.n] = peer_rank(t, in->peer);
-        if (!bufs[a.n]) return sp_set_error(SP_ERR_RUNTIME, "trainer: no buffer for NCCL");
-        a.n++;
+    int n = 0;
+    while (call + n < t->nncalls && t->ncalls[call + n].group == c->group) n++;
+    sp_tr_xfer *x = malloc((size_t)n * sizeof *x);
+    if (!x) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    for (int k = 0; k < n; k++) {
+        const sp_instr *in = &t->plan->instr[t->actor][t->ncalls[call + k].instr];
+        x[k] = (sp_tr_xfer){ sp_tr_transfer_buf(t, &in->buf), in->op == SP_OP_SEND,
+                             peer_rank(t, in->peer) };
     }
     char name[32];
     snprintf(name, sizeof name, "nccl group %d", c->group);
-    return sp_tr_submit(t, name, (sp_tr_fn){ NULL, sp_comm_nccl_group }, a.n, bufs, modes, &a,
-                  sizeof a, (task_id){ -1, -1, -1, c->instr });
+    sp_status st = sp_tr_submit_nccl(t, name, x, n, (task_id){ -1, -1, -1, c->instr });
+    free(x);
+    return st;
 }
 
 static int is_update_phase(const sp_instr *in)
@@ -763,7 +787,7 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
         for (int k = 0; k < t->nncalls; k++) t->nccl_of[t->ncalls[k].instr] = k;
         /* connect to every NCCL peer now (a peer of ours has us as its peer: both sides
          * of a message decide NCCL from its size alike) */
-        int *peers = malloc(sizeof(int) * (size_t)(t->nncalls + 1)), np = 0;
+        int *peers = malloc(sizeof(int) * (size_t)(t->nncalls + R + 1)), np = 0;
         if (!peers) {
             st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
             goto out;
@@ -773,11 +797,13 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
             for (int j = 0; j < np; j++) seen |= peers[j] == r;
             if (!seen) peers[np++] = r;
         }
+        for (int c = 0; c < R; c++) /* the replicas' collectives (replicas.c) */
+            if (c != t->replica) peers[np++] = sp_layout_rank(&t->layout, c, t->actor);
         st = sp_exec_nccl_connect(peers, np);
         free(peers);
         if (st) goto out;
         snprintf(t->notice, sizeof t->notice, "NCCL carries boundary tensors of %zu bytes "
-                 "and more", threshold);
+                 "and more%s", threshold, R > 1 ? ", and the replicas' gradient shards" : "");
     }
     for (int i = 0; i < t->plan->ninstr[t->actor]; i++) {
         const sp_instr *in = &t->plan->instr[t->actor][i];

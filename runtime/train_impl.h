@@ -110,6 +110,16 @@ sp_status sp_tr_submit(sp_trainer *t, const char *name, sp_tr_fn fn, int nbufs,
 sp_status sp_tr_submit_copy(sp_trainer *t, sp_exec_buf *dst, int64_t dst_off, sp_exec_buf *src,
                             int64_t src_off, int64_t n, const char *name, task_id id);
 
+/* One transfer of a group: buf sent to (is_send) or received from rank peer. */
+typedef struct {
+    sp_exec_buf *buf;
+    int is_send, peer;
+} sp_tr_xfer;
+/* The n transfers as one NCCL group task on NCCL's own stream (comm/nccl.c), the next
+ * of this rank's order: every rank must submit its groups in one global order. */
+sp_status sp_tr_submit_nccl(sp_trainer *t, const char *name, const sp_tr_xfer *x, int n,
+                            task_id id);
+
 /* ---- replicas.c: the gradient all-reduce over replicas and the sharded optimizer ----
  * Messages use numbers past the plan's (nmessages + 3 s + phase), so they never share a
  * tag with the pipeline's. */

@@ -9,8 +9,12 @@
  * and NCCL exactly the plan's messages of sp_nccl_calls. Nothing else: parameters,
  * gradients and optimizer state stay on the device, and host_bytes stays far below the
  * parameters. argv[1]: "nccl" (run with STARPIPE_NCCL_THRESHOLD=1: every boundary
- * tensor on NCCL, the tied embedding's messages on StarPU-MPI) or "mpi" (two ranks on
- * one device: everything on StarPU-MPI).
+ * tensor on NCCL, the tied embedding's messages on StarPU-MPI), "mpi" (two ranks on
+ * one device: everything on StarPU-MPI), or "replicas" / "replicas-sharded": two
+ * replicas of a pipeline of P/2 actors (with --shard-optimizer's ZeRO-1), where NCCL
+ * must also move exactly the replicas' collectives, shards of whole tensors
+ * (sp_optim_shards): reduce-scatter, then the all-gather of the reduced gradients
+ * (or of the updated parameter shards), and none of it through the host.
  * Exits 77 when the fake device is not loaded (a real GPU, or a CPU-only build). */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -20,6 +24,7 @@
 #include "starpipe/data.h"
 #include "starpipe/exec.h"
 #include "starpipe/models.h"
+#include "starpipe/optim.h"
 #include "starpipe/plan.h"
 #include "starpipe/program.h"
 #include "starpipe/train.h"
@@ -41,13 +46,15 @@ static void counters(stats_fn f, unsigned long long sum[NCOUNTS])
 
 int main(int argc, char **argv)
 {
-    const int nccl = argc > 1 && !strcmp(argv[1], "nccl");
+    const int replicated = argc > 1 && !strncmp(argv[1], "replicas", 8),
+              sharded = argc > 1 && !strcmp(argv[1], "replicas-sharded"),
+              nccl = replicated || (argc > 1 && !strcmp(argv[1], "nccl")), R = 1 + replicated;
     stats_fn stats_of = (stats_fn)dlsym(RTLD_DEFAULT, "starpipe_fake_gpu_stats");
     if (sp_exec_init(&argc, &argv, &(sp_exec_opts){ 0 }) != SP_OK) {
         fprintf(stderr, "init: %s\n", sp_last_error());
         return 1;
     }
-    const int P = sp_exec_size(), me = sp_exec_rank(), m = 2 * P, steps = 6, warm = 3;
+    const int P = sp_exec_size() / R, me = sp_exec_rank(), m = 2 * P, steps = 6, warm = 3;
     if (!stats_of || sp_exec_num_cuda() != 1) {
         if (me == 0)
             printf("SKIP: %s\n", !stats_of ? "not on the fake device (starpipe_fake_gpu_stats)"
@@ -67,7 +74,10 @@ int main(int argc, char **argv)
     }
     sp_adamw_config opt;
     sp_adamw_defaults(&opt);
-    sp_trainer *t = sp_trainer_create(p, sch, &(sp_train_opts){ .opt = opt, .seed = 5 }, &st);
+    sp_trainer *t = sp_trainer_create(p, sch,
+                                      &(sp_train_opts){ .opt = opt, .seed = 5, .replicas = R,
+                                                        .shard_optimizer = sharded },
+                                      &st);
     if (!t) {
         fprintf(stderr, "trainer: %s\n", sp_last_error());
         return 1;
@@ -77,15 +87,18 @@ int main(int argc, char **argv)
              nccl ? "on" : "off", sp_trainer_notice(t));
     /* the plan's messages of this rank in a step: on NCCL, and the rest (StarPU-MPI) */
     const sp_plan *pl = sp_trainer_plan(t);
+    const sp_layout lay = sp_trainer_layout(t);
+    int replica, actor;
+    sp_layout_place(&lay, me, &replica, &actor);
     unsigned long long mpi_sent = 0, mpi_recv = 0, nccl_sent = 0, nccl_recv = 0;
-    for (int j = 0; j < pl->ninstr[me]; j++) {
-        const sp_instr *in = &pl->instr[me][j];
+    for (int j = 0; j < pl->ninstr[actor]; j++) {
+        const sp_instr *in = &pl->instr[actor][j];
         if (in->op == SP_OP_SEND) mpi_sent += in->bytes;
         if (in->op == SP_OP_RECV) mpi_recv += in->bytes;
     }
     sp_nccl_call *calls = NULL;
     int ncalls = 0;
-    if (sp_exec_nccl_active() && sp_nccl_calls(pl, me, 1, &calls, &ncalls) != SP_OK) {
+    if (sp_exec_nccl_active() && sp_nccl_calls(pl, actor, 1, &calls, &ncalls) != SP_OK) {
         fprintf(stderr, "sp_nccl_calls: %s\n", sp_last_error());
         return 1;
     }
@@ -95,6 +108,19 @@ int main(int argc, char **argv)
         *(send ? &mpi_sent : &mpi_recv) -= calls[k].bytes;
     }
     free(calls);
+    /* the replicas' collectives of each stage (runtime/replicas.c): this rank's part of
+     * every other replica's shard out and their parts of its own in, then its reduced
+     * (or updated) shard out to each and theirs in: the same bytes both ways */
+    for (int s = 0; R > 1 && s < sp_program_num_stages(p); s++) {
+        if (!sp_trainer_owns_stage(t, s)) continue;
+        int64_t b[3];
+        sp_optim_shards(p, s, R, b);
+        int r = replica;
+        unsigned long long own = (unsigned long long)(b[r + 1] - b[r]) * 4,
+                           all = (unsigned long long)b[R] * 4;
+        nccl_sent += (all - own) + (R - 1) * own;
+        nccl_recv += (R - 1) * own + (all - own);
+    }
     /* the host's share: inputs read by this rank's stages, losses, norm terms */
     const int np = sp_graph_num_params(g), S = sp_program_num_stages(p);
     unsigned long long h2d = 0, d2h = 0;
@@ -116,8 +142,8 @@ int main(int argc, char **argv)
             params += sp_program_buf_bytes(p, SP_SLAB_PARAMS, s);
         }
     const int nin = sp_program_num_inputs(p);
-    void **in = calloc((size_t)m * nin, sizeof *in);
-    for (int i = 0; i < m * nin; i++) {
+    void **in = calloc((size_t)R * m * nin, sizeof *in);
+    for (int i = 0; i < R * m * nin; i++) {
         in[i] = calloc((size_t)c.batch * c.context, sizeof(int32_t));
         for (int k = 0; k < c.batch * c.context; k++)
             ((int32_t *)in[i])[k] = (int32_t)(sp_mix64((uint64_t)(i * 131 + k)) % 256);
@@ -161,7 +187,7 @@ int main(int argc, char **argv)
     if (host / n >= params / 4)
         FAIL("the host touches %zu bytes a step, a quarter of the parameters (%zu)", host / n,
              params);
-    for (int i = 0; i < m * nin; i++) free(in[i]);
+    for (int i = 0; i < R * m * nin; i++) free(in[i]);
     free(in);
     sp_trainer_free(t);
     sp_program_free(p);
