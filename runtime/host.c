@@ -13,7 +13,7 @@ sp_train_memory sp_trainer_memory(const sp_trainer *t)
 {
     sp_train_memory m = { 0, 0, 0 };
     if (!t) return m;
-    m.transient = t->pool_bytes;
+    m.transient = t->pool.bytes;
     m.persistent = t->persistent_bytes;
     m.optimizer = t->optimizer_bytes;
     return m;

@@ -115,8 +115,8 @@ static sp_status exchange(sp_trainer *t, int s, int phase, const sp_tr_xfer *x, 
     }
     sp_status st = SP_OK;
     for (int k = 0; k < n && st == SP_OK; k++)
-        st = x[k].is_send ? sp_exec_send(x[k].buf, x[k].peer, msg_of(t, s, phase))
-                          : sp_exec_recv(x[k].buf, x[k].peer, msg_of(t, s, phase));
+        st = x[k].is_send ? sp_tr_send(t, x[k].buf, x[k].peer, msg_of(t, s, phase))
+                          : sp_tr_recv(t, x[k].buf, x[k].peer, msg_of(t, s, phase));
     return st;
 }
 

@@ -16,6 +16,7 @@
 #include "codelets/stage.h"
 #include "comm/comm.h"
 #include "runtime/train_impl.h"
+#include "starpipe/data.h"
 #include "starpipe/env.h"
 
 int sp_trainer_owns_stage(const sp_trainer *t, int stage)
@@ -45,10 +46,23 @@ static sp_exec_mode exec_mode(sp_slab_class c, sp_slab_mode m)
     return m == SP_SLAB_R ? SP_EXEC_R : m == SP_SLAB_W ? SP_EXEC_W : SP_EXEC_RW;
 }
 
+/* A stage task's key in StarPU's performance model: its stage and the bytes its program
+ * reads and writes, not those of the pool buffers it runs on (which may be larger). */
+static uint32_t stage_footprint(const sp_trainer *t, task_id id)
+{
+    uint64_t h = sp_mix64((uint64_t)id.stage + 1);
+    for (int j = 0; j < sp_program_num_bufs(t->p, id.stage, (sp_task_kind)id.kind); j++) {
+        sp_slab_ref r = sp_program_buf(t->p, id.stage, (sp_task_kind)id.kind, j);
+        h = sp_mix64(h ^ sp_program_buf_bytes(t->p, r.cls, r.index));
+    }
+    return (uint32_t)h | 1; /* 0 means "no key" */
+}
+
 sp_status sp_tr_submit(sp_trainer *t, const char *name, sp_tr_fn fn, int nbufs,
                        sp_exec_buf *const *bufs, const sp_exec_mode *modes, const void *args,
                        size_t args_size, task_id id)
 {
+    if (t->pool.dry) return SP_OK; /* planning the pool: nothing runs */
     /* the StarPU codelet of the task: a stage program's kind, else the helper's name */
     const char *cls = id.kind >= 0 ? sp_task_kind_name((sp_task_kind)id.kind)
                     : !strncmp(name, "AdamW", 5) ? "AdamW"
@@ -68,7 +82,7 @@ sp_status sp_tr_submit(sp_trainer *t, const char *name, sp_tr_fn fn, int nbufs,
                           .nbufs = nbufs, .bufs = bufs,
                           .modes = modes, .args = args, .args_size = args_size,
                           .codelet = cls,
-                          .footprint = id.stage >= 0 ? (uint32_t)id.stage + 1 : 0,
+                          .footprint = id.kind >= 0 ? stage_footprint(t, id) : 0,
                           .seq = t->seq++ };
     return sp_exec_submit(&task);
 }
@@ -76,6 +90,7 @@ sp_status sp_tr_submit(sp_trainer *t, const char *name, sp_tr_fn fn, int nbufs,
 sp_status sp_tr_submit_copy(sp_trainer *t, sp_exec_buf *dst, int64_t dst_off, sp_exec_buf *src,
                             int64_t src_off, int64_t n, const char *name, task_id id)
 {
+    if (t->pool.dry) return SP_OK; /* dst may be a token */
     sp_exec_buf *bufs[2] = { dst, src };
     sp_exec_mode modes[2] = { dst_off == 0 && (size_t)n == sp_exec_buf_count(dst) ? SP_EXEC_W
                                                                                  : SP_EXEC_RW,
@@ -161,6 +176,15 @@ static sp_status do_run(sp_trainer *t, const sp_task *task, int instr)
     return st;
 }
 
+sp_status sp_tr_send(sp_trainer *t, sp_exec_buf *x, int peer, uint32_t msg)
+{
+    return t->pool.dry ? SP_OK : sp_exec_send(x, peer, msg);
+}
+sp_status sp_tr_recv(sp_trainer *t, sp_exec_buf *x, int peer, uint32_t msg)
+{
+    return t->pool.dry ? SP_OK : sp_exec_recv(x, peer, msg);
+}
+
 static sp_status do_transfer(sp_trainer *t, const sp_instr *in)
 {
     const sp_buf *b = &in->buf;
@@ -184,9 +208,9 @@ static sp_status do_transfer(sp_trainer *t, const sp_instr *in)
                                   sp_tr_shared_numel(t, b->idx), "pack param", SP_TR_HELPER)))
                 return st;
         }
-        return sp_exec_send(x, peer_rank(t, in->peer), (uint32_t)in->seq);
+        return sp_tr_send(t, x, peer_rank(t, in->peer), (uint32_t)in->seq);
     }
-    if ((st = sp_exec_recv(x, peer_rank(t, in->peer), (uint32_t)in->seq))) return st;
+    if ((st = sp_tr_recv(t, x, peer_rank(t, in->peer), (uint32_t)in->seq))) return st;
     if (b->cls == SP_BUF_SHARED_PARAM) /* the owner's new values into every local copy */
         for (int s = 0; s < t->S; s++) {
             int64_t off = owns(t, s) ? sp_tr_shared_off(t, b->idx, s) : -1;
@@ -438,30 +462,15 @@ static sp_status step_loss(sp_trainer *t, float *loss)
     return st;
 }
 
-sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stats *stats)
+/* Phase 1 of a step: the pipeline, and with replicas each stage's gradient reduction as
+ * soon as its gradients are final (replicas.c). Also walked dry to plan the pool. */
+static sp_status walk_pipeline(sp_trainer *t)
 {
-    if (!t || !inputs) return sp_set_error(SP_ERR_ARG, "sp_trainer_step: NULL argument");
-    double t0 = now();
-    sp_status st = sp_program_check_inputs(t->p, inputs, t->R * t->m);
-    void *ptr;
-    t->host_bytes = 0;
-    /* this replica's inputs in (the only large host writes of a step) */
-    const void *const *mine = inputs + (size_t)t->replica * t->m * t->nin;
-    for (int i = 0; i < t->m * t->nin && st == SP_OK; i++)
-        if (!(st = sp_exec_buf_acquire(t->h_input[i], SP_EXEC_W, &ptr))) {
-            size_t bytes = sp_program_buf_bytes(t->p, SP_SLAB_INPUT, i % t->nin);
-            memcpy(ptr, mine[i], bytes);
-            t->host_bytes += bytes;
-            st = sp_exec_buf_release(t->h_input[i]);
-        }
-    if (st) return st;
-
-    /* phase 1: the pipeline, and with replicas each stage's gradient reduction as soon as
-     * its gradients are final (replicas.c) */
     const sp_plan *pl = t->plan;
     const sp_instr *prog = pl->instr[t->actor];
     int n = pl->ninstr[t->actor];
-    if ((st = sp_exec_begin_step())) return st;
+    sp_status st = SP_OK;
+    sp_tr_pool_begin(t, 0);
     t->seq = 0;
     t->nunpack = 0;
     for (int s = 0; t->rep && s < t->S; s++) t->rep[s].pending = 0;
@@ -513,6 +522,32 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
         sp_tr_pool_give(t, &t->h_efwd[i]);
         sp_tr_pool_give(t, &t->h_egrad[i]);
     }
+    return st;
+}
+
+sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stats *stats)
+{
+    if (!t || !inputs) return sp_set_error(SP_ERR_ARG, "sp_trainer_step: NULL argument");
+    double t0 = now();
+    sp_status st = sp_program_check_inputs(t->p, inputs, t->R * t->m);
+    void *ptr;
+    t->host_bytes = 0;
+    /* this replica's inputs in (the only large host writes of a step) */
+    const void *const *mine = inputs + (size_t)t->replica * t->m * t->nin;
+    for (int i = 0; i < t->m * t->nin && st == SP_OK; i++)
+        if (!(st = sp_exec_buf_acquire(t->h_input[i], SP_EXEC_W, &ptr))) {
+            size_t bytes = sp_program_buf_bytes(t->p, SP_SLAB_INPUT, i % t->nin);
+            memcpy(ptr, mine[i], bytes);
+            t->host_bytes += bytes;
+            st = sp_exec_buf_release(t->h_input[i]);
+        }
+    if (st) return st;
+
+    const sp_plan *pl = t->plan;
+    const sp_instr *prog = pl->instr[t->actor];
+    int n = pl->ninstr[t->actor];
+    if ((st = sp_exec_begin_step())) return st;
+    st = walk_pipeline(t);
     if (st) { /* a local submission error the peers cannot know of: the step is lost */
         sp_exec_cancel_step();
         return st;
@@ -603,26 +638,15 @@ static sp_status eval_loss(sp_trainer *t, float *loss)
     return st;
 }
 
-sp_status sp_trainer_eval(sp_trainer *t, const void *const *inputs, float *loss)
+/* An evaluation's walk of the forward-only plan (also walked dry to plan the pool). */
+static sp_status walk_eval(sp_trainer *t)
 {
-    if (!t || !inputs) return sp_set_error(SP_ERR_ARG, "sp_trainer_eval: NULL argument");
-    if (!t->eval_plan)
-        return sp_set_error(SP_ERR_ARG, "sp_trainer_eval: the trainer was created without "
-                            "evaluation (opts.eval_microbatches)");
     int km = t->eval_m;
-    sp_status st = sp_program_check_inputs(t->p, inputs, t->R * km);
-    void *ptr;
-    const void *const *mine = inputs + (size_t)t->replica * km * t->nin;
-    for (int i = 0; i < km * t->nin && st == SP_OK; i++)
-        if (!(st = sp_exec_buf_acquire(t->h_input[i], SP_EXEC_W, &ptr))) {
-            memcpy(ptr, mine[i], sp_program_buf_bytes(t->p, SP_SLAB_INPUT, i % t->nin));
-            st = sp_exec_buf_release(t->h_input[i]);
-        }
-    if (st) return st;
     /* the forward-only plan: F tasks, boundary tensors, FREEs; nothing else is in it */
     const sp_plan *pl = t->eval_plan;
     const sp_instr *prog = pl->instr[t->actor];
-    if ((st = sp_exec_begin_step())) return st;
+    sp_status st = SP_OK;
+    sp_tr_pool_begin(t, 1);
     t->seq = 0;
     t->evaluating = 1;
     for (int i = 0; i < pl->ninstr[t->actor] && st == SP_OK; i++) {
@@ -640,6 +664,33 @@ sp_status sp_trainer_eval(sp_trainer *t, const void *const *inputs, float *loss)
     t->evaluating = 0;
     for (int i = 0; i < km * t->S; i++) sp_tr_pool_give(t, &t->h_act[i]);
     for (int i = 0; i < km * t->E; i++) sp_tr_pool_give(t, &t->h_efwd[i]);
+    return st;
+}
+
+/* The walks of the pool's plan (sp_tr_pool_plan): a step's phase 1, an evaluation. */
+static sp_status pool_walk(sp_trainer *t, int w)
+{
+    return w == 0 ? walk_pipeline(t) : walk_eval(t);
+}
+
+sp_status sp_trainer_eval(sp_trainer *t, const void *const *inputs, float *loss)
+{
+    if (!t || !inputs) return sp_set_error(SP_ERR_ARG, "sp_trainer_eval: NULL argument");
+    if (!t->eval_plan)
+        return sp_set_error(SP_ERR_ARG, "sp_trainer_eval: the trainer was created without "
+                            "evaluation (opts.eval_microbatches)");
+    int km = t->eval_m;
+    sp_status st = sp_program_check_inputs(t->p, inputs, t->R * km);
+    void *ptr;
+    const void *const *mine = inputs + (size_t)t->replica * km * t->nin;
+    for (int i = 0; i < km * t->nin && st == SP_OK; i++)
+        if (!(st = sp_exec_buf_acquire(t->h_input[i], SP_EXEC_W, &ptr))) {
+            memcpy(ptr, mine[i], sp_program_buf_bytes(t->p, SP_SLAB_INPUT, i % t->nin));
+            st = sp_exec_buf_release(t->h_input[i]);
+        }
+    if (st) return st;
+    if ((st = sp_exec_begin_step())) return st;
+    st = walk_eval(t);
     if (st) { /* a local submission error the peers cannot know of */
         sp_exec_cancel_step();
         return st;
@@ -848,6 +899,8 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
         if ((st = sp_tr_register_host(t, &t->h_input[i], (float **)&t->input_host[i],
                                 sp_program_buf_bytes(p, SP_SLAB_INPUT, i % t->nin))))
             goto out;
+    /* the per-microbatch buffers' pool, from a dry walk of a step (and an evaluation) */
+    st = sp_tr_pool_plan(t, pool_walk, t->eval_plan ? 2 : 1);
 out:
     if (st != SP_OK) {
         sp_trainer_free(t);
@@ -860,18 +913,17 @@ out:
 void sp_trainer_free(sp_trainer *t)
 {
     if (!t) return;
+    /* (the per-microbatch slots h_act, h_bgrad, h_efwd, h_egrad hold the pool's buffers) */
     sp_exec_buf **lists[] = { t->h_params, t->h_grads, t->h_m, t->h_v, t->h_scratch, t->h_sumsq,
-                              t->h_act, t->h_bgrad, t->h_efwd, t->h_egrad, t->h_input, t->h_loss,
-                              t->h_sgrad, t->h_sparam };
+                              t->h_input, t->h_loss, t->h_sgrad, t->h_sparam };
     size_t mc = (size_t)t->mcap; /* per-microbatch slots, evaluation included */
-    size_t counts[] = { t->S, t->S, t->S, t->S, t->S, t->S, 2 * mc * t->S, mc * t->S, mc * t->E,
-                        mc * t->E, mc * t->nin, mc, (size_t)t->nshared * t->S, t->nshared };
+    size_t counts[] = { t->S, t->S, t->S, t->S, t->S, t->S, mc * t->nin, mc,
+                        (size_t)t->nshared * t->S, t->nshared };
     for (size_t l = 0; l < sizeof lists / sizeof *lists; l++)
         for (size_t i = 0; lists[l] && i < counts[l]; i++)
             if (lists[l][i]) sp_exec_buf_unregister(lists[l][i]);
-    for (size_t i = 0; i < t->nfree; i++) sp_exec_buf_unregister(t->pool_free[i]);
+    sp_tr_pool_free(t);
     sp_tr_replicas_free(t);
-    free(t->pool_free);
     /* the memory behind every buffer, once none is registered any more */
     for (size_t i = 0; i < t->nhost; i++) sp_exec_host_free(t->host[i].p, t->host[i].bytes);
     free(t->host);

@@ -25,6 +25,22 @@ typedef struct {
     int pending;          /* the reduce of this step is still to be submitted */
 } sp_tr_stage_replicas;
 
+/* The pool's plan (buffers.c): each take of a walk, its lifetime and slot. */
+typedef struct {
+    size_t floats;
+    int exact;         /* the size must match (a buffer that travels) */
+    int64_t from, to;  /* the dry walk's clock at the take and at the give */
+    int slot;
+} sp_tr_pool_take;
+typedef struct {
+    sp_tr_pool_take *take;
+    int n, cap;
+} sp_tr_pool_walk;
+typedef struct {
+    sp_exec_buf *buf; /* registered on first use */
+    size_t floats;
+} sp_tr_pool_slot;
+
 struct sp_trainer {
     const sp_program *p;
     const sp_graph *g;
@@ -71,8 +87,13 @@ struct sp_trainer {
     char notice[256];
     struct sp_tr_alloc { void *p; size_t bytes; } *host; /* memory behind every buffer */
     size_t nhost, caphost;
-    sp_exec_buf **pool_free; /* per-microbatch buffers not in use */
-    size_t nfree, capfree, npooled, pool_bytes;
+    struct { /* per-microbatch buffers (buffers.c) */
+        sp_tr_pool_walk walk[2]; /* the takes of a training step [0] and an evaluation [1] */
+        sp_tr_pool_slot *slot;
+        int nslots, running, next, dry;
+        int64_t clock;
+        size_t bytes; /* of the slots registered so far */
+    } pool;
     /* the last step's instruction times of every actor, seconds on the ranks' common
      * clock, -1 where nothing was measured: [actor][instr] rows of one allocation */
     double **tstart, **tend, *tbuf;
@@ -148,6 +169,16 @@ sp_exec_buf **sp_tr_mb_slot(sp_trainer *t, sp_slab_class c, int idx, int mb);
 sp_exec_buf *sp_tr_pool_scratch(sp_trainer *t, sp_exec_buf **slot, size_t floats);
 /* Gives a per-microbatch buffer back to the pool (the plan's FREE). */
 void sp_tr_pool_give(sp_trainer *t, sp_exec_buf **slot);
+/* Before a walk of the plan (0: a training step's phase 1, 1: an evaluation): its takes
+ * start again from the first. */
+void sp_tr_pool_begin(sp_trainer *t, int walk);
+/* Plans the pool: runs walk(t, w) dry (t->pool.dry: no task, message or buffer is made;
+ * takes hand out tokens) for w < nwalks, then packs the takes into slots. */
+sp_status sp_tr_pool_plan(sp_trainer *t, sp_status (*walk)(sp_trainer *, int), int nwalks);
+void sp_tr_pool_free(sp_trainer *t);
+/* A send or receive of the plan or the replicas (none in a dry walk). */
+sp_status sp_tr_send(sp_trainer *t, sp_exec_buf *x, int peer, uint32_t msg);
+sp_status sp_tr_recv(sp_trainer *t, sp_exec_buf *x, int peer, uint32_t msg);
 void sp_tr_free_buf(sp_trainer *t, const sp_buf *b);
 /* The buffer a SEND or RECV of the plan moves (boundary tensors, tied parameters). */
 sp_exec_buf *sp_tr_transfer_buf(sp_trainer *t, const sp_buf *b);

@@ -165,8 +165,9 @@ typedef struct sp_exec_task {
     const char *codelet;        /* the task's class, one StarPU codelet each ("F", "BW",
                                    "AdamW"; NULL: "starpipe"); at most 16 classes */
     uint32_t footprint;         /* > 0: keys the task's timings within its class in
-                                   StarPU's history performance model, with the buffer
-                                   sizes (the trainer passes stage + 1); 0: sizes only */
+                                   StarPU's history performance model (the trainer
+                                   hashes the stage and its program's sizes: its buffers
+                                   may be larger); 0: the buffers' sizes */
 } sp_exec_task;
 
 sp_status sp_exec_submit(const sp_exec_task *t);
