@@ -25,17 +25,16 @@ static sp_exec_buf *lazy_buf(sp_trainer *t, sp_exec_buf **slot, size_t floats)
 
 /* Per-microbatch buffers (activations, boundary tensors and their gradients) come from a
  * pool whose buffers ("slots") are planned before the first step. The trainer walks its
- * plan once without submitting anything (t->dry: sp_tr_plan_pool), and each take of a
+ * plan once without submitting anything (t->pool.dry: sp_tr_pool_plan), and each take of a
  * buffer is recorded with its size, whether the size must be exact (buffers that travel
  * have the size the peer registered; activations may sit in a larger one) and its
- * lifetime, from the take to its give (the plan's FREE). First-fit decreasing then packs
- * those lifetimes into slots: the largest first, each into the first slot that is big
- * enough and idle over its whole lifetime. A real step makes the same takes in the same
+ * lifetime, from the take to its give (the plan's FREE), and sp_pool_pack (sched/pool.c)
+ * packs those lifetimes into slots. A real step makes the same takes in the same
  * order (the walk depends on the plan only) and the k-th gets its planned slot. Taking a
  * slot back early is safe without any wait here: StarPU orders the new writer after the
  * old readers and sends. A greedy pool deciding at each take cannot know what comes next:
  * one that handed out the smallest larger free buffer grew interleaved-1F1B's pool to
- * 1.33x the plan's live bytes. */
+ * 1.32x the plan's live bytes. */
 static sp_exec_buf *pool_take(sp_trainer *t, sp_exec_buf **slot, size_t floats, int exact)
 {
     if (*slot) return *slot;
@@ -61,12 +60,12 @@ static sp_exec_buf *pool_take(sp_trainer *t, sp_exec_buf **slot, size_t floats, 
                      "walk (%d takes)", t->pool.next, floats, w->n);
         return NULL;
     }
-    sp_tr_pool_slot *sl = &t->pool.slot[w->take[t->pool.next++].slot];
-    if (!sl->buf) {
-        if (!lazy_buf(t, &sl->buf, sl->floats)) return NULL;
-        t->pool.bytes += sl->floats * sizeof(float);
+    int k = w->take[t->pool.next++].slot;
+    if (!t->pool.buf[k]) {
+        if (!lazy_buf(t, &t->pool.buf[k], t->pool.slot[k].size)) return NULL;
+        t->pool.bytes += t->pool.slot[k].size * sizeof(float);
     }
-    return *slot = sl->buf;
+    return *slot = t->pool.buf[k];
 }
 
 void sp_tr_pool_give(sp_trainer *t, sp_exec_buf **slot)
@@ -87,147 +86,27 @@ void sp_tr_pool_begin(sp_trainer *t, int walk)
     if (t->pool.dry) t->pool.walk[walk].n = 0;
 }
 
-/* Two packings of a walk's takes into slots; sp_tr_pool_plan keeps the smaller. Slots
- * made for exact takes keep their size; the others may grow while planning. */
-typedef struct {
-    sp_tr_pool_slot *slot;
-    uint8_t *exact; /* the slot holds an exact take: its size is fixed */
-    int n;
-} packing;
-
-static int new_slot(packing *k, size_t floats, int exact)
-{
-    sp_tr_pool_slot *s = realloc(k->slot, (size_t)(k->n + 1) * sizeof *s);
-    uint8_t *e = s ? realloc(k->exact, (size_t)k->n + 1) : NULL;
-    if (s) k->slot = s;
-    if (!e) return -1;
-    k->exact = e;
-    s[k->n] = (sp_tr_pool_slot){ NULL, floats };
-    e[k->n] = (uint8_t)exact;
-    return k->n++;
-}
-
-/* May take x slot s (idle over x's lifetime), and at what growth; -1: no. */
-static int64_t fit(const packing *k, int s, const sp_tr_pool_take *x)
-{
-    size_t f = k->slot[s].floats;
-    if (x->exact) return f == x->floats ? 0 : -1;
-    if (f >= x->floats) return 0;
-    return k->exact[s] ? -1 : (int64_t)(x->floats - f);
-}
-
-/* Largest first, equal sizes in the order taken; each into the first slot that fits
- * without growing and is idle over its lifetime. */
-static const sp_tr_pool_take *sort_base;
-static int by_size(const void *a, const void *b)
-{
-    const sp_tr_pool_take *x = &sort_base[*(const int *)a], *y = &sort_base[*(const int *)b];
-    if (x->floats != y->floats) return x->floats < y->floats ? 1 : -1;
-    return x->from < y->from ? -1 : x->from > y->from;
-}
-
-static int first_fit_decreasing(packing *k, sp_tr_pool_take *take, int n, int *slot_of)
-{
-    int *order = malloc(sizeof(int) * (size_t)(n + 1)), ok = order != NULL;
-    uint8_t *busy = NULL;
-    for (int i = 0; ok && i < n; i++) order[i] = i;
-    sort_base = take;
-    if (ok) qsort(order, (size_t)n, sizeof *order, by_size);
-    for (int j = 0; ok && j < n; j++) {
-        const sp_tr_pool_take *x = &take[order[j]];
-        uint8_t *b = realloc(busy, (size_t)k->n + 1);
-        if (!(ok = b != NULL)) break;
-        busy = b;
-        memset(busy, 0, (size_t)k->n + 1);
-        for (int i = 0; i < j; i++) { /* the slots of the larger ones alive meanwhile */
-            const sp_tr_pool_take *y = &take[order[i]];
-            if (y->from < x->to && x->from < y->to) busy[slot_of[order[i]]] = 1;
-        }
-        int s = 0;
-        while (s < k->n && (busy[s] || fit(k, s, x) != 0)) s++;
-        if (s == k->n) ok = (s = new_slot(k, x->floats, x->exact)) >= 0;
-        slot_of[order[j]] = s;
-    }
-    free(order), free(busy);
-    return ok;
-}
-
-/* In the order taken (a linear scan), each into the idle slot it fits best: the
- * smallest big enough, else the one that grows least. As many slots as takes ever alive
- * at once, the least there can be. */
-static int linear_scan(packing *k, const sp_tr_pool_take *take, int n, int64_t clock,
-                       int *slot_of)
-{
-    int *at = malloc(sizeof(int) * (size_t)(clock + 1));
-    uint8_t *idle = malloc((size_t)k->n + 1); /* the slots of earlier walks: idle */
-    int ok = at && idle;
-    if (idle) memset(idle, 1, (size_t)k->n + 1);
-    for (int64_t c = 0; ok && c < clock; c++) at[c] = -1;
-    for (int i = 0; ok && i < n; i++) at[take[i].from] = i;
-    for (int64_t c = 0; ok && c < clock; c++) {
-        if (at[c] < 0) { /* a give: its slot is idle again */
-            for (int i = 0; i < n; i++)
-                if (take[i].to == c) idle[slot_of[i]] = 1;
-            continue;
-        }
-        const sp_tr_pool_take *x = &take[at[c]];
-        int best = -1;
-        int64_t best_grow = 0;
-        size_t best_size = 0;
-        for (int s = 0; s < k->n; s++) {
-            int64_t g = idle[s] ? fit(k, s, x) : -1;
-            if (g < 0) continue;
-            if (best < 0 || g < best_grow ||
-                (g == best_grow && k->slot[s].floats < best_size))
-                best = s, best_grow = g, best_size = k->slot[s].floats;
-        }
-        if (best < 0) {
-            uint8_t *b = realloc(idle, (size_t)k->n + 1);
-            if (!(ok = b != NULL && (best = new_slot(k, x->floats, x->exact)) >= 0)) break;
-            idle = b;
-        }
-        if (!x->exact && k->slot[best].floats < x->floats) k->slot[best].floats = x->floats;
-        k->exact[best] |= (uint8_t)x->exact;
-        idle[best] = 0;
-        slot_of[at[c]] = best;
-    }
-    free(at), free(idle);
-    return ok;
-}
-
-static size_t packing_floats(const packing *k)
-{
-    size_t f = 0;
-    for (int s = 0; s < k->n; s++) f += k->slot[s].floats;
-    return f;
-}
-
-/* Packs one walk's takes: the smaller of the two packings, starting from the slots
- * earlier walks made (the walks run apart, so each may use every slot). */
+/* Packs one walk's takes into slots (sched/pool.c), starting from the slots of the walks
+ * before (the walks run apart, so each may use every slot). */
 static sp_status pack_walk(sp_trainer *t, sp_tr_pool_walk *w)
 {
-    for (int i = 0; i < w->n; i++)
-        if (w->take[i].to < 0) w->take[i].to = t->pool.clock; /* alive to the end */
-    packing k[2] = { 0 };
-    int *slot_of[2] = { malloc(sizeof(int) * (size_t)(w->n + 1)),
-                        malloc(sizeof(int) * (size_t)(w->n + 1)) }, ok = 1;
-    for (int j = 0; j < 2 && ok; j++) {
-        for (int s = 0; s < t->pool.nslots && ok; s++)
-            ok = new_slot(&k[j], t->pool.slot[s].floats, 1) >= 0; /* registered sizes */
-        ok = ok && slot_of[j] &&
-             (j == 0 ? first_fit_decreasing(&k[j], w->take, w->n, slot_of[j])
-                     : linear_scan(&k[j], w->take, w->n, t->pool.clock, slot_of[j]));
+    sp_lifetime *x = malloc(sizeof *x * (size_t)(w->n + 1));
+    int *slot_of = malloc(sizeof(int) * (size_t)(w->n + 1));
+    sp_status st = x && slot_of ? SP_OK : sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    for (int i = 0; i < w->n && st == SP_OK; i++) /* one alive to the end ends there */
+        x[i] = (sp_lifetime){ w->take[i].floats, w->take[i].exact, w->take[i].from,
+                              w->take[i].to >= 0 ? w->take[i].to : t->pool.clock };
+    int before = t->pool.nslots;
+    if (st == SP_OK) st = sp_pool_pack(x, w->n, &t->pool.slot, &t->pool.nslots, slot_of);
+    sp_exec_buf **bufs = st ? NULL : realloc(t->pool.buf, sizeof *bufs * (size_t)(t->pool.nslots + 1));
+    if (st == SP_OK && !bufs) st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    if (st == SP_OK) {
+        t->pool.buf = bufs;
+        for (int s = before; s < t->pool.nslots; s++) bufs[s] = NULL; /* registered on use */
+        for (int i = 0; i < w->n; i++) w->take[i].slot = slot_of[i];
     }
-    int best = packing_floats(&k[1]) < packing_floats(&k[0]);
-    if (ok) {
-        free(t->pool.slot);
-        t->pool.slot = k[best].slot;
-        t->pool.nslots = k[best].n;
-        k[best].slot = NULL;
-        for (int i = 0; i < w->n; i++) w->take[i].slot = slot_of[best][i];
-    }
-    for (int j = 0; j < 2; j++) free(k[j].slot), free(k[j].exact), free(slot_of[j]);
-    return ok ? SP_OK : sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    free(x), free(slot_of);
+    return st;
 }
 
 sp_status sp_tr_pool_plan(sp_trainer *t, sp_status (*walk)(sp_trainer *, int), int nwalks)
@@ -246,9 +125,9 @@ sp_status sp_tr_pool_plan(sp_trainer *t, sp_status (*walk)(sp_trainer *, int), i
 void sp_tr_pool_free(sp_trainer *t)
 {
     for (int s = 0; s < t->pool.nslots; s++)
-        if (t->pool.slot[s].buf) sp_exec_buf_unregister(t->pool.slot[s].buf);
+        if (t->pool.buf[s]) sp_exec_buf_unregister(t->pool.buf[s]);
     for (int w = 0; w < 2; w++) free(t->pool.walk[w].take);
-    free(t->pool.slot);
+    free(t->pool.slot), free(t->pool.buf);
 }
 
 sp_exec_buf **sp_tr_mb_slot(sp_trainer *t, sp_slab_class c, int idx, int mb)

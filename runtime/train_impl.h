@@ -36,10 +36,6 @@ typedef struct {
     sp_tr_pool_take *take;
     int n, cap;
 } sp_tr_pool_walk;
-typedef struct {
-    sp_exec_buf *buf; /* registered on first use */
-    size_t floats;
-} sp_tr_pool_slot;
 
 struct sp_trainer {
     const sp_program *p;
@@ -89,7 +85,8 @@ struct sp_trainer {
     size_t nhost, caphost;
     struct { /* per-microbatch buffers (buffers.c) */
         sp_tr_pool_walk walk[2]; /* the takes of a training step [0] and an evaluation [1] */
-        sp_tr_pool_slot *slot;
+        sp_pool_slot *slot;  /* sizes in floats (sched/pool.c) */
+        sp_exec_buf **buf;   /* [nslots], registered on first use */
         int nslots, running, next, dry;
         int64_t clock;
         size_t bytes; /* of the slots registered so far */

@@ -371,6 +371,26 @@ sp_status sp_plan_measure(const sp_plan *plan, const sp_stage_model *model,
                           const double *const *start, const double *const *end,
                           sp_run_measure *out);
 
+/* ---- the runtime's buffer pool (pool.c) ----
+ * Buffers with known lifetimes [from, to) on one clock (takes and gives of a dry walk of
+ * a step), packed into slots: each buffer goes to one slot at least its size (exactly
+ * its size when exact: a buffer that travels has the size its peer registered), and the
+ * buffers of a slot are never alive at once. The smallest of three packings: first-fit
+ * and best-fit decreasing, and a best-fit linear scan in the order taken that may grow a
+ * slot (as few slots as buffers alive at once). Slots already in *slots (from another walk) are
+ * reused at their sizes; new ones are appended. slot_of[i]: buffer i's slot. */
+typedef struct {
+    size_t size;
+    int exact;
+    int64_t from, to;
+} sp_lifetime;
+typedef struct {
+    size_t size;
+    int fixed; /* holds an exact buffer, or came from another walk: keeps its size */
+} sp_pool_slot;
+sp_status sp_pool_pack(const sp_lifetime *x, int n, sp_pool_slot **slots, int *nslots,
+                       int *slot_of);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,147 @@
+/* The runtime's buffer pool, packed ahead of the step (plan.h, sp_pool_pack). A pool that
+ * decides at each take cannot know what comes next; knowing every lifetime, three classic
+ * packings run and the smallest wins. Both are O(n^2) in the buffers of a step (a few
+ * thousand at most). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "starpipe/plan.h"
+
+typedef struct {
+    sp_pool_slot *slot;
+    int n;
+} packing;
+
+static int new_slot(packing *k, size_t size, int fixed)
+{
+    sp_pool_slot *s = realloc(k->slot, (size_t)(k->n + 1) * sizeof *s);
+    if (!s) return -1;
+    k->slot = s;
+    s[k->n] = (sp_pool_slot){ size, fixed };
+    return k->n++;
+}
+
+/* May buffer x take slot s, and by how much must s grow; -1: no. */
+static int64_t fit(const packing *k, int s, const sp_lifetime *x)
+{
+    size_t f = k->slot[s].size;
+    if (x->exact) return f == x->size ? 0 : -1;
+    if (f >= x->size) return 0;
+    return k->slot[s].fixed ? -1 : (int64_t)(x->size - f);
+}
+
+/* Largest first (equal sizes in the order taken), each into a slot that is big enough
+ * and idle over its lifetime: the first (first-fit decreasing) or the smallest (best-fit
+ * decreasing). */
+static const sp_lifetime *sort_base;
+static int by_size(const void *a, const void *b)
+{
+    const sp_lifetime *x = &sort_base[*(const int *)a], *y = &sort_base[*(const int *)b];
+    if (x->size != y->size) return x->size < y->size ? 1 : -1;
+    return x->from < y->from ? -1 : x->from > y->from;
+}
+
+static int decreasing(packing *k, const sp_lifetime *x, int n, int best_fit, int *slot_of)
+{
+    int *order = malloc(sizeof(int) * (size_t)(n + 1)), ok = order != NULL;
+    unsigned char *busy = NULL;
+    for (int i = 0; ok && i < n; i++) order[i] = i;
+    sort_base = x;
+    if (ok) qsort(order, (size_t)n, sizeof *order, by_size);
+    for (int j = 0; ok && j < n; j++) {
+        const sp_lifetime *b = &x[order[j]];
+        unsigned char *nb = realloc(busy, (size_t)k->n + 1);
+        if (!(ok = nb != NULL)) break;
+        busy = nb;
+        memset(busy, 0, (size_t)k->n + 1);
+        for (int i = 0; i < j; i++) { /* the slots of the larger ones alive meanwhile */
+            const sp_lifetime *y = &x[order[i]];
+            if (y->from < b->to && b->from < y->to) busy[slot_of[order[i]]] = 1;
+        }
+        int s = -1;
+        for (int c = 0; c < k->n && (s < 0 || best_fit); c++)
+            if (!busy[c] && fit(k, c, b) == 0 && (s < 0 || k->slot[c].size < k->slot[s].size))
+                s = c;
+        if (s < 0) ok = (s = new_slot(k, b->size, b->exact)) >= 0;
+        slot_of[order[j]] = s;
+    }
+    free(order), free(busy);
+    return ok;
+}
+
+/* In the order taken, each into the idle slot it fits best: the smallest big enough,
+ * else the one that grows least; a new slot only when none is idle. */
+static int linear_scan(packing *k, const sp_lifetime *x, int n, int *slot_of)
+{
+    int *order = malloc(sizeof(int) * (size_t)(n + 1)), ok = order != NULL;
+    unsigned char *idle = malloc((size_t)k->n + 1);
+    ok = ok && idle;
+    if (idle) memset(idle, 1, (size_t)k->n + 1);
+    for (int i = 0; ok && i < n; i++) order[i] = i;
+    for (int j = 1; ok && j < n; j++) /* by take, stable (insertion: mostly sorted) */
+        for (int i = j; i > 0 && x[order[i - 1]].from > x[order[i]].from; i--) {
+            int t = order[i];
+            order[i] = order[i - 1], order[i - 1] = t;
+        }
+    for (int j = 0; ok && j < n; j++) {
+        const sp_lifetime *b = &x[order[j]];
+        for (int i = 0; i < j; i++) /* given back by now */
+            if (x[order[i]].to <= b->from) idle[slot_of[order[i]]] = 1;
+        for (int i = 0; i < j; i++) /* still alive */
+            if (x[order[i]].to > b->from) idle[slot_of[order[i]]] = 0;
+        int best = -1;
+        int64_t best_grow = 0;
+        for (int s = 0; s < k->n; s++) {
+            int64_t g = idle[s] ? fit(k, s, b) : -1;
+            if (g >= 0 && (best < 0 || g < best_grow ||
+                           (g == best_grow && k->slot[s].size < k->slot[best].size)))
+                best = s, best_grow = g;
+        }
+        if (best < 0) {
+            unsigned char *ni = realloc(idle, (size_t)k->n + 2);
+            if (!(ok = ni != NULL)) break;
+            idle = ni;
+            if (!(ok = (best = new_slot(k, b->size, b->exact)) >= 0)) break;
+        }
+        if (k->slot[best].size < b->size) k->slot[best].size = b->size;
+        k->slot[best].fixed |= b->exact;
+        idle[best] = 0;
+        slot_of[order[j]] = best;
+    }
+    free(order), free(idle);
+    return ok;
+}
+
+static size_t total(const packing *k)
+{
+    size_t f = 0;
+    for (int s = 0; s < k->n; s++) f += k->slot[s].size;
+    return f;
+}
+
+sp_status sp_pool_pack(const sp_lifetime *x, int n, sp_pool_slot **slots, int *nslots,
+                       int *slot_of)
+{
+    if (n < 0 || (n > 0 && (!x || !slot_of)) || !slots || !nslots)
+        return sp_set_error(SP_ERR_ARG, "sp_pool_pack: bad arguments");
+    enum { NPACK = 3 };
+    packing k[NPACK] = { { NULL, 0 } };
+    int *of[NPACK], ok = 1, best = 0;
+    for (int j = 0; j < NPACK; j++) ok &= (of[j] = malloc(sizeof(int) * (size_t)(n + 1))) != NULL;
+    for (int j = 0; j < NPACK && ok; j++) {
+        for (int s = 0; s < *nslots && ok; s++) /* another walk's: at their sizes */
+            ok = new_slot(&k[j], (*slots)[s].size, 1) >= 0;
+        ok = ok && (j < 2 ? decreasing(&k[j], x, n, j, of[j]) : linear_scan(&k[j], x, n, of[j]));
+        if (ok && total(&k[j]) < total(&k[best])) best = j;
+    }
+    if (ok) {
+        for (int s = 0; s < *nslots; s++) k[best].slot[s].fixed = (*slots)[s].fixed;
+        free(*slots);
+        *slots = k[best].slot;
+        *nslots = k[best].n;
+        k[best].slot = NULL;
+        memcpy(slot_of, of[best], sizeof(int) * (size_t)n);
+    }
+    for (int j = 0; j < NPACK; j++) free(k[j].slot), free(of[j]);
+    return ok ? SP_OK : sp_set_error(SP_ERR_NOMEM, "sp_pool_pack: out of memory");
+}
