@@ -161,7 +161,8 @@ int64_t sp_attention_scratch_need(const sp_node *n, int backward)
     int64_t T = n->shape[1];
     int64_t cpu = sp_attention_scratch_floats((int)n->shape[0], (int)T, (int)n->shape[2],
                                               n->heads);
-    int64_t cuda = (backward ? 2 : 1) * (int64_t)n->heads * T * T;
+    /* sp_cuda_attention_scratch_floats: the backward's D = rowsum(dout * out), (B,NH,T) */
+    int64_t cuda = backward ? n->shape[0] * n->heads * T : 0;
     return cpu > cuda ? cpu : cuda;
 }
 

@@ -1,188 +1,403 @@
 /* Causal multi-head self-attention on the GPU, the CPU's contract (attention.c: out, the
- * per-row log-sum-exp, the backward recomputing the probabilities) by another route: per
- * batch row b, the products of all NH heads are one cuBLAS strided-batched sgemm each
- * (head h of the packed qkv starts at column h*hs, so the batch stride is hs) on the full
- * T x T square in scratch; the softmax and its backward are one warp per row. */
+ * per-row log-sum-exp, the backward recomputing the probabilities) the FlashAttention-2 way:
+ * tiles of 64 queries against tiles of 64 keys up to the diagonal, scores and probabilities
+ * only in registers and shared memory, never a T x T square in device memory. fp32 on the
+ * CUDA cores. The backward is deterministic without atomics: one kernel per key tile
+ * (dk, dv), one per query tile (dq), both recomputing P from the saved lse. */
 #include "codelets/cuda/common.cuh"
 
 #include <math.h>
 
-/* Row-major batched c_i (m,n) = alpha opA(a_i) (m,k) @ opB(b_i) (k,n) + beta c_i, lda/ldb/
- * ldc row-major leading dimensions, sa/sb/sc the strides between batch entries; through
- * the column-major operand swap, as in matmul.cu. All sizes here are > 0. */
-static int gemm_batched(cublasHandle_t h, const float *a, int lda, long long sa, int ta,
-                        const float *b, int ldb, long long sb, int tb, float *c, int ldc,
-                        long long sc, int m, int n, int k, float alpha, float beta, int batch)
+/* A block works on a 64 x 64 tile of scores with 16 x 16 threads: thread (ty, tx) holds
+ * rows 4 ty + i and columns 4 tx + j (i, j < 4: one 16-byte shared load per operand and
+ * step), so a row's 16 threads are 16 adjacent lanes of one warp and reduce by shuffles.
+ * Products stream their reduction dimension through shared memory FA_K at a time. A block
+ * accumulates at most FA_DV head columns of its output (rows 4 ty + i, columns tx + 16 j,
+ * FA_J per thread, in registers); wider heads are split over blockIdx.z, each slice
+ * recomputing the scores. */
+#define FA_TILE 64
+#define FA_NT 16
+#define FA_THREADS (FA_NT * FA_NT)
+#define FA_R (FA_TILE / FA_NT)
+#define FA_K 16
+#define FA_DV 128
+#define FA_J (FA_DV / FA_NT)
+#define FA_LD (FA_TILE + 4) /* tiles' row stride: 16-byte aligned rows, staggered banks */
+static_assert(FA_R == 4, "a thread's rows and columns of a score tile are one float4");
+
+/* Shared memory of each kernel: two staged operands of a score product, a probability (or
+ * dS) tile, a staged chunk of the value-side operand. Statically sized: <= 48 KiB. */
+struct alignas(16) fa_smem {
+    float a[FA_K][FA_LD], b[FA_K][FA_LD];
+    float p[FA_TILE][FA_LD];
+    float v[FA_K][FA_DV];
+};
+static_assert(sizeof(fa_smem) <= 48 * 1024, "attention tiles exceed 48 KiB of shared memory");
+
+static __device__ __forceinline__ int fa_min(int a, int b) { return a < b ? a : b; }
+static __device__ __forceinline__ int fa_tx() { return (int)threadIdx.x % FA_NT; }
+static __device__ __forceinline__ int fa_ty() { return (int)threadIdx.x / FA_NT; }
+static __device__ __forceinline__ float4 fa_load4(const float *x)
 {
-    SP_CUBLAS_TRY(cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                            ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
-                                            ldb, sb, a, lda, sa, &beta, c, ldc, sc, batch));
-    return SP_CUDA_OK;
+    return *reinterpret_cast<const float4 *>(x);
 }
 
-#define ATT_WARPS 8 /* rows per block */
-
-/* rows of (T,T) scaled score matrices, t = row % T: softmax over columns 0..t, zeros
- * after; lse[row] = log-sum-exp of columns 0..t. */
-static __global__ void causal_softmax_kernel(float *__restrict__ att, float *__restrict__ lse,
-                                             int64_t rows, int T)
+/* Max and sum over a row's 16 threads (lanes ty*16 .. ty*16+15 of the warp): butterflies
+ * that stay inside the half warp, same order every run. */
+static __device__ __forceinline__ float fa_row_max(float v)
 {
-    const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * ATT_WARPS + (threadIdx.x >> 5);
+    for (int o = FA_NT / 2; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+static __device__ __forceinline__ float fa_row_sum(float v)
+{
+    for (int o = FA_NT / 2; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* s[i][j] = sum over c < hs of a[r_i][c] b[r_j][c], r_i = 4 ty + i, r_j = 4 tx + j: rows
+ * of stride lda / ldb, rows from na / nb on read as zero. */
+static __device__ __forceinline__ void fa_scores(float s[FA_R][FA_R], const float *a,
+                                                 int64_t lda, int na, const float *b,
+                                                 int64_t ldb, int nb, int hs, fa_smem &sm)
+{
+    const int tx = fa_tx(), ty = fa_ty();
+#pragma unroll
+    for (int i = 0; i < FA_R; i++)
+#pragma unroll
+        for (int j = 0; j < FA_R; j++)
+            s[i][j] = 0.0f;
+    for (int c0 = 0; c0 < hs; c0 += FA_K) {
+        for (int e = threadIdx.x; e < FA_TILE * FA_K; e += FA_THREADS) {
+            const int r = e / FA_K, c = e % FA_K;
+            const bool col = c0 + c < hs;
+            sm.a[c][r] = col && r < na ? a[r * lda + c0 + c] : 0.0f;
+            sm.b[c][r] = col && r < nb ? b[r * ldb + c0 + c] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll 4
+        for (int c = 0; c < FA_K; c++) {
+            const float4 a4 = fa_load4(&sm.a[c][FA_R * ty]), b4 = fa_load4(&sm.b[c][FA_R * tx]);
+            const float av[FA_R] = {a4.x, a4.y, a4.z, a4.w}, bv[FA_R] = {b4.x, b4.y, b4.z, b4.w};
+#pragma unroll
+            for (int i = 0; i < FA_R; i++)
+#pragma unroll
+                for (int j = 0; j < FA_R; j++)
+                    s[i][j] += av[i] * bv[j];
+        }
+        __syncthreads();
+    }
+}
+
+/* acc[i][j] += sum over r < nv of P(4 ty + i, r) v[r][tx + 16 j], P(x, r) = sm.p[x][r], or
+ * sm.p[r][x] when trans; v has rows of stride ldv, columns from dn on read as zero. Rows of
+ * P from nv on are zero or never read. Ends synchronized: sm.p may be overwritten. */
+static __device__ __forceinline__ void fa_accumulate(float acc[FA_R][FA_J], bool trans,
+                                                     const float *v, int64_t ldv, int nv,
+                                                     int dn, fa_smem &sm)
+{
+    const int tx = fa_tx(), ty = fa_ty();
+    const int nj = (dn + FA_NT - 1) / FA_NT, w = nj * FA_NT; /* column groups in use */
+    for (int r0 = 0; r0 < nv; r0 += FA_K) {
+        for (int e = threadIdx.x; e < FA_K * w; e += FA_THREADS) {
+            const int r = e / w, c = e % w;
+            sm.v[r][c] = r0 + r < nv && c < dn ? v[(r0 + r) * ldv + c] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll 4
+        for (int r = 0; r < FA_K; r++) {
+            float pv[FA_R];
+            if (trans) {
+                const float4 p4 = fa_load4(&sm.p[r0 + r][FA_R * ty]);
+                pv[0] = p4.x, pv[1] = p4.y, pv[2] = p4.z, pv[3] = p4.w;
+            } else {
+#pragma unroll
+                for (int i = 0; i < FA_R; i++)
+                    pv[i] = sm.p[FA_R * ty + i][r0 + r];
+            }
+#pragma unroll
+            for (int j = 0; j < FA_J; j++)
+                if (j < nj) {
+                    const float x = sm.v[r][tx + FA_NT * j];
+#pragma unroll
+                    for (int i = 0; i < FA_R; i++)
+                        acc[i][j] += pv[i] * x;
+                }
+        }
+        __syncthreads();
+    }
+}
+
+/* One block per (b h, query tile, slice of FA_DV head columns): online softmax over the key
+ * tiles 0..diagonal; out = (sum p v) / l, lse = m + log l (written by slice 0). Query
+ * tiles run heaviest first. */
+static __global__ void __launch_bounds__(FA_THREADS)
+    flash_forward_kernel(float *__restrict__ out, float *__restrict__ lse,
+                         const float *__restrict__ qkv, int T, int C, int NH, float scale)
+{
+    __shared__ fa_smem sm;
+    const int tx = fa_tx(), ty = fa_ty(), hs = C / NH;
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * FA_TILE, nq = fa_min(FA_TILE, T - q0);
+    const int d0 = blockIdx.z * FA_DV, dn = fa_min(FA_DV, hs - d0);
+    const int64_t C3 = 3 * (int64_t)C;
+    const float *q = qkv + (int64_t)b * T * C3 + (int64_t)h * hs, *k = q + C, *v = q + 2 * C;
+    const int kend = q0 + nq; /* keys 0..kend-1; every tile holds key k0 <= every row */
+    float m[FA_R], l[FA_R], o[FA_R][FA_J];
+#pragma unroll
+    for (int i = 0; i < FA_R; i++) {
+        m[i] = -INFINITY, l[i] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < FA_J; j++)
+            o[i][j] = 0.0f;
+    }
+    for (int k0 = 0; k0 < kend; k0 += FA_TILE) {
+        const int nk = fa_min(FA_TILE, kend - k0);
+        float s[FA_R][FA_R];
+        fa_scores(s, q + q0 * C3, C3, nq, k + k0 * C3, C3, nk, hs, sm);
+#pragma unroll
+        for (int i = 0; i < FA_R; i++) {
+            const int row = q0 + FA_R * ty + i; /* past T: zero q, finite, never written */
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < FA_R; j++) {
+                const int key = k0 + FA_R * tx + j;
+                s[i][j] = key <= row && key < kend ? s[i][j] * scale : -INFINITY;
+                mx = fmaxf(mx, s[i][j]);
+            }
+            const float mnew = fmaxf(m[i], fa_row_max(mx));
+            const float alpha = expf(m[i] - mnew); /* 0 on the first tile */
+            float rs = 0.0f;
+#pragma unroll
+            for (int j = 0; j < FA_R; j++) {
+                const float p = expf(s[i][j] - mnew);
+                sm.p[FA_R * ty + i][FA_R * tx + j] = p;
+                rs += p;
+            }
+            l[i] = l[i] * alpha + fa_row_sum(rs);
+            m[i] = mnew;
+#pragma unroll
+            for (int j = 0; j < FA_J; j++)
+                o[i][j] *= alpha;
+        }
+        __syncthreads();
+        fa_accumulate(o, false, v + k0 * C3 + d0, C3, nk, dn, sm);
+    }
+#pragma unroll
+    for (int i = 0; i < FA_R; i++) {
+        const int row = q0 + FA_R * ty + i;
+        if (row >= T)
+            continue;
+        float *orow = out + ((int64_t)b * T + row) * C + (int64_t)h * hs + d0;
+        const float inv = 1.0f / l[i];
+#pragma unroll
+        for (int j = 0; j < FA_J; j++)
+            if (tx + FA_NT * j < dn)
+                orow[tx + FA_NT * j] = o[i][j] * inv;
+        if (blockIdx.z == 0 && tx == 0)
+            lse[(int64_t)bh * T + row] = m[i] + logf(l[i]);
+    }
+}
+
+/* D[(b h) T + t] = dout_t . out_t over head h's columns: one warp per row. */
+#define FA_D_WARPS 8
+static __global__ void flash_rowdot_kernel(float *__restrict__ D, const float *__restrict__ dout,
+                                           const float *__restrict__ out, int64_t rows, int T,
+                                           int C, int NH)
+{
+    const int lane = threadIdx.x & 31, hs = C / NH;
+    const int64_t row = (int64_t)blockIdx.x * FA_D_WARPS + (threadIdx.x >> 5);
     if (row >= rows)
         return; /* whole warps only */
-    const int t = (int)(row % T);
-    float *r = att + row * T;
-    float mx = -INFINITY;
-    for (int j = lane; j <= t; j += 32)
-        mx = fmaxf(mx, r[j]);
-    mx = sp_warp_max(mx);
-    float s = 0.0f;
-    for (int j = lane; j <= t; j += 32) {
-        float e = expf(r[j] - mx);
-        r[j] = e;
-        s += e;
-    }
-    s = sp_warp_sum(s);
-    const float inv = 1.0f / s;
-    for (int j = lane; j < T; j += 32)
-        r[j] = j <= t ? r[j] * inv : 0.0f;
-    if (lane == 0)
-        lse[row] = mx + logf(s);
-}
-
-/* Rows (h, t) of one batch row: p holds the scaled scores, dp holds dout v^T. p becomes
- * P = exp(s - lse), dp becomes dS = P (dP - D) scale over 0..t, both zero after, with
- * D = dout_t . out_t of head h (hs columns at h*hs of rows of stride C). */
-static __global__ void causal_softmax_backward_kernel(float *__restrict__ p,
-                                                      float *__restrict__ dp,
-                                                      const float *__restrict__ lse,
-                                                      const float *__restrict__ dout,
-                                                      const float *__restrict__ out,
-                                                      int64_t rows, int T, int C, int hs,
-                                                      float scale)
-{
-    const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * ATT_WARPS + (threadIdx.x >> 5);
-    if (row >= rows)
-        return;
-    const int t = (int)(row % T), h = (int)(row / T);
-    const float *d = dout + (int64_t)t * C + h * hs, *o = out + (int64_t)t * C + h * hs;
-    float D = 0.0f;
+    const int64_t bh = row / T, t = row % T;
+    const int64_t off = ((bh / NH) * T + t) * C + (bh % NH) * hs;
+    float d = 0.0f;
     for (int i = lane; i < hs; i += 32)
-        D += d[i] * o[i];
-    D = sp_warp_sum(D);
-    const float l = lse[row];
-    float *x = p + row * T, *g = dp + row * T;
-    for (int j = lane; j < T; j += 32) {
-        if (j <= t) {
-            const float pr = expf(x[j] - l);
-            x[j] = pr;
-            g[j] = pr * (g[j] - D) * scale;
-        } else {
-            x[j] = 0.0f;
-            g[j] = 0.0f;
+        d += dout[off + i] * out[off + i];
+    d = sp_warp_sum(d);
+    if (lane == 0)
+        D[row] = d;
+}
+
+/* The probabilities and dS of one (query tile q0, key tile k0) pair of head bh, into the
+ * callers' registers: P = exp(scale s - lse) where key <= row < T, else 0; dS = P (dP - D)
+ * scale with dP = dout v^T. */
+static __device__ __forceinline__ void fa_probs(float p[FA_R][FA_R], float ds[FA_R][FA_R],
+                                                const float *q, const float *k,
+                                                const float *v, const float *dout,
+                                                const float *lse, const float *D, int q0,
+                                                int k0, int T, int C, int hs, float scale,
+                                                fa_smem &sm)
+{
+    const int tx = fa_tx(), ty = fa_ty();
+    const int64_t C3 = 3 * (int64_t)C;
+    const int nq = fa_min(FA_TILE, T - q0), nk = fa_min(FA_TILE, T - k0);
+    float dp[FA_R][FA_R];
+    fa_scores(p, q + q0 * C3, C3, nq, k + k0 * C3, C3, nk, hs, sm);
+    fa_scores(dp, dout + (int64_t)q0 * C, C, nq, v + k0 * C3, C3, nk, hs, sm);
+#pragma unroll
+    for (int i = 0; i < FA_R; i++) {
+        const int row = q0 + FA_R * ty + i;
+        const float L = row < T ? lse[row] : 0.0f, Dr = row < T ? D[row] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < FA_R; j++) {
+            const int key = k0 + FA_R * tx + j;
+            const float e = key <= row && row < T ? expf(p[i][j] * scale - L) : 0.0f;
+            p[i][j] = e;
+            ds[i][j] = e * (dp[i][j] - Dr) * scale;
         }
     }
 }
 
-static unsigned row_blocks(int64_t rows) { return (unsigned)((rows + ATT_WARPS - 1) / ATT_WARPS); }
-
-/* Per batch row b: scores_h (T,T) = scale q_h k_h^T into scratch, softmax (lse saved),
- * out_h = P_h v_h. */
-extern "C" int sp_cuda_attention_forward(float *out, float *lse, float *scratch,
-                                         const float *qkv, int B, int T, int C, int NH,
-                                         void *stream, void *cublas)
+static __device__ __forceinline__ void fa_store_tile(const float x[FA_R][FA_R], fa_smem &sm)
 {
-    if (B <= 0 || T <= 0 || NH <= 0)
-        return SP_CUDA_OK;
-    cudaStream_t s = SP_STREAM(stream);
-    cublasHandle_t h = SP_CUBLAS(cublas);
-    const int hs = C / NH, C3 = 3 * C;
-    const float scale = 1.0f / sqrtf((float)hs);
-    const long long TT = (long long)T * T;
-    int rc = sp_cublas_bind(h, s);
-    if (rc)
-        return rc;
-    float *att = scratch;
-    const int64_t rows = (int64_t)NH * T;
-    for (int b = 0; b < B; b++) {
-        const float *q = qkv + (int64_t)b * T * C3;
-        if (hs <= 0) { /* empty heads: the scores are sums of nothing */
-            SP_CUDA_TRY(cudaMemsetAsync(att, 0, sizeof(float) * (size_t)(NH * TT), s));
-        } else {
-            rc = gemm_batched(h, q, C3, hs, 0, q + C, C3, hs, 1, att, T, TT, T, T, hs, scale,
-                              0.0f, NH);
-            if (rc)
-                return rc;
-        }
-        causal_softmax_kernel<<<row_blocks(rows), ATT_WARPS * 32, 0, s>>>(
-            att, lse + (int64_t)b * rows, rows, T);
-        SP_CUDA_LAUNCHED();
-        if (hs <= 0)
+    const int tx = fa_tx(), ty = fa_ty();
+#pragma unroll
+    for (int i = 0; i < FA_R; i++)
+#pragma unroll
+        for (int j = 0; j < FA_R; j++)
+            sm.p[FA_R * ty + i][FA_R * tx + j] = x[i][j];
+    __syncthreads();
+}
+
+/* Rows r_i = 4 ty + i (< n) of a (rows, FA_J column groups) register tile into dst (rows
+ * of stride ld, dn columns): assigned, or added to the old values when acc. */
+static __device__ __forceinline__ void fa_write(float *dst, int64_t ld, int n, int dn,
+                                                const float x[FA_R][FA_J], int acc)
+{
+    const int tx = fa_tx(), ty = fa_ty();
+#pragma unroll
+    for (int i = 0; i < FA_R; i++) {
+        if (FA_R * ty + i >= n)
             continue;
-        /* out_h (T,hs) = att_h (T,T) v_h (T,hs), into columns h*hs of out (B,T,C) */
-        rc = gemm_batched(h, att, T, TT, 0, q + 2 * C, C3, hs, 0, out + (int64_t)b * T * C, C,
-                          hs, T, hs, T, 1.0f, 0.0f, NH);
-        if (rc)
-            return rc;
+        float *r = dst + (FA_R * ty + i) * ld;
+#pragma unroll
+        for (int j = 0; j < FA_J; j++) {
+            const int c = tx + FA_NT * j;
+            if (c < dn)
+                r[c] = acc ? r[c] + x[i][j] : x[i][j];
+        }
     }
+}
+
+/* One block per (b h, key tile, column slice): dv = sum P^T dout, dk = sum dS^T q over the
+ * query tiles from the diagonal on, in ascending order. */
+static __global__ void __launch_bounds__(FA_THREADS)
+    flash_backward_kv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
+                             const float *__restrict__ qkv, const float *__restrict__ lse,
+                             const float *__restrict__ D, int T, int C, int NH, float scale,
+                             int acc)
+{
+    __shared__ fa_smem sm;
+    const int hs = C / NH, bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int k0 = blockIdx.y * FA_TILE, nk = fa_min(FA_TILE, T - k0);
+    const int d0 = blockIdx.z * FA_DV, dn = fa_min(FA_DV, hs - d0);
+    const int64_t C3 = 3 * (int64_t)C, head = (int64_t)b * T * C3 + (int64_t)h * hs;
+    const float *q = qkv + head, *k = q + C, *v = q + 2 * C;
+    const float *d = dout + (int64_t)b * T * C + (int64_t)h * hs;
+    float dk[FA_R][FA_J], dv[FA_R][FA_J];
+#pragma unroll
+    for (int i = 0; i < FA_R; i++)
+#pragma unroll
+        for (int j = 0; j < FA_J; j++)
+            dk[i][j] = dv[i][j] = 0.0f;
+    for (int q0 = k0; q0 < T; q0 += FA_TILE) {
+        const int nq = fa_min(FA_TILE, T - q0);
+        float p[FA_R][FA_R], ds[FA_R][FA_R];
+        fa_probs(p, ds, q, k, v, d, lse + (int64_t)bh * T, D + (int64_t)bh * T, q0, k0, T, C,
+                 hs, scale, sm);
+        fa_store_tile(p, sm);
+        fa_accumulate(dv, true, d + (int64_t)q0 * C + d0, C, nq, dn, sm);
+        fa_store_tile(ds, sm);
+        fa_accumulate(dk, true, q + q0 * C3 + d0, C3, nq, dn, sm);
+    }
+    float *dkh = dqkv + head + C + (int64_t)k0 * C3 + d0;
+    fa_write(dkh, C3, nk, dn, dk, acc);
+    fa_write(dkh + C, C3, nk, dn, dv, acc);
+}
+
+/* One block per (b h, query tile, column slice): dq = sum dS k over the key tiles up to
+ * the diagonal, in ascending order. Query tiles run heaviest first. */
+static __global__ void __launch_bounds__(FA_THREADS)
+    flash_backward_q_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
+                            const float *__restrict__ qkv, const float *__restrict__ lse,
+                            const float *__restrict__ D, int T, int C, int NH, float scale,
+                            int acc)
+{
+    __shared__ fa_smem sm;
+    const int hs = C / NH, bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * FA_TILE, nq = fa_min(FA_TILE, T - q0);
+    const int d0 = blockIdx.z * FA_DV, dn = fa_min(FA_DV, hs - d0);
+    const int64_t C3 = 3 * (int64_t)C, head = (int64_t)b * T * C3 + (int64_t)h * hs;
+    const float *q = qkv + head, *k = q + C, *v = q + 2 * C;
+    const float *d = dout + (int64_t)b * T * C + (int64_t)h * hs;
+    float dq[FA_R][FA_J];
+#pragma unroll
+    for (int i = 0; i < FA_R; i++)
+#pragma unroll
+        for (int j = 0; j < FA_J; j++)
+            dq[i][j] = 0.0f;
+    for (int k0 = 0; k0 < q0 + nq; k0 += FA_TILE) {
+        float p[FA_R][FA_R], ds[FA_R][FA_R];
+        fa_probs(p, ds, q, k, v, d, lse + (int64_t)bh * T, D + (int64_t)bh * T, q0, k0, T, C,
+                 hs, scale, sm);
+        fa_store_tile(ds, sm);
+        fa_accumulate(dq, false, k + k0 * C3 + d0, C3, fa_min(FA_TILE, T - k0), dn, sm);
+    }
+    fa_write(dqkv + head + (int64_t)q0 * C3 + d0, C3, nq, dn, dq, acc);
+}
+
+/* Grid of the tiled kernels: x the (b, h) pairs (up to 2^31 - 1), y the tiles of T, z the
+ * column slices of a head. */
+static dim3 fa_grid(int B, int T, int NH, int hs)
+{
+    return dim3((unsigned)(B * NH), (unsigned)((T + FA_TILE - 1) / FA_TILE),
+                (unsigned)((hs + FA_DV - 1) / FA_DV));
+}
+
+extern "C" int sp_cuda_attention_forward(float *out, float *lse, float * /* scratch */,
+                                         const float *qkv, int B, int T, int C, int NH,
+                                         void *stream, void * /* cublas */)
+{
+    if (B <= 0 || T <= 0 || NH <= 0 || C / NH <= 0)
+        return SP_CUDA_OK;
+    const int hs = C / NH;
+    flash_forward_kernel<<<fa_grid(B, T, NH, hs), FA_THREADS, 0, SP_STREAM(stream)>>>(
+        out, lse, qkv, T, C, NH, 1.0f / sqrtf((float)hs));
+    SP_CUDA_LAUNCHED();
     return SP_CUDA_OK;
 }
 
-/* Per batch row b: S = scale q k^T and dP = dout v^T (scratch, NH*T*T each); P from lse,
- * dS = P (dP - D) scale; dv = P^T dout; dq = dS k; dk = dS^T q. */
+/* D = rowsum(dout * out) into scratch, then the key-tile and the query-tile kernels. */
 extern "C" int sp_cuda_attention_backward(float *dqkv, float *scratch, const float *dout,
                                           const float *qkv, const float *out, const float *lse,
                                           int B, int T, int C, int NH, int acc, void *stream,
-                                          void *cublas)
+                                          void * /* cublas */)
 {
-    if (B <= 0 || T <= 0 || NH <= 0)
+    if (B <= 0 || T <= 0 || NH <= 0 || C / NH <= 0)
         return SP_CUDA_OK;
     cudaStream_t s = SP_STREAM(stream);
-    cublasHandle_t h = SP_CUBLAS(cublas);
-    const int hs = C / NH, C3 = 3 * C;
-    if (hs <= 0)
-        return SP_CUDA_OK; /* dqkv has no columns a head touches */
-    const float scale = 1.0f / sqrtf((float)hs), beta = acc ? 1.0f : 0.0f;
-    const long long TT = (long long)T * T;
-    int rc = sp_cublas_bind(h, s);
-    if (rc)
-        return rc;
-    float *p = scratch, *dp = scratch + NH * TT;
-    const int64_t rows = (int64_t)NH * T;
-    for (int b = 0; b < B; b++) {
-        const float *q = qkv + (int64_t)b * T * C3, *k = q + C, *v = q + 2 * C;
-        const float *d = dout + (int64_t)b * T * C;
-        float *dq = dqkv + (int64_t)b * T * C3, *dk = dq + C, *dv = dq + 2 * C;
-        /* S_h (T,T) = scale q_h k_h^T; dP_h (T,T) = dout_h (T,hs) v_h^T */
-        rc = gemm_batched(h, q, C3, hs, 0, k, C3, hs, 1, p, T, TT, T, T, hs, scale, 0.0f, NH);
-        if (rc)
-            return rc;
-        rc = gemm_batched(h, d, C, hs, 0, v, C3, hs, 1, dp, T, TT, T, T, hs, 1.0f, 0.0f, NH);
-        if (rc)
-            return rc;
-        causal_softmax_backward_kernel<<<row_blocks(rows), ATT_WARPS * 32, 0, s>>>(
-            p, dp, lse + (int64_t)b * rows, d, out + (int64_t)b * T * C, rows, T, C, hs, scale);
-        SP_CUDA_LAUNCHED();
-        /* dv_h (T,hs) = P_h^T (T,T) dout_h; dq_h = dS_h k_h; dk_h = dS_h^T q_h */
-        rc = gemm_batched(h, p, T, TT, 1, d, C, hs, 0, dv, C3, hs, T, hs, T, 1.0f, beta, NH);
-        if (rc)
-            return rc;
-        rc = gemm_batched(h, dp, T, TT, 0, k, C3, hs, 0, dq, C3, hs, T, hs, T, 1.0f, beta, NH);
-        if (rc)
-            return rc;
-        rc = gemm_batched(h, dp, T, TT, 1, q, C3, hs, 0, dk, C3, hs, T, hs, T, 1.0f, beta, NH);
-        if (rc)
-            return rc;
-    }
+    const int hs = C / NH;
+    const float scale = 1.0f / sqrtf((float)hs);
+    const int64_t rows = (int64_t)B * NH * T;
+    flash_rowdot_kernel<<<(unsigned)((rows + FA_D_WARPS - 1) / FA_D_WARPS), FA_D_WARPS * 32, 0,
+                          s>>>(scratch, dout, out, rows, T, C, NH);
+    SP_CUDA_LAUNCHED();
+    const dim3 grid = fa_grid(B, T, NH, hs);
+    flash_backward_kv_kernel<<<grid, FA_THREADS, 0, s>>>(dqkv, dout, qkv, lse, scratch, T, C, NH,
+                                                         scale, acc);
+    SP_CUDA_LAUNCHED();
+    flash_backward_q_kernel<<<grid, FA_THREADS, 0, s>>>(dqkv, dout, qkv, lse, scratch, T, C, NH,
+                                                        scale, acc);
+    SP_CUDA_LAUNCHED();
     return SP_CUDA_OK;
 }
 
-extern "C" int64_t sp_cuda_attention_scratch_floats(int /* B */, int T, int /* C */, int NH,
+extern "C" int64_t sp_cuda_attention_scratch_floats(int B, int T, int /* C */, int NH,
                                                     int backward)
 {
-    int64_t n = (backward ? 2 : 1) * (int64_t)(NH > 0 ? NH : 0) * (T > 0 ? T : 0) *
-                (T > 0 ? T : 0);
+    const int64_t n = backward && B > 0 && T > 0 && NH > 0 ? (int64_t)B * NH * T : 0;
     return n > 0 ? n : 1;
 }

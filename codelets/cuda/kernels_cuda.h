@@ -16,7 +16,7 @@
  *   from the CPU kernels (summation order, FMA), within the tolerances of the test.
  * - Sizes <= 0 mean there is nothing to do, as on the CPU.
  *
- * cuBLAS handle (matmul, attention): the calls bind it to `stream` (cublasSetStream, only
+ * cuBLAS handle (matmul): the calls bind it to `stream` (cublasSetStream, only
  * when it is bound elsewhere) and to host pointer mode. Its math mode is the caller's:
  * call sp_cuda_kernels_init (or sp_cuda_set_tf32(h, 0)) once per handle for exact fp32
  * (CUBLAS_DEFAULT_MATH, no TF32); sp_cuda_set_tf32(h, 1) opts in to TF32 tensor cores
@@ -116,18 +116,20 @@ int sp_cuda_embed_check_tokens(int *bad, const int32_t *tokens, int64_t n, int V
                                void *stream);
 
 /* ---- attention.cu: the CPU's contract (out, lse (B,NH,T) per-row log-sum-exp; the
- * backward recomputes the probabilities and reads out). Per batch row b, the products are
- * cuBLAS strided-batched sgemm over the NH heads on the full T x T square in scratch (fp32,
- * TF32 per the handle), softmax and its backward one warp per row.
+ * backward recomputes the probabilities and reads out), FlashAttention-2 style: tiles of
+ * 64 queries x 64 keys up to the diagonal, online softmax, fp32 on the CUDA cores; nothing
+ * T x T in device memory. Any head size (heads wider than 128 columns are split into
+ * slices that each recompute the scores). The backward has no atomics: one kernel per key
+ * tile (dk, dv), one per query tile (dq). `cublas` is not used.
  * DIFFERS: scratch is sp_cuda_attention_scratch_floats(..., backward) floats of device
- * memory (NH*T*T forward, 2*NH*T*T backward: one batch row at a time, all heads batched),
- * not the CPU's O(T); reused in stream order. */
+ * memory (none forward; B*NH*T backward: D = rowsum(dout * out)), not the CPU's; reused in
+ * stream order. */
 int sp_cuda_attention_forward(float *out, float *lse, float *scratch, const float *qkv, int B,
                               int T, int C, int NH, void *stream, void *cublas);
 int sp_cuda_attention_backward(float *dqkv, float *scratch, const float *dout,
                                const float *qkv, const float *out, const float *lse, int B,
                                int T, int C, int NH, int acc, void *stream, void *cublas);
-/* Host function. (backward ? 2 : 1) * NH*T*T, >= 1. */
+/* Host function. backward ? B*NH*T : 0, at least 1. */
 int64_t sp_cuda_attention_scratch_floats(int B, int T, int C, int NH, int backward);
 
 /* ---- loss.cu */

@@ -1,8 +1,9 @@
 /* Every CUDA kernel (codelets/cuda) against its CPU twin (codelets/cpu): forward and every
  * backward, acc 0 and 1, awkward sizes, fresh random inputs. Each GPU call runs twice from
  * the same state and must give the same bits. Ends with the fp32 sgemm rate, TF32 off and
- * on. Exits 77 (skipped) without a CUDA device, 1 when any check failed.
- * `--rate-size S` sets the sgemm size (4096); tests/gpu/emu, on a CPU, runs 256.
+ * on, and the attention rate at T = S/2, C = S. Exits 77 (skipped) without a CUDA device, 1
+ * when any check failed. `--rate-size S` sets the sgemm size (4096); tests/gpu/emu, on a
+ * CPU, runs 256.
  *
  * Tolerance: max|gpu - cpu| / max(1, max|cpu|) <= 1e-5 for every op (TF32 off). Each op's
  * reductions are over at most a few thousand fp32 terms of magnitude <= ~15, so the two
@@ -510,8 +511,14 @@ static void test_embed(void)
 /* ------------------------------------------------------------------ attention */
 static void test_attention(void)
 {
-    static const int sz[][4] = {{2, 5, 12, 3},  {3, 64, 12, 3}, {1, 13, 33, 3},
-                                {2, 37, 64, 4}, {1, 64, 128, 2}, {1, 1, 12, 3}};
+    /* {B, T, C, NH}: head sizes 4 .. 200 (8, 16, 32, 64, 128 among them; 11 and 200 are
+     * not multiples of the kernels' 16-column groups, 200 spans two 128-column slices),
+     * T below, at and across the 64-row tiles (1, 63, 64, 65, 130), B and NH > 1. */
+    static const int sz[][4] = {{2, 5, 12, 3},   {3, 64, 12, 3},  {1, 13, 33, 3},
+                                {2, 37, 64, 4},  {1, 64, 128, 2}, {1, 1, 12, 3},
+                                {2, 65, 32, 4},  {1, 130, 64, 4}, {2, 63, 128, 4},
+                                {1, 67, 128, 1}, {1, 70, 256, 2}, {2, 1, 64, 1},
+                                {1, 66, 400, 2}};
     char L[128];
     for (size_t s = 0; s < sizeof sz / sizeof *sz; s++) {
         const int B = sz[s][0], T = sz[s][1], C = sz[s][2], NH = sz[s][3];
@@ -807,6 +814,59 @@ static void test_matmul_rate(int S)
     dfree(da_), dfree(db_), dfree(dc);
 }
 
+/* Attention at the shape of a large GPT block, T = S/2, C = S, heads of 128 columns
+ * (issue 11: S = 4096 is C = 4096, T = 2048, NH = 32): both directions give the same bits
+ * twice (blocks really run concurrently on a GPU), and their rate, counting the causal
+ * half's FLOPs as graph/program.c does (forward 2 B T T C, backward twice that). */
+static void test_attention_rate(int S)
+{
+    const int B = 1, T = S / 2, C = S, NH = C / 128 > 0 ? C / 128 : 1, reps = 3;
+    const int64_t nqkv = (int64_t)B * T * 3 * C, nout = (int64_t)B * T * C;
+    float *h = hrand(nqkv, -1, 1), *dq = dcopy(h, nqkv);
+    float *dd = dcopy(h, nout); /* any values will do as dout */
+    float *o = dalloc(sizeof(float) * (size_t)nout), *g = dalloc(sizeof(float) * (size_t)nqkv);
+    float *lse = dalloc(sizeof(float) * (size_t)B * NH * T);
+    float *scr = dalloc(sizeof(float) * (size_t)sp_cuda_attention_scratch_floats(B, T, C, NH, 1));
+    float *o2[2], *g2[2];
+    char L[96];
+    snprintf(L, sizeof L, "attention(large) T=%d C=%d NH=%d", T, C, NH);
+    for (int rep = 0; rep < 2; rep++) {
+        o2[rep] = halloc(sizeof(float) * (size_t)nout);
+        g2[rep] = halloc(sizeof(float) * (size_t)nqkv);
+        kstat(L, sp_cuda_attention_forward(o, lse, scr, dq, B, T, C, NH, stream, blas));
+        kstat(L, sp_cuda_attention_backward(g, scr, dd, dq, o, lse, B, T, C, NH, 0, stream, blas));
+        down(o2[rep], o, sizeof(float) * (size_t)nout);
+        down(g2[rep], g, sizeof(float) * (size_t)nqkv);
+    }
+    expect(!memcmp(o2[0], o2[1], sizeof(float) * (size_t)nout), L,
+           "forward: two GPU runs give identical bits");
+    expect(!memcmp(g2[0], g2[1], sizeof(float) * (size_t)nqkv), L,
+           "backward: two GPU runs give identical bits");
+    cudaEvent_t e[3];
+    for (int i = 0; i < 3; i++)
+        CK(cudaEventCreate(&e[i]));
+    CK(cudaEventRecord(e[0], stream));
+    for (int r = 0; r < reps; r++)
+        kstat(L, sp_cuda_attention_forward(o, lse, scr, dq, B, T, C, NH, stream, blas));
+    CK(cudaEventRecord(e[1], stream));
+    for (int r = 0; r < reps; r++)
+        kstat(L, sp_cuda_attention_backward(g, scr, dd, dq, o, lse, B, T, C, NH, 0, stream, blas));
+    CK(cudaEventRecord(e[2], stream));
+    CK(cudaEventSynchronize(e[2]));
+    float fms = 0.0f, bms = 0.0f;
+    CK(cudaEventElapsedTime(&fms, e[0], e[1]));
+    CK(cudaEventElapsedTime(&bms, e[1], e[2]));
+    const double flops = 2.0 * B * T * (double)T * C, tf = fms / 1e3 / reps;
+    const double tb = bms / 1e3 / reps;
+    printf("attention B=%d T=%d C=%d NH=%d fp32: forward %.3f ms, %.1f TFLOP/s; "
+           "backward %.3f ms, %.1f TFLOP/s\n", B, T, C, NH, tf * 1e3, flops / tf / 1e12,
+           tb * 1e3, 2 * flops / tb / 1e12);
+    for (int i = 0; i < 3; i++)
+        CK(cudaEventDestroy(e[i]));
+    free(h), free(o2[0]), free(o2[1]), free(g2[0]), free(g2[1]);
+    dfree(dq), dfree(dd), dfree(o), dfree(lse), dfree(g), dfree(scr);
+}
+
 int main(int argc, char **argv)
 {
     int rate_size = 4096;
@@ -851,6 +911,7 @@ int main(int argc, char **argv)
     test_misc();
     test_reduce();
     test_matmul_rate(rate_size);
+    test_attention_rate(rate_size);
 
     printf("worst error vs CPU per op:\n");
     for (int i = 0; i < n_worst; i++)

@@ -20,6 +20,11 @@ struct dim3 {
     constexpr dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
 };
 
+/* CUDA's vector type, as aligned (a 16-byte load of shared memory). */
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+
 /* Set by the scheduler before it runs or resumes a thread. */
 extern dim3 threadIdx, blockIdx, blockDim, gridDim;
 

@@ -108,7 +108,8 @@ target_include_directories(starpipe_cuda_kernels BEFORE PRIVATE ${_sp_emu}/inclu
 target_include_directories(starpipe_cuda_kernels PUBLIC ${CMAKE_SOURCE_DIR}/include
                            ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/codelets/cuda)
 target_compile_definitions(starpipe_cuda_kernels PRIVATE SP_EW_MAX_BLOCKS=64)
-target_compile_options(starpipe_cuda_kernels PRIVATE -ffp-contract=off -Wno-sign-compare)
+target_compile_options(starpipe_cuda_kernels PRIVATE -ffp-contract=off -Wno-sign-compare
+                       -Wno-unknown-pragmas)
 target_link_libraries(starpipe_cuda_kernels PUBLIC CUDA::cudart CUDA::cublas)
 target_link_libraries(starpipe_fake_cudart INTERFACE stdc++)
 message(STATUS "starpipe CUDA: the fake device (tests/gpu/fake): libcudart.so.${_sp_cudart_major}, "
