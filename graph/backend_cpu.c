@@ -7,10 +7,14 @@
 
 #include "codelets/cpu/kernels.h"
 
-static int matmul(void *c, float *out, const float *a, const float *b, int M, int Nc, int K,
-                  int ta, int tb, int acc, int bf16)
+static int matmul(void *c, float *out, const void *a, const void *b, int M, int Nc, int K,
+                  int ta, int tb, int acc, int prec)
 {
-    (bf16 ? sp_matmul_forward_bf16 : sp_matmul_forward)(out, a, b, M, Nc, K, ta, tb, acc);
+    if (prec & SP_PREC_BF16)
+        sp_matmul_forward_bf16(out, a, b, M, Nc, K, ta, tb, acc, !!(prec & SP_PREC_A16),
+                               !!(prec & SP_PREC_B16));
+    else
+        sp_matmul_forward(out, a, b, M, Nc, K, ta, tb, acc);
     return 0;
 }
 
@@ -80,17 +84,23 @@ static int sum(void *c, float *out, const float *x, int64_t n)
     return 0;
 }
 
-static int matmul_da(void *c, float *da, const float *dout, const float *b, int M, int Nc, int K,
-                     int ta, int tb, int acc, int bf16)
+static int matmul_da(void *c, float *da, const float *dout, const void *b, int M, int Nc, int K,
+                     int ta, int tb, int acc, int prec)
 {
-    (bf16 ? sp_matmul_backward_a_bf16 : sp_matmul_backward_a)(da, dout, b, M, Nc, K, ta, tb, acc);
+    if (prec & SP_PREC_BF16)
+        sp_matmul_backward_a_bf16(da, dout, b, M, Nc, K, ta, tb, acc, !!(prec & SP_PREC_B16));
+    else
+        sp_matmul_backward_a(da, dout, b, M, Nc, K, ta, tb, acc);
     return 0;
 }
 
-static int matmul_db(void *c, float *db, const float *dout, const float *a, int M, int Nc, int K,
-                     int ta, int tb, int acc, int bf16)
+static int matmul_db(void *c, float *db, const float *dout, const void *a, int M, int Nc, int K,
+                     int ta, int tb, int acc, int prec)
 {
-    (bf16 ? sp_matmul_backward_b_bf16 : sp_matmul_backward_b)(db, dout, a, M, Nc, K, ta, tb, acc);
+    if (prec & SP_PREC_BF16)
+        sp_matmul_backward_b_bf16(db, dout, a, M, Nc, K, ta, tb, acc, !!(prec & SP_PREC_A16));
+    else
+        sp_matmul_backward_b(db, dout, a, M, Nc, K, ta, tb, acc);
     return 0;
 }
 
@@ -165,6 +175,12 @@ static int set(void *c, float *x, float value)
 static int zero(void *c, float *x, int64_t n)
 {
     memset(x, 0, (size_t)n * sizeof(float));
+    return 0;
+}
+
+static int to_bf16(void *c, uint16_t *out, const float *x, int64_t n)
+{
+    sp_to_bf16(out, x, n);
     return 0;
 }
 

@@ -113,16 +113,20 @@ double sp_sum_squares(const float *x, int64_t n);
 
 /* bfloat16 mixed precision. sp_round_bf16: dst = src rounded to bfloat16, round to
  * nearest even (NaN stays a quiet NaN, overflow goes to infinity), kept in fp32 storage:
- * the value a bf16 tensor would hold (dst may be src). The _bf16 products round both
- * operands so and accumulate in fp32 (each product of two bf16 values is exact in fp32):
- * what a GPU's bf16 GEMM computes, up to its order of summation. */
+ * the value a bf16 tensor would hold (dst may be src). sp_to_bf16: the same rounding, as
+ * bf16 storage (each value the upper 16 bits of its rounded fp32). The _bf16 products
+ * round both operands so and accumulate in fp32 (each product of two bf16 values is exact
+ * in fp32): what a GPU's bf16 GEMM computes, up to its order of summation. a16 / b16: a /
+ * b is given in bf16 storage (sp_to_bf16's output, a const uint16_t *), widened exactly
+ * instead of rounded, so the product has the bits it has from the fp32 operand. */
 void sp_round_bf16(float *dst, const float *src, int64_t n);
-void sp_matmul_forward_bf16(float *out, const float *a, const float *b, int M, int Nc, int K,
-                            int ta, int tb, int acc);
-void sp_matmul_backward_a_bf16(float *da, const float *dout, const float *b, int M, int Nc,
-                               int K, int ta, int tb, int acc);
-void sp_matmul_backward_b_bf16(float *db, const float *dout, const float *a, int M, int Nc,
-                               int K, int ta, int tb, int acc);
+void sp_to_bf16(uint16_t *dst, const float *src, int64_t n);
+void sp_matmul_forward_bf16(float *out, const void *a, const void *b, int M, int Nc, int K,
+                            int ta, int tb, int acc, int a16, int b16);
+void sp_matmul_backward_a_bf16(float *da, const float *dout, const void *b, int M, int Nc,
+                               int K, int ta, int tb, int acc, int b16);
+void sp_matmul_backward_b_bf16(float *db, const float *dout, const void *a, int M, int Nc,
+                               int K, int ta, int tb, int acc, int a16);
 
 /* Sets OpenBLAS to one thread (the kernels do not use it, but a program may link it; the
  * runtime owns the cores). Idempotent. */

@@ -48,16 +48,30 @@ void sp_matmul_backward_b(float *db, const float *dout, const float *a,
         gemm(db, dout, Nc, 1, a, lda, ta, Nc, K, M, acc);
 }
 
+/* The bits of x rounded to bfloat16, in the upper half (round_bits(u) & 0xffff is 0). */
+static uint32_t round_bits(uint32_t u)
+{
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))
+        return (u | 0x00400000u) & 0xffff0000u; /* NaN: quiet, and still a NaN */
+    return (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u; /* to nearest, ties to even */
+}
+
 void sp_round_bf16(float *dst, const float *src, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, &src[i], 4);
-        if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))
-            u = (u | 0x00400000u) & 0xffff0000u; /* NaN: quiet, and still a NaN */
-        else
-            u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u; /* to nearest, ties to even */
+        u = round_bits(u);
         memcpy(&dst[i], &u, 4);
+    }
+}
+
+void sp_to_bf16(uint16_t *dst, const float *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], 4);
+        dst[i] = (uint16_t)(round_bits(u) >> 16);
     }
 }
 
@@ -77,9 +91,10 @@ static void bf16_free(void *v)
 }
 static void bf16_key_init(void) { pthread_key_create(&bf16_key, bf16_free); }
 
-/* Operand k (0 or 1) rounded, n floats; NULL when memory runs out (the caller falls back
- * to an allocation that aborts loudly rather than computing in the wrong precision). */
-static const float *rounded(int k, const float *x, int64_t n)
+/* Operand k (0 or 1) as the fp32 values of its bfloat16 rounding, n of them: x rounded,
+ * or, when is16, x's bf16 storage widened (exact). Aborts when memory runs out rather
+ * than computing in the wrong precision. */
+static const float *rounded(int k, const void *x, int is16, int64_t n)
 {
     pthread_once(&bf16_once, bf16_key_init);
     bf16_bufs *b = pthread_getspecific(bf16_key);
@@ -91,29 +106,37 @@ static const float *rounded(int k, const float *x, int64_t n)
         b->p[k] = q;
         b->cap[k] = n;
     }
-    sp_round_bf16(b->p[k], x, n);
+    if (!is16) {
+        sp_round_bf16(b->p[k], x, n);
+        return b->p[k];
+    }
+    const uint16_t *h = x;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)h[i] << 16;
+        memcpy(&b->p[k][i], &u, 4);
+    }
     return b->p[k];
 }
 
-void sp_matmul_forward_bf16(float *out, const float *a, const float *b, int M, int Nc, int K,
-                            int ta, int tb, int acc)
+void sp_matmul_forward_bf16(float *out, const void *a, const void *b, int M, int Nc, int K,
+                            int ta, int tb, int acc, int a16, int b16)
 {
-    sp_matmul_forward(out, rounded(0, a, (int64_t)M * K), rounded(1, b, (int64_t)K * Nc), M, Nc,
-                      K, ta, tb, acc);
+    sp_matmul_forward(out, rounded(0, a, a16, (int64_t)M * K),
+                      rounded(1, b, b16, (int64_t)K * Nc), M, Nc, K, ta, tb, acc);
 }
 
-void sp_matmul_backward_a_bf16(float *da, const float *dout, const float *b, int M, int Nc,
-                               int K, int ta, int tb, int acc)
+void sp_matmul_backward_a_bf16(float *da, const float *dout, const void *b, int M, int Nc,
+                               int K, int ta, int tb, int acc, int b16)
 {
-    sp_matmul_backward_a(da, rounded(0, dout, (int64_t)M * Nc), rounded(1, b, (int64_t)K * Nc),
-                         M, Nc, K, ta, tb, acc);
+    sp_matmul_backward_a(da, rounded(0, dout, 0, (int64_t)M * Nc),
+                         rounded(1, b, b16, (int64_t)K * Nc), M, Nc, K, ta, tb, acc);
 }
 
-void sp_matmul_backward_b_bf16(float *db, const float *dout, const float *a, int M, int Nc,
-                               int K, int ta, int tb, int acc)
+void sp_matmul_backward_b_bf16(float *db, const float *dout, const void *a, int M, int Nc,
+                               int K, int ta, int tb, int acc, int a16)
 {
-    sp_matmul_backward_b(db, rounded(0, dout, (int64_t)M * Nc), rounded(1, a, (int64_t)M * K),
-                         M, Nc, K, ta, tb, acc);
+    sp_matmul_backward_b(db, rounded(0, dout, 0, (int64_t)M * Nc),
+                         rounded(1, a, a16, (int64_t)M * K), M, Nc, K, ta, tb, acc);
 }
 
 /* The kernels no longer call OpenBLAS, but a program linking it (benchmarks, the CUDA

@@ -57,13 +57,19 @@ int sp_cuda_matmul_backward_b(float *db, const float *dout, const float *a, int 
 /* bf16 mixed precision: the same products with both operands rounded to bfloat16 (the
  * CPU's sp_round_bf16 bits) and fp32 accumulation on the tensor cores (cublasGemmEx);
  * compared with the CPU's _bf16 products within a tolerance (their summation orders
- * differ). */
-int sp_cuda_matmul_forward_bf16(float *out, const float *a, const float *b, int M, int Nc,
-                                int K, int ta, int tb, int acc, void *stream, void *cublas);
-int sp_cuda_matmul_backward_a_bf16(float *da, const float *dout, const float *b, int M, int Nc,
-                                   int K, int ta, int tb, int acc, void *stream, void *cublas);
-int sp_cuda_matmul_backward_b_bf16(float *db, const float *dout, const float *a, int M, int Nc,
-                                   int K, int ta, int tb, int acc, void *stream, void *cublas);
+ * differ). a16 / b16: a / b is given in bf16 storage (const uint16_t *, as
+ * sp_cuda_to_bf16 writes it) and goes to cublasGemmEx as it is, with no conversion. */
+int sp_cuda_matmul_forward_bf16(float *out, const void *a, const void *b, int M, int Nc, int K,
+                                int ta, int tb, int acc, int a16, int b16, void *stream,
+                                void *cublas);
+int sp_cuda_matmul_backward_a_bf16(float *da, const float *dout, const void *b, int M, int Nc,
+                                   int K, int ta, int tb, int acc, int b16, void *stream,
+                                   void *cublas);
+int sp_cuda_matmul_backward_b_bf16(float *db, const float *dout, const void *a, int M, int Nc,
+                                   int K, int ta, int tb, int acc, int a16, void *stream,
+                                   void *cublas);
+/* NEW. out (n bf16) = x rounded to bfloat16: the CPU's sp_to_bf16, bit for bit. */
+int sp_cuda_to_bf16(uint16_t *out, const float *x, int64_t n, void *stream);
 
 /* ---- elementwise.cu. bias, add, scale, gelu, relu forwards and scale_backward may run
  * in place (out == an input exactly), as on the CPU. */

@@ -11,11 +11,14 @@
 #define STREAM(c) (((sp_cuda_ctx *)(c))->stream)
 #define CUBLAS(c) (((sp_cuda_ctx *)(c))->cublas)
 
-static int matmul(void *c, float *out, const float *a, const float *b, int M, int Nc, int K,
-                  int ta, int tb, int acc, int bf16)
+static int matmul(void *c, float *out, const void *a, const void *b, int M, int Nc, int K,
+                  int ta, int tb, int acc, int prec)
 {
-    return (bf16 ? sp_cuda_matmul_forward_bf16 : sp_cuda_matmul_forward)(
-        out, a, b, M, Nc, K, ta, tb, acc, STREAM(c), CUBLAS(c));
+    if (prec & SP_PREC_BF16)
+        return sp_cuda_matmul_forward_bf16(out, a, b, M, Nc, K, ta, tb, acc,
+                                           !!(prec & SP_PREC_A16), !!(prec & SP_PREC_B16),
+                                           STREAM(c), CUBLAS(c));
+    return sp_cuda_matmul_forward(out, a, b, M, Nc, K, ta, tb, acc, STREAM(c), CUBLAS(c));
 }
 
 static int bias_add(void *c, float *out, const float *x, const float *bias, int N, int C)
@@ -74,18 +77,22 @@ static int sum(void *c, float *out, const float *x, int64_t n)
     return sp_cuda_sum_forward(out, x, n, STREAM(c));
 }
 
-static int matmul_da(void *c, float *da, const float *dout, const float *b, int M, int Nc, int K,
-                     int ta, int tb, int acc, int bf16)
+static int matmul_da(void *c, float *da, const float *dout, const void *b, int M, int Nc, int K,
+                     int ta, int tb, int acc, int prec)
 {
-    return (bf16 ? sp_cuda_matmul_backward_a_bf16 : sp_cuda_matmul_backward_a)(
-        da, dout, b, M, Nc, K, ta, tb, acc, STREAM(c), CUBLAS(c));
+    if (prec & SP_PREC_BF16)
+        return sp_cuda_matmul_backward_a_bf16(da, dout, b, M, Nc, K, ta, tb, acc,
+                                              !!(prec & SP_PREC_B16), STREAM(c), CUBLAS(c));
+    return sp_cuda_matmul_backward_a(da, dout, b, M, Nc, K, ta, tb, acc, STREAM(c), CUBLAS(c));
 }
 
-static int matmul_db(void *c, float *db, const float *dout, const float *a, int M, int Nc, int K,
-                     int ta, int tb, int acc, int bf16)
+static int matmul_db(void *c, float *db, const float *dout, const void *a, int M, int Nc, int K,
+                     int ta, int tb, int acc, int prec)
 {
-    return (bf16 ? sp_cuda_matmul_backward_b_bf16 : sp_cuda_matmul_backward_b)(
-        db, dout, a, M, Nc, K, ta, tb, acc, STREAM(c), CUBLAS(c));
+    if (prec & SP_PREC_BF16)
+        return sp_cuda_matmul_backward_b_bf16(db, dout, a, M, Nc, K, ta, tb, acc,
+                                              !!(prec & SP_PREC_A16), STREAM(c), CUBLAS(c));
+    return sp_cuda_matmul_backward_b(db, dout, a, M, Nc, K, ta, tb, acc, STREAM(c), CUBLAS(c));
 }
 
 static int bias_db(void *c, float *dbias, const float *dout, int N, int C, int acc)
@@ -147,6 +154,11 @@ static int sum_dx(void *c, float *dx, const float *dout, float s, int64_t n, int
 static int set(void *c, float *x, float value) { return sp_cuda_set_scalar(x, value, STREAM(c)); }
 
 static int zero(void *c, float *x, int64_t n) { return sp_cuda_fill_zero(x, n, STREAM(c)); }
+
+static int to_bf16(void *c, uint16_t *out, const float *x, int64_t n)
+{
+    return sp_cuda_to_bf16(out, x, n, STREAM(c));
+}
 
 static int adamw(void *c, float *param, float *m, float *v, const float *grad, int64_t n,
                  float lr, float beta1, float beta2, float eps, float weight_decay,

@@ -26,13 +26,21 @@ extern "C" {
  * sp_program_check_inputs, which runs on the host before any task. */
 #define SP_BACKEND_BAD_INDEX (-2)
 
+/* The `prec` of the matrix products. SP_PREC_BF16: both operands rounded to bfloat16
+ * (round to nearest even, NaN kept quiet), products accumulated in fp32, as tensor cores
+ * do (sp_program_set_precision). With it, SP_PREC_A16 / SP_PREC_B16: operand a / b is
+ * given already in bfloat16 (uint16_t, the upper half of the fp32 value, as to_bf16
+ * writes it) and is read as it is: rounding it again would change nothing, so the
+ * product has the bits it has from the fp32 operand. */
+#define SP_PREC_BF16 1
+#define SP_PREC_A16 2
+#define SP_PREC_B16 4
+
 typedef struct sp_backend {
     const char *name; /* "cpu", "cuda": for messages */
-    /* forward. The three matrix products take bf16: both operands rounded to bfloat16
-     * (round to nearest even), products accumulated in fp32, as tensor cores do
-     * (sp_program_set_precision); 0: fp32 throughout. */
-    int (*matmul)(void *ctx, float *out, const float *a, const float *b, int M, int Nc, int K,
-                  int ta, int tb, int acc, int bf16);
+    /* forward. The three matrix products take prec (SP_PREC_*): 0 is fp32 throughout. */
+    int (*matmul)(void *ctx, float *out, const void *a, const void *b, int M, int Nc, int K,
+                  int ta, int tb, int acc, int prec);
     int (*bias_add)(void *ctx, float *out, const float *x, const float *bias, int N, int C);
     int (*add)(void *ctx, float *out, const float *a, const float *b, int64_t n);
     /* out = s * x, += with acc (the CPU's sp_scale_backward); may run in place */
@@ -51,10 +59,12 @@ typedef struct sp_backend {
                          const int32_t *targets, int N, int V, float *scratch);
     int (*sum)(void *ctx, float *out, const float *x, int64_t n);
     /* backward */
-    int (*matmul_da)(void *ctx, float *da, const float *dout, const float *b, int M, int Nc,
-                     int K, int ta, int tb, int acc, int bf16);
-    int (*matmul_db)(void *ctx, float *db, const float *dout, const float *a, int M, int Nc,
-                     int K, int ta, int tb, int acc, int bf16);
+    /* dout is fp32; the other operand may be stored bf16 (SP_PREC_B16 for matmul_da's b,
+     * SP_PREC_A16 for matmul_db's a) */
+    int (*matmul_da)(void *ctx, float *da, const float *dout, const void *b, int M, int Nc,
+                     int K, int ta, int tb, int acc, int prec);
+    int (*matmul_db)(void *ctx, float *db, const float *dout, const void *a, int M, int Nc,
+                     int K, int ta, int tb, int acc, int prec);
     int (*bias_db)(void *ctx, float *dbias, const float *dout, int N, int C, int acc);
     int (*gelu_dx)(void *ctx, float *dx, const float *x, const float *dout, int64_t n, int acc);
     int (*relu_dx)(void *ctx, float *dx, const float *x, const float *dout, int64_t n, int acc);
@@ -77,6 +87,9 @@ typedef struct sp_backend {
     /* *x = value (value on the host): the loss seed */
     int (*set)(void *ctx, float *x, float value);
     int (*zero)(void *ctx, float *x, int64_t n);
+    /* out (n bfloat16 values) = x rounded as SP_PREC_BF16 rounds an operand: an activation
+     * stored for a later product */
+    int (*to_bf16)(void *ctx, uint16_t *out, const float *x, int64_t n);
     /* the optimizer (codelets/cpu/kernels.h: sp_adamw_update) */
     int (*adamw)(void *ctx, float *param, float *m, float *v, const float *grad, int64_t n,
                  float lr, float beta1, float beta2, float eps, float weight_decay,
@@ -99,7 +112,7 @@ typedef struct sp_backend {
     .layernorm_dx = layernorm_dx, .layernorm_dparams = layernorm_dparams,                  \
     .embed_dparams = embed_dparams, .attention_dx = attention_dx,                          \
     .cross_entropy_dx = cross_entropy_dx, .sum_dx = sum_dx, .set = set, .zero = zero,      \
-    .adamw = adamw, .sum_squares = sum_squares
+    .to_bf16 = to_bf16, .adamw = adamw, .sum_squares = sum_squares
 
 /* The CPU kernels (codelets/cpu) on host memory; ctx is unused (pass NULL). What
  * sp_program_run and sp_optim_update run on. */

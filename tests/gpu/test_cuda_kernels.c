@@ -8,8 +8,9 @@
  * Tolerance: max|gpu - cpu| / max(1, max|cpu|) <= 1e-5 for every op (TF32 off). Each op's
  * reductions are over at most a few thousand fp32 terms of magnitude <= ~15, so the two
  * summation orders differ by ~1e-6 at worst; the elementwise ops, embed, AdamW and the
- * cross-entropy gradient differ by an ulp (FMA) or not at all. sum_squares is compared in
- * double, 1e-9: both sides are double sums of positive terms, each off by < n u_d. */
+ * cross-entropy gradient differ by an ulp (FMA) or not at all; the bf16 products multiply
+ * the same bf16 values exactly on both sides. sum_squares is compared in double, 1e-9: both
+ * sides are double sums of positive terms, each off by < n u_d. */
 #include "codelets/cpu/kernels.h"
 #include "codelets/cuda/kernels_cuda.h"
 
@@ -271,6 +272,99 @@ static void test_matmul(void)
                 }
         free(a), free(b), free(dout);
         dfree(da_), dfree(db_), dfree(dd);
+    }
+}
+
+/* ------------------------------------------------------------------ bf16 */
+/* to_bf16 bit for bit against the CPU's sp_to_bf16; the three bf16 products against the
+ * CPU's _bf16 ones within TOL (the same exact products of bf16 values, summed in another
+ * order); and each with its operands given in bf16 storage (a16, b16), bitwise equal to
+ * the GPU's product of the fp32 operands: the conversion is skipped, the bits stay. */
+static void test_bf16(void)
+{
+    const int64_t n = 1031;
+    float *x = hrand(n, -3, 3);
+    const float special[] = {NAN, INFINITY, -INFINITY, -0.0f, 3.4028235e38f, 0x1.01p0f,
+                             0x1.03p0f, 1.401298464e-45f};
+    memcpy(x, special, sizeof special);
+    uint16_t *hc = halloc(2 * n), *hg = halloc(2 * n), *dh = dalloc(2 * n);
+    float *dx = dcopy(x, n);
+    sp_to_bf16(hc, x, n);
+    kstat("to_bf16", sp_cuda_to_bf16(dh, dx, n, stream));
+    down(hg, dh, 2 * (size_t)n);
+    expect(!memcmp(hg, hc, 2 * (size_t)n), "to_bf16", "the CPU's bits (NaN, ties, overflow)");
+    free(x), free(hc), free(hg), dfree(dh), dfree(dx);
+
+    static const int sz[][3] = {{7, 13, 33}, {37, 7, 13}, {33, 37, 64}, {1, 5, 1}, {5, 7, 0}};
+    char L[128];
+    for (size_t s = 0; s < sizeof sz / sizeof *sz; s++) {
+        const int M = sz[s][0], Nc = sz[s][1], K = sz[s][2];
+        const int64_t na = (int64_t)M * K, nb = (int64_t)K * Nc, nd = (int64_t)M * Nc;
+        float *a = hrand(na, -1, 1), *b = hrand(nb, -1, 1), *dout = hrand(nd, -1, 1);
+        uint16_t *a16 = halloc(2 * na + 2), *b16 = halloc(2 * nb + 2);
+        sp_to_bf16(a16, a, na);
+        sp_to_bf16(b16, b, nb);
+        float *da_ = dcopy(a, na), *db_ = dcopy(b, nb), *dd = dcopy(dout, nd);
+        uint16_t *da16 = dalloc(2 * na + 2), *db16 = dalloc(2 * nb + 2);
+        up(da16, a16, 2 * (size_t)na);
+        up(db16, b16, 2 * (size_t)nb);
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int acc = 0; acc < 2; acc++) {
+                    obuf o, q;
+#define BF_LABEL(op)                                                                          \
+    snprintf(L, sizeof L, op " M=%d Nc=%d K=%d ta=%d tb=%d acc=%d", M, Nc, K, ta, tb, acc)
+                    BF_LABEL("matmul_forward_bf16");
+                    ob_make(&o, nd, acc);
+                    sp_matmul_forward_bf16(o.cpu, a, b, M, Nc, K, ta, tb, acc, 0, 0);
+                    TWICE(L, sp_cuda_matmul_forward_bf16(o.d, da_, db_, M, Nc, K, ta, tb, acc, 0,
+                                                         0, stream, blas), &o);
+                    ob_check(&o, L, TOL);
+                    for (int w = 1; w <= 3; w++) { /* a, b, both in bf16 storage */
+                        ob_from(&q, o.init, nd);
+                        BF_LABEL("matmul_forward_bf16 stored");
+                        TWICE(L, sp_cuda_matmul_forward_bf16(q.d, w & 1 ? (void *)da16 : da_,
+                                                             w & 2 ? (void *)db16 : db_, M, Nc, K,
+                                                             ta, tb, acc, w & 1, w >> 1, stream,
+                                                             blas), &q);
+                        expect(!memcmp(q.g[0], o.g[0], sizeof(float) * (size_t)nd), L,
+                               w == 1 ? "a in bf16 storage: the bits of fp32 a"
+                               : w == 2 ? "b in bf16 storage: the bits of fp32 b"
+                                        : "a and b in bf16 storage: the bits of fp32 ones");
+                        ob_free(&q);
+                    }
+                    ob_free(&o);
+
+                    BF_LABEL("matmul_backward_a_bf16");
+                    ob_make(&o, na, acc);
+                    sp_matmul_backward_a_bf16(o.cpu, dout, b, M, Nc, K, ta, tb, acc, 0);
+                    TWICE(L, sp_cuda_matmul_backward_a_bf16(o.d, dd, db_, M, Nc, K, ta, tb, acc,
+                                                            0, stream, blas), &o);
+                    ob_check(&o, L, TOL);
+                    ob_from(&q, o.init, na);
+                    TWICE(L, sp_cuda_matmul_backward_a_bf16(q.d, dd, db16, M, Nc, K, ta, tb, acc,
+                                                            1, stream, blas), &q);
+                    expect(!memcmp(q.g[0], o.g[0], sizeof(float) * (size_t)na), L,
+                           "b in bf16 storage: the bits of fp32 b");
+                    ob_free(&q);
+                    ob_free(&o);
+
+                    BF_LABEL("matmul_backward_b_bf16");
+                    ob_make(&o, nb, acc);
+                    sp_matmul_backward_b_bf16(o.cpu, dout, a, M, Nc, K, ta, tb, acc, 0);
+                    TWICE(L, sp_cuda_matmul_backward_b_bf16(o.d, dd, da_, M, Nc, K, ta, tb, acc,
+                                                            0, stream, blas), &o);
+                    ob_check(&o, L, TOL);
+                    ob_from(&q, o.init, nb);
+                    TWICE(L, sp_cuda_matmul_backward_b_bf16(q.d, dd, da16, M, Nc, K, ta, tb, acc,
+                                                            1, stream, blas), &q);
+                    expect(!memcmp(q.g[0], o.g[0], sizeof(float) * (size_t)nb), L,
+                           "a in bf16 storage: the bits of fp32 a");
+                    ob_free(&q);
+                    ob_free(&o);
+                }
+        free(a), free(b), free(dout), free(a16), free(b16);
+        dfree(da_), dfree(db_), dfree(dd), dfree(da16), dfree(db16);
     }
 }
 
@@ -900,6 +994,7 @@ int main(int argc, char **argv)
     }
 
     test_matmul();
+    test_bf16();
     test_bias();
     test_pointwise();
     test_layernorm();

@@ -1,8 +1,10 @@
 /* bfloat16 mixed precision on the CPU (the reference a GPU's bf16 run is checked against):
  * sp_round_bf16 against an independent rounding in double arithmetic (nearest, ties to
  * even, over random floats, every exponent, ties, subnormals, overflow, infinities, NaN);
- * and the three _bf16 products against float64 products of the rounded operands, which
- * they must match to fp32 accumulation error while differing from the fp32 products. */
+ * sp_to_bf16 (bf16 storage) against the same independent rounding; the three _bf16
+ * products against float64 products of the rounded operands, which they must match to
+ * fp32 accumulation error while differing from the fp32 products; and each product with
+ * its operands given in bf16 storage, bitwise equal to the product of the fp32 ones. */
 #include "codelets/cpu/kernels.h"
 #include "tests/kernels/kcheck.h"
 
@@ -70,6 +72,18 @@ static void rounding(void)
     float z[2] = { 3.4028235e38f, 0x1.00ff00p0f }, w[2];
     sp_round_bf16(w, z, 2);
     kc_expect(isinf(w[0]) && w[1] == 0x1.00p0f, "overflow to infinity; a tie to even");
+    uint16_t *h = malloc(sizeof(uint16_t) * (size_t)n);
+    sp_to_bf16(h, x, n);
+    int bad16 = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)h[i] << 16;
+        float got;
+        memcpy(&got, &u, 4);
+        float want = nearest_bf16(x[i]);
+        bad16 += isnan(x[i]) ? !isnan(got) : memcmp(&got, &want, 4) != 0;
+    }
+    kc_expect(bad16 == 0, "sp_to_bf16 stores the nearest bf16, ties to even, NaN a NaN");
+    free(h);
     sp_round_bf16(x, x, n); /* in place */
     kc_expect(!memcmp(x, y, sizeof(float) * (size_t)n), "in place gives the same bits");
     free(x), free(y);
@@ -87,6 +101,47 @@ static void ref_mm(double *c, const float *a, const float *b, int M, int Nc, int
                      (double)(tb ? b[j * K + k] : b[k * Nc + j]);
             c[i * Nc + j] = s;
         }
+}
+
+/* Operands in bf16 storage (sp_to_bf16) give bitwise the products of the fp32 operands,
+ * each way they can be given, assigning and accumulating. */
+static void stored(const float *as, const float *bs, const float *dout, int M, int Nc, int K,
+                   int ta, int tb)
+{
+    uint16_t *a16 = malloc(sizeof(uint16_t) * (size_t)(M * K));
+    uint16_t *b16 = malloc(sizeof(uint16_t) * (size_t)(K * Nc));
+    float *want = KC_F(M * K + K * Nc + M * Nc), *got = KC_F(M * K + K * Nc + M * Nc);
+    sp_to_bf16(a16, as, M * K);
+    sp_to_bf16(b16, bs, K * Nc);
+    char what[96];
+    for (int acc = 0; acc <= 1; acc++) {
+        for (int which = 1; which <= 3; which++) { /* a, b, both stored */
+            kc_fill(want, M * Nc, -1, 1);
+            memcpy(got, want, sizeof(float) * (size_t)(M * Nc));
+            sp_matmul_forward_bf16(want, as, bs, M, Nc, K, ta, tb, acc, 0, 0);
+            sp_matmul_forward_bf16(got, which & 1 ? (const void *)a16 : as,
+                                   which & 2 ? (const void *)b16 : bs, M, Nc, K, ta, tb, acc,
+                                   which & 1, which >> 1);
+            snprintf(what, sizeof what, "forward, %s in bf16 storage, ta=%d tb=%d acc=%d: "
+                     "same bits", which == 1 ? "a" : which == 2 ? "b" : "a and b", ta, tb, acc);
+            kc_expect(!memcmp(got, want, sizeof(float) * (size_t)(M * Nc)), what);
+        }
+        kc_fill(want, M * K, -1, 1);
+        memcpy(got, want, sizeof(float) * (size_t)(M * K));
+        sp_matmul_backward_a_bf16(want, dout, bs, M, Nc, K, ta, tb, acc, 0);
+        sp_matmul_backward_a_bf16(got, dout, b16, M, Nc, K, ta, tb, acc, 1);
+        snprintf(what, sizeof what, "backward a, b in bf16 storage, ta=%d tb=%d acc=%d: same bits",
+                 ta, tb, acc);
+        kc_expect(!memcmp(got, want, sizeof(float) * (size_t)(M * K)), what);
+        kc_fill(want, K * Nc, -1, 1);
+        memcpy(got, want, sizeof(float) * (size_t)(K * Nc));
+        sp_matmul_backward_b_bf16(want, dout, as, M, Nc, K, ta, tb, acc, 0);
+        sp_matmul_backward_b_bf16(got, dout, a16, M, Nc, K, ta, tb, acc, 1);
+        snprintf(what, sizeof what, "backward b, a in bf16 storage, ta=%d tb=%d acc=%d: same bits",
+                 ta, tb, acc);
+        kc_expect(!memcmp(got, want, sizeof(float) * (size_t)(K * Nc)), what);
+    }
+    free(a16), free(b16), free(want), free(got);
 }
 
 static void products(void)
@@ -113,7 +168,7 @@ static void products(void)
             sp_round_bf16(asr, as, M * K);
             sp_round_bf16(bsr, bs, K * Nc);
             char what[96];
-            sp_matmul_forward_bf16(c, as, bs, M, Nc, K, ta, tb, 0);
+            sp_matmul_forward_bf16(c, as, bs, M, Nc, K, ta, tb, 0, 0, 0);
             sp_matmul_forward(c32, as, bs, M, Nc, K, ta, tb, 0);
             ref_mm(want, asr, bsr, M, Nc, K, ta, tb);
             snprintf(what, sizeof what, "bf16 forward ta=%d tb=%d vs float64 of bf16 operands", ta, tb);
@@ -121,7 +176,7 @@ static void products(void)
             snprintf(what, sizeof what, "bf16 forward ta=%d tb=%d differs from fp32", ta, tb);
             kc_expect(memcmp(c, c32, sizeof(float) * (size_t)(M * Nc)) != 0, what);
             /* dA = dout op(b)^T; dB = op(a)^T dout, laid out as the operand is stored */
-            sp_matmul_backward_a_bf16(da, dout, bs, M, Nc, K, ta, tb, 0);
+            sp_matmul_backward_a_bf16(da, dout, bs, M, Nc, K, ta, tb, 0, 0);
             for (int i = 0; i < M; i++)
                 for (int k = 0; k < K; k++) {
                     double s = 0;
@@ -131,7 +186,7 @@ static void products(void)
                 }
             snprintf(what, sizeof what, "bf16 backward a ta=%d tb=%d", ta, tb);
             kc_check(what, da, wa, M * K, 1e-5);
-            sp_matmul_backward_b_bf16(db, dout, as, M, Nc, K, ta, tb, 0);
+            sp_matmul_backward_b_bf16(db, dout, as, M, Nc, K, ta, tb, 0, 0);
             for (int k = 0; k < K; k++)
                 for (int j = 0; j < Nc; j++) {
                     double s = 0;
@@ -141,6 +196,7 @@ static void products(void)
                 }
             snprintf(what, sizeof what, "bf16 backward b ta=%d tb=%d", ta, tb);
             kc_check(what, db, wb, K * Nc, 1e-5);
+            stored(as, bs, dout, M, Nc, K, ta, tb);
             free(as), free(bs), free(asr), free(bsr);
         }
     free(a), free(b), free(ar), free(br), free(c), free(c32), free(dout), free(dr), free(da);
