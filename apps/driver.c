@@ -77,6 +77,24 @@ static double now(void)
 }
 
 /* Per-step inputs: [mb * ninputs + k], each sized by the program. */
+/* The stage programs of g as the options ask: precision, recomputation and, for a
+ * trainer (trainer = 1), bf16 storage of the activations only matrix products read; the
+ * reference interpreter keeps them in fp32. NULL with *st set on failure. */
+static sp_program *program_of(const sp_graph *g, const sp_app_opts *o, int trainer,
+                              sp_status *st)
+{
+    sp_program *p = sp_program_build(g, st);
+    if (!p) return NULL;
+    if ((*st = sp_program_set_precision(p, o->bf16 ? SP_PRECISION_BF16 : SP_PRECISION_FP32)) ||
+        (*st = sp_program_set_bf16_activations(p, trainer && o->bf16))) {
+        sp_program_free(p);
+        return NULL;
+    }
+    sp_program_set_recompute(p, -1, o->recompute);
+    for (int k = 0; k < o->nrecompute; k++) sp_program_set_recompute(p, o->recompute_stages[k], 1);
+    return p;
+}
+
 static void **alloc_inputs(const sp_program *p, int m)
 {
     int nin = sp_program_num_inputs(p);
@@ -747,11 +765,7 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
     }
     int R = lay.replicas;
     sp_graph *g = m->build(m->cfg, sch->nstages, &st);
-    sp_program *p = g ? sp_program_build(g, &st) : NULL;
-    sp_program_set_precision(p, o->bf16 ? SP_PRECISION_BF16 : SP_PRECISION_FP32);
-    sp_program_set_recompute(p, -1, o->recompute);
-    for (int k = 0; p && k < o->nrecompute; k++)
-        sp_program_set_recompute(p, o->recompute_stages[k], 1);
+    sp_program *p = g ? program_of(g, o, 0, &st) : NULL;
     sp_reference *r = p ? sp_reference_create(p, nmb, opt, (uint64_t)o->seed, &st) : NULL;
     if (r && (st = sp_reference_set_replicas(r, R))) {
         sp_reference_free(r);
@@ -869,6 +883,8 @@ static void describe_plan(const sp_plan *pl, const sp_stage_model *model)
                pl->peak[a].total / 1048576.0, pl->peak[a].acts / 1048576.0,
                pl->peak[a].boundary / 1048576.0, pl->peak[a].params / 1048576.0,
                pl->peak[a].act_units);
+    for (int s = 0; s < model->nstages; s++)
+        printf("  stage %d: activations %zu bytes per microbatch\n", s, model->stage[s].act_bytes);
     if (simulated) sp_sim_result_free(r);
     if (env.verbose >= 2) sp_plan_write(pl, stdout);
 }
@@ -1027,7 +1043,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         bad = 1;
     sp_status st = SP_OK;
     sp_graph *g = NULL;
-    sp_program *p = NULL;
+    sp_program *p = NULL, *ref_p = NULL;
     sp_trainer *t = NULL;
     sp_reference *ref = NULL;
     void **in = NULL, **ev = NULL;
@@ -1046,15 +1062,13 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
                              .rank_order = lay.order, .shard_optimizer = o->shard_optimizer,
                              .eval_microbatches = K };
         g = m->build(m->cfg, sch->nstages, &st);
-        p = g ? sp_program_build(g, &st) : NULL;
-        sp_program_set_precision(p, o->bf16 ? SP_PRECISION_BF16 : SP_PRECISION_FP32);
-        sp_program_set_recompute(p, -1, o->recompute);
-        for (int k = 0; p && k < o->nrecompute; k++)
-            sp_program_set_recompute(p, o->recompute_stages[k], 1);
+        p = g ? program_of(g, o, 1, &st) : NULL;
         t = p ? sp_trainer_create(p, sch, &to, &st) : NULL;
         in = t ? alloc_inputs(p, R * sch->nmicro) : NULL;
         if (in && K && !(ev = eval_inputs(m, o, p, K))) in = (free_inputs(in, R * sch->nmicro, p), NULL);
-        if (t && o->check) ref = sp_reference_create(p, sch->nmicro, opt, (uint64_t)o->seed, &st);
+        /* the reference runs a program of its own: every activation in fp32 */
+        if (t && o->check) ref_p = program_of(g, o, 0, &st);
+        if (ref_p) ref = sp_reference_create(ref_p, sch->nmicro, opt, (uint64_t)o->seed, &st);
         if (ref && (st = sp_reference_set_replicas(ref, R))) {
             sp_reference_free(ref);
             ref = NULL;
@@ -1265,6 +1279,7 @@ out:
     for (int i = 0; in && i < R * nmb_or_zero(sch) * sp_program_num_inputs(p); i++) free(in[i]);
     free(in);
     sp_reference_free(ref);
+    sp_program_free(ref_p);
     sp_trainer_free(t);
     sp_program_free(p);
     sp_graph_free(g);

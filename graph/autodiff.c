@@ -70,11 +70,10 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
     case SP_OP_MATMUL: {
         int64_t M = rows_of(n), Nc = n->shape[n->ndim - 1];
         int64_t K = n->ta ? A->shape[0] : A->shape[A->ndim - 1];
-        sp_loc other = sp_loc_value(p, kp, s, n->in[1 - k], SP_SLAB_R);
         I = sp_prog_emit(kp, k == 0 ? SP_I_MATMUL_DA : SP_I_MATMUL_DB, t);
         I->o[0] = dx;
         I->i[0] = dout;
-        I->i[1] = other;
+        sp_set_operand(p, kp, s, I, 1, n->in[1 - k]);
         I->n[0] = M;
         I->n[1] = Nc;
         I->n[2] = K;

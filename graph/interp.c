@@ -260,7 +260,7 @@ const float *sp_reference_value(const sp_reference *r, sp_tensor t)
     if (!g || t < 0 || t >= g->n) return NULL;
     while (g->node[t].op == SP_OP_YIELD) t = g->node[t].in[0];
     int s = g->node[t].stage;
-    if (s < 0 || r->p->act_off[t] < 0) return NULL;
+    if (s < 0 || r->p->act_off[t] < 0 || r->p->act16[t]) return NULL;
     return r->act[s] + r->p->act_off[t];
 }
 

@@ -96,7 +96,8 @@ size_t sp_program_buf_bytes(const sp_program *p, sp_slab_class cls, int index)
     case SP_SLAB_GRADS:
         return (index >= 0 && index < p->nstages) ? (size_t)p->grad_floats[index] * 4 : 0;
     case SP_SLAB_ACT:
-        return (index >= 0 && index < p->nstages) ? (size_t)p->act_floats[index] * 4 : 0;
+        return (index >= 0 && index < p->nstages)
+                   ? (size_t)p->act_floats[index] * 4 + (size_t)p->act_half[index] * 2 : 0;
     case SP_SLAB_BGRAD:
         return (index >= 0 && index < p->nstages) ? (size_t)p->bgrad_floats[index] * 4 : 0;
     case SP_SLAB_SCRATCH:
@@ -121,7 +122,8 @@ static sp_loc slab_at(sp_program *p, sp_kprog *kp, sp_slab_class cls, int idx,
     return (sp_loc){ sp_prog_buf(kp, cls, idx, sp_program_buf_bytes(p, cls, idx), mode), off };
 }
 
-sp_loc sp_loc_value(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode)
+/* Where tensor t is read or written in stage s: PARAMS, INPUT, its own ACT or an edge. */
+static sp_loc value_loc(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode)
 {
     const sp_node *n = &p->g->node[t];
     if (n->op == SP_OP_PARAM) return slab_at(p, kp, SP_SLAB_PARAMS, s, mode, p->param_off[s][t]);
@@ -135,10 +137,28 @@ sp_loc sp_loc_value(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode
     return slab_at(p, kp, SP_SLAB_EDGE_FWD, e, mode, edge_offset(&p->edge[e], t));
 }
 
+/* t's own ACT value, as opposed to a parameter, an input or an edge's copy */
+static int in_own_act(const sp_program *p, int s, int t)
+{
+    const sp_node *n = &p->g->node[t];
+    return n->op != SP_OP_PARAM && n->op != SP_OP_INPUT && n->stage == s;
+}
+
+sp_loc sp_loc_value(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode)
+{
+    if ((mode & SP_SLAB_R) && in_own_act(p, s, t)) p->plain_read[t] = 1;
+    return value_loc(p, kp, s, t, mode);
+}
+
+void sp_set_operand(sp_program *p, sp_kprog *kp, int s, sp_kinstr *I, int k, int t)
+{
+    I->i[k] = value_loc(p, kp, s, t, SP_SLAB_R);
+    if (in_own_act(p, s, t) && p->act16[t]) I->half |= 1 << k;
+}
+
 sp_loc sp_loc_aux(sp_program *p, sp_kprog *kp, int t, sp_slab_mode mode)
 {
-    int s = p->g->node[t].stage;
-    return slab_at(p, kp, SP_SLAB_ACT, s, mode, p->act_off[t] + p->g->node[t].numel);
+    return slab_at(p, kp, SP_SLAB_ACT, p->g->node[t].stage, mode, p->aux_off[t]);
 }
 
 sp_loc sp_loc_grad(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode)
@@ -221,20 +241,57 @@ static sp_status layout_param_uses(sp_program *p)
 
 /* --- layout ------------------------------------------------------------------------ */
 
+/* The ACT slab of every stage: each tensor computed there, in graph order, its value and
+ * then its auxiliary floats; the values stored as bf16 (act16) go after the fp32 part,
+ * each on 16 bytes (cuBLAS's preferred alignment), their aux floats stay in the fp32 part.
+ * Without bf16 values this is the plain fp32 layout. */
+static void layout_act(sp_program *p)
+{
+    const sp_graph *g = p->g;
+    for (int s = 0; s < p->nstages; s++) p->act_floats[s] = p->act_half[s] = 0;
+    for (int t = 0; t < g->n; t++) {
+        const sp_node *n = &g->node[t];
+        p->act_off[t] = p->aux_off[t] = -1;
+        if (n->op == SP_OP_INPUT || n->op == SP_OP_PARAM || n->op == SP_OP_YIELD) continue;
+        int s = n->stage;
+        if (p->act16[t]) {
+            p->aux_off[t] = p->act_floats[s];
+            p->act_floats[s] += n->aux;
+            continue;
+        }
+        p->act_off[t] = p->act_floats[s];
+        p->aux_off[t] = p->act_off[t] + n->numel;
+        p->act_floats[s] += n->numel + n->aux;
+    }
+    for (int t = 0; t < g->n; t++) {
+        if (!p->act16[t]) continue;
+        int s = g->node[t].stage;
+        if (!p->act_half[s]) p->act_floats[s] = (p->act_floats[s] + 3) / 4 * 4; /* the first */
+        p->act_off[t] = 2 * p->act_floats[s] + p->act_half[s];
+        p->act_half[s] += (g->node[t].numel + 7) / 8 * 8;
+    }
+}
+
 static sp_status layout(sp_program *p)
 {
     const sp_graph *g = p->g;
     int S = p->nstages, T = g->n;
     p->act_off = malloc((size_t)T * sizeof *p->act_off);
+    p->aux_off = malloc((size_t)T * sizeof *p->aux_off);
+    p->act16 = calloc((size_t)T, 1);
+    p->plain_read = calloc((size_t)T, 1);
     p->bgrad_off = malloc((size_t)T * sizeof *p->bgrad_off);
     p->param_off = calloc((size_t)S, sizeof *p->param_off);
     p->param_floats = calloc((size_t)S, sizeof(int64_t));
     p->act_floats = calloc((size_t)S, sizeof(int64_t));
+    p->act_half = calloc((size_t)S, sizeof(int64_t));
     p->bgrad_floats = calloc((size_t)S, sizeof(int64_t));
     p->scratch_floats = calloc((size_t)S, sizeof(int64_t));
+    p->kernel_scratch = calloc((size_t)S, sizeof(int64_t));
     p->input = malloc((size_t)T * sizeof *p->input);
-    if (!p->act_off || !p->bgrad_off || !p->param_off || !p->param_floats || !p->act_floats ||
-        !p->bgrad_floats || !p->scratch_floats || !p->input)
+    if (!p->act_off || !p->aux_off || !p->act16 || !p->plain_read || !p->bgrad_off ||
+        !p->param_off || !p->param_floats || !p->act_floats || !p->act_half ||
+        !p->bgrad_floats || !p->scratch_floats || !p->kernel_scratch || !p->input)
         return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
     for (int s = 0; s < S; s++) {
         p->param_off[s] = malloc((size_t)T * sizeof(int64_t));
@@ -251,13 +308,11 @@ static sp_status layout(sp_program *p)
     }
     for (int t = 0; t < T; t++) {
         const sp_node *n = &g->node[t];
-        p->act_off[t] = p->bgrad_off[t] = -1;
+        p->bgrad_off[t] = -1;
         if (n->op == SP_OP_INPUT) p->input[p->ninputs++] = t;
         if (n->op == SP_OP_INPUT || n->op == SP_OP_PARAM || n->op == SP_OP_YIELD) continue;
         int s = n->stage;
         ops_in_stage[s]++;
-        p->act_off[t] = p->act_floats[s];
-        p->act_floats[s] += n->numel + n->aux;
         if (p->needs_grad[t]) {
             p->bgrad_off[t] = p->bgrad_floats[s];
             p->bgrad_floats[s] += n->numel;
@@ -317,6 +372,7 @@ static sp_status layout(sp_program *p)
             }
         }
     free(pair);
+    layout_act(p);
     return layout_param_uses(p);
 }
 
@@ -324,26 +380,21 @@ static sp_status layout(sp_program *p)
 
 static int64_t rows_of(const sp_node *n) { return n->numel / n->shape[n->ndim - 1]; }
 
-static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t)
+/* Emits op t of stage s, writing its value to `out`. Returns its FLOPs. */
+static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t, sp_loc out)
 {
     const sp_graph *g = p->g;
     const sp_node *n = &g->node[t];
-    sp_kinstr *I;
-    sp_loc out = sp_loc_value(p, kp, s, t, SP_SLAB_W);
-    sp_loc x0 = n->nin > 0 ? sp_loc_value(p, kp, s, n->in[0], SP_SLAB_R) : (sp_loc){ 0, 0 };
-    sp_loc x1 = n->nin > 1 ? sp_loc_value(p, kp, s, n->in[1], SP_SLAB_R) : (sp_loc){ 0, 0 };
-    sp_loc x2 = n->nin > 2 ? sp_loc_value(p, kp, s, n->in[2], SP_SLAB_R) : (sp_loc){ 0, 0 };
     const sp_node *A = n->nin > 0 ? &g->node[n->in[0]] : NULL;
     const sp_node *B = n->nin > 1 ? &g->node[n->in[1]] : NULL;
-    switch (n->op) {
-    case SP_OP_MATMUL: {
+    sp_kinstr *I;
+    if (n->op == SP_OP_MATMUL) {
         int64_t M = n->numel / n->shape[n->ndim - 1], Nc = n->shape[n->ndim - 1];
         int64_t K = n->ta ? A->shape[0] : A->shape[A->ndim - 1];
-        (void)B;
         I = sp_prog_emit(kp, SP_I_MATMUL, t);
         I->o[0] = out;
-        I->i[0] = x0;
-        I->i[1] = x1;
+        sp_set_operand(p, kp, s, I, 0, n->in[0]);
+        sp_set_operand(p, kp, s, I, 1, n->in[1]);
         I->n[0] = M;
         I->n[1] = Nc;
         I->n[2] = K;
@@ -351,6 +402,10 @@ static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t)
         I->flag[1] = n->tb;
         return 2.0 * M * Nc * K;
     }
+    sp_loc x0 = n->nin > 0 ? sp_loc_value(p, kp, s, n->in[0], SP_SLAB_R) : (sp_loc){ 0, 0 };
+    sp_loc x1 = n->nin > 1 ? sp_loc_value(p, kp, s, n->in[1], SP_SLAB_R) : (sp_loc){ 0, 0 };
+    sp_loc x2 = n->nin > 2 ? sp_loc_value(p, kp, s, n->in[2], SP_SLAB_R) : (sp_loc){ 0, 0 };
+    switch (n->op) {
     case SP_OP_BIAS_ADD:
         I = sp_prog_emit(kp, SP_I_BIAS_ADD, t);
         I->o[0] = out;
@@ -444,7 +499,19 @@ static void emit_forward(sp_program *p, int s)
     for (int t = 0; t < g->n; t++) {
         const sp_node *n = &g->node[t];
         if (n->stage != s || n->op == SP_OP_YIELD) continue;
-        kp->flops += emit_forward_op(p, kp, s, t);
+        if (!p->act16[t]) {
+            kp->flops += emit_forward_op(p, kp, s, t, sp_loc_value(p, kp, s, t, SP_SLAB_W));
+            continue;
+        }
+        /* a value stored as bf16: computed in fp32 into SCRATCH, after what the kernels
+         * use there, then rounded into ACT (not counted: a copy, not model FLOPs) */
+        sp_loc tmp = sp_loc_scratch(p, kp, s, p->kernel_scratch[s] + n->numel);
+        tmp.off = p->kernel_scratch[s];
+        kp->flops += emit_forward_op(p, kp, s, t, tmp);
+        sp_kinstr *I = sp_prog_emit(kp, SP_I_TO_BF16, t);
+        I->o[0] = slab_at(p, kp, SP_SLAB_ACT, s, SP_SLAB_W, p->act_off[t]);
+        I->i[0] = tmp;
+        I->n[0] = n->numel;
     }
     /* hand the boundary tensors to later stages: one copy per edge slab */
     for (int e = 0; e < p->nedges; e++) {
@@ -500,6 +567,40 @@ static sp_status analyze(sp_program *p)
     return SP_OK;
 }
 
+/* Emits every program on the current layout, from scratch. */
+static sp_status emit_programs(sp_program *p)
+{
+    for (int i = 0; i < p->nstages * SP_NUM_TASK_KINDS; i++) {
+        p->prog[i].nbufs = p->prog[i].nins = 0;
+        p->prog[i].flops = 0;
+    }
+    for (int s = 0; s < p->nstages; s++) p->scratch_floats[s] = 0;
+    for (int s = 0; s < p->nstages; s++) emit_forward(p, s);
+    sp_status st = sp_autodiff_emit(p);
+    for (int i = 0; st == SP_OK && i < p->nstages * SP_NUM_TASK_KINDS; i++)
+        if (p->prog[i].oom) st = sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
+    return st;
+}
+
+/* Stores as bf16 the values that only matrix products read, when asked for and under bf16
+ * precision (else none), and emits the programs on that layout. The readers are known
+ * from the programs as emitted: every value read goes through sp_loc_value (which marks
+ * it plain_read) or, as a product's operand, sp_set_operand. */
+static sp_status relayout(sp_program *p)
+{
+    int on = p->act_bf16 && p->precision == SP_PRECISION_BF16;
+    for (int t = 0; t < p->g->n; t++) {
+        const sp_node *n = &p->g->node[t];
+        p->act16[t] = on && n->op != SP_OP_INPUT && n->op != SP_OP_PARAM &&
+                      n->op != SP_OP_YIELD && !p->plain_read[t];
+    }
+    layout_act(p);
+    sp_status st = emit_programs(p);
+    for (int s = 0; st == SP_OK && s < p->nstages; s++)
+        p->model.stage[s].act_bytes = sp_program_buf_bytes(p, SP_SLAB_ACT, s);
+    return st;
+}
+
 static sp_status build_model(sp_program *p)
 {
     const sp_graph *g = p->g;
@@ -512,7 +613,7 @@ static sp_status build_model(sp_program *p)
     for (int s = 0; s < p->nstages; s++) {
         sp_stage_info *st = &m->stage[s];
         for (int k = 0; k < SP_NUM_TASK_KINDS; k++) st->cost[k] = sp_prog_of(p, s, k)->flops;
-        st->act_bytes = (size_t)p->act_floats[s] * 4;
+        st->act_bytes = sp_program_buf_bytes(p, SP_SLAB_ACT, s);
         st->bgrad_bytes = (size_t)p->bgrad_floats[s] * 4;
         st->param_bytes = (size_t)p->param_floats[s] * 4;
         st->opt_bytes = 2 * st->param_bytes;
@@ -574,13 +675,9 @@ sp_program *sp_program_build(const sp_graph *g, sp_status *status)
         goto out;
     }
     for (int k = 0; k < p->ninputs; k++) p->input_limit[k] = find_input_limit(p, p->input[k]);
-    for (int s = 0; s < p->nstages; s++) emit_forward(p, s);
-    if ((st = sp_autodiff_emit(p)) != SP_OK) goto out;
-    for (int i = 0; i < p->nstages * SP_NUM_TASK_KINDS; i++)
-        if (p->prog[i].oom) {
-            st = sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
-            goto out;
-        }
+    if ((st = emit_programs(p)) != SP_OK) goto out;
+    /* every value in fp32: the scratch is all the kernels' own */
+    memcpy(p->kernel_scratch, p->scratch_floats, (size_t)p->nstages * sizeof(int64_t));
     if ((st = build_model(p)) != SP_OK) goto out;
 out:
     if (st != SP_OK) {
@@ -613,6 +710,11 @@ void sp_program_free(sp_program *p)
     free(p->edge);
     free(p->needs_grad);
     free(p->act_off);
+    free(p->aux_off);
+    free(p->act16);
+    free(p->plain_read);
+    free(p->act_half);
+    free(p->kernel_scratch);
     free(p->bgrad_off);
     free(p->param_floats);
     free(p->act_floats);
@@ -730,12 +832,16 @@ int sp_program_param_owner(const sp_program *p, sp_tensor param)
 
 static const char *const icode_names[SP_I_COUNT] = {
     "matmul", "bias_add", "add", "gelu", "relu", "layernorm", "embed", "attention", "ce", "sum",
-    "scale", "matmul_da", "matmul_db", "bias_db", "gelu_dx", "relu_dx", "ln_dx", "ln_dparams",
-    "embed_dparams", "attn_dqkv", "ce_dlogits", "sum_dx", "seed", "zero",
+    "scale", "to_bf16", "matmul_da", "matmul_db", "bias_db", "gelu_dx", "relu_dx", "ln_dx",
+    "ln_dparams", "embed_dparams", "attn_dqkv", "ce_dlogits", "sum_dx", "seed", "zero",
 };
 
 #define F32(l) ((float *)bufs[(l).buf] + (l).off)
 #define I32(l) ((int32_t *)bufs[(l).buf] + (l).off)
+#define U16(l) ((uint16_t *)bufs[(l).buf] + (l).off)
+/* input k of a matrix product: bf16 storage or fp32 */
+#define OPND(I, k)                                                                          \
+    (((I)->half >> (k)) & 1 ? (const void *)U16((I)->i[k]) : (const void *)F32((I)->i[k]))
 
 /* The one place that knows what each instruction's operands and sizes mean: every
  * backend sees only kernel calls. */
@@ -744,16 +850,20 @@ static int run_instr(const sp_kinstr *I, void *const *bufs, float dloss, int bf1
 {
     const int64_t *n = I->n;
     const int M = (int)n[0], Nc = (int)n[1], K = (int)n[2], acc = I->acc;
+    const int prec = bf16 ? SP_PREC_BF16 : 0;
     switch (I->code) {
     case SP_I_MATMUL:
-        return be->matmul(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), M, Nc, K, I->flag[0],
-                          I->flag[1], acc, bf16);
+        return be->matmul(c, F32(I->o[0]), OPND(I, 0), OPND(I, 1), M, Nc, K, I->flag[0],
+                          I->flag[1], acc,
+                          prec | (I->half & 1 ? SP_PREC_A16 : 0) | (I->half & 2 ? SP_PREC_B16 : 0));
     case SP_I_BIAS_ADD:
         return be->bias_add(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), M, Nc);
     case SP_I_ADD:
         return be->add(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), n[0]);
     case SP_I_SCALE:
         return be->scale(c, F32(I->o[0]), F32(I->i[0]), I->f, n[0], acc);
+    case SP_I_TO_BF16:
+        return be->to_bf16(c, U16(I->o[0]), F32(I->i[0]), n[0]);
     case SP_I_GELU:
         return be->gelu(c, F32(I->o[0]), F32(I->i[0]), n[0]);
     case SP_I_RELU:
@@ -775,11 +885,11 @@ static int run_instr(const sp_kinstr *I, void *const *bufs, float dloss, int bf1
         return rc || I->f == 1.0f ? rc : be->scale(c, F32(I->o[0]), F32(I->o[0]), I->f, 1, 0);
     }
     case SP_I_MATMUL_DA:
-        return be->matmul_da(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), M, Nc, K, I->flag[0],
-                             I->flag[1], acc, bf16);
+        return be->matmul_da(c, F32(I->o[0]), F32(I->i[0]), OPND(I, 1), M, Nc, K, I->flag[0],
+                             I->flag[1], acc, prec | (I->half & 2 ? SP_PREC_B16 : 0));
     case SP_I_MATMUL_DB:
-        return be->matmul_db(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), M, Nc, K, I->flag[0],
-                             I->flag[1], acc, bf16);
+        return be->matmul_db(c, F32(I->o[0]), F32(I->i[0]), OPND(I, 1), M, Nc, K, I->flag[0],
+                             I->flag[1], acc, prec | (I->half & 2 ? SP_PREC_A16 : 0));
     case SP_I_BIAS_DB:
         return be->bias_db(c, F32(I->o[0]), F32(I->i[0]), M, Nc, acc);
     case SP_I_GELU_DX:
@@ -812,9 +922,19 @@ static int run_instr(const sp_kinstr *I, void *const *bufs, float dloss, int bf1
     }
 }
 
-void sp_program_set_precision(sp_program *p, sp_precision precision)
+/* NULL: a failed build, whose message stays */
+sp_status sp_program_set_precision(sp_program *p, sp_precision precision)
 {
-    if (p) p->precision = precision;
+    if (!p) return SP_ERR_ARG;
+    p->precision = precision;
+    return relayout(p);
+}
+
+sp_status sp_program_set_bf16_activations(sp_program *p, int on)
+{
+    if (!p) return SP_ERR_ARG;
+    p->act_bf16 = on != 0;
+    return relayout(p);
 }
 
 void sp_program_set_recompute(sp_program *p, int stage, int on)

@@ -17,6 +17,7 @@ typedef enum {
     SP_I_MATMUL, SP_I_BIAS_ADD, SP_I_ADD, SP_I_GELU, SP_I_RELU, SP_I_LAYERNORM, SP_I_EMBED,
     SP_I_ATTENTION, SP_I_CE, SP_I_SUM,
     SP_I_SCALE,        /* o0 = f * i0 (n0 elements); acc adds; f = 1 is a copy */
+    SP_I_TO_BF16,      /* o0 (bf16 storage, offset in 16-bit elements) = i0 rounded (n0) */
     /* backward */
     SP_I_MATMUL_DA, SP_I_MATMUL_DB, SP_I_BIAS_DB, SP_I_GELU_DX, SP_I_RELU_DX, SP_I_LN_DX,
     SP_I_LN_DP, SP_I_EMBED_DP, SP_I_ATTN_DX, SP_I_CE_DX,
@@ -34,6 +35,7 @@ typedef struct {
     sp_loc i[4];
     int64_t n[4];      /* sizes, meaning per code */
     int flag[2];       /* matmul transposes */
+    int half;          /* bit k: i[k] is a matrix product's operand in bf16 storage */
     float f;
 } sp_kinstr;
 
@@ -60,7 +62,18 @@ struct sp_program {
     int nstages;
     sp_precision precision;  /* of the matrix products (sp_program_set_precision) */
     uint8_t *needs_grad;     /* per tensor: requires grad and the loss depends on it */
-    int64_t *act_off;        /* per tensor computed in its stage: offset in ACT */
+    /* ACT of a stage: the fp32 values with their auxiliary floats (act_floats), then,
+     * 16-byte aligned, the values stored as bf16 (act_half 16-bit elements; see
+     * sp_program_set_bf16_activations). */
+    int64_t *act_off;        /* per tensor computed in its stage: offset in ACT, in floats,
+                                or in 16-bit elements when act16 */
+    int64_t *aux_off;        /* per tensor: float offset of its auxiliary floats in ACT */
+    uint8_t *act16;          /* per tensor: its value is stored in ACT as bf16 */
+    uint8_t *plain_read;     /* per tensor: an instruction reads its value from ACT other
+                                than as a matrix product's operand (so it must stay fp32) */
+    int act_bf16;            /* sp_program_set_bf16_activations */
+    int64_t *act_half;       /* per stage */
+    int64_t *kernel_scratch; /* per stage: SCRATCH floats the kernels themselves need */
     int64_t *bgrad_off;      /* per tensor needing grad: offset in BGRAD of its stage */
     int64_t **param_off;     /* [stage][tensor] offset in PARAMS/GRADS, -1 if unused */
     int64_t *param_floats;   /* per stage */
@@ -85,6 +98,9 @@ struct sp_program {
 sp_kprog *sp_prog_of(const sp_program *p, int stage, sp_task_kind kind);
 /* The operand for tensor t as read in stage s (params, inputs, ACT or an incoming edge). */
 sp_loc sp_loc_value(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode);
+/* Input k of I: tensor t as a matrix product's operand, read in stage s. Where t is stored
+ * as bf16, I reads that storage (I->half), which the product would have rounded to. */
+void sp_set_operand(sp_program *p, sp_kprog *kp, int s, sp_kinstr *I, int k, int t);
 /* The operand holding t's auxiliary floats (saved statistics), in ACT of its stage. */
 sp_loc sp_loc_aux(sp_program *p, sp_kprog *kp, int t, sp_slab_mode mode);
 /* The operand for t's gradient as produced in stage s. */

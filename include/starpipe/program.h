@@ -61,9 +61,19 @@ void sp_program_free(sp_program *p);
  * fp32. Deterministic on the CPU (the reference a GPU's bf16 run is compared with); set
  * it before creating a trainer or a reference. */
 typedef enum { SP_PRECISION_FP32 = 0, SP_PRECISION_BF16 = 1 } sp_precision;
-void sp_program_set_precision(sp_program *p, sp_precision precision);
+sp_status sp_program_set_precision(sp_program *p, sp_precision precision);
 sp_precision sp_program_precision(const sp_program *p);
 const char *sp_precision_name(sp_precision precision);
+
+/* Under bf16 precision (on = 1), ACT stores as bfloat16 every value that nothing but
+ * matrix products read (in a GPT block the LayerNorm outputs and the GELU output; not the
+ * attention output, which its backward reads in fp32): the products round it to bf16
+ * anyway, so each such value takes 2 bytes instead of 4 and every result keeps its bits.
+ * F computes the value in fp32 into SCRATCH and stores it rounded. Off by default, and
+ * without effect under fp32: the reference interpreter keeps every activation in fp32,
+ * so comparing a run with it checks this storage. Set before planning, like the
+ * precision (the two may come in either order). */
+sp_status sp_program_set_bf16_activations(sp_program *p, int on);
 
 /* Activation recomputation for stage s (-1: every stage): the stage keeps only its inputs
  * between F and B and runs its forward again inside its first backward task (stages.h,
