@@ -189,7 +189,7 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
     const int64_t rsa = ta ? 1 : lda, csa = ta ? lda : 1;
     float bp[KC * NR_MAX] __attribute__((aligned(64)));
     float ce[MR_MAX * NR_MAX]; /* an edge tile of c */
-    int64_t roff[MR_MAX], proff[MR_MAX];
+    int64_t roff[MR_MAX], proff[MR_MAX], poff[MR_MAX]; /* poff: a packed panel's rows */
     /* Large products pack each block of a into micro-panels (MR rows interleaved, k
      * ascending): the kernel then reads one stream rather than MR rows lda apart (or,
      * transposed, one line per k). +16% on the GPT block's products on an AVX2 core
@@ -197,7 +197,7 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
     float *apack = (int64_t)m * n * k >= (1 << 21) && m >= 2 * MR
                        ? aligned_alloc(64, sizeof(float) * (size_t)(MC + MR_MAX) * KC)
                        : NULL;
-    for (int r = 0; r < MR; r++) proff[r] = r;
+    for (int r = 0; r < MR; r++) poff[r] = r;
     for (int k0 = 0; k0 < k; k0 += KC) {
         const int kc = k - k0 < KC ? k - k0 : KC;
         const int load = acc || k0 > 0; /* the running sums wait in c between blocks */
@@ -207,11 +207,11 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
                 for (int i0 = m0; i0 < m0 + mc; i0 += MR) {
                     float *d = apack + (int64_t)(i0 - m0) * kc;
                     const int mr = m0 + mc - i0 < MR ? m0 + mc - i0 : MR;
-                    for (int r = 0; r < MR; r++) {
-                        const float *src = a + (int64_t)(i0 + (r < mr ? r : mr - 1)) * rsa +
-                                           (int64_t)k0 * csa;
-                        for (int kk = 0; kk < kc; kk++) d[kk * MR + r] = src[kk * csa];
-                    }
+                    const float *src = a + (int64_t)i0 * rsa + (int64_t)k0 * csa;
+                    for (int r = 0; r < MR; r++) /* rows past the edge: the last again */
+                        proff[r] = (r < mr ? r : mr - 1) * rsa;
+                    for (int kk = 0; kk < kc; kk++, src += csa, d += MR)
+                        for (int r = 0; r < MR; r++) d[r] = src[proff[r]];
                 }
             for (int j0 = 0; j0 < n; j0 += NR) {
                 const int nr = n - j0 < NR ? n - j0 : NR;
@@ -224,7 +224,7 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
                     const int mr = m0 + mc - i0 < MR ? m0 + mc - i0 : MR;
                     const float *ap = apack ? apack + (int64_t)(i0 - m0) * kc
                                             : a + (int64_t)i0 * rsa + (int64_t)k0 * csa;
-                    const int64_t *ro = apack ? proff : roff, cs = apack ? MR : csa;
+                    const int64_t *ro = apack ? poff : roff, cs = apack ? MR : csa;
                     float *cp = c + (int64_t)i0 * ldc + j0;
                     /* rows past the edge read the last row again; their sums are dropped */
                     for (int r = 0; !apack && r < MR; r++)
