@@ -869,8 +869,9 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
 }
 
 /* STARPIPE_VERBOSE=1: what the planner predicts, per actor; 2 adds every instruction. */
-static void describe_plan(const sp_plan *pl, const sp_stage_model *model)
+static void describe_plan(const sp_plan *pl, const sp_program *p)
 {
+    const sp_stage_model *model = sp_program_stage_model(p);
     sp_sim_result *r = NULL;
     sp_sim_config cfg = { 0 };
     int simulated = sp_simulate(pl, model, &cfg, &r) == SP_OK;
@@ -884,7 +885,8 @@ static void describe_plan(const sp_plan *pl, const sp_stage_model *model)
                pl->peak[a].boundary / 1048576.0, pl->peak[a].params / 1048576.0,
                pl->peak[a].act_units);
     for (int s = 0; s < model->nstages; s++)
-        printf("  stage %d: activations %zu bytes per microbatch\n", s, model->stage[s].act_bytes);
+        printf("  stage %d: activations %zu bytes per microbatch, task scratch %zu bytes\n", s,
+               model->stage[s].act_bytes, sp_program_buf_bytes(p, SP_SLAB_SCRATCH, s));
     if (simulated) sp_sim_result_free(r);
     if (env.verbose >= 2) sp_plan_write(pl, stdout);
 }
@@ -1134,7 +1136,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         describe_lr(&rr.lr);
         if (o->steps > 0) set_peak(&rr, o, sp_exec_num_cuda() > 0, sp_exec_size(), 0, &cpu_peak);
         if (sp_exec_num_cuda() > 0) printf("transfers: %s\n", sp_trainer_notice(t));
-        if (verbose >= 1) describe_plan(sp_trainer_plan(t), sp_program_stage_model(p));
+        if (verbose >= 1) describe_plan(sp_trainer_plan(t), p);
         if (verbose >= 1 && R > 1) describe_layout(&lay);
         fflush(stdout);
     }

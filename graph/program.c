@@ -132,6 +132,11 @@ static sp_loc value_loc(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode 
         while (p->input[k] != t) k++;
         return slab_at(p, kp, SP_SLAB_INPUT, k, mode, 0);
     }
+    if (n->stage == s && p->scr_off[t] >= 0) {
+        sp_loc l = sp_loc_scratch(p, kp, s, p->scr_off[t] + n->numel);
+        l.off = p->scr_off[t];
+        return l;
+    }
     if (n->stage == s) return slab_at(p, kp, SP_SLAB_ACT, s, mode, p->act_off[t]);
     int e = sp_edge_index(p, n->stage, s);
     return slab_at(p, kp, SP_SLAB_EDGE_FWD, e, mode, edge_offset(&p->edge[e], t));
@@ -144,21 +149,38 @@ static int in_own_act(const sp_program *p, int s, int t)
     return n->op != SP_OP_PARAM && n->op != SP_OP_INPUT && n->stage == s;
 }
 
+/* kp is B, W or BW: what it reads must outlive F (recompute's F again is F) */
+static int is_backward(const sp_program *p, const sp_kprog *kp)
+{
+    return (kp - p->prog) % SP_NUM_TASK_KINDS != SP_TASK_F;
+}
+
 sp_loc sp_loc_value(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode)
 {
-    if ((mode & SP_SLAB_R) && in_own_act(p, s, t)) p->plain_read[t] = 1;
+    if ((mode & SP_SLAB_R) && in_own_act(p, s, t)) {
+        p->plain_read[t] = 1;
+        if (is_backward(p, kp)) p->bwd_read[t] = 1;
+    }
     return value_loc(p, kp, s, t, mode);
 }
 
 void sp_set_operand(sp_program *p, sp_kprog *kp, int s, sp_kinstr *I, int k, int t)
 {
     I->i[k] = value_loc(p, kp, s, t, SP_SLAB_R);
+    if (in_own_act(p, s, t) && is_backward(p, kp)) p->bwd_read[t] = 1;
     if (in_own_act(p, s, t) && p->act16[t]) I->half |= 1 << k;
 }
 
 sp_loc sp_loc_aux(sp_program *p, sp_kprog *kp, int t, sp_slab_mode mode)
 {
-    return slab_at(p, kp, SP_SLAB_ACT, p->g->node[t].stage, mode, p->aux_off[t]);
+    int s = p->g->node[t].stage;
+    if ((mode & SP_SLAB_R) && is_backward(p, kp)) p->aux_bwd_read[t] = 1;
+    if (p->aux_scr_off[t] >= 0) {
+        sp_loc l = sp_loc_scratch(p, kp, s, p->aux_scr_off[t] + p->g->node[t].aux);
+        l.off = p->aux_scr_off[t];
+        return l;
+    }
+    return slab_at(p, kp, SP_SLAB_ACT, s, mode, p->aux_off[t]);
 }
 
 sp_loc sp_loc_grad(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode)
@@ -242,9 +264,10 @@ static sp_status layout_param_uses(sp_program *p)
 /* --- layout ------------------------------------------------------------------------ */
 
 /* The ACT slab of every stage: each tensor computed there, in graph order, its value and
- * then its auxiliary floats; the values stored as bf16 (act16) go after the fp32 part,
- * each on 16 bytes (cuBLAS's preferred alignment), their aux floats stay in the fp32 part.
- * Without bf16 values this is the plain fp32 layout. */
+ * then its auxiliary floats, less those in SCRATCH (scr_off, aux_scr_off); the values
+ * stored as bf16 (act16) go after the fp32 part, each on 16 bytes (cuBLAS's preferred
+ * alignment), their aux floats stay in the fp32 part. Without bf16 or SCRATCH values
+ * this is the plain fp32 layout. */
 static void layout_act(sp_program *p)
 {
     const sp_graph *g = p->g;
@@ -254,14 +277,14 @@ static void layout_act(sp_program *p)
         p->act_off[t] = p->aux_off[t] = -1;
         if (n->op == SP_OP_INPUT || n->op == SP_OP_PARAM || n->op == SP_OP_YIELD) continue;
         int s = n->stage;
-        if (p->act16[t]) {
+        if (!p->act16[t] && p->scr_off[t] < 0) {
+            p->act_off[t] = p->act_floats[s];
+            p->act_floats[s] += n->numel;
+        }
+        if (p->aux_scr_off[t] < 0) {
             p->aux_off[t] = p->act_floats[s];
             p->act_floats[s] += n->aux;
-            continue;
         }
-        p->act_off[t] = p->act_floats[s];
-        p->aux_off[t] = p->act_off[t] + n->numel;
-        p->act_floats[s] += n->numel + n->aux;
     }
     for (int t = 0; t < g->n; t++) {
         if (!p->act16[t]) continue;
@@ -272,6 +295,72 @@ static void layout_act(sp_program *p)
     }
 }
 
+/* SCRATCH of stage s past the kernels' own floats: F's values no backward reads (scr_off),
+ * aux floats no backward reads (aux_scr_off) and the fp32 results of bf16 values
+ * (tmp_off), packed first-fit by lifetime in F's op order. A value lives from its op to
+ * its last reader in the stage, or to F's end when a later stage takes it (the edge
+ * copies come last); aux floats and a bf16 value's fp32 result only during their op.
+ * Nothing that is live at the same op shares floats, an op's output and inputs included.
+ * Each piece starts on 16 bytes. On entry scr_off and aux_scr_off are 0 where chosen. */
+static sp_status layout_scratch(sp_program *p)
+{
+    const sp_graph *g = p->g;
+    int T = g->n;
+    int64_t *last = malloc((size_t)(T ? T : 1) * sizeof *last);
+    /* live pieces: offset, floats, last op */
+    int64_t(*live)[3] = malloc((size_t)(3 * T + 1) * sizeof *live);
+    if (!last || !live) {
+        free(last);
+        free(live);
+        return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
+    }
+    for (int t = 0; t < T; t++) last[t] = t;
+    for (int u = 0; u < T; u++) {
+        const sp_node *n = &g->node[u];
+        if (n->op == SP_OP_YIELD) continue;
+        for (int k = 0; k < n->nin; k++)
+            if (g->node[n->in[k]].stage == n->stage && last[n->in[k]] < u) last[n->in[k]] = u;
+    }
+    for (int e = 0; e < p->nedges; e++)
+        for (int j = 0; j < p->edge[e].ntensors; j++) last[p->edge[e].tensor[j]] = T;
+    for (int s = 0; s < p->nstages; s++) {
+        int64_t base = (p->kernel_scratch[s] + 3) / 4 * 4;
+        int nlive = 0;
+        for (int t = 0; t < T; t++) {
+            const sp_node *n = &g->node[t];
+            if (n->stage != s || n->op == SP_OP_YIELD) continue;
+            int j = 0;
+            for (int i = 0; i < nlive; i++) /* pieces whose last op came before t are free */
+                if (live[i][2] >= t) memmove(live[j++], live[i], sizeof *live);
+            nlive = j;
+            int64_t *piece[3] = { p->scr_off[t] >= 0 ? &p->scr_off[t] : NULL,
+                                  p->aux_scr_off[t] >= 0 ? &p->aux_scr_off[t] : NULL,
+                                  p->act16[t] ? &p->tmp_off[t] : NULL };
+            int64_t floats[3] = { n->numel, n->aux, n->numel }, end[3] = { last[t], t, t };
+            for (int q = 0; q < 3; q++) {
+                if (!piece[q]) continue;
+                int64_t need = (floats[q] + 3) / 4 * 4, off = 0;
+                /* first fit: the lowest offset clear of every live piece */
+                for (int moved = 1; moved;) {
+                    moved = 0;
+                    for (int i = 0; i < nlive; i++)
+                        if (off < live[i][0] + live[i][1] && live[i][0] < off + need) {
+                            off = live[i][0] + live[i][1];
+                            moved = 1;
+                        }
+                }
+                live[nlive][0] = off;
+                live[nlive][1] = need;
+                live[nlive++][2] = end[q];
+                *piece[q] = base + off;
+            }
+        }
+    }
+    free(last);
+    free(live);
+    return SP_OK;
+}
+
 static sp_status layout(sp_program *p)
 {
     const sp_graph *g = p->g;
@@ -280,6 +369,11 @@ static sp_status layout(sp_program *p)
     p->aux_off = malloc((size_t)T * sizeof *p->aux_off);
     p->act16 = calloc((size_t)T, 1);
     p->plain_read = calloc((size_t)T, 1);
+    p->bwd_read = calloc((size_t)T, 1);
+    p->aux_bwd_read = calloc((size_t)T, 1);
+    p->scr_off = malloc((size_t)T * sizeof *p->scr_off);
+    p->aux_scr_off = malloc((size_t)T * sizeof *p->aux_scr_off);
+    p->tmp_off = malloc((size_t)T * sizeof *p->tmp_off);
     p->bgrad_off = malloc((size_t)T * sizeof *p->bgrad_off);
     p->param_off = calloc((size_t)S, sizeof *p->param_off);
     p->param_floats = calloc((size_t)S, sizeof(int64_t));
@@ -289,10 +383,12 @@ static sp_status layout(sp_program *p)
     p->scratch_floats = calloc((size_t)S, sizeof(int64_t));
     p->kernel_scratch = calloc((size_t)S, sizeof(int64_t));
     p->input = malloc((size_t)T * sizeof *p->input);
-    if (!p->act_off || !p->aux_off || !p->act16 || !p->plain_read || !p->bgrad_off ||
+    if (!p->act_off || !p->aux_off || !p->act16 || !p->plain_read || !p->bwd_read ||
+        !p->aux_bwd_read || !p->scr_off || !p->aux_scr_off || !p->tmp_off || !p->bgrad_off ||
         !p->param_off || !p->param_floats || !p->act_floats || !p->act_half ||
         !p->bgrad_floats || !p->scratch_floats || !p->kernel_scratch || !p->input)
         return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
+    for (int t = 0; t < T; t++) p->scr_off[t] = p->aux_scr_off[t] = p->tmp_off[t] = -1;
     for (int s = 0; s < S; s++) {
         p->param_off[s] = malloc((size_t)T * sizeof(int64_t));
         if (!p->param_off[s]) return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
@@ -503,10 +599,10 @@ static void emit_forward(sp_program *p, int s)
             kp->flops += emit_forward_op(p, kp, s, t, sp_loc_value(p, kp, s, t, SP_SLAB_W));
             continue;
         }
-        /* a value stored as bf16: computed in fp32 into SCRATCH, after what the kernels
-         * use there, then rounded into ACT (not counted: a copy, not model FLOPs) */
-        sp_loc tmp = sp_loc_scratch(p, kp, s, p->kernel_scratch[s] + n->numel);
-        tmp.off = p->kernel_scratch[s];
+        /* a value stored as bf16: computed in fp32 into SCRATCH (layout_scratch), then
+         * rounded into ACT (not counted: a copy, not model FLOPs) */
+        sp_loc tmp = sp_loc_scratch(p, kp, s, p->tmp_off[t] + n->numel);
+        tmp.off = p->tmp_off[t];
         kp->flops += emit_forward_op(p, kp, s, t, tmp);
         sp_kinstr *I = sp_prog_emit(kp, SP_I_TO_BF16, t);
         I->o[0] = slab_at(p, kp, SP_SLAB_ACT, s, SP_SLAB_W, p->act_off[t]);
@@ -582,20 +678,32 @@ static sp_status emit_programs(sp_program *p)
     return st;
 }
 
-/* Stores as bf16 the values that only matrix products read, when asked for and under bf16
- * precision (else none), and emits the programs on that layout. The readers are known
- * from the programs as emitted: every value read goes through sp_loc_value (which marks
- * it plain_read) or, as a product's operand, sp_set_operand. */
+/* Places every computed value and emits the programs on that layout. The readers are
+ * known from the programs as first emitted (every value in ACT, fp32): every value read
+ * goes through sp_loc_value (which marks it plain_read, and bwd_read in B, W or BW), as
+ * a product's operand through sp_set_operand (bwd_read), and aux floats through
+ * sp_loc_aux (aux_bwd_read). What no backward program reads goes to SCRATCH: F alone
+ * uses it (a recomputing stage's second F too), so it need not live from F to B. The
+ * loss and named tensors stay in ACT (sp_reference_value reads them after a forward).
+ * Of the rest, under bf16 precision and when asked for, ACT stores as bf16 the values
+ * that only matrix products read. */
 static sp_status relayout(sp_program *p)
 {
+    const sp_graph *g = p->g;
     int on = p->act_bf16 && p->precision == SP_PRECISION_BF16;
-    for (int t = 0; t < p->g->n; t++) {
-        const sp_node *n = &p->g->node[t];
-        p->act16[t] = on && n->op != SP_OP_INPUT && n->op != SP_OP_PARAM &&
-                      n->op != SP_OP_YIELD && !p->plain_read[t];
+    for (int t = 0; t < g->n; t++) {
+        const sp_node *n = &g->node[t];
+        int computed = n->op != SP_OP_INPUT && n->op != SP_OP_PARAM && n->op != SP_OP_YIELD;
+        int scr = computed && !p->bwd_read[t] && t != g->loss && !n->name[0];
+        p->scr_off[t] = scr ? 0 : -1;
+        p->aux_scr_off[t] = computed && n->aux && !p->aux_bwd_read[t] ? 0 : -1;
+        p->tmp_off[t] = -1;
+        p->act16[t] = on && computed && !scr && !p->plain_read[t];
     }
+    sp_status st = layout_scratch(p);
+    if (st != SP_OK) return st;
     layout_act(p);
-    sp_status st = emit_programs(p);
+    st = emit_programs(p);
     for (int s = 0; st == SP_OK && s < p->nstages; s++)
         p->model.stage[s].act_bytes = sp_program_buf_bytes(p, SP_SLAB_ACT, s);
     return st;
@@ -676,9 +784,11 @@ sp_program *sp_program_build(const sp_graph *g, sp_status *status)
     }
     for (int k = 0; k < p->ninputs; k++) p->input_limit[k] = find_input_limit(p, p->input[k]);
     if ((st = emit_programs(p)) != SP_OK) goto out;
-    /* every value in fp32: the scratch is all the kernels' own */
+    /* every value in fp32 in ACT: the scratch is all the kernels' own */
     memcpy(p->kernel_scratch, p->scratch_floats, (size_t)p->nstages * sizeof(int64_t));
     if ((st = build_model(p)) != SP_OK) goto out;
+    /* the readers now known: what only F reads moves to SCRATCH */
+    if ((st = relayout(p)) != SP_OK) goto out;
 out:
     if (st != SP_OK) {
         sp_program_free(p);
@@ -713,6 +823,11 @@ void sp_program_free(sp_program *p)
     free(p->aux_off);
     free(p->act16);
     free(p->plain_read);
+    free(p->bwd_read);
+    free(p->aux_bwd_read);
+    free(p->scr_off);
+    free(p->aux_scr_off);
+    free(p->tmp_off);
     free(p->act_half);
     free(p->kernel_scratch);
     free(p->bgrad_off);

@@ -71,6 +71,13 @@ struct sp_program {
     uint8_t *act16;          /* per tensor: its value is stored in ACT as bf16 */
     uint8_t *plain_read;     /* per tensor: an instruction reads its value from ACT other
                                 than as a matrix product's operand (so it must stay fp32) */
+    /* What only F reads lives in SCRATCH instead of ACT (sp_program_build decides it from
+     * the marks of its first emission, where every value is in ACT). */
+    uint8_t *bwd_read;       /* per tensor: a B, W or BW instruction reads its value */
+    uint8_t *aux_bwd_read;   /* per tensor: ... or its auxiliary floats */
+    int64_t *scr_off;        /* per tensor: float offset of its value in SCRATCH, or -1 */
+    int64_t *aux_scr_off;    /* per tensor: of its auxiliary floats in SCRATCH, or -1 */
+    int64_t *tmp_off;        /* per act16 tensor: its fp32 value before rounding, in SCRATCH */
     int act_bf16;            /* sp_program_set_bf16_activations */
     int64_t *act_half;       /* per stage */
     int64_t *kernel_scratch; /* per stage: SCRATCH floats the kernels themselves need */

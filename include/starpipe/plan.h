@@ -375,9 +375,10 @@ sp_status sp_plan_measure(const sp_plan *plan, const sp_stage_model *model,
  * Buffers with known lifetimes [from, to) on one clock (takes and gives of a dry walk of
  * a step), packed into slots: each buffer goes to one slot at least its size (exactly
  * its size when exact: a buffer that travels has the size its peer registered), and the
- * buffers of a slot are never alive at once. The smallest of three packings: first-fit
- * and best-fit decreasing, and a best-fit linear scan in the order taken that may grow a
- * slot (as few slots as buffers alive at once). Slots already in *slots (from another walk) are
+ * buffers of a slot are never alive at once. The smallest of four packings: first-fit
+ * and best-fit decreasing, the same first fit with sizes within 1/8 of each other taken
+ * as one (in the order taken, into slots of the largest), and a best-fit linear scan in
+ * the order taken that may grow a slot (as few slots as buffers alive at once). Slots already in *slots (from another walk) are
  * reused at their sizes; new ones are appended. slot_of[i]: buffer i's slot. */
 typedef struct {
     size_t size;

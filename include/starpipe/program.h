@@ -28,7 +28,8 @@ extern "C" {
 typedef enum {
     SP_SLAB_PARAMS,    /* index = stage: the parameters the stage uses (per step) */
     SP_SLAB_GRADS,     /* index = stage: its gradient accumulators, same layout (per step) */
-    SP_SLAB_ACT,       /* index = stage: what F computes, kept for B and W (per microbatch) */
+    SP_SLAB_ACT,       /* index = stage: what F computes that B, W or BW reads, kept for
+                          them (per microbatch); what only F reads lives in SCRATCH */
     SP_SLAB_BGRAD,     /* index = stage: activation gradients of B, kept for W (per mb) */
     SP_SLAB_EDGE_FWD,  /* index = edge of the stage model: tensors stage src hands to dst */
     SP_SLAB_EDGE_GRAD, /* index = edge: their gradients, handed back (per microbatch) */

@@ -41,8 +41,9 @@ sp_status sp_reference_forward_backward(sp_reference *r, const void *const *inpu
 sp_status sp_reference_eval(sp_reference *r, int K, const void *const *inputs, float *loss);
 /* The value of a computed tensor (one named with sp_graph_name, say) after the last
  * forward pass, of its last microbatch: numel floats, valid until the next run. NULL for
- * parameters and inputs, and for values a program stores as bf16
- * (sp_program_set_bf16_activations). */
+ * parameters and inputs, for values a program stores as bf16
+ * (sp_program_set_bf16_activations), and for unnamed values no backward program reads
+ * (they live in SCRATCH, not kept after F; a named one and the loss always are). */
 const float *sp_reference_value(const sp_reference *r, sp_tensor t);
 
 /* forward_backward, then the optimizer step. A non-finite loss or gradient fails with
