@@ -1,6 +1,6 @@
 /* The runtime's buffer pool, packed ahead of the step (plan.h, sp_pool_pack). A pool that
  * decides at each take cannot know what comes next; knowing every lifetime, four classic
- * packings run and the smallest wins. Both are O(n^2) in the buffers of a step (a few
+ * packings run and the smallest wins. All are O(n^2) in the buffers of a step (a few
  * thousand at most). */
 #include <stdlib.h>
 #include <string.h>

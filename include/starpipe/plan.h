@@ -378,8 +378,9 @@ sp_status sp_plan_measure(const sp_plan *plan, const sp_stage_model *model,
  * buffers of a slot are never alive at once. The smallest of four packings: first-fit
  * and best-fit decreasing, the same first fit with sizes within 1/8 of each other taken
  * as one (in the order taken, into slots of the largest), and a best-fit linear scan in
- * the order taken that may grow a slot (as few slots as buffers alive at once). Slots already in *slots (from another walk) are
- * reused at their sizes; new ones are appended. slot_of[i]: buffer i's slot. */
+ * the order taken that may grow a slot (as few slots as buffers alive at once). Slots
+ * already in *slots (from another walk) are reused at their sizes; new ones are appended.
+ * slot_of[i]: buffer i's slot. */
 typedef struct {
     size_t size;
     int exact;

@@ -4,11 +4,15 @@
 # live activations and boundary tensors (sp_plan peak, a lower bound for any pool of whole
 # buffers), for every built-in schedule at p = 2 and interleaved-1F1B at p = 1 (two
 # stages on one rank): never below the plan (the pool would share a live buffer, or the
-# plan miss one) and at most 5% above it. A greedy pool grew interleaved-1F1B's to 1.32x.
+# plan miss one), at most 5% above it with one stage per rank, 20% with several (stages
+# of unequal sizes whose lifetimes cross: whole buffers cannot reach the live-bytes peak,
+# bench/README.md "Values only F reads in SCRATCH"). A greedy pool grew interleaved-1F1B's
+# to 1.32x before activations shrank.
 set -e
 mpiexec=$1; app=$2
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
-check() { # check NP SCHEDULE
+check() { # check NP SCHEDULE (the bound: 1.05 with one stage per rank, else 1.20)
+  case $2 in interleaved-1f1b|zb-v|dualpipe-v) bound=1.20 ;; *) bound=1.05 ;; esac
   STARPIPE_VERBOSE=1 "$mpiexec" -np "$1" "$app" --steps 1 --schedule "$2" --microbatches 8 \
     --layers 8 >"$dir/log" 2>&1 || { cat "$dir/log"; exit 1; }
   n=$(grep -c "per-microbatch buffers" "$dir/log" || true)
@@ -16,9 +20,9 @@ check() { # check NP SCHEDULE
   grep "per-microbatch buffers" "$dir/log" | sed "s/^/$2 -np $1: /"
   grep "per-microbatch buffers" "$dir/log" |
     sed 's/.*buffers \([0-9.]*\) MiB.*plan \([0-9.]*\) MiB.*/\1 \2/' |
-    awk -v s="$2" '{ if ($1 < $2 || $1 > 1.05 * $2) { print "FAIL: " s ": " $1 " MiB against the plan'"'"'s " $2; bad = 1 } }
+    awk -v s="$2" -v b="$bound" '{ if ($1 < $2 || $1 > b * $2) { print "FAIL: " s ": " $1 " MiB against the plan'"'"'s " $2; bad = 1 } }
                    END { exit bad }'
 }
 for s in gpipe 1f1b eager-1f1b interleaved-1f1b zb-h1 zb-v dualpipe-v; do check 2 "$s"; done
 check 1 interleaved-1f1b
-echo "ok: the pool stays within 5% of the plan's peak"
+echo "ok: the pool stays within 5% (one stage per rank) or 20% of the plan's peak"
