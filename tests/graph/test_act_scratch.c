@@ -17,6 +17,7 @@
 #include "starpipe/models.h"
 #include "starpipe/reference.h"
 #include "tests/check.h"
+#include "tests/graph/program_util.h"
 
 static int64_t up16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
 
@@ -42,20 +43,11 @@ static int64_t act_bytes(const count *c, int bf16)
     return up16(4 * f32) + b;
 }
 
-static sp_program *program(const sp_graph *g, sp_precision prec, int act16)
-{
-    sp_status st;
-    sp_program *p = sp_program_build(g, &st);
-    REQUIRE(p, "%s", sp_last_error());
-    REQUIRE(!sp_program_set_precision(p, prec) && !sp_program_set_bf16_activations(p, act16),
-            "%s", sp_last_error());
-    return p;
-}
-
 static void check_model(const char *name, const sp_graph *g, const count *c, int S,
                         const int64_t *old_fp32, const int64_t *old_bf16)
 {
-    sp_program *fp32 = program(g, SP_PRECISION_FP32, 0), *half = program(g, SP_PRECISION_BF16, 1);
+    sp_program *fp32 = test_program(g, SP_PRECISION_FP32, 0);
+    sp_program *half = test_program(g, SP_PRECISION_BF16, 1);
     REQUIRE(sp_program_num_stages(fp32) == S, "%s: %d stages", name, sp_program_num_stages(fp32));
     for (int s = 0; s < S; s++) {
         for (int h = 0; h < 2; h++) {

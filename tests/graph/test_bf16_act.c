@@ -16,6 +16,7 @@
 #include "starpipe/models.h"
 #include "starpipe/reference.h"
 #include "tests/check.h"
+#include "tests/graph/program_util.h"
 
 typedef struct {
     const char *name;
@@ -34,16 +35,6 @@ static sp_graph *build(const model_case *mc)
     sp_graph *g = mc->gpt ? sp_model_gpt(&mc->c, &st) : sp_model_mlp(&mc->mc, &st);
     REQUIRE(g, "%s: %s", mc->name, sp_last_error());
     return g;
-}
-
-static sp_program *program(const sp_graph *g, sp_precision prec, int act16)
-{
-    sp_status st;
-    sp_program *p = sp_program_build(g, &st);
-    REQUIRE(p, "%s", sp_last_error());
-    REQUIRE(!sp_program_set_precision(p, prec) && !sp_program_set_bf16_activations(p, act16),
-            "%s", sp_last_error());
-    return p;
 }
 
 /* The same buffers, sizes and op counts in every program of every stage. */
@@ -67,10 +58,10 @@ static int same_programs(const sp_program *a, const sp_program *b)
 static void memory(const model_case *mc)
 {
     sp_graph *g = build(mc);
-    sp_program *plain = program(g, SP_PRECISION_FP32, 0);
-    sp_program *fp32 = program(g, SP_PRECISION_FP32, 1);
-    sp_program *bf16 = program(g, SP_PRECISION_BF16, 0);
-    sp_program *half = program(g, SP_PRECISION_BF16, 1);
+    sp_program *plain = test_program(g, SP_PRECISION_FP32, 0);
+    sp_program *fp32 = test_program(g, SP_PRECISION_FP32, 1);
+    sp_program *bf16 = test_program(g, SP_PRECISION_BF16, 0);
+    sp_program *half = test_program(g, SP_PRECISION_BF16, 1);
     CHECK(same_programs(plain, fp32), "%s: fp32 programs changed by the bf16 storage setting",
           mc->name);
     CHECK(same_programs(plain, bf16), "%s: bf16 programs without bf16 storage differ from fp32's",
@@ -161,7 +152,8 @@ static run_result train(const model_case *mc, const sp_program *p, int m)
 static void bits(const model_case *mc)
 {
     sp_graph *g = build(mc);
-    sp_program *full = program(g, SP_PRECISION_BF16, 0), *half = program(g, SP_PRECISION_BF16, 1);
+    sp_program *full = test_program(g, SP_PRECISION_BF16, 0);
+    sp_program *half = test_program(g, SP_PRECISION_BF16, 1);
     run_result a = train(mc, full, 2), b = train(mc, half, 2);
     CHECK(!memcmp(a.loss, b.loss, sizeof a.loss), "%s: losses %.9g %.9g %.9g on fp32 storage, "
           "%.9g %.9g %.9g on bf16", mc->name, a.loss[0], a.loss[1], a.loss[2], b.loss[0],
