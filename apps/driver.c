@@ -1269,10 +1269,14 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         const sp_plan *pl = sp_trainer_plan(t);
         int rep = 0, actor = 0; /* every replica of an actor runs the same plan */
         sp_layout_place(&lay, me, &rep, &actor);
+        const sp_mem_peak *k = &pl->peak[actor];
+        size_t packed = 0; /* the plan's pool as the runtime packs it */
+        if (sp_plan_pool_bytes(pl, sp_program_stage_model(p), actor, &packed) != SP_OK)
+            packed = 0;
         fprintf(stderr, "starpipe: rank %d: per-microbatch buffers %.2f MiB at their peak "
-                "(plan %.2f MiB: activations, boundary tensors and their gradients)\n", me,
-                mem.transient / 1048576.0,
-                (pl->peak[actor].acts + pl->peak[actor].boundary) / 1048576.0);
+                "(plan %.2f MiB as whole buffers, %.2f MiB live at their peaks: activations, "
+                "boundary tensors and their gradients)\n", me, mem.transient / 1048576.0,
+                packed / 1048576.0, (double)(k->acts + k->boundary) / 1048576.0);
     }
 out:
     app_log_close(&rr.log);

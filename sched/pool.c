@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "starpipe/plan.h"
+#include "sched/sched_impl.h"
 
 typedef struct {
     sp_pool_slot *slot;
@@ -167,4 +168,65 @@ sp_status sp_pool_pack(const sp_lifetime *x, int n, sp_pool_slot **slots, int *n
     }
     for (int j = 0; j < NPACK; j++) free(k[j].slot), free(of[j]);
     return ok ? SP_OK : sp_set_error(SP_ERR_NOMEM, "sp_pool_pack: out of memory");
+}
+
+/* The pool the runtime will register for the plan's actor: the plan's own lifetimes of
+ * per-microbatch buffers (activations, their gradients, boundary tensors; taken at the
+ * first instruction that touches one, given at its FREE), packed as above. */
+sp_status sp_plan_pool_bytes(const sp_plan *plan, const sp_stage_model *model, int actor,
+                             size_t *bytes)
+{
+    if (!plan || !model || !bytes || actor < 0 || actor >= plan->nactors)
+        return sp_set_error(SP_ERR_ARG, "sp_plan_pool_bytes: bad arguments");
+    int cap = 64, n = 0, nlive = 0;
+    sp_lifetime *x = malloc(sizeof *x * (size_t)cap);
+    struct live { uint64_t key; int at; } *live = malloc(sizeof *live * (size_t)cap);
+    sp_status st = x && live ? SP_OK : sp_set_error(SP_ERR_NOMEM, "sp_plan_pool_bytes: out of memory");
+    int64_t clock = 0;
+    for (int j = 0; j < plan->ninstr[actor] && st == SP_OK; j++) {
+        const sp_instr *in = &plan->instr[actor][j];
+        const sp_access one = { in->buf, SP_ACCESS_RW };
+        const sp_access *acc = in->op == SP_OP_SEND || in->op == SP_OP_RECV || in->op == SP_OP_FREE
+                                   ? &one : plan->access + in->acc;
+        int nacc = acc == &one ? 1 : (int)in->nacc;
+        for (int q = 0; q < nacc && st == SP_OK; q++) {
+            sp_buf b = acc[q].buf;
+            if (b.cls != SP_BUF_ACT && b.cls != SP_BUF_BGRAD && b.cls != SP_BUF_EDGE_FWD &&
+                b.cls != SP_BUF_EDGE_GRAD)
+                continue;
+            uint64_t key = sp_buf_key(b);
+            int l = 0;
+            while (l < nlive && live[l].key != key) l++;
+            if (in->op == SP_OP_FREE) { /* given back */
+                if (l < nlive) x[live[l].at].to = clock++, live[l] = live[--nlive];
+                continue;
+            }
+            if (l < nlive) continue; /* alive already */
+            if (n == cap) {
+                cap *= 2;
+                sp_lifetime *nx = realloc(x, sizeof *x * (size_t)cap);
+                struct live *nl = nx ? realloc(live, sizeof *live * (size_t)cap) : NULL;
+                if (nx) x = nx;
+                if (nl) live = nl;
+                if (!nx || !nl) {
+                    st = sp_set_error(SP_ERR_NOMEM, "sp_plan_pool_bytes: out of memory");
+                    break;
+                }
+            }
+            x[n] = (sp_lifetime){ sp_buf_bytes(model, b),
+                                  b.cls == SP_BUF_EDGE_FWD || b.cls == SP_BUF_EDGE_GRAD, clock++,
+                                  -1 };
+            live[nlive++] = (struct live){ key, n++ };
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (x[i].to < 0) x[i].to = clock; /* alive to the end */
+    sp_pool_slot *slots = NULL;
+    int nslots = 0, *of = malloc(sizeof(int) * (size_t)(n + 1));
+    if (st == SP_OK && !of) st = sp_set_error(SP_ERR_NOMEM, "sp_plan_pool_bytes: out of memory");
+    if (st == SP_OK) st = sp_pool_pack(x, n, &slots, &nslots, of);
+    *bytes = 0;
+    for (int s = 0; st == SP_OK && s < nslots; s++) *bytes += slots[s].size;
+    free(x), free(live), free(of), free(slots);
+    return st;
 }

@@ -392,6 +392,12 @@ typedef struct {
 } sp_pool_slot;
 sp_status sp_pool_pack(const sp_lifetime *x, int n, sp_pool_slot **slots, int *nslots,
                        int *slot_of);
+/* The bytes of that pool for one actor of a plan, from the plan's own lifetimes of its
+ * per-microbatch buffers (ACT, BGRAD, EDGE_FWD, EDGE_GRAD: taken at the first instruction
+ * touching one, given at its FREE): what the runtime registers, where the plan's peak
+ * (sp_mem_peak) is the live-bytes lower bound. */
+sp_status sp_plan_pool_bytes(const sp_plan *plan, const sp_stage_model *model, int actor,
+                             size_t *bytes);
 
 #ifdef __cplusplus
 }

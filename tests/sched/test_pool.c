@@ -6,7 +6,9 @@
  *     by brute force over every partition of up to 8 buffers into slots, on 3000 random
  *     walks;
  *   - the interleaved-1F1B step that made a greedy pool hold 1.32x the plan's bytes packs
- *     to its optimum.
+ *     to its optimum;
+ *   - sp_plan_pool_bytes of every built-in's plan is never below the plan's peaks of
+ *     activations and boundary tensors, and equal to their sum with one stage per actor.
  * Writes the mean and worst ratio to the optimum. */
 #include "test_util.h"
 
@@ -140,5 +142,35 @@ int main(void)
     CHECK(got == best, "interleaved: %zu, the optimum %zu", got, best);
     free(slot);
     printf("random walks: %d, packed / optimum mean %.4f, worst %.4f\n", trials, sum / trials, worst);
+    /* sp_plan_pool_bytes: every built-in, p = 2 and 4, on a chain whose stages differ in
+     * activation size (stage s: 1000 (s + 1) bytes): never below the plan's peaks,
+     * and equal to it for the one-stage-per-actor schedules, whose buffers of one class
+     * all have one size */
+    for (int b = 0; b < sp_schedule_builtin_count(); b++)
+        for (int p = 2; p <= 4; p += 2) {
+            const char *name = sp_schedule_builtin_info(b)->name;
+            int v = sp_test_chunks(name);
+            sp_stage_model *md = sp_test_tied_chain(p * v);
+            for (int st = 0; st < p * v; st++) md->stage[st].act_bytes = 1000 * (size_t)(st + 1);
+            sp_schedule *sch = NULL;
+            sp_plan *pl = NULL;
+            MUST(sp_schedule_builtin(name, p, 2 * p, v, &sch));
+            MUST(sp_plan_build(md, sch, &pl));
+            for (int a = 0; a < p; a++) {
+                /* the peaks of activations and of boundary tensors: each a lower bound
+                 * of its own; their sum is the peak of the sum with one stage per actor */
+                const sp_mem_peak *k = &pl->peak[a];
+                size_t pool = 0, sum = k->acts + k->boundary;
+                MUST(sp_plan_pool_bytes(pl, md, a, &pool));
+                CHECK(pool >= k->acts && pool >= k->boundary && pool <= 2 * sum,
+                      "%s p=%d actor %d: pool %zu against peaks %zu and %zu", name, p, a, pool,
+                      k->acts, k->boundary);
+                CHECK(v > 1 || pool == sum, "%s p=%d actor %d: pool %zu, live peak %zu", name, p,
+                      a, pool, sum);
+            }
+            sp_plan_free(pl);
+            sp_schedule_free(sch);
+            sp_stage_model_free(md);
+        }
     return test_done("test_pool");
 }
