@@ -46,16 +46,19 @@ static sp_exec_mode exec_mode(sp_slab_class c, sp_slab_mode m)
     return m == SP_SLAB_R ? SP_EXEC_R : m == SP_SLAB_W ? SP_EXEC_W : SP_EXEC_RW;
 }
 
-/* A stage task's key in StarPU's performance model: its stage and the bytes its program
- * reads and writes, not those of the pool buffers it runs on (which may be larger). */
-static uint32_t stage_footprint(const sp_trainer *t, task_id id)
+/* Each stage program's key in StarPU's performance model, once: its stage and the bytes
+ * it reads and writes, not those of the pool buffers it runs on (which may be larger). */
+static void stage_footprints(sp_trainer *t)
 {
-    uint64_t h = sp_mix64((uint64_t)id.stage + 1);
-    for (int j = 0; j < sp_program_num_bufs(t->p, id.stage, (sp_task_kind)id.kind); j++) {
-        sp_slab_ref r = sp_program_buf(t->p, id.stage, (sp_task_kind)id.kind, j);
-        h = sp_mix64(h ^ sp_program_buf_bytes(t->p, r.cls, r.index));
-    }
-    return (uint32_t)h | 1; /* 0 means "no key" */
+    for (int s = 0; s < t->S; s++)
+        for (int kind = 0; kind < SP_NUM_TASK_KINDS; kind++) {
+            uint64_t h = sp_mix64((uint64_t)s + 1);
+            for (int j = 0; j < sp_program_num_bufs(t->p, s, (sp_task_kind)kind); j++) {
+                sp_slab_ref r = sp_program_buf(t->p, s, (sp_task_kind)kind, j);
+                h = sp_mix64(h ^ sp_program_buf_bytes(t->p, r.cls, r.index));
+            }
+            t->footprint[s * SP_NUM_TASK_KINDS + kind] = (uint32_t)h | 1; /* 0: no key */
+        }
 }
 
 sp_status sp_tr_submit(sp_trainer *t, const char *name, sp_tr_fn fn, int nbufs,
@@ -78,11 +81,12 @@ sp_status sp_tr_submit(sp_trainer *t, const char *name, sp_tr_fn fn, int nbufs,
     }
     t->seq_task[t->seq] = id;
     int gpu = fn.cuda && sp_exec_num_cuda() > 0;
+    uint32_t key = id.kind >= 0 ? t->footprint[id.stage * SP_NUM_TASK_KINDS + id.kind] : 0;
     sp_exec_task task = { .name = name, .cpu = gpu ? NULL : fn.cpu, .cuda = gpu ? fn.cuda : NULL,
                           .nbufs = nbufs, .bufs = bufs,
                           .modes = modes, .args = args, .args_size = args_size,
                           .codelet = cls,
-                          .footprint = id.kind >= 0 ? stage_footprint(t, id) : 0,
+                          .footprint = key,
                           .seq = t->seq++ };
     return sp_exec_submit(&task);
 }
@@ -712,7 +716,7 @@ static sp_status alloc_arrays(sp_trainer *t)
     ALLOC(h_act, 2 * m * S) ALLOC(h_bgrad, m * S) /* ACT: m more for recomputation */ ALLOC(h_efwd, m * E) ALLOC(h_egrad, m * E)
     ALLOC(h_input, m * t->nin) ALLOC(input_host, m * t->nin) ALLOC(h_loss, m)
     ALLOC(shared_param, t->nshared) ALLOC(h_sgrad, t->nshared * S)
-    ALLOC(h_sparam, t->nshared) ALLOC(h_sumsq, S)
+    ALLOC(h_sparam, t->nshared) ALLOC(h_sumsq, S) ALLOC(footprint, S * SP_NUM_TASK_KINDS)
 #undef ALLOC
     return SP_OK;
 }
@@ -863,6 +867,7 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
     for (int a = 0; a < t->plan->nactors; a++)
         if (t->plan->ninstr[a] > t->tmax) t->tmax = t->plan->ninstr[a];
     if ((st = alloc_arrays(t))) goto out;
+    stage_footprints(t);
     for (int i = 0, k = 0; i < sp_graph_num_params(t->g); i++) {
         sp_tensor x = sp_graph_param(t->g, i);
         int users = 0;
@@ -933,7 +938,7 @@ void sp_trainer_free(sp_trainer *t)
     free(t->h_act), free(t->h_bgrad), free(t->h_efwd), free(t->h_egrad), free(t->h_input);
     free(t->input_host), free(t->h_loss), free(t->shared_param);
     free(t->h_sgrad), free(t->h_sparam), free(t->seq_task), free(t->events), free(t->msg_instr);
-    free(t->nccl_of), free(t->ncalls), free(t->grads_last);
+    free(t->nccl_of), free(t->ncalls), free(t->grads_last), free(t->footprint);
     free(t->tbuf), free(t->tstart), free(t->tend);
     sp_plan_free(t->plan);
     sp_plan_free(t->eval_plan);

@@ -52,6 +52,7 @@ struct sp_trainer {
     int actor, replica, R;
     sp_tr_stage_replicas *rep; /* [S], for stages this rank holds; NULL without replicas */
     int *grads_last;           /* [S]: the last instruction of phase 1 writing GRADS[s] */
+    uint32_t *footprint;       /* [S * SP_NUM_TASK_KINDS]: stage programs' perfmodel keys */
     int *unpack;               /* deferred unpacks of the step: (stage, replica) pairs */
     int nunpack;
     size_t persistent_bytes;   /* every buffer sp_tr_register_host made */

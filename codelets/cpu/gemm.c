@@ -189,7 +189,7 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
     const int64_t rsa = ta ? 1 : lda, csa = ta ? lda : 1;
     float bp[KC * NR_MAX] __attribute__((aligned(64)));
     float ce[MR_MAX * NR_MAX]; /* an edge tile of c */
-    int64_t roff[MR_MAX], proff[MR_MAX], poff[MR_MAX]; /* poff: a packed panel's rows */
+    int64_t roff[MR_MAX], poff[MR_MAX]; /* a's rows; poff: a packed panel's */
     /* Large products pack each block of a into micro-panels (MR rows interleaved, k
      * ascending): the kernel then reads one stream rather than MR rows lda apart (or,
      * transposed, one line per k). +16% on the GPT block's products on an AVX2 core
@@ -209,9 +209,9 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
                     const int mr = m0 + mc - i0 < MR ? m0 + mc - i0 : MR;
                     const float *src = a + (int64_t)i0 * rsa + (int64_t)k0 * csa;
                     for (int r = 0; r < MR; r++) /* rows past the edge: the last again */
-                        proff[r] = (r < mr ? r : mr - 1) * rsa;
+                        roff[r] = (r < mr ? r : mr - 1) * rsa;
                     for (int kk = 0; kk < kc; kk++, src += csa, d += MR)
-                        for (int r = 0; r < MR; r++) d[r] = src[proff[r]];
+                        for (int r = 0; r < MR; r++) d[r] = src[roff[r]];
                 }
             for (int j0 = 0; j0 < n; j0 += NR) {
                 const int nr = n - j0 < NR ? n - j0 : NR;
