@@ -2,6 +2,10 @@
  * failure agreement and traces. Transfers are in comm/, the order in sched/policy.c. */
 #define _GNU_SOURCE /* cpu_set_t (runtime/gpumap.h) */
 #include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -801,6 +805,62 @@ static sp_status check_sched_env(void)
                         "scheduling policy; unset it or set it to \"starpipe\"", s);
 }
 
+/* ---- StarPU's bus model: measured by one process at a time ----
+ * starpu_init measures the bus and writes its files (<home>/.starpu/sampling/bus/<host>.*)
+ * when they are missing or describe other hardware, and processes sharing a StarPU home
+ * do it at once, truncating and reading each other's files: in a fresh home, a rank read
+ * an affinity file another rank was rewriting and aborted (CI; 4 runs in 15 with 8 ranks
+ * here, tests/runtime/fresh_home.sh). So each process holds an exclusive lock next to
+ * those files from before starpu_init until StarPU has loaded them; StarPU creates the
+ * scheduling context right after that (core/workers.c), and our policy then calls the
+ * context's sched_policy_init callback, bus_unlock. The lock covers separate jobs on the
+ * host too, and the kernel drops it if the process dies. Start-up is serialised only
+ * over StarPU's topology discovery and the bus files, before any worker or MPI thread. */
+static int bus_lock_fd = -1;
+
+static void bus_unlock(unsigned ctx)
+{
+    (void)ctx;
+    if (bus_lock_fd >= 0) {
+        close(bus_lock_fd); /* releases the flock */
+        bus_lock_fd = -1;
+    }
+}
+
+/* The bus files' folder as StarPU itself names it (its path rules: STARPU_PERF_MODEL_DIR,
+ * XDG_CACHE_HOME, STARPU_HOME, HOME, STARPU_HOSTNAME); "" when it cannot be read. */
+static void bus_lock_path(char *path, size_t n)
+{
+    char *text = NULL;
+    size_t len = 0;
+    path[0] = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return;
+    starpu_bus_print_filenames(f); /* " affinity: <DIR/HOST.affinity>" among its lines */
+    fclose(f);
+    const char *a = text ? strstr(text, "affinity: <") : NULL;
+    const char *e = a ? strstr(a, ".affinity>") : NULL;
+    if (e) {
+        a += strlen("affinity: <");
+        snprintf(path, n, "%.*s.starpipe-lock", (int)(e - a), a);
+    }
+    free(text);
+}
+
+static void bus_lock(void)
+{
+    char path[4096];
+    bus_lock_path(path, sizeof path);
+    if (!path[0])
+        return;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return; /* a read-only home: StarPU cannot write its files either, nothing races */
+    while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {}
+    bus_lock_fd = fd;
+}
+
 /* This rank's GPU (runtime/gpumap.c) from what the CUDA runtime sees, and the CPUs near
  * it (sysfs, by the device's PCI address; empty when unknown). */
 static sp_status choose_gpu(MPI_Comm node, sp_gpu_choice *gpu, cpu_set_t *near)
@@ -908,7 +968,13 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     struct starpu_conf conf;
     SP_STARPU_CHECK(starpu_conf_init(&conf));
     conf.sched_policy = &sp_policy;
-    SP_STARPU_CHECK(starpu_mpi_init_conf(argc, argv, 0, MPI_COMM_WORLD, &conf));
+    conf.sched_policy_init = bus_unlock;
+    bus_lock();
+    int rc = starpu_mpi_init_conf(argc, argv, 0, MPI_COMM_WORLD, &conf);
+    bus_unlock(0); /* in case starpu_init failed before creating the context */
+    if (rc < 0)
+        return sp_set_error(SP_ERR_RUNTIME, "%s:%d: starpu_mpi_init_conf failed: %s",
+                            __FILE__, __LINE__, strerror(-rc));
     /* The cache only serves starpu_mpi_task_insert's implicit transfers, which starpipe
      * never uses; with it off a stray use cannot serve stale data (tests/runtime). */
     SP_STARPU_CHECK(starpu_mpi_cache_set(0));
