@@ -136,7 +136,7 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
     case SP_OP_ATTENTION: {
         I = sp_prog_emit(kp, SP_I_ATTN_DX, t);
         I->o[0] = dx;
-        I->o[1] = sp_loc_scratch(p, kp, s, sp_attention_scratch_need(n, 1));
+        I->o[1] = sp_loc_scratch(p, kp, s, sp_attention_scratch_need(p, n, 1));
         I->i[0] = dout;
         I->i[1] = sp_loc_value(p, kp, s, n->in[0], SP_SLAB_R);
         I->i[2] = sp_loc_aux(p, kp, t, SP_SLAB_R);

@@ -65,9 +65,12 @@ static int embed(void *c, float *out, const int32_t *tokens, const float *wte, c
 }
 
 static int attention(void *c, float *out, float *lse, float *scratch, const float *qkv, int B,
-                     int T, int C, int NH)
+                     int T, int C, int NH, int prec)
 {
-    sp_attention_forward(out, lse, scratch, qkv, B, T, C, NH);
+    if (prec & SP_PREC_BF16)
+        sp_attention_forward_bf16(out, lse, scratch, qkv, B, T, C, NH);
+    else
+        sp_attention_forward(out, lse, scratch, qkv, B, T, C, NH);
     return 0;
 }
 
@@ -147,9 +150,12 @@ static int embed_dparams(void *c, float *dwte, float *dwpe, const float *dout,
 
 static int attention_dx(void *c, float *dqkv, float *scratch, const float *dout,
                         const float *qkv, const float *out, const float *lse, int B, int T,
-                        int C, int NH, int acc)
+                        int C, int NH, int acc, int prec)
 {
-    sp_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, acc);
+    if (prec & SP_PREC_BF16)
+        sp_attention_backward_bf16(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, acc);
+    else
+        sp_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, acc);
     return 0;
 }
 

@@ -198,11 +198,12 @@ sp_loc sp_loc_scratch(sp_program *p, sp_kprog *kp, int s, int64_t floats)
     return (sp_loc){ sp_prog_buf(kp, SP_SLAB_SCRATCH, s, 0, SP_SLAB_RW), 0 };
 }
 
-int64_t sp_attention_scratch_need(const sp_node *n, int backward)
+int64_t sp_attention_scratch_need(const sp_program *p, const sp_node *n, int backward)
 {
     int64_t T = n->shape[1];
-    int64_t cpu = sp_attention_scratch_floats((int)n->shape[0], (int)T, (int)n->shape[2],
-                                              n->heads);
+    int64_t cpu = (p->precision == SP_PRECISION_BF16 ? sp_attention_scratch_floats_bf16
+                                                     : sp_attention_scratch_floats)(
+        (int)n->shape[0], (int)T, (int)n->shape[2], n->heads);
     /* sp_cuda_attention_scratch_floats: the backward's D = rowsum(dout * out), (B,NH,T) */
     int64_t cuda = backward ? n->shape[0] * n->heads * T : 0;
     return cpu > cuda ? cpu : cuda;
@@ -558,7 +559,7 @@ static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t, sp_loc 
         I->o[0] = out;
         I->o[1] = sp_loc_aux(p, kp, t, SP_SLAB_W);
         I->i[0] = x0;
-        I->i[1] = sp_loc_scratch(p, kp, s, sp_attention_scratch_need(n, 0));
+        I->i[1] = sp_loc_scratch(p, kp, s, sp_attention_scratch_need(p, n, 0));
         I->n[0] = n->shape[0];
         I->n[1] = n->shape[1];
         I->n[2] = n->shape[2];
@@ -991,7 +992,7 @@ static int run_instr(const sp_kinstr *I, void *const *bufs, float dloss, int bf1
                          n[3]);
     case SP_I_ATTENTION:
         return be->attention(c, F32(I->o[0]), F32(I->o[1]), F32(I->i[1]), F32(I->i[0]), M, Nc,
-                             K, (int)n[3]);
+                             K, (int)n[3], prec);
     case SP_I_CE:
         return be->cross_entropy(c, F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), I32(I->i[1]), M,
                                  Nc, F32(I->i[2]));
@@ -1022,7 +1023,7 @@ static int run_instr(const sp_kinstr *I, void *const *bufs, float dloss, int bf1
                                  Nc, K);
     case SP_I_ATTN_DX:
         return be->attention_dx(c, F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), F32(I->i[1]),
-                                F32(I->i[3]), F32(I->i[2]), M, Nc, K, (int)n[3], acc);
+                                F32(I->i[3]), F32(I->i[2]), M, Nc, K, (int)n[3], acc, prec);
     case SP_I_CE_DX:
         return be->cross_entropy_dx(c, F32(I->o[0]), F32(I->i[0]), I32(I->i[1]), F32(I->i[2]), M,
                                     Nc, acc);

@@ -118,9 +118,10 @@ int sp_edge_index(const sp_program *p, int src, int dst);
 /* The stage's SCRATCH operand, grown to hold `floats`. Sized for the CPU and the CUDA
  * kernels alike (their needs differ; codelets/cuda/kernels_cuda.h). */
 sp_loc sp_loc_scratch(sp_program *p, sp_kprog *kp, int s, int64_t floats);
-/* SCRATCH floats of attention node n's forward (backward = 0) or backward: the CPU's
- * need, or the CUDA kernels' (none forward, B*NH*T backward), whichever is larger. */
-int64_t sp_attention_scratch_need(const sp_node *n, int backward);
+/* SCRATCH floats of attention node n's forward (backward = 0) or backward under p's
+ * precision: the CPU's need, or the CUDA kernels' (none forward, B*NH*T backward),
+ * whichever is larger. */
+int64_t sp_attention_scratch_need(const sp_program *p, const sp_node *n, int backward);
 
 /* Emits B, W and BW of every stage. Returns SP_OK or an error. */
 sp_status sp_autodiff_emit(sp_program *p);

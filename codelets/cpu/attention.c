@@ -100,6 +100,37 @@ static SP_VEC_FN void softmax_rows(float *restrict s, int64_t ld, int bq, int t0
     }
 }
 
+/* bf16 (FlashAttention-2's rounding points): each row becomes its unnormalized
+ * exp(scale x - max) rounded to bf16, the product's operand; the row sum, and so lse and
+ * inv[r] = 1 / sum (applied to the output after the product), are of the fp32 values. */
+static SP_VEC_FN void softmax_rows_bf16(float *restrict s, int64_t ld, int bq, int t0,
+                                        int kend, float scale, float *restrict lse,
+                                        float *restrict inv)
+{
+    const int nc = (kend + 15) / 16;
+    for (int r = 0; r < bq; r++) {
+        float *x = s + r * ld;
+        const int t = t0 + r;
+        const float mx = row_max(x, nc, t) * scale;
+        float z[16];
+        for (int j = 0; j < 16; j++)
+            z[j] = 0.0f;
+        for (int c = 0; c < nc; c++)
+            for (int j = 0; j < 16; j++) {
+                const int u = 16 * c + j;
+                const float p = keep_if(exp_le0(x[u] * scale - mx), u <= t);
+                x[u] = p;
+                z[j] += p;
+            }
+        const float sum =
+            (((z[0] + z[8]) + (z[1] + z[9])) + ((z[2] + z[10]) + (z[3] + z[11]))) +
+            (((z[4] + z[12]) + (z[5] + z[13])) + ((z[6] + z[14]) + (z[7] + z[15])));
+        sp_round_bf16(x, x, 16 * (int64_t)nc);
+        inv[r] = 1.0f / sum;
+        lse[r] = mx + logf(sum);
+    }
+}
+
 /* The softmax backward of one block: p holds q k^T, dp holds dout v^T (bq, ld). p
  * becomes P = exp(scale s - lse), dp becomes dS = P (dP - D) scale, both zero above the
  * diagonal, with D[r] = dout_t . out_t = sum over the row of P dP. */
@@ -126,6 +157,7 @@ static SP_VEC_FN void softmax_backward_rows(float *restrict p, float *restrict d
  * 16, and D; each starts 64-byte aligned. */
 typedef struct {
     float *kt, *p2, *p3, *s, *ds, *D;
+    float *qb, *db; /* bf16 only: a block's q and dout rounded, (BQ, hs) each */
 } att_scratch;
 
 static int64_t up16(int64_t n) { return (n + 15) / 16 * 16; }
@@ -147,6 +179,8 @@ static att_scratch carve(float *scratch, int T, int hs)
     z.s = z.p3 + slot;
     z.ds = z.s + strip;
     z.D = z.ds + strip;
+    z.qb = z.D + BQ;
+    z.db = z.qb + (int64_t)BQ * hs;
     return z;
 }
 
@@ -157,10 +191,25 @@ int64_t sp_attention_scratch_floats(int B, int T, int C, int NH)
     return 16 + 3 * packed_slot(T, C / NH) + 2 * (int64_t)BQ * up16(T) + BQ;
 }
 
-/* Per (b, h): k^T and v packed; block by block, S = q_i k^T (keys 0..kend-1), softmax,
- * out_i = P v. */
-void sp_attention_forward(float *restrict out, float *restrict lse, float *restrict scratch,
-                          const float *restrict qkv, int B, int T, int C, int NH)
+int64_t sp_attention_scratch_floats_bf16(int B, int T, int C, int NH)
+{
+    if (T <= 0 || NH <= 0)
+        return 1;
+    return sp_attention_scratch_floats(B, T, C, NH) + 2 * (int64_t)BQ * (C / NH);
+}
+
+/* rows (bq, hs) of stride ld rounded to bf16 into dst (bq, hs) */
+static void round_rows(float *restrict dst, const float *restrict src, int64_t ld, int bq,
+                       int hs)
+{
+    for (int r = 0; r < bq; r++)
+        sp_round_bf16(dst + (int64_t)r * hs, src + r * ld, hs);
+}
+
+/* Per (b, h): k^T and v packed (and rounded, bf16); block by block, S = q_i k^T (keys
+ * 0..kend-1), softmax, out_i = P v (bf16: (P~ v) / sum, P~ unnormalized and rounded). */
+static void attention_forward(float *restrict out, float *restrict lse, float *restrict scratch,
+                              const float *restrict qkv, int B, int T, int C, int NH, int bf16)
 {
     if (B <= 0 || T <= 0 || NH <= 0)
         return;
@@ -175,23 +224,54 @@ void sp_attention_forward(float *restrict out, float *restrict lse, float *restr
             float *L = lse + ((int64_t)b * NH + h) * T;
             sp_gemm_pack(z.kt, k, C3, 1, hs, T); /* k^T (hs, T) */
             sp_gemm_pack(z.p2, v, C3, 0, T, hs); /* v (T, hs) */
+            if (bf16) { /* rounding commutes with packing */
+                sp_round_bf16(z.kt, z.kt, sp_gemm_packed_floats(hs, T));
+                sp_round_bf16(z.p2, z.p2, sp_gemm_packed_floats(T, hs));
+            }
             for (int t0 = 0; t0 < T; t0 += BQ) {
                 const int bq = T - t0 < BQ ? T - t0 : BQ, kend = t0 + bq;
-                sp_gemm_packed(z.s, LD, q + (int64_t)t0 * C3, C3, 0, z.kt, hs, T, bq, kend, hs, 0);
-                softmax_rows(z.s, LD, bq, t0, kend, scale, L + t0);
-                sp_gemm_packed(o + (int64_t)t0 * C, C, z.s, LD, 0, z.p2, T, hs, bq, hs, kend, 0);
+                if (!bf16) {
+                    sp_gemm_packed(z.s, LD, q + (int64_t)t0 * C3, C3, 0, z.kt, hs, T, bq, kend,
+                                   hs, 0);
+                    softmax_rows(z.s, LD, bq, t0, kend, scale, L + t0);
+                    sp_gemm_packed(o + (int64_t)t0 * C, C, z.s, LD, 0, z.p2, T, hs, bq, hs,
+                                   kend, 0);
+                    continue;
+                }
+                round_rows(z.qb, q + (int64_t)t0 * C3, C3, bq, hs);
+                sp_gemm_packed(z.s, LD, z.qb, hs, 0, z.kt, hs, T, bq, kend, hs, 0);
+                softmax_rows_bf16(z.s, LD, bq, t0, kend, scale, L + t0, z.D);
+                float *ot = o + (int64_t)t0 * C;
+                sp_gemm_packed(ot, C, z.s, LD, 0, z.p2, T, hs, bq, hs, kend, 0);
+                for (int r = 0; r < bq; r++)
+                    for (int i = 0; i < hs; i++)
+                        ot[(int64_t)r * C + i] *= z.D[r];
             }
         }
+}
+
+void sp_attention_forward(float *restrict out, float *restrict lse, float *restrict scratch,
+                          const float *restrict qkv, int B, int T, int C, int NH)
+{
+    attention_forward(out, lse, scratch, qkv, B, T, C, NH, 0);
+}
+
+void sp_attention_forward_bf16(float *restrict out, float *restrict lse,
+                               float *restrict scratch, const float *restrict qkv, int B, int T,
+                               int C, int NH)
+{
+    attention_forward(out, lse, scratch, qkv, B, T, C, NH, 1);
 }
 
 /* Per (b, h), block by block: P from the saved lse, dP = dout_i v^T, dS = P (dP - D)
  * scale; dq_i = dS k; dk += dS^T q_i; dv += P^T dout_i. dk and dv collect the blocks in
  * ascending order (each a sequential sum over query rows, as sp_gemm promises), from
- * zero when acc = 0. */
-SP_NOFMA void sp_attention_backward(float *restrict dqkv, float *restrict scratch,
-                                    const float *restrict dout, const float *restrict qkv,
-                                    const float *restrict out, const float *restrict lse,
-                                    int B, int T, int C, int NH, int acc)
+ * zero when acc = 0. bf16: q, k, v, dout rounded as operands (D stays of the fp32 dout
+ * and out), then P and dS rounded after the softmax backward (dS from the fp32 P). */
+static SP_NOFMA void attention_backward(float *restrict dqkv, float *restrict scratch,
+                                        const float *restrict dout, const float *restrict qkv,
+                                        const float *restrict out, const float *restrict lse,
+                                        int B, int T, int C, int NH, int acc, int bf16)
 {
     if (B <= 0 || T <= 0 || NH <= 0)
         return;
@@ -214,9 +294,15 @@ SP_NOFMA void sp_attention_backward(float *restrict dqkv, float *restrict scratc
             sp_gemm_pack(z.kt, k, C3, 1, hs, T); /* k^T (hs, T) */
             sp_gemm_pack(z.p2, v, C3, 1, hs, T); /* v^T (hs, T) */
             sp_gemm_pack(z.p3, k, C3, 0, T, hs); /* k (T, hs) */
+            if (bf16) {
+                sp_round_bf16(z.kt, z.kt, sp_gemm_packed_floats(hs, T));
+                sp_round_bf16(z.p2, z.p2, sp_gemm_packed_floats(hs, T));
+                sp_round_bf16(z.p3, z.p3, sp_gemm_packed_floats(T, hs));
+            }
             for (int t0 = 0; t0 < T; t0 += BQ) {
                 const int bq = T - t0 < BQ ? T - t0 : BQ, kend = t0 + bq;
                 const float *qi = q + (int64_t)t0 * C3, *di = d + (int64_t)t0 * C;
+                int64_t lq = C3, ld = C;
                 for (int r = 0; r < bq; r++) {
                     const float *dr = di + (int64_t)r * C, *orow = o + (int64_t)(t0 + r) * C;
                     float sum = 0.0f;
@@ -224,13 +310,39 @@ SP_NOFMA void sp_attention_backward(float *restrict dqkv, float *restrict scratc
                         sum += dr[i] * orow[i];
                     z.D[r] = sum;
                 }
-                sp_gemm_packed(z.s, LD, qi, C3, 0, z.kt, hs, T, bq, kend, hs, 0);
-                sp_gemm_packed(z.ds, LD, di, C, 0, z.p2, hs, T, bq, kend, hs, 0);
+                if (bf16) {
+                    round_rows(z.qb, qi, C3, bq, hs);
+                    round_rows(z.db, di, C, bq, hs);
+                    qi = z.qb, di = z.db, lq = ld = hs;
+                }
+                sp_gemm_packed(z.s, LD, qi, lq, 0, z.kt, hs, T, bq, kend, hs, 0);
+                sp_gemm_packed(z.ds, LD, di, ld, 0, z.p2, hs, T, bq, kend, hs, 0);
                 softmax_backward_rows(z.s, z.ds, LD, bq, t0, kend, scale, L + t0, z.D);
+                if (bf16)
+                    for (int r = 0; r < bq; r++) {
+                        sp_round_bf16(z.s + r * LD, z.s + r * LD, up16(kend));
+                        sp_round_bf16(z.ds + r * LD, z.ds + r * LD, up16(kend));
+                    }
                 sp_gemm_packed(dq + (int64_t)t0 * C3, C3, z.ds, LD, 0, z.p3, T, hs, bq, hs, kend,
                                acc);
-                sp_gemm(dk, C3, z.ds, LD, 1, qi, C3, 0, kend, hs, bq, 1);
-                sp_gemm(dv, C3, z.s, LD, 1, di, C, 0, kend, hs, bq, 1);
+                sp_gemm(dk, C3, z.ds, LD, 1, qi, lq, 0, kend, hs, bq, 1);
+                sp_gemm(dv, C3, z.s, LD, 1, di, ld, 0, kend, hs, bq, 1);
             }
         }
+}
+
+void sp_attention_backward(float *restrict dqkv, float *restrict scratch,
+                           const float *restrict dout, const float *restrict qkv,
+                           const float *restrict out, const float *restrict lse, int B, int T,
+                           int C, int NH, int acc)
+{
+    attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, acc, 0);
+}
+
+void sp_attention_backward_bf16(float *restrict dqkv, float *restrict scratch,
+                                const float *restrict dout, const float *restrict qkv,
+                                const float *restrict out, const float *restrict lse, int B,
+                                int T, int C, int NH, int acc)
+{
+    attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, acc, 1);
 }

@@ -86,6 +86,23 @@ void sp_attention_backward(float *dqkv, float *scratch, const float *dout, const
                            int acc);
 /* Floats of scratch either direction needs: O(T (C/NH + query block)), never T x T. */
 int64_t sp_attention_scratch_floats(int B, int T, int C, int NH);
+/* bf16 mixed precision (sp_program_set_precision), the rounding points of FlashAttention-2
+ * in bf16, which the GPU's tensor-core kernels share (each product of two bf16 values is
+ * exact in fp32, sums in fp32; sp_round_bf16's rounding):
+ *   forward:  S = bf16(q) bf16(k)^T; m = rowmax(scale S); P~ = exp(scale S - m) in fp32,
+ *             l = rowsum(P~) in fp32, lse = m + log l; out = (bf16(P~) bf16(v)) / l.
+ *   backward: P = exp(scale S - lse) in fp32 (S as forward); dP = bf16(dout) bf16(v)^T;
+ *             D = rowsum(dout * out) in fp32 (fp32 dout); dS = P (dP - D) scale in fp32;
+ *             dq = bf16(dS) bf16(k), dk = bf16(dS)^T bf16(q), dv = bf16(P)^T bf16(dout).
+ * The GPU rounds P~ against a running max (online softmax), so their out differs by P's
+ * rounding, not more. Same contract and determinism as the fp32 ones; scratch:
+ * sp_attention_scratch_floats_bf16 floats (the fp32 need and two rounded row blocks). */
+void sp_attention_forward_bf16(float *out, float *lse, float *scratch, const float *qkv, int B,
+                               int T, int C, int NH);
+void sp_attention_backward_bf16(float *dqkv, float *scratch, const float *dout,
+                                const float *qkv, const float *out, const float *lse, int B,
+                                int T, int C, int NH, int acc);
+int64_t sp_attention_scratch_floats_bf16(int B, int T, int C, int NH);
 
 /* Softmax cross-entropy, mean over the N rows. logits (N,V), targets (N) in [0,V).
  * probs (N,V) saves the softmax; *loss gets the mean of -log p[target]. Returns the

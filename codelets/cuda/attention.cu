@@ -349,6 +349,468 @@ static __global__ void __launch_bounds__(FA_THREADS)
     fa_write(dqkv + head + (int64_t)q0 * C3 + d0, C3, nq, dn, dq, acc);
 }
 
+/* ---- bf16 on the tensor cores (mma.sync m16n8k16: common.cuh's sp_mma_bf16) ----------
+ * The rounding points of the CPU's sp_attention_*_bf16 (codelets/cpu/kernels.h). Blocks of
+ * 4 warps; tiles of AB_TILE rows staged into shared memory as bf16 (rounded there: the only
+ * conversion of q, k, v and dout), head columns padded with zeros to a multiple of 16 (so
+ * any head size up to AB_HD). A warp owns 16 rows of a product: its operands are read
+ * from shared memory into the PTX ISA's fragments by plain 32-bit loads; a score tile's
+ * accumulators (C fragments) of two adjacent 8-column tiles are the A fragment of the
+ * next product once rounded (FlashAttention-2's register reuse). Row reductions run over
+ * the 4 lanes of a row (threadID_in_group) by butterflies: fixed order, deterministic.
+ * Shared memory is static (< 48 KiB): no double buffering of K and V yet. */
+#define AB_TILE 64
+#define AB_WARPS 4
+#define AB_THREADS (AB_WARPS * 32)
+#define AB_HD SP_CUDA_ATTN_BF16_MAX_HS
+#define AB_LD (AB_HD + 8) /* bf16 row stride: 272 bytes, rows 4 banks apart */
+#define AB_QB 16          /* queries per step of the key-tile backward kernel */
+static_assert(AB_TILE == 16 * AB_WARPS, "a warp owns 16 rows of a tile");
+static_assert(AB_HD % 16 == 0 && AB_HD <= 128, "head columns: 8-column tiles in registers");
+
+typedef uint16_t ab_tile[AB_LD];
+struct alignas(16) ab_smem {
+    ab_tile k[AB_TILE], v[AB_TILE];
+};
+struct alignas(16) ab_smem_kv {
+    ab_tile k[AB_TILE], v[AB_TILE], q[AB_QB], d[AB_QB];
+    float lse[AB_QB], D[AB_QB];
+};
+static_assert(sizeof(ab_smem_kv) <= 48 * 1024, "bf16 attention tiles exceed 48 KiB");
+
+/* dst rows 0..rows-1, columns 0..hd-1 = src rows (stride ld) rounded to bf16; rows from n
+ * and columns from hs on are zero. Whole block; the caller synchronizes. */
+/* 32-bit accesses of bf16 pairs (4-byte aligned: even columns); memcpy where a C++
+ * compiler's aliasing rules apply (the CPU emulation). */
+static __device__ __forceinline__ uint32_t ab_u32(const uint16_t *x)
+{
+#ifdef SP_EMU_SIMT
+    uint32_t u;
+    memcpy(&u, x, 4);
+    return u;
+#else
+    return *reinterpret_cast<const uint32_t *>(x);
+#endif
+}
+static __device__ __forceinline__ void ab_put32(uint16_t *x, uint32_t u)
+{
+#ifdef SP_EMU_SIMT
+    memcpy(x, &u, 4);
+#else
+    *reinterpret_cast<uint32_t *>(x) = u;
+#endif
+}
+
+static __device__ __forceinline__ void ab_stage(ab_tile *dst, const float *src, int64_t ld,
+                                                int n, int rows, int hd, int hs)
+{
+    const int h2 = hd / 2;
+    for (int e = threadIdx.x; e < rows * h2; e += AB_THREADS) {
+        const int r = e / h2, c = 2 * (e % h2);
+        const float *x = src + r * ld + c;
+        const float x0 = r < n && c < hs ? x[0] : 0.0f, x1 = r < n && c + 1 < hs ? x[1] : 0.0f;
+        ab_put32(&dst[r][c], sp_bf16x2(x0, x1));
+    }
+}
+
+static __device__ __forceinline__ int ab_g() { return ((int)threadIdx.x & 31) >> 2; }
+static __device__ __forceinline__ int ab_tg() { return (int)threadIdx.x & 3; }
+
+/* A fragment of rows r0.., columns c0.. of a tile: A[i][j] = t[r0 + i][c0 + j]. */
+static __device__ __forceinline__ void ab_load_a(uint32_t a[4], const ab_tile *t, int r0, int c0)
+{
+    const int g = ab_g(), c = c0 + 2 * ab_tg();
+    a[0] = ab_u32(&t[r0 + g][c]), a[1] = ab_u32(&t[r0 + g + 8][c]);
+    a[2] = ab_u32(&t[r0 + g][c + 8]), a[3] = ab_u32(&t[r0 + g + 8][c + 8]);
+}
+/* B fragment with B[k][n] = t[n0 + n][k0 + k]: a tile's rows are the product's columns
+ * (q k^T with k the tile). */
+static __device__ __forceinline__ void ab_load_bt(uint32_t b[2], const ab_tile *t, int n0, int k0)
+{
+    const uint16_t *r = &t[n0 + ab_g()][k0 + 2 * ab_tg()];
+    b[0] = ab_u32(r), b[1] = ab_u32(r + 8);
+}
+/* B fragment with B[k][n] = t[k0 + k][n0 + n] (p v with v the tile): two rows per
+ * register. */
+static __device__ __forceinline__ void ab_load_b(uint32_t b[2], const ab_tile *t, int k0, int n0)
+{
+    const int n = n0 + ab_g(), k = k0 + 2 * ab_tg();
+    b[0] = (uint32_t)t[k][n] | (uint32_t)t[k + 1][n] << 16;
+    b[1] = (uint32_t)t[k + 8][n] | (uint32_t)t[k + 9][n] << 16;
+}
+/* The A fragment (16 x 16) of two adjacent 16 x 8 accumulator tiles lo | hi, rounded. */
+static __device__ __forceinline__ void ab_c_to_a(uint32_t a[4], const float lo[4],
+                                                 const float hi[4])
+{
+    a[0] = sp_bf16x2(lo[0], lo[1]), a[1] = sp_bf16x2(lo[2], lo[3]);
+    a[2] = sp_bf16x2(hi[0], hi[1]), a[3] = sp_bf16x2(hi[2], hi[3]);
+}
+/* Over a row's 4 lanes (threadID_in_group): every lane gets the same value. */
+static __device__ __forceinline__ float ab_quad_max(float v)
+{
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+static __device__ __forceinline__ float ab_quad_sum(float v)
+{
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+/* out columns (8-column tiles j < n8) of a warp's 16 rows from row r0 (of stride ld, rows
+ * from n on skipped): x[j] is the accumulator tile; assigned, or added when acc. */
+static __device__ __forceinline__ void ab_write(float *dst, int64_t ld, int n, int hs,
+                                                const float x[AB_HD / 8][4], int n8, int r0,
+                                                int acc)
+{
+    const int g = ab_g(), tg = ab_tg();
+#pragma unroll
+    for (int j = 0; j < AB_HD / 8; j++)
+        if (j < n8)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int r = r0 + g + (i >= 2 ? 8 : 0), c = 8 * j + 2 * tg + (i & 1);
+                if (r < n && c < hs) {
+                    float *y = dst + r * ld + c;
+                    *y = acc ? *y + x[j][i] : x[j][i];
+                }
+            }
+}
+
+/* One block per (b h, query tile of 64), heaviest first: warp w owns rows 16 w..16 w + 15.
+ * q's fragments stay in registers; per key tile up to the diagonal, S = q k^T, the online
+ * softmax (per-lane partial row sums of the fp32 P~, reduced once at the end), o += P~ v
+ * with P~ rounded. out = o / l, lse = m + log l. */
+static __global__ void __launch_bounds__(AB_THREADS)
+    flash_forward_bf16_kernel(float *__restrict__ out, float *__restrict__ lse,
+                              const float *__restrict__ qkv, int T, int C, int NH, float scale)
+{
+    __shared__ ab_smem sm;
+    const int hs = C / NH, hd = (hs + 15) & ~15, n16 = hd / 16, n8 = hd / 8;
+    const int w = (int)threadIdx.x >> 5, g = ab_g(), tg = ab_tg();
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * AB_TILE, nq = fa_min(AB_TILE, T - q0);
+    const int64_t C3 = 3 * (int64_t)C;
+    const float *q = qkv + (int64_t)b * T * C3 + (int64_t)h * hs, *k = q + C, *v = q + 2 * C;
+    ab_stage(sm.k, q + q0 * C3, C3, nq, AB_TILE, hd, hs);
+    __syncthreads();
+    uint32_t qa[AB_HD / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < AB_HD / 16; kk++)
+        if (kk < n16)
+            ab_load_a(qa[kk], sm.k, 16 * w, 16 * kk);
+    __syncthreads();
+    float o[AB_HD / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
+#pragma unroll
+    for (int j = 0; j < AB_HD / 8; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            o[j][i] = 0.0f;
+    const int kend = q0 + nq, row0 = q0 + 16 * w + g; /* rows row0 and row0 + 8 */
+    for (int k0 = 0; k0 < kend; k0 += AB_TILE) {
+        const int nk = fa_min(AB_TILE, kend - k0);
+        ab_stage(sm.k, k + k0 * C3, C3, nk, AB_TILE, hd, hs);
+        ab_stage(sm.v, v + k0 * C3, C3, nk, AB_TILE, hd, hs);
+        __syncthreads();
+        float s[AB_TILE / 8][4];
+#pragma unroll
+        for (int j = 0; j < AB_TILE / 8; j++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                s[j][i] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < AB_HD / 16; kk++)
+                if (kk < n16) {
+                    uint32_t bf[2];
+                    ab_load_bt(bf, sm.k, 8 * j, 16 * kk);
+                    sp_mma_bf16(s[j], qa[kk], bf, s[j]);
+                }
+        }
+        float mx[2] = { -INFINITY, -INFINITY };
+#pragma unroll
+        for (int j = 0; j < AB_TILE / 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int row = row0 + (i >= 2 ? 8 : 0), key = k0 + 8 * j + 2 * tg + (i & 1);
+                s[j][i] = key <= row && key < kend ? s[j][i] * scale : -INFINITY;
+                mx[i >> 1] = fmaxf(mx[i >> 1], s[j][i]);
+            }
+        float alpha[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const float mnew = fmaxf(m[r], ab_quad_max(mx[r]));
+            alpha[r] = expf(m[r] - mnew); /* 0 on the first tile */
+            m[r] = mnew;
+            l[r] *= alpha[r];
+        }
+#pragma unroll
+        for (int j = 0; j < AB_TILE / 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                s[j][i] = expf(s[j][i] - m[i >> 1]);
+                l[i >> 1] += s[j][i];
+            }
+#pragma unroll
+        for (int j = 0; j < AB_HD / 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                o[j][i] *= alpha[i >> 1];
+#pragma unroll
+        for (int kk = 0; kk < AB_TILE / 16; kk++) {
+            uint32_t pa[4];
+            ab_c_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+            for (int j = 0; j < AB_HD / 8; j++)
+                if (j < n8) {
+                    uint32_t bf[2];
+                    ab_load_b(bf, sm.v, 16 * kk, 8 * j);
+                    sp_mma_bf16(o[j], pa, bf, o[j]);
+                }
+        }
+        __syncthreads();
+    }
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] = ab_quad_sum(l[r]);
+        inv[r] = 1.0f / l[r];
+    }
+#pragma unroll
+    for (int j = 0; j < AB_HD / 8; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            o[j][i] *= inv[i >> 1];
+    ab_write(out + ((int64_t)b * T + q0) * C + (int64_t)h * hs, C, nq, hs, o, n8, 16 * w, 0);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + 8 * r;
+        if (tg == 0 && row < T)
+            lse[(int64_t)bh * T + row] = m[r] + logf(l[r]);
+    }
+}
+
+/* One block per (b h, key tile of 64): warp w owns keys 16 w..16 w + 15, k and v stay in
+ * shared memory; over the query tiles of AB_QB from the diagonal on, in ascending order,
+ * the transposed scores S^T = k q^T and dP^T = v dout^T give P^T and dS^T as A fragments:
+ * dv += P^T dout, dk += dS^T q. */
+static __global__ void __launch_bounds__(AB_THREADS)
+    flash_backward_kv_bf16_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
+                                  const float *__restrict__ qkv, const float *__restrict__ lse,
+                                  const float *__restrict__ D, int T, int C, int NH,
+                                  float scale, int acc)
+{
+    __shared__ ab_smem_kv sm;
+    const int hs = C / NH, hd = (hs + 15) & ~15, n16 = hd / 16, n8 = hd / 8;
+    const int w = (int)threadIdx.x >> 5, g = ab_g(), tg = ab_tg();
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int k0 = blockIdx.y * AB_TILE, nk = fa_min(AB_TILE, T - k0);
+    const int64_t C3 = 3 * (int64_t)C, head = (int64_t)b * T * C3 + (int64_t)h * hs;
+    const float *q = qkv + head, *k = q + C, *v = q + 2 * C;
+    const float *d = dout + (int64_t)b * T * C + (int64_t)h * hs;
+    const float *L = lse + (int64_t)bh * T, *Dh = D + (int64_t)bh * T;
+    ab_stage(sm.k, k + k0 * C3, C3, nk, AB_TILE, hd, hs);
+    ab_stage(sm.v, v + k0 * C3, C3, nk, AB_TILE, hd, hs);
+    float dk[AB_HD / 8][4], dv[AB_HD / 8][4];
+#pragma unroll
+    for (int j = 0; j < AB_HD / 8; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            dk[j][i] = dv[j][i] = 0.0f;
+    const int key0 = k0 + 16 * w + g; /* keys key0 and key0 + 8 */
+    for (int q0 = k0; q0 < T; q0 += AB_QB) {
+        const int nq = fa_min(AB_QB, T - q0);
+        ab_stage(sm.q, q + q0 * C3, C3, nq, AB_QB, hd, hs);
+        ab_stage(sm.d, d + (int64_t)q0 * C, C, nq, AB_QB, hd, hs);
+        if (threadIdx.x < AB_QB) {
+            const int t = q0 + (int)threadIdx.x;
+            sm.lse[threadIdx.x] = t < T ? L[t] : 0.0f;
+            sm.D[threadIdx.x] = t < T ? Dh[t] : 0.0f;
+        }
+        __syncthreads();
+        float st[AB_QB / 8][4], dpt[AB_QB / 8][4];
+#pragma unroll
+        for (int j = 0; j < AB_QB / 8; j++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                st[j][i] = dpt[j][i] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < AB_HD / 16; kk++)
+                if (kk < n16) {
+                    uint32_t a[4], bf[2];
+                    ab_load_a(a, sm.k, 16 * w, 16 * kk);
+                    ab_load_bt(bf, sm.q, 8 * j, 16 * kk);
+                    sp_mma_bf16(st[j], a, bf, st[j]);
+                    ab_load_a(a, sm.v, 16 * w, 16 * kk);
+                    ab_load_bt(bf, sm.d, 8 * j, 16 * kk);
+                    sp_mma_bf16(dpt[j], a, bf, dpt[j]);
+                }
+        }
+#pragma unroll
+        for (int j = 0; j < AB_QB / 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int key = key0 + (i >= 2 ? 8 : 0), c = 8 * j + 2 * tg + (i & 1);
+                const int t = q0 + c;
+                const float p = key <= t && t < T ? expf(st[j][i] * scale - sm.lse[c]) : 0.0f;
+                st[j][i] = p;
+                dpt[j][i] = p * (dpt[j][i] - sm.D[c]) * scale;
+            }
+        uint32_t pa[4], dsa[4];
+        ab_c_to_a(pa, st[0], st[1]);
+        ab_c_to_a(dsa, dpt[0], dpt[1]);
+#pragma unroll
+        for (int j = 0; j < AB_HD / 8; j++)
+            if (j < n8) {
+                uint32_t bf[2];
+                ab_load_b(bf, sm.d, 0, 8 * j);
+                sp_mma_bf16(dv[j], pa, bf, dv[j]);
+                ab_load_b(bf, sm.q, 0, 8 * j);
+                sp_mma_bf16(dk[j], dsa, bf, dk[j]);
+            }
+        __syncthreads();
+    }
+    float *dkh = dqkv + head + C + (int64_t)k0 * C3;
+    ab_write(dkh, C3, nk, hs, dk, n8, 16 * w, acc);
+    ab_write(dkh + C, C3, nk, hs, dv, n8, 16 * w, acc);
+}
+
+/* One block per (b h, query tile of 64), heaviest first: q's and dout's fragments in
+ * registers, k and v tiles up to the diagonal through shared memory, in ascending order:
+ * dq += dS k with dS = P (dP - D) scale rounded. */
+static __global__ void __launch_bounds__(AB_THREADS)
+    flash_backward_q_bf16_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
+                                 const float *__restrict__ qkv, const float *__restrict__ lse,
+                                 const float *__restrict__ D, int T, int C, int NH,
+                                 float scale, int acc)
+{
+    __shared__ ab_smem sm;
+    const int hs = C / NH, hd = (hs + 15) & ~15, n16 = hd / 16, n8 = hd / 8;
+    const int w = (int)threadIdx.x >> 5, g = ab_g(), tg = ab_tg();
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * AB_TILE, nq = fa_min(AB_TILE, T - q0);
+    const int64_t C3 = 3 * (int64_t)C, head = (int64_t)b * T * C3 + (int64_t)h * hs;
+    const float *q = qkv + head, *k = q + C, *v = q + 2 * C;
+    const float *d = dout + (int64_t)b * T * C + (int64_t)h * hs;
+    ab_stage(sm.k, q + q0 * C3, C3, nq, AB_TILE, hd, hs);
+    ab_stage(sm.v, d + (int64_t)q0 * C, C, nq, AB_TILE, hd, hs);
+    __syncthreads();
+    uint32_t qa[AB_HD / 16][4], da[AB_HD / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < AB_HD / 16; kk++)
+        if (kk < n16) {
+            ab_load_a(qa[kk], sm.k, 16 * w, 16 * kk);
+            ab_load_a(da[kk], sm.v, 16 * w, 16 * kk);
+        }
+    __syncthreads();
+    const int row0 = q0 + 16 * w + g; /* rows row0 and row0 + 8 */
+    float Lr[2], Dr[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + 8 * r;
+        Lr[r] = row < T ? lse[(int64_t)bh * T + row] : 0.0f;
+        Dr[r] = row < T ? D[(int64_t)bh * T + row] : 0.0f;
+    }
+    float dq[AB_HD / 8][4];
+#pragma unroll
+    for (int j = 0; j < AB_HD / 8; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            dq[j][i] = 0.0f;
+    for (int k0 = 0; k0 < q0 + nq; k0 += AB_TILE) {
+        const int nk = fa_min(AB_TILE, T - k0);
+        ab_stage(sm.k, k + k0 * C3, C3, nk, AB_TILE, hd, hs);
+        ab_stage(sm.v, v + k0 * C3, C3, nk, AB_TILE, hd, hs);
+        __syncthreads();
+        float s[AB_TILE / 8][4], dp[AB_TILE / 8][4];
+#pragma unroll
+        for (int j = 0; j < AB_TILE / 8; j++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                s[j][i] = dp[j][i] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < AB_HD / 16; kk++)
+                if (kk < n16) {
+                    uint32_t bf[2];
+                    ab_load_bt(bf, sm.k, 8 * j, 16 * kk);
+                    sp_mma_bf16(s[j], qa[kk], bf, s[j]);
+                    ab_load_bt(bf, sm.v, 8 * j, 16 * kk);
+                    sp_mma_bf16(dp[j], da[kk], bf, dp[j]);
+                }
+        }
+#pragma unroll
+        for (int j = 0; j < AB_TILE / 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int row = row0 + (i >= 2 ? 8 : 0), key = k0 + 8 * j + 2 * tg + (i & 1);
+                const float p =
+                    key <= row && row < T ? expf(s[j][i] * scale - Lr[i >> 1]) : 0.0f;
+                dp[j][i] = p * (dp[j][i] - Dr[i >> 1]) * scale;
+            }
+#pragma unroll
+        for (int kk = 0; kk < AB_TILE / 16; kk++) {
+            uint32_t dsa[4];
+            ab_c_to_a(dsa, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+            for (int j = 0; j < AB_HD / 8; j++)
+                if (j < n8) {
+                    uint32_t bf[2];
+                    ab_load_b(bf, sm.k, 16 * kk, 8 * j);
+                    sp_mma_bf16(dq[j], dsa, bf, dq[j]);
+                }
+        }
+        __syncthreads();
+    }
+    ab_write(dqkv + head + (int64_t)q0 * C3, C3, nq, hs, dq, n8, 16 * w, acc);
+}
+
+static dim3 ab_grid(int B, int T, int NH)
+{
+    return dim3((unsigned)(B * NH), (unsigned)((T + AB_TILE - 1) / AB_TILE), 1);
+}
+
+extern "C" int sp_cuda_attention_forward_bf16(float *out, float *lse, float * /* scratch */,
+                                              const float *qkv, int B, int T, int C, int NH,
+                                              void *stream, void * /* cublas */)
+{
+    if (B <= 0 || T <= 0 || NH <= 0 || C / NH <= 0)
+        return SP_CUDA_OK;
+    const int hs = C / NH;
+    if (hs > AB_HD)
+        return (int)cudaErrorInvalidValue;
+    flash_forward_bf16_kernel<<<ab_grid(B, T, NH), AB_THREADS, 0, SP_STREAM(stream)>>>(
+        out, lse, qkv, T, C, NH, 1.0f / sqrtf((float)hs));
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
+/* D = rowsum(dout * out) in fp32 (the fp32 path's kernel), then the key-tile and the
+ * query-tile kernels. */
+extern "C" int sp_cuda_attention_backward_bf16(float *dqkv, float *scratch, const float *dout,
+                                               const float *qkv, const float *out,
+                                               const float *lse, int B, int T, int C, int NH,
+                                               int acc, void *stream, void * /* cublas */)
+{
+    if (B <= 0 || T <= 0 || NH <= 0 || C / NH <= 0)
+        return SP_CUDA_OK;
+    const int hs = C / NH;
+    if (hs > AB_HD)
+        return (int)cudaErrorInvalidValue;
+    cudaStream_t s = SP_STREAM(stream);
+    const float scale = 1.0f / sqrtf((float)hs);
+    const int64_t rows = (int64_t)B * NH * T;
+    flash_rowdot_kernel<<<(unsigned)((rows + FA_D_WARPS - 1) / FA_D_WARPS), FA_D_WARPS * 32, 0,
+                          s>>>(scratch, dout, out, rows, T, C, NH);
+    SP_CUDA_LAUNCHED();
+    const dim3 grid = ab_grid(B, T, NH);
+    flash_backward_kv_bf16_kernel<<<grid, AB_THREADS, 0, s>>>(dqkv, dout, qkv, lse, scratch, T,
+                                                              C, NH, scale, acc);
+    SP_CUDA_LAUNCHED();
+    flash_backward_q_bf16_kernel<<<grid, AB_THREADS, 0, s>>>(dqkv, dout, qkv, lse, scratch, T,
+                                                             C, NH, scale, acc);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
 /* Grid of the tiled kernels: x the (b, h) pairs (up to 2^31 - 1), y the tiles of T, z the
  * column slices of a head. */
 static dim3 fa_grid(int B, int T, int NH, int hs)

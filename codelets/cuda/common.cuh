@@ -100,6 +100,46 @@ static __device__ __forceinline__ float sp_block_max(float v, float *sh)
     return r;
 }
 
+/* bf16 of codelets/cpu's sp_round_bf16 (nearest even, NaN kept quiet), as its 16 bits. */
+static __device__ __forceinline__ uint32_t sp_bf16_bits(float x)
+{
+    union {
+        float f;
+        uint32_t u;
+    } v;
+    v.f = x;
+    uint32_t u = v.u;
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))
+        u |= 0x00400000u;
+    else
+        u += 0x7fffu + ((u >> 16) & 1u);
+    return u >> 16;
+}
+/* Two values as one .b32 register of bf16x2: lo in the low half (the lower index). */
+static __device__ __forceinline__ uint32_t sp_bf16x2(float lo, float hi)
+{
+    return sp_bf16_bits(lo) | sp_bf16_bits(hi) << 16;
+}
+
+/* d = a b + c on the tensor cores, one warp: mma.sync.aligned.m16n8k16.row.col.f32.bf16.
+ * bf16.f32, a 16 x 16 (4 registers of bf16x2), b 16 x 8 (2), c and d 16 x 8 fp32 (4), in
+ * the PTX ISA's fragment layouts (lane = 4 groupID + threadID_in_group; tests/gpu/emu/
+ * simt.cpp writes them out). Every lane of the warp must execute it, converged. d may be
+ * c. The CPU emulation runs it as a warp collective. */
+static __device__ __forceinline__ void sp_mma_bf16(float d[4], const uint32_t a[4],
+                                                   const uint32_t b[2], const float c[4])
+{
+#ifdef SP_EMU_SIMT
+    sp_emu_mma_bf16(d, a, b, c);
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
+                   "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#endif
+}
+
 /* Binds the handle to the stream (only when it differs: cublasSetStream also resets a
  * user workspace) and makes alpha/beta host pointers, as every call here passes them. */
 static inline int sp_cublas_bind(cublasHandle_t h, cudaStream_t s)

@@ -137,6 +137,19 @@ int sp_cuda_attention_backward(float *dqkv, float *scratch, const float *dout,
                                int T, int C, int NH, int acc, void *stream, void *cublas);
 /* Host function. backward ? B*NH*T : 0, at least 1. */
 int64_t sp_cuda_attention_scratch_floats(int B, int T, int C, int NH, int backward);
+/* NEW. bf16 attention on the tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulation):
+ * the CPU's sp_attention_*_bf16 rounding points (codelets/cpu/kernels.h), q, k, v, dout
+ * rounded while staged into shared memory; compared with the CPU's bf16 attention within a
+ * tolerance (summation orders and the online max differ). Same scratch and determinism
+ * as the fp32 kernels (each output element summed in one thread in a fixed order, no
+ * atomics). Head sizes up to SP_CUDA_ATTN_BF16_MAX_HS (padded to 16 with zeros); wider
+ * ones return cudaErrorInvalidValue (the CUDA backend runs the fp32 kernels for them). */
+#define SP_CUDA_ATTN_BF16_MAX_HS 128
+int sp_cuda_attention_forward_bf16(float *out, float *lse, float *scratch, const float *qkv,
+                                   int B, int T, int C, int NH, void *stream, void *cublas);
+int sp_cuda_attention_backward_bf16(float *dqkv, float *scratch, const float *dout,
+                                    const float *qkv, const float *out, const float *lse, int B,
+                                    int T, int C, int NH, int acc, void *stream, void *cublas);
 
 /* ---- loss.cu */
 /* DIFFERS: the loss and the count stay on the device. *loss (device float) = mean over

@@ -58,9 +58,15 @@ static int embed(void *c, float *out, const int32_t *tokens, const float *wte, c
     return sp_cuda_embed_forward(out, tokens, wte, wpe, B, T, C, STREAM(c));
 }
 
+/* bf16: the tensor-core kernels; heads wider than they take (SP_CUDA_ATTN_BF16_MAX_HS)
+ * go to the fp32 kernels, which agree with the CPU's bf16 attention within bf16's error
+ * only, not by its rounding points. */
 static int attention(void *c, float *out, float *lse, float *scratch, const float *qkv, int B,
-                     int T, int C, int NH)
+                     int T, int C, int NH, int prec)
 {
+    if ((prec & SP_PREC_BF16) && NH > 0 && C / NH <= SP_CUDA_ATTN_BF16_MAX_HS)
+        return sp_cuda_attention_forward_bf16(out, lse, scratch, qkv, B, T, C, NH, STREAM(c),
+                                              CUBLAS(c));
     return sp_cuda_attention_forward(out, lse, scratch, qkv, B, T, C, NH, STREAM(c), CUBLAS(c));
 }
 
@@ -133,8 +139,11 @@ static int embed_dparams(void *c, float *dwte, float *dwpe, const float *dout,
 
 static int attention_dx(void *c, float *dqkv, float *scratch, const float *dout,
                         const float *qkv, const float *out, const float *lse, int B, int T,
-                        int C, int NH, int acc)
+                        int C, int NH, int acc, int prec)
 {
+    if ((prec & SP_PREC_BF16) && NH > 0 && C / NH <= SP_CUDA_ATTN_BF16_MAX_HS)
+        return sp_cuda_attention_backward_bf16(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH,
+                                               acc, STREAM(c), CUBLAS(c));
     return sp_cuda_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, acc,
                                       STREAM(c), CUBLAS(c));
 }

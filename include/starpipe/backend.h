@@ -52,8 +52,10 @@ typedef struct sp_backend {
     /* V: the vocabulary, for the token check (SP_BACKEND_BAD_INDEX) */
     int (*embed)(void *ctx, float *out, const int32_t *tokens, const float *wte,
                  const float *wpe, int B, int T, int C, int64_t V);
+    /* attention and attention_dx take prec too: SP_PREC_BF16 is bf16 attention
+     * (codelets/cpu/kernels.h: its rounding points); A16 / B16 never occur */
     int (*attention)(void *ctx, float *out, float *lse, float *scratch, const float *qkv,
-                     int B, int T, int C, int NH);
+                     int B, int T, int C, int NH, int prec);
     /* scratch: 2N + 2 floats, contents undefined (a GPU's per-row losses and bad count) */
     int (*cross_entropy)(void *ctx, float *loss, float *probs, const float *logits,
                          const int32_t *targets, int N, int V, float *scratch);
@@ -78,7 +80,7 @@ typedef struct sp_backend {
                          const int32_t *tokens, int B, int T, int C);
     int (*attention_dx)(void *ctx, float *dqkv, float *scratch, const float *dout,
                         const float *qkv, const float *out, const float *lse, int B, int T,
-                        int C, int NH, int acc);
+                        int C, int NH, int acc, int prec);
     /* *dloss: the upstream gradient, one float in the backend's memory */
     int (*cross_entropy_dx)(void *ctx, float *dlogits, const float *probs,
                             const int32_t *targets, const float *dloss, int N, int V, int acc);

@@ -93,11 +93,13 @@ enum { T_NEW, T_RUN, T_SYNC, T_SHFL, T_DONE };
 
 typedef struct {
     int state, fiber;
-    int nsync, nshfl;  /* barriers and shuffles entered */
+    int nsync, nshfl;  /* barriers and warp collectives (shuffles, mma) entered */
+    int mma;           /* the warp collective it waits at is an mma, not a shuffle */
     int sync_or;       /* waits at a __syncthreads_or */
     int pred[2];       /* its predicate at the current and the previous barrier ... */
     uint64_t shfl[2];  /* ... and its value at the current and previous shuffle: a lane
                           let through early may enter the next before the others read */
+    uint32_t frag[2][10]; /* its a (4), b (2) and c (4, fp32 bits) at an mma, likewise */
 } emu_thread;
 
 typedef struct {
@@ -187,10 +189,14 @@ static void hang(int at_sync)
         int n = 0;
         for (int t = w * 32; t < w * 32 + 32 && t < nthr; t++)
             n += th[t].state == T_SHFL;
+        int mma = 0;
+        for (int t = w * 32; t < w * 32 + 32 && t < nthr; t++)
+            mma |= th[t].state == T_SHFL && th[t].mma;
         if (n)
-            fail("__shfl_xor_sync reached by %d of the 32 lanes of warp %d (the others %s)", n,
-                 w, w * 32 + 32 > nthr ? "do not exist: a partial warp"
-                                       : "have exited or wait at __syncthreads");
+            fail("%s reached by %d of the 32 lanes of warp %d (the others %s)",
+                 mma ? "mma.sync (sp_mma_bf16)" : "__shfl_xor_sync", n, w,
+                 w * 32 + 32 > nthr ? "do not exist: a partial warp"
+                                    : "have exited or wait at __syncthreads");
     }
     fail("__syncthreads reached by %d of the block's %d threads (the others have exited)",
          at_sync, nthr);
@@ -225,8 +231,8 @@ static void run_block(void)
             if (n < 32)
                 continue;
             for (int t = w * 32; t < w * 32 + 32; t++) {
-                if (th[t].nshfl != th[w * 32].nshfl)
-                    fail("the lanes of warp %d are at different shuffles", w);
+                if (th[t].nshfl != th[w * 32].nshfl || th[t].mma != th[w * 32].mma)
+                    fail("the lanes of warp %d are at different shuffles or mma", w);
                 th[t].state = T_RUN;
             }
             let += 32;
@@ -270,8 +276,59 @@ uint64_t sp_emu_shfl_xor(unsigned mask, uint64_t bits, int lane_mask, int width)
         fail("__shfl_xor_sync(mask %#x, width %d): only whole warps are emulated", mask, width);
     const int t = cur, slot = th[t].nshfl++ & 1;
     th[t].shfl[slot] = bits;
+    th[t].mma = 0;
     wait_at(T_SHFL);
     return th[(t & ~31) | ((t & 31) ^ (lane_mask & 31))].shfl[slot];
+}
+
+/* The fragments of mma.m16n8k16 with .bf16 multiplicands and .f32 accumulators, from the
+ * PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point type"): lane =
+ * groupID * 4 + threadID_in_group, each .b32 register two bf16 elements, the lower index
+ * in the low half.
+ *   A (16 x 16), a0..a7 in 4 registers: row = groupID for a0, a1, a4, a5, else
+ *     groupID + 8; col = threadID_in_group * 2 + (i & 1), + 8 for i >= 4.
+ *   B (16 x 8), b0..b3 in 2 registers: row = threadID_in_group * 2 + (i & 1), + 8 for
+ *     i >= 2; col = groupID.
+ *   C, D (16 x 8), c0..c3 fp32: row = groupID for c0, c1, else groupID + 8;
+ *     col = threadID_in_group * 2 + (i & 1).
+ * Each lane's d from every lane's a and b: each product of two bf16 values is exact in
+ * fp32; the sum runs from c over k in order, rounded to fp32 at each step (the tensor
+ * cores' internal order and rounding differ: the kernels' tests allow for it). */
+static float bf16_at(const uint32_t *r, int i)
+{
+    const uint32_t u = (r[i >> 1] >> (16 * (i & 1)) & 0xffffu) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+void sp_emu_mma_bf16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4])
+{
+    if (nthr % 32)
+        fail("mma.sync in a block of %d threads: only whole warps are emulated", nthr);
+    const int t = cur, slot = th[t].nshfl++ & 1;
+    memcpy(th[t].frag[slot], a, 16);
+    memcpy(th[t].frag[slot] + 4, b, 8);
+    memcpy(th[t].frag[slot] + 6, c, 16);
+    th[t].mma = 1;
+    wait_at(T_SHFL);
+    float A[16][16], B[16][8];
+    for (int lane = 0; lane < 32; lane++) {
+        const uint32_t *f = th[(t & ~31) | lane].frag[slot];
+        const int g = lane >> 2, tg = lane & 3;
+        for (int i = 0; i < 8; i++)
+            A[(i & 2) ? g + 8 : g][tg * 2 + (i & 1) + (i >= 4 ? 8 : 0)] = bf16_at(f, i);
+        for (int i = 0; i < 4; i++)
+            B[tg * 2 + (i & 1) + (i >= 2 ? 8 : 0)][g] = bf16_at(f + 4, i);
+    }
+    const int g = (t & 31) >> 2, tg = t & 3;
+    for (int i = 0; i < 4; i++) {
+        const int row = i < 2 ? g : g + 8, col = tg * 2 + (i & 1);
+        float s = c[i];
+        for (int k = 0; k < 16; k++)
+            s += A[row][k] * B[k][col];
+        d[i] = s;
+    }
 }
 
 /* A launch: its configuration is checked at once (cudaGetLastError reports it, as on a

@@ -15,6 +15,9 @@
 
 #include "cuda_runtime.h"
 
+/* For code that must take another path here than on a GPU (inline PTX: sp_mma_bf16). */
+#define SP_EMU_SIMT 1
+
 struct dim3 {
     unsigned x, y, z;
     constexpr dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
@@ -39,6 +42,9 @@ extern dim3 threadIdx, blockIdx, blockDim, gridDim;
 void sp_emu_syncthreads(void);
 int sp_emu_syncthreads_or(int pred);
 uint64_t sp_emu_shfl_xor(unsigned mask, uint64_t bits, int lane_mask, int width);
+/* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 d, a, b, c: a warp collective like a
+ * shuffle, with the PTX ISA's fragments (simt.cpp); products exact, sums in fp32. */
+void sp_emu_mma_bf16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]);
 void sp_emu_launch(const char *kernel, dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
                    const std::function<void()> &body);
 
