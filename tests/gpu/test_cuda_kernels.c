@@ -651,6 +651,63 @@ static void test_attention(void)
     }
 }
 
+/* bf16 attention on the tensor cores against the CPU's bf16 attention (the same rounding
+ * points, codelets/cpu/kernels.h). The forward rounds exp(s - m) against a running max
+ * where the CPU has the row's max: where a row spans key tiles, its P~ rounds other
+ * values, ~2^-9 relative per term (up to 1e-3 on the emulator): TOL_BF16_OUT. lse and the
+ * backward (given the CPU's out and lse) differ by fp32 orders of summation, and by a dS
+ * next to a bf16 boundary now and then: TOL_BF16 (the CPU test's 4e-6 worst, 25x).
+ * Head sizes 4 .. 128 (not multiples of 16: padded), T across the 64-row tiles and the
+ * backward's 16-query steps; a head of 200 is refused. */
+#define TOL_BF16_OUT 4e-3
+#define TOL_BF16 1e-4
+static void test_attention_bf16(void)
+{
+    static const int sz[][4] = {{2, 5, 12, 3},  {1, 13, 33, 3}, {2, 37, 64, 4},
+                                {1, 64, 128, 1}, {1, 1, 12, 3}, {2, 65, 32, 4},
+                                {1, 130, 64, 4}, {1, 67, 128, 1}, {1, 70, 22, 2}};
+    char L[128];
+    for (size_t s = 0; s < sizeof sz / sizeof *sz; s++) {
+        const int B = sz[s][0], T = sz[s][1], C = sz[s][2], NH = sz[s][3];
+        const int64_t nqkv = (int64_t)B * T * 3 * C, nout = (int64_t)B * T * C;
+        const int64_t nlse = (int64_t)B * NH * T;
+        float *qkv = hrand(nqkv, -2, 2), *dout = hrand(nout, -1, 1);
+        float *dq = dcopy(qkv, nqkv), *dd = dcopy(dout, nout);
+        float *cscr = halloc(sizeof(float) * (size_t)sp_attention_scratch_floats_bf16(B, T, C, NH));
+        float *gscr = dalloc(sizeof(float) *
+                             (size_t)sp_cuda_attention_scratch_floats(B, T, C, NH, 1));
+        obuf o, lse;
+        snprintf(L, sizeof L, "attention_forward_bf16 B=%d T=%d C=%d NH=%d", B, T, C, NH);
+        ob_make(&o, nout, 0), ob_make(&lse, nlse, 0);
+        sp_attention_forward_bf16(o.cpu, lse.cpu, cscr, qkv, B, T, C, NH);
+        TWICE(L, sp_cuda_attention_forward_bf16(o.d, lse.d, gscr, dq, B, T, C, NH, stream, blas),
+              &o, &lse);
+        ob_check(&o, L, TOL_BF16_OUT);
+        snprintf(L, sizeof L, "attention_forward_bf16(lse) B=%d T=%d C=%d NH=%d", B, T, C, NH);
+        ob_check(&lse, L, TOL_BF16);
+        float *dev_out = dcopy(o.cpu, nout), *dlse = dcopy(lse.cpu, nlse);
+        for (int acc = 0; acc < 2; acc++) {
+            obuf g;
+            snprintf(L, sizeof L, "attention_backward_bf16 B=%d T=%d C=%d NH=%d acc=%d", B, T, C,
+                     NH, acc);
+            ob_make(&g, nqkv, acc);
+            sp_attention_backward_bf16(g.cpu, cscr, dout, qkv, o.cpu, lse.cpu, B, T, C, NH, acc);
+            TWICE(L, sp_cuda_attention_backward_bf16(g.d, gscr, dd, dq, dev_out, dlse, B, T, C, NH,
+                                                     acc, stream, blas), &g);
+            ob_check(&g, L, TOL_BF16);
+            ob_free(&g);
+        }
+        ob_free(&o), ob_free(&lse);
+        free(qkv), free(dout), free(cscr);
+        dfree(dq), dfree(dd), dfree(dev_out), dfree(dlse), dfree(gscr);
+    }
+    float *x = dalloc(sizeof(float) * 3 * 400);
+    const int rc = sp_cuda_attention_forward_bf16(x, x, x, x, 1, 1, 400, 2, stream, blas);
+    expect(rc == (int)cudaErrorInvalidValue, "attention_forward_bf16 C=400 NH=2",
+           "a head of 200 columns is refused with cudaErrorInvalidValue");
+    dfree(x);
+}
+
 /* ------------------------------------------------------------------ loss, sum */
 static void test_cross_entropy(void)
 {
@@ -912,8 +969,13 @@ static void test_matmul_rate(int S)
  * (issue 11: S = 4096 is C = 4096, T = 2048, NH = 32): both directions give the same bits
  * twice (blocks really run concurrently on a GPU), and their rate, counting the causal
  * half's FLOPs as graph/program.c does (forward 2 B T T C, backward twice that). */
-static void test_attention_rate(int S)
+static void test_attention_rate(int S, int bf16)
 {
+    int (*fwd)(float *, float *, float *, const float *, int, int, int, int, void *, void *) =
+        bf16 ? sp_cuda_attention_forward_bf16 : sp_cuda_attention_forward;
+    int (*bwd)(float *, float *, const float *, const float *, const float *, const float *,
+               int, int, int, int, int, void *, void *) =
+        bf16 ? sp_cuda_attention_backward_bf16 : sp_cuda_attention_backward;
     const int B = 1, T = S / 2, C = S, NH = C / 128 > 0 ? C / 128 : 1, reps = 3;
     const int64_t nqkv = (int64_t)B * T * 3 * C, nout = (int64_t)B * T * C;
     float *h = hrand(nqkv, -1, 1), *dq = dcopy(h, nqkv);
@@ -923,12 +985,12 @@ static void test_attention_rate(int S)
     float *scr = dalloc(sizeof(float) * (size_t)sp_cuda_attention_scratch_floats(B, T, C, NH, 1));
     float *o2[2], *g2[2];
     char L[96];
-    snprintf(L, sizeof L, "attention(large) T=%d C=%d NH=%d", T, C, NH);
+    snprintf(L, sizeof L, "attention(large, %s) T=%d C=%d NH=%d", bf16 ? "bf16" : "fp32", T, C, NH);
     for (int rep = 0; rep < 2; rep++) {
         o2[rep] = halloc(sizeof(float) * (size_t)nout);
         g2[rep] = halloc(sizeof(float) * (size_t)nqkv);
-        kstat(L, sp_cuda_attention_forward(o, lse, scr, dq, B, T, C, NH, stream, blas));
-        kstat(L, sp_cuda_attention_backward(g, scr, dd, dq, o, lse, B, T, C, NH, 0, stream, blas));
+        kstat(L, fwd(o, lse, scr, dq, B, T, C, NH, stream, blas));
+        kstat(L, bwd(g, scr, dd, dq, o, lse, B, T, C, NH, 0, stream, blas));
         down(o2[rep], o, sizeof(float) * (size_t)nout);
         down(g2[rep], g, sizeof(float) * (size_t)nqkv);
     }
@@ -941,10 +1003,10 @@ static void test_attention_rate(int S)
         CK(cudaEventCreate(&e[i]));
     CK(cudaEventRecord(e[0], stream));
     for (int r = 0; r < reps; r++)
-        kstat(L, sp_cuda_attention_forward(o, lse, scr, dq, B, T, C, NH, stream, blas));
+        kstat(L, fwd(o, lse, scr, dq, B, T, C, NH, stream, blas));
     CK(cudaEventRecord(e[1], stream));
     for (int r = 0; r < reps; r++)
-        kstat(L, sp_cuda_attention_backward(g, scr, dd, dq, o, lse, B, T, C, NH, 0, stream, blas));
+        kstat(L, bwd(g, scr, dd, dq, o, lse, B, T, C, NH, 0, stream, blas));
     CK(cudaEventRecord(e[2], stream));
     CK(cudaEventSynchronize(e[2]));
     float fms = 0.0f, bms = 0.0f;
@@ -952,8 +1014,8 @@ static void test_attention_rate(int S)
     CK(cudaEventElapsedTime(&bms, e[1], e[2]));
     const double flops = 2.0 * B * T * (double)T * C, tf = fms / 1e3 / reps;
     const double tb = bms / 1e3 / reps;
-    printf("attention B=%d T=%d C=%d NH=%d fp32: forward %.3f ms, %.1f TFLOP/s; "
-           "backward %.3f ms, %.1f TFLOP/s\n", B, T, C, NH, tf * 1e3, flops / tf / 1e12,
+    printf("attention B=%d T=%d C=%d NH=%d %s: forward %.3f ms, %.1f TFLOP/s; "
+           "backward %.3f ms, %.1f TFLOP/s\n", B, T, C, NH, bf16 ? "bf16" : "fp32", tf * 1e3, flops / tf / 1e12,
            tb * 1e3, 2 * flops / tb / 1e12);
     for (int i = 0; i < 3; i++)
         CK(cudaEventDestroy(e[i]));
@@ -1000,13 +1062,15 @@ int main(int argc, char **argv)
     test_layernorm();
     test_embed();
     test_attention();
+    test_attention_bf16();
     test_cross_entropy();
     test_sum();
     test_optim();
     test_misc();
     test_reduce();
     test_matmul_rate(rate_size);
-    test_attention_rate(rate_size);
+    test_attention_rate(rate_size, 0);
+    test_attention_rate(rate_size, 1);
 
     printf("worst error vs CPU per op:\n");
     for (int i = 0; i < n_worst; i++)

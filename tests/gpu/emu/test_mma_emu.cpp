@@ -1,0 +1,105 @@
+/* The emulated mma.sync m16n8k16 bf16 (simt.cpp) against a plain matrix product: random
+ * bf16 A (16 x 16), B (16 x 8) and fp32 C are dealt to the 32 lanes by the inverse of the
+ * PTX ISA's fragment maps (which lane and register holds element (r, c)), the warp runs
+ * sp_mma_bf16 (codelets/cuda/common.cuh), and every lane's d is put back at its (r, c).
+ * Products of bf16 values are exact in fp32, so only the fp32 sum of 16 terms differs
+ * from the float64 product: 1e-6 relative. Blocks of 32 and 64 threads (two warps, each
+ * its own product). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "codelets/cuda/common.cuh"
+
+struct warp_case {
+    uint32_t a[32][4], b[32][2];
+    float c[32][4], d[32][4];
+};
+
+static __global__ void mma_kernel(warp_case *w)
+{
+    warp_case &x = w[threadIdx.x / 32];
+    const int lane = threadIdx.x % 32;
+    sp_mma_bf16(x.d[lane], x.a[lane], x.b[lane], x.c[lane]);
+}
+
+static float bf16_of(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint64_t rng = 88172645463325252ull;
+static uint64_t next(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return rng;
+}
+/* a random bf16 in [-2, 2), never NaN or infinite */
+static uint16_t rand_bf16(void)
+{
+    float f = (float)((double)(next() >> 11) * 0x1.0p-53 * 4.0 - 2.0);
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)(u >> 16);
+}
+static void put16(uint32_t *reg, int half, uint16_t h)
+{
+    *reg = (*reg & (half ? 0x0000ffffu : 0xffff0000u)) | (uint32_t)h << (16 * half);
+}
+
+int main(void)
+{
+    int bad = 0;
+    for (int threads = 32; threads <= 64; threads += 32)
+        for (int rep = 0; rep < 20; rep++) {
+            const int nw = threads / 32;
+            warp_case *w = (warp_case *)calloc((size_t)nw, sizeof *w);
+            static double A[2][16][16], B[2][16][8], Cm[2][16][8];
+            for (int k = 0; k < nw; k++) {
+                for (int r = 0; r < 16; r++)
+                    for (int c = 0; c < 16; c++) { /* lane 4 groupID + tig holds row groupID
+                                                    (+8), columns 2 tig, 2 tig + 1 (+8) */
+                        const uint16_t h = rand_bf16();
+                        A[k][r][c] = bf16_of(h);
+                        put16(&w[k].a[4 * (r % 8) + (c % 8) / 2][(r >= 8) + 2 * (c >= 8)],
+                              c & 1, h);
+                    }
+                for (int r = 0; r < 16; r++)
+                    for (int n = 0; n < 8; n++) { /* lane 4 n + tig: rows 2 tig, 2 tig + 1 (+8) */
+                        const uint16_t h = rand_bf16();
+                        B[k][r][n] = bf16_of(h);
+                        put16(&w[k].b[4 * n + (r % 8) / 2][r >= 8], r & 1, h);
+                    }
+                for (int r = 0; r < 16; r++)
+                    for (int n = 0; n < 8; n++) {
+                        const float f = (float)((double)(next() >> 11) * 0x1.0p-53 - 0.5);
+                        Cm[k][r][n] = f;
+                        w[k].c[4 * (r % 8) + n / 2][2 * (r >= 8) + (n & 1)] = f;
+                    }
+            }
+            SP_LAUNCH(mma_kernel, dim3(1), dim3((unsigned)threads))(w);
+            if (cudaDeviceSynchronize() != cudaSuccess) {
+                printf("FAIL: launch\n");
+                return 1;
+            }
+            for (int k = 0; k < nw; k++)
+                for (int r = 0; r < 16; r++)
+                    for (int n = 0; n < 8; n++) {
+                        double want = Cm[k][r][n];
+                        for (int j = 0; j < 16; j++)
+                            want += A[k][r][j] * B[k][j][n];
+                        const float got = w[k].d[4 * (r % 8) + n / 2][2 * (r >= 8) + (n & 1)];
+                        if (!(fabs(got - want) <= 1e-6 * (1 + fabs(want)))) {
+                            if (bad++ < 5)
+                                printf("FAIL: warp %d D[%d][%d] = %.9g, want %.9g\n", k, r, n,
+                                       got, want);
+                        }
+                    }
+            free(w);
+        }
+    printf(bad ? "FAIL: %d elements of D wrong\n" : "ok: emulated mma m16n8k16 bf16 = A B + C "
+                                                    "(40 products, 1 and 2 warps)\n", bad);
+    return bad != 0;
+}
