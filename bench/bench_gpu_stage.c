@@ -2,7 +2,8 @@
  * (all layers, the embedding and the head) runs its F and BW programs through
  * sp_program_run_cuda on one stream, timed with CUDA events; the FLOPs are the program's
  * own count (sp_program_flops). fp32, then with TF32 tensor cores, then bf16 operands
- * (--precision bf16: cublasGemmEx with fp32 accumulation). No StarPU: this is the
+ * (--precision bf16: cublasGemmEx with fp32 accumulation, attention on the mma.sync
+ * kernels for heads up to 128 columns). No StarPU: this is the
  * kernels' speed, the ceiling for a task. Exits 77 without a GPU.
  *   bench_gpu_stage [layers channels heads context batch]   (default GPT-2 small, T=1024, B=8) */
 #include <stdio.h>
@@ -27,24 +28,36 @@
         }                                                                                  \
     } while (0)
 
-/* One device buffer per (class, index) the programs name; inputs filled, params drawn. */
+/* One device buffer per (class, index) the programs name; inputs filled, params drawn.
+ * A buffer the program needs larger after a change of precision (bf16's scratch) is
+ * allocated again, zeroed (parameters and inputs keep their sizes). */
 typedef struct {
     sp_slab_class cls[64];
     int index[64];
     void *dev[64];
+    size_t bytes[64];
     int n;
 } dbufs;
 
 static void *dbuf(dbufs *d, const sp_program *p, sp_slab_class cls, int index)
 {
-    for (int j = 0; j < d->n; j++)
-        if (d->cls[j] == cls && d->index[j] == index) return d->dev[j];
     size_t bytes = sp_program_buf_bytes(p, cls, index);
+    for (int j = 0; j < d->n; j++)
+        if (d->cls[j] == cls && d->index[j] == index) {
+            if (bytes > d->bytes[j]) {
+                CK(cudaFree(d->dev[j]));
+                CK(cudaMalloc(&d->dev[j], bytes));
+                CK(cudaMemset(d->dev[j], 0, bytes));
+                d->bytes[j] = bytes;
+            }
+            return d->dev[j];
+        }
     void *x;
     CK(cudaMalloc(&x, bytes ? bytes : 4));
     CK(cudaMemset(x, 0, bytes ? bytes : 4));
     d->cls[d->n] = cls;
     d->index[d->n] = index;
+    d->bytes[d->n] = bytes;
     d->dev[d->n++] = x;
     return x;
 }
