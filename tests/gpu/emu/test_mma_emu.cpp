@@ -4,10 +4,13 @@
  * sp_mma_bf16 (codelets/cuda/common.cuh), and every lane's d is put back at its (r, c).
  * Products of bf16 values are exact in fp32, so only the fp32 sum of 16 terms differs
  * from the float64 product: 1e-6 relative. Blocks of 32 and 64 threads (two warps, each
- * its own product). */
+ * its own product). And a warp with a lane that skips the mma ends the process with a
+ * message naming the kernel, as a GPU would hang or compute garbage. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "codelets/cuda/common.cuh"
 
@@ -21,6 +24,45 @@ static __global__ void mma_kernel(warp_case *w)
     warp_case &x = w[threadIdx.x / 32];
     const int lane = threadIdx.x % 32;
     sp_mma_bf16(x.d[lane], x.a[lane], x.b[lane], x.c[lane]);
+}
+
+static __global__ void mma_skip_kernel(warp_case *w)
+{
+    const int lane = threadIdx.x % 32;
+    if (lane == 5)
+        return;
+    sp_mma_bf16(w->d[lane], w->a[lane], w->b[lane], w->c[lane]);
+}
+
+/* The skipping kernel in a child, its stderr read back: killed, naming kernel and mma. */
+static int skip_aborts(void)
+{
+    int fd[2];
+    if (pipe(fd))
+        return 0;
+    const pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        static warp_case w;
+        SP_LAUNCH(mma_skip_kernel, dim3(1), dim3(32))(&w);
+        cudaDeviceSynchronize();
+        _exit(0);
+    }
+    close(fd[1]);
+    char msg[1024] = "";
+    size_t n = 0;
+    ssize_t r;
+    while (n + 1 < sizeof msg && (r = read(fd[0], msg + n, sizeof msg - 1 - n)) > 0)
+        n += (size_t)r;
+    msg[n] = 0;
+    close(fd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    const int ok = !(WIFEXITED(st) && WEXITSTATUS(st) == 0) && strstr(msg, "mma_skip_kernel") &&
+                   strstr(msg, "mma.sync") && strstr(msg, "31 of the 32 lanes");
+    printf("%s: a lane skipping the mma: %s", ok ? "ok" : "FAIL", n ? msg : "(no message)\n");
+    return ok;
 }
 
 static float bf16_of(uint16_t h)
@@ -101,5 +143,5 @@ int main(void)
         }
     printf(bad ? "FAIL: %d elements of D wrong\n" : "ok: emulated mma m16n8k16 bf16 = A B + C "
                                                     "(40 products, 1 and 2 warps)\n", bad);
-    return bad != 0;
+    return bad != 0 || !skip_aborts();
 }
