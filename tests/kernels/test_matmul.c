@@ -91,7 +91,7 @@ static void run_case(int M, int Nc, int K, int ta, int tb, uint64_t seed)
 }
 
 /* The contract's exact bits (gemm_impl.h): out[i][j] is the sequential chain of fmaf over
- * k from out (acc) or 0. Sizes past a block of K (256),
+ * k from out (acc) or 0. Sizes past a block of K (256) and of rows (384),
  * tiles of every height (4, 6, 12, 24) and width (8, 16, 32), and the narrow tile. */
 static SP_NOFMA void naive(float *out, const float *a, const float *b, int M, int Nc, int K,
                            int ta, int tb, int acc)
@@ -145,6 +145,10 @@ int main(void)
     exact_bits(37, 45, 300);
     exact_bits(50, 13, 61);
     exact_bits(25, 70, 9);
+    /* large enough for the packed path (gemm.c: a and b packed by 8 x 8 transposes): two
+     * blocks of rows (MC 384) and of k, edges of every kind */
+    exact_bits(397, 203, 263);
+    exact_bits(61, 40, 1000);
 
     /* K = 0: the product is empty; acc=0 gives zeros, acc=1 leaves out unchanged. */
     float out[6], keep[6];
