@@ -885,8 +885,9 @@ static void describe_plan(const sp_plan *pl, const sp_program *p)
                pl->peak[a].boundary / 1048576.0, pl->peak[a].params / 1048576.0,
                pl->peak[a].act_units);
     for (int s = 0; s < model->nstages; s++)
-        printf("  stage %d: activations %zu bytes per microbatch, task scratch %zu bytes\n", s,
-               model->stage[s].act_bytes, sp_program_buf_bytes(p, SP_SLAB_SCRATCH, s));
+        printf("  stage %d: activations %zu bytes per microbatch, activation gradients kept "
+               "for W %zu, task scratch %zu bytes\n", s, model->stage[s].act_bytes,
+               model->stage[s].bgrad_bytes, sp_program_buf_bytes(p, SP_SLAB_SCRATCH, s));
     if (simulated) sp_sim_result_free(r);
     if (env.verbose >= 2) sp_plan_write(pl, stdout);
 }

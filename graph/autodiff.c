@@ -194,8 +194,8 @@ static void emit_gather(ctx *c, int t)
     int acc = 0;
     if (t == p->g->loss) {
         for (int v = 0; v < 2; v++) {
-            sp_kinstr *I = sp_prog_emit(kps[v], SP_I_SEED, t);
-            I->o[0] = sp_loc_grad(p, kps[v], c->s, t, SP_SLAB_W);
+            sp_loc o = sp_loc_grad(p, kps[v], c->s, t, SP_SLAB_W); /* before: mark_grad */
+            sp_prog_emit(kps[v], SP_I_SEED, t)->o[0] = o;
         }
         acc = 1;
     }

@@ -183,10 +183,28 @@ sp_loc sp_loc_aux(sp_program *p, sp_kprog *kp, int t, sp_slab_mode mode)
     return slab_at(p, kp, SP_SLAB_ACT, s, mode, p->aux_off[t]);
 }
 
+/* Marks which of B and W touch t's gradient, and over which instructions: kp->nins, the
+ * index of the instruction being built, as every gradient operand is resolved before its
+ * instruction is emitted (autodiff.c). */
+static void mark_grad(sp_program *p, const sp_kprog *kp, int t)
+{
+    int kind = (int)((kp - p->prog) % SP_NUM_TASK_KINDS);
+    if (kind != SP_TASK_B && kind != SP_TASK_W) return; /* F never; BW is B and W */
+    p->grad_use[t] |= kind == SP_TASK_B ? 1 : 2;
+    if (kp->nins < p->grad_first[t]) p->grad_first[t] = kp->nins;
+    if (kp->nins > p->grad_last[t]) p->grad_last[t] = kp->nins;
+}
+
 sp_loc sp_loc_grad(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode)
 {
     const sp_node *n = &p->g->node[t];
     if (n->op == SP_OP_PARAM) return slab_at(p, kp, SP_SLAB_GRADS, s, mode, p->param_off[s][t]);
+    if (n->stage == s) mark_grad(p, kp, t);
+    if (n->stage == s && p->gscr_off[t] >= 0) {
+        sp_loc l = sp_loc_scratch(p, kp, s, p->gscr_off[t] + n->numel);
+        l.off = p->gscr_off[t];
+        return l;
+    }
     if (n->stage == s) return slab_at(p, kp, SP_SLAB_BGRAD, s, mode, p->bgrad_off[t]);
     int e = sp_edge_index(p, n->stage, s);
     return slab_at(p, kp, SP_SLAB_EDGE_GRAD, e, mode, edge_offset(&p->edge[e], t));
@@ -198,15 +216,20 @@ sp_loc sp_loc_scratch(sp_program *p, sp_kprog *kp, int s, int64_t floats)
     return (sp_loc){ sp_prog_buf(kp, SP_SLAB_SCRATCH, s, 0, SP_SLAB_RW), 0 };
 }
 
-int64_t sp_attention_scratch_need(const sp_program *p, const sp_node *n, int backward)
+static int64_t attention_need(sp_precision precision, const sp_node *n, int backward)
 {
     int64_t T = n->shape[1];
-    int64_t cpu = (p->precision == SP_PRECISION_BF16 ? sp_attention_scratch_floats_bf16
-                                                     : sp_attention_scratch_floats)(
+    int64_t cpu = (precision == SP_PRECISION_BF16 ? sp_attention_scratch_floats_bf16
+                                                  : sp_attention_scratch_floats)(
         (int)n->shape[0], (int)T, (int)n->shape[2], n->heads);
     /* sp_cuda_attention_scratch_floats: the backward's D = rowsum(dout * out), (B,NH,T) */
     int64_t cuda = backward ? n->shape[0] * n->heads * T : 0;
     return cpu > cuda ? cpu : cuda;
+}
+
+int64_t sp_attention_scratch_need(const sp_program *p, const sp_node *n, int backward)
+{
+    return attention_need(p->precision, n, backward);
 }
 
 /* One gradient slot per use of a parameter (see program_impl.h): the first use in a
@@ -362,6 +385,92 @@ static sp_status layout_scratch(sp_program *p)
     return SP_OK;
 }
 
+/* BGRAD of every stage and the gradients' part of SCRATCH. BGRAD keeps, in graph order,
+ * the gradients that B touches and W reads: they live from B to W of a microbatch. A
+ * gradient only one of the two programs touches lives inside it: those of B are packed
+ * first-fit by lifetime (its span of B's instructions, mark_grad) past the kernels' own
+ * floats, those of W likewise after B's part, apart from it because BW runs both lists
+ * interleaved (each in its own order, autodiff.c). F's values in SCRATCH need no room
+ * apart: F is always another task. Each piece starts on 16 bytes. A gradient neither
+ * touches has no place (no program reads or writes it). */
+static sp_status layout_grads(sp_program *p)
+{
+    const sp_graph *g = p->g;
+    int T = g->n;
+    int *order = malloc((size_t)(T ? T : 1) * sizeof *order);
+    int64_t(*live)[2] = malloc((size_t)(T ? T : 1) * sizeof *live); /* tensor, last use */
+    if (!order || !live) {
+        free(order);
+        free(live);
+        return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
+    }
+    for (int s = 0; s < p->nstages; s++) {
+        /* room the kernels take in B and W: the attention backward's under either
+         * precision (kernel_scratch was measured in fp32, bf16's is larger), so that this
+         * layout does not depend on the precision */
+        int64_t kernel = p->kernel_scratch[s];
+        for (int t = 0; t < T; t++)
+            for (int bf = 0; bf < 2 && g->node[t].stage == s; bf++)
+                if (g->node[t].op == SP_OP_ATTENTION) {
+                    int64_t need = attention_need(bf ? SP_PRECISION_BF16 : SP_PRECISION_FP32,
+                                                  &g->node[t], 1);
+                    if (need > kernel) kernel = need;
+                }
+        int64_t top = (kernel + 3) / 4 * 4;
+        p->bgrad_floats[s] = 0;
+        for (int t = 0; t < T; t++) {
+            const sp_node *n = &g->node[t];
+            if (n->stage != s || n->op == SP_OP_INPUT || n->op == SP_OP_PARAM ||
+                n->op == SP_OP_YIELD)
+                continue;
+            p->bgrad_off[t] = p->gscr_off[t] = -1;
+            if (p->grad_use[t] != 3) continue;
+            p->bgrad_off[t] = p->bgrad_floats[s];
+            p->bgrad_floats[s] += g->node[t].numel;
+        }
+        for (int use = 1; use <= 2; use++) {
+            int n = 0;
+            for (int t = 0; t < T; t++) /* by first use, insertion sort (stable) */
+                if (g->node[t].stage == s && p->grad_use[t] == use) {
+                    int j = n++;
+                    for (; j > 0 && p->grad_first[order[j - 1]] > p->grad_first[t]; j--)
+                        order[j] = order[j - 1];
+                    order[j] = t;
+                }
+            int nlive = 0;
+            int64_t peak = 0;
+            for (int i = 0; i < n; i++) {
+                int t = order[i];
+                int j = 0;
+                for (int q = 0; q < nlive; q++) /* ended before t's first instruction */
+                    if (live[q][1] >= p->grad_first[t])
+                        memmove(live[j++], live[q], sizeof *live);
+                nlive = j;
+                int64_t need = (g->node[t].numel + 3) / 4 * 4, off = 0;
+                for (int moved = 1; moved;) { /* the lowest offset clear of every live piece */
+                    moved = 0;
+                    for (int q = 0; q < nlive; q++) {
+                        int64_t qoff = p->gscr_off[live[q][0]] - top;
+                        int64_t qend = qoff + (g->node[live[q][0]].numel + 3) / 4 * 4;
+                        if (off < qend && qoff < off + need) {
+                            off = qend;
+                            moved = 1;
+                        }
+                    }
+                }
+                p->gscr_off[t] = top + off;
+                live[nlive][0] = t;
+                live[nlive++][1] = p->grad_last[t];
+                if (off + need > peak) peak = off + need;
+            }
+            top += peak;
+        }
+    }
+    free(order);
+    free(live);
+    return SP_OK;
+}
+
 static sp_status layout(sp_program *p)
 {
     const sp_graph *g = p->g;
@@ -376,6 +485,10 @@ static sp_status layout(sp_program *p)
     p->aux_scr_off = malloc((size_t)T * sizeof *p->aux_scr_off);
     p->tmp_off = malloc((size_t)T * sizeof *p->tmp_off);
     p->bgrad_off = malloc((size_t)T * sizeof *p->bgrad_off);
+    p->grad_use = calloc((size_t)T, 1);
+    p->grad_first = malloc((size_t)T * sizeof *p->grad_first);
+    p->grad_last = malloc((size_t)T * sizeof *p->grad_last);
+    p->gscr_off = malloc((size_t)T * sizeof *p->gscr_off);
     p->param_off = calloc((size_t)S, sizeof *p->param_off);
     p->param_floats = calloc((size_t)S, sizeof(int64_t));
     p->act_floats = calloc((size_t)S, sizeof(int64_t));
@@ -386,10 +499,15 @@ static sp_status layout(sp_program *p)
     p->input = malloc((size_t)T * sizeof *p->input);
     if (!p->act_off || !p->aux_off || !p->act16 || !p->plain_read || !p->bwd_read ||
         !p->aux_bwd_read || !p->scr_off || !p->aux_scr_off || !p->tmp_off || !p->bgrad_off ||
+        !p->grad_use || !p->grad_first || !p->grad_last || !p->gscr_off ||
         !p->param_off || !p->param_floats || !p->act_floats || !p->act_half ||
         !p->bgrad_floats || !p->scratch_floats || !p->kernel_scratch || !p->input)
         return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
-    for (int t = 0; t < T; t++) p->scr_off[t] = p->aux_scr_off[t] = p->tmp_off[t] = -1;
+    for (int t = 0; t < T; t++) {
+        p->scr_off[t] = p->aux_scr_off[t] = p->tmp_off[t] = p->gscr_off[t] = -1;
+        p->grad_first[t] = INT64_MAX;
+        p->grad_last[t] = -1;
+    }
     for (int s = 0; s < S; s++) {
         p->param_off[s] = malloc((size_t)T * sizeof(int64_t));
         if (!p->param_off[s]) return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
@@ -679,7 +797,8 @@ static sp_status emit_programs(sp_program *p)
     return st;
 }
 
-/* Places every computed value and emits the programs on that layout. The readers are
+/* Places every computed value and activation gradient (layout_grads: BGRAD keeps what B
+ * hands W, the rest goes to SCRATCH) and emits the programs on that layout. The readers are
  * known from the programs as first emitted (every value in ACT, fp32): every value read
  * goes through sp_loc_value (which marks it plain_read, and bwd_read in B, W or BW), as
  * a product's operand through sp_set_operand (bwd_read), and aux floats through
@@ -702,11 +821,14 @@ static sp_status relayout(sp_program *p)
         p->act16[t] = on && computed && !scr && !p->plain_read[t];
     }
     sp_status st = layout_scratch(p);
+    if (st == SP_OK) st = layout_grads(p);
     if (st != SP_OK) return st;
     layout_act(p);
     st = emit_programs(p);
-    for (int s = 0; st == SP_OK && s < p->nstages; s++)
+    for (int s = 0; st == SP_OK && s < p->nstages; s++) {
         p->model.stage[s].act_bytes = sp_program_buf_bytes(p, SP_SLAB_ACT, s);
+        p->model.stage[s].bgrad_bytes = sp_program_buf_bytes(p, SP_SLAB_BGRAD, s);
+    }
     return st;
 }
 
@@ -832,6 +954,10 @@ void sp_program_free(sp_program *p)
     free(p->act_half);
     free(p->kernel_scratch);
     free(p->bgrad_off);
+    free(p->grad_use);
+    free(p->grad_first);
+    free(p->grad_last);
+    free(p->gscr_off);
     free(p->param_floats);
     free(p->act_floats);
     free(p->bgrad_floats);

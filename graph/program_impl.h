@@ -81,7 +81,15 @@ struct sp_program {
     int act_bf16;            /* sp_program_set_bf16_activations */
     int64_t *act_half;       /* per stage */
     int64_t *kernel_scratch; /* per stage: SCRATCH floats the kernels themselves need */
-    int64_t *bgrad_off;      /* per tensor needing grad: offset in BGRAD of its stage */
+    /* Activation gradients: BGRAD (kept from B to W of a microbatch) holds only those B
+     * touches and W reads; every other one lives in SCRATCH, packed by lifetime inside the
+     * one program, B or W, that uses it (sp_program_build decides it from the marks of its
+     * first emission, where every gradient is in BGRAD). */
+    int64_t *bgrad_off;      /* per tensor: offset in BGRAD of its stage, or -1 */
+    uint8_t *grad_use;       /* per tensor: bit 0 B touches its gradient, bit 1 W does */
+    int64_t *grad_first;     /* per tensor: the first and last instruction of that program */
+    int64_t *grad_last;      /*   that touch its gradient (its lifetime there) */
+    int64_t *gscr_off;       /* per tensor: float offset of its gradient in SCRATCH, or -1 */
     int64_t **param_off;     /* [stage][tensor] offset in PARAMS/GRADS, -1 if unused */
     int64_t *param_floats;   /* per stage */
     /* Gradient accumulators: one per use of a parameter. The first use in a stage has

@@ -1,6 +1,8 @@
 /* The zero-bubble split: for every stage of the MLP, the GPT and a graph with a skip
- * edge, running B and then W leaves every buffer bitwise equal to running the fused BW;
- * B never touches parameter gradients and W never writes what earlier stages receive. */
+ * edge, running B and then W leaves every buffer bitwise equal to running the fused BW,
+ * with SCRATCH overwritten between B and W (W reads what B hands it from BGRAD only) and
+ * BGRAD and SCRATCH filled with NaNs before; B never touches parameter gradients and W
+ * never writes what earlier stages receive. */
 #include <string.h>
 
 #include "starpipe/data.h"
@@ -59,11 +61,20 @@ static void check_split(const char *name, sp_graph *g, const void *const *inputs
         } else
             CHECK(sp_program_num_ops(p, s, SP_TASK_B) > 0, "%s: B%d is empty", name, s);
         CHECK(sp_program_num_ops(p, s, SP_TASK_W) > 0, "%s: W%d is empty", name, s);
+        /* BGRAD and SCRATCH come as the runtime's pool and StarPU leave them: whatever a
+         * program reads there it must have written first */
+        memset(arena_get(&a, SP_SLAB_BGRAD, s), 0xff, sp_program_buf_bytes(p, SP_SLAB_BGRAD, s));
+        memset(arena_get(&a, SP_SLAB_SCRATCH, s), 0xff,
+               sp_program_buf_bytes(p, SP_SLAB_SCRATCH, s));
         arena fused, split;
         arena_copy(&fused, &a);
         arena_copy(&split, &a);
         REQUIRE(arena_run(&fused, s, SP_TASK_BW, 0.5f) == SP_OK, "%s", sp_last_error());
         REQUIRE(arena_run(&split, s, SP_TASK_B, 0.5f) == SP_OK, "%s", sp_last_error());
+        /* other tasks run between B and W and SCRATCH is theirs then: W may read only
+         * BGRAD of what B computed (NaNs here would reach the gradients) */
+        memset(arena_get(&split, SP_SLAB_SCRATCH, s), 0xff,
+               sp_program_buf_bytes(p, SP_SLAB_SCRATCH, s));
         REQUIRE(arena_run(&split, s, SP_TASK_W, 0.5f) == SP_OK, "%s", sp_last_error());
         REQUIRE(fused.n == split.n, "%s: buffer sets differ", name);
         for (int j = 0; j < fused.n; j++) {
