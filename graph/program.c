@@ -232,6 +232,24 @@ int64_t sp_attention_scratch_need(const sp_program *p, const sp_node *n, int bac
     return attention_need(p->precision, n, backward);
 }
 
+/* Where stage s's packed SCRATCH values and gradients start: past what its kernels take
+ * under either precision and direction (kernel_scratch was measured in fp32 at build,
+ * and bf16's attention takes more), so that the layout does not depend on the precision
+ * and no kernel's scratch reaches a value live across it. */
+static int64_t kernel_room(const sp_program *p, int s)
+{
+    int64_t room = p->kernel_scratch[s];
+    for (int t = 0; t < p->g->n; t++)
+        if (p->g->node[t].stage == s && p->g->node[t].op == SP_OP_ATTENTION)
+            for (int bf = 0; bf < 2; bf++)
+                for (int backward = 0; backward < 2; backward++) {
+                    int64_t need = attention_need(bf ? SP_PRECISION_BF16 : SP_PRECISION_FP32,
+                                                  &p->g->node[t], backward);
+                    if (need > room) room = need;
+                }
+    return (room + 3) / 4 * 4;
+}
+
 /* One gradient slot per use of a parameter (see program_impl.h): the first use in a
  * stage gets the PARAMS-shaped slot, later ones extra slots, listed for the local add. */
 static sp_status layout_param_uses(sp_program *p)
@@ -348,7 +366,7 @@ static sp_status layout_scratch(sp_program *p)
     for (int e = 0; e < p->nedges; e++)
         for (int j = 0; j < p->edge[e].ntensors; j++) last[p->edge[e].tensor[j]] = T;
     for (int s = 0; s < p->nstages; s++) {
-        int64_t base = (p->kernel_scratch[s] + 3) / 4 * 4;
+        int64_t base = kernel_room(p, s);
         int nlive = 0;
         for (int t = 0; t < T; t++) {
             const sp_node *n = &g->node[t];
@@ -405,18 +423,7 @@ static sp_status layout_grads(sp_program *p)
         return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
     }
     for (int s = 0; s < p->nstages; s++) {
-        /* room the kernels take in B and W: the attention backward's under either
-         * precision (kernel_scratch was measured in fp32, bf16's is larger), so that this
-         * layout does not depend on the precision */
-        int64_t kernel = p->kernel_scratch[s];
-        for (int t = 0; t < T; t++)
-            for (int bf = 0; bf < 2 && g->node[t].stage == s; bf++)
-                if (g->node[t].op == SP_OP_ATTENTION) {
-                    int64_t need = attention_need(bf ? SP_PRECISION_BF16 : SP_PRECISION_FP32,
-                                                  &g->node[t], 1);
-                    if (need > kernel) kernel = need;
-                }
-        int64_t top = (kernel + 3) / 4 * 4;
+        int64_t top = kernel_room(p, s);
         p->bgrad_floats[s] = 0;
         for (int t = 0; t < T; t++) {
             const sp_node *n = &g->node[t];
