@@ -71,9 +71,11 @@ static inline float row_max(const float *x, int nc, int t)
 /* Rows t0..t0+bq-1 of one head: s (bq, ld) holds q k^T in columns 0..kend-1. Each row t
  * becomes its softmax over columns 0..t (16 fixed partial sums), zeros after; lse[r] =
  * the log-sum-exp of its scaled scores. max(x) scale is max(x scale): rounding is
- * monotonic. */
+ * monotonic. With inv (bf16, FlashAttention-2's rounding points) a row instead becomes
+ * its unnormalized exp(scale x - max) rounded to bf16, the product's operand, and inv[r]
+ * = 1 / its fp32 sum, applied to the output after the product. */
 static SP_VEC_FN void softmax_rows(float *restrict s, int64_t ld, int bq, int t0, int kend,
-                                   float scale, float *restrict lse)
+                                   float scale, float *restrict lse, float *restrict inv)
 {
     const int nc = (kend + 15) / 16;
     for (int r = 0; r < bq; r++) {
@@ -93,40 +95,14 @@ static SP_VEC_FN void softmax_rows(float *restrict s, int64_t ld, int bq, int t0
         const float sum =
             (((z[0] + z[8]) + (z[1] + z[9])) + ((z[2] + z[10]) + (z[3] + z[11]))) +
             (((z[4] + z[12]) + (z[5] + z[13])) + ((z[6] + z[14]) + (z[7] + z[15])));
-        const float inv = 1.0f / sum;
-        for (int u = 0; u < 16 * nc; u++)
-            x[u] *= inv;
-        lse[r] = mx + logf(sum);
-    }
-}
-
-/* bf16 (FlashAttention-2's rounding points): each row becomes its unnormalized
- * exp(scale x - max) rounded to bf16, the product's operand; the row sum, and so lse and
- * inv[r] = 1 / sum (applied to the output after the product), are of the fp32 values. */
-static SP_VEC_FN void softmax_rows_bf16(float *restrict s, int64_t ld, int bq, int t0,
-                                        int kend, float scale, float *restrict lse,
-                                        float *restrict inv)
-{
-    const int nc = (kend + 15) / 16;
-    for (int r = 0; r < bq; r++) {
-        float *x = s + r * ld;
-        const int t = t0 + r;
-        const float mx = row_max(x, nc, t) * scale;
-        float z[16];
-        for (int j = 0; j < 16; j++)
-            z[j] = 0.0f;
-        for (int c = 0; c < nc; c++)
-            for (int j = 0; j < 16; j++) {
-                const int u = 16 * c + j;
-                const float p = keep_if(exp_le0(x[u] * scale - mx), u <= t);
-                x[u] = p;
-                z[j] += p;
-            }
-        const float sum =
-            (((z[0] + z[8]) + (z[1] + z[9])) + ((z[2] + z[10]) + (z[3] + z[11]))) +
-            (((z[4] + z[12]) + (z[5] + z[13])) + ((z[6] + z[14]) + (z[7] + z[15])));
-        sp_round_bf16(x, x, 16 * (int64_t)nc);
-        inv[r] = 1.0f / sum;
+        if (inv) {
+            sp_round_bf16(x, x, 16 * (int64_t)nc);
+            inv[r] = 1.0f / sum;
+        } else {
+            const float in = 1.0f / sum;
+            for (int u = 0; u < 16 * nc; u++)
+                x[u] *= in;
+        }
         lse[r] = mx + logf(sum);
     }
 }
@@ -233,14 +209,14 @@ static void attention_forward(float *restrict out, float *restrict lse, float *r
                 if (!bf16) {
                     sp_gemm_packed(z.s, LD, q + (int64_t)t0 * C3, C3, 0, z.kt, hs, T, bq, kend,
                                    hs, 0);
-                    softmax_rows(z.s, LD, bq, t0, kend, scale, L + t0);
+                    softmax_rows(z.s, LD, bq, t0, kend, scale, L + t0, NULL);
                     sp_gemm_packed(o + (int64_t)t0 * C, C, z.s, LD, 0, z.p2, T, hs, bq, hs,
                                    kend, 0);
                     continue;
                 }
                 round_rows(z.qb, q + (int64_t)t0 * C3, C3, bq, hs);
                 sp_gemm_packed(z.s, LD, z.qb, hs, 0, z.kt, hs, T, bq, kend, hs, 0);
-                softmax_rows_bf16(z.s, LD, bq, t0, kend, scale, L + t0, z.D);
+                softmax_rows(z.s, LD, bq, t0, kend, scale, L + t0, z.D);
                 float *ot = o + (int64_t)t0 * C;
                 sp_gemm_packed(ot, C, z.s, LD, 0, z.p2, T, hs, bq, hs, kend, 0);
                 for (int r = 0; r < bq; r++)
