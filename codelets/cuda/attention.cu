@@ -445,6 +445,48 @@ static __device__ __forceinline__ void ab_c_to_a(uint32_t a[4], const float lo[4
     a[0] = sp_bf16x2(lo[0], lo[1]), a[1] = sp_bf16x2(lo[2], lo[3]);
     a[2] = sp_bf16x2(hi[0], hi[1]), a[3] = sp_bf16x2(hi[2], hi[3]);
 }
+/* A warp's 16 rows of scores against a tile: s = qa t^T over the head columns (qa: the
+ * rows' A fragments, n16 of them), every chain in ascending k. */
+static __device__ __forceinline__ void ab_scores(float s[AB_TILE / 8][4],
+                                                 const uint32_t qa[AB_HD / 16][4],
+                                                 const ab_tile *t, int n16)
+{
+#pragma unroll
+    for (int j = 0; j < AB_TILE / 8; j++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            s[j][i] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < AB_HD / 16; kk++)
+            if (kk < n16) {
+                uint32_t bf[2];
+                ab_load_bt(bf, t, 8 * j, 16 * kk);
+                sp_mma_bf16(s[j], qa[kk], bf, s[j]);
+            }
+    }
+}
+
+/* acc (a warp's 16 rows, n8 8-column tiles) += x t: x a 16 x AB_TILE block of accumulator
+ * tiles (P or dS), rounded to bf16 as it becomes the A operand, t the tile in shared
+ * memory (P V, dS K: FlashAttention-2's second products). */
+static __device__ __forceinline__ void ab_acc_product(float acc[AB_HD / 8][4],
+                                                      const float x[AB_TILE / 8][4],
+                                                      const ab_tile *t, int n8)
+{
+#pragma unroll
+    for (int kk = 0; kk < AB_TILE / 16; kk++) {
+        uint32_t a[4];
+        ab_c_to_a(a, x[2 * kk], x[2 * kk + 1]);
+#pragma unroll
+        for (int j = 0; j < AB_HD / 8; j++)
+            if (j < n8) {
+                uint32_t bf[2];
+                ab_load_b(bf, t, 16 * kk, 8 * j);
+                sp_mma_bf16(acc[j], a, bf, acc[j]);
+            }
+    }
+}
+
 /* Over a row's 4 lanes (threadID_in_group): every lane gets the same value. */
 static __device__ __forceinline__ float ab_quad_max(float v)
 {
@@ -513,19 +555,7 @@ static __global__ void __launch_bounds__(AB_THREADS)
         ab_stage(sm.v, v + k0 * C3, C3, nk, AB_TILE, hd, hs);
         __syncthreads();
         float s[AB_TILE / 8][4];
-#pragma unroll
-        for (int j = 0; j < AB_TILE / 8; j++) {
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                s[j][i] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < AB_HD / 16; kk++)
-                if (kk < n16) {
-                    uint32_t bf[2];
-                    ab_load_bt(bf, sm.k, 8 * j, 16 * kk);
-                    sp_mma_bf16(s[j], qa[kk], bf, s[j]);
-                }
-        }
+        ab_scores(s, qa, sm.k, n16);
         float mx[2] = { -INFINITY, -INFINITY };
 #pragma unroll
         for (int j = 0; j < AB_TILE / 8; j++)
@@ -555,18 +585,7 @@ static __global__ void __launch_bounds__(AB_THREADS)
 #pragma unroll
             for (int i = 0; i < 4; i++)
                 o[j][i] *= alpha[i >> 1];
-#pragma unroll
-        for (int kk = 0; kk < AB_TILE / 16; kk++) {
-            uint32_t pa[4];
-            ab_c_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-            for (int j = 0; j < AB_HD / 8; j++)
-                if (j < n8) {
-                    uint32_t bf[2];
-                    ab_load_b(bf, sm.v, 16 * kk, 8 * j);
-                    sp_mma_bf16(o[j], pa, bf, o[j]);
-                }
-        }
+        ab_acc_product(o, s, sm.v, n8);
         __syncthreads();
     }
     float inv[2];
@@ -722,21 +741,8 @@ static __global__ void __launch_bounds__(AB_THREADS)
         ab_stage(sm.v, v + k0 * C3, C3, nk, AB_TILE, hd, hs);
         __syncthreads();
         float s[AB_TILE / 8][4], dp[AB_TILE / 8][4];
-#pragma unroll
-        for (int j = 0; j < AB_TILE / 8; j++) {
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                s[j][i] = dp[j][i] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < AB_HD / 16; kk++)
-                if (kk < n16) {
-                    uint32_t bf[2];
-                    ab_load_bt(bf, sm.k, 8 * j, 16 * kk);
-                    sp_mma_bf16(s[j], qa[kk], bf, s[j]);
-                    ab_load_bt(bf, sm.v, 8 * j, 16 * kk);
-                    sp_mma_bf16(dp[j], da[kk], bf, dp[j]);
-                }
-        }
+        ab_scores(s, qa, sm.k, n16);  /* q k^T */
+        ab_scores(dp, da, sm.v, n16); /* dout v^T */
 #pragma unroll
         for (int j = 0; j < AB_TILE / 8; j++)
 #pragma unroll
@@ -746,18 +752,7 @@ static __global__ void __launch_bounds__(AB_THREADS)
                     key <= row && row < T ? expf(s[j][i] * scale - Lr[i >> 1]) : 0.0f;
                 dp[j][i] = p * (dp[j][i] - Dr[i >> 1]) * scale;
             }
-#pragma unroll
-        for (int kk = 0; kk < AB_TILE / 16; kk++) {
-            uint32_t dsa[4];
-            ab_c_to_a(dsa, dp[2 * kk], dp[2 * kk + 1]);
-#pragma unroll
-            for (int j = 0; j < AB_HD / 8; j++)
-                if (j < n8) {
-                    uint32_t bf[2];
-                    ab_load_b(bf, sm.k, 16 * kk, 8 * j);
-                    sp_mma_bf16(dq[j], dsa, bf, dq[j]);
-                }
-        }
+        ab_acc_product(dq, dp, sm.k, n8); /* dS k */
         __syncthreads();
     }
     ab_write(dqkv + head + (int64_t)q0 * C3, C3, nq, hs, dq, n8, 16 * w, acc);
