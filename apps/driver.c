@@ -1275,9 +1275,9 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         if (sp_plan_pool_bytes(pl, sp_program_stage_model(p), actor, &packed) != SP_OK)
             packed = 0;
         fprintf(stderr, "starpipe: rank %d: per-microbatch buffers %.2f MiB at their peak "
-                "(plan %.2f MiB as whole buffers, %.2f MiB live at their peaks: activations, "
+                "(plan %.2f MiB as whole buffers, %.2f MiB live at their peak: activations, "
                 "boundary tensors and their gradients)\n", me, mem.transient / 1048576.0,
-                packed / 1048576.0, (double)(k->acts + k->boundary) / 1048576.0);
+                packed / 1048576.0, (double)k->transient / 1048576.0);
     }
 out:
     app_log_close(&rr.log);

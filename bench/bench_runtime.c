@@ -93,7 +93,7 @@ int main(int argc, char **argv)
                base.heads, base.context, base.batch, m, P, steps);
         printf("| schedule | span ms | replay ms | span/replay | ideal ms | span/ideal | "
                "bubble (replay, ideal) | message wait median / p90 (after arrival) us | step ms | transient "
-               "MiB per rank (measured / planned) |\n|---|---|---|---|---|---|---|---|---|---|\n");
+               "MiB per rank (measured / planned pool (live peak)) |\n|---|---|---|---|---|---|---|---|---|---|\n");
     }
     for (char *name = strtok(list, ","); name; name = strtok(NULL, ",")) {
         int v = !strcmp(name, "interleaved-1f1b") || !strcmp(name, "zb-v") ||
@@ -174,9 +174,13 @@ int main(int argc, char **argv)
                    1e3 * ideal_span, med[0] / ideal_span, 100 * med[2],
                    100 * med[3], 100 * ideal->bubble_fraction, 1e6 * med[4], 1e6 * med[5],
                    1e6 * med[7], 1e3 * med[6]);
-            for (int a = 0; a < P; a++)
-                printf(a ? " ; %.2f / %.2f" : "%.2f / %.2f", memv[a] / 1048576.0,
-                       (double)(pl->peak[a].acts + pl->peak[a].boundary) / 1048576.0);
+            for (int a = 0; a < P; a++) { /* measured / the plan's pool (its live peak) */
+                size_t packed = 0;
+                if (sp_plan_pool_bytes(pl, sp_program_stage_model(p), a, &packed) != SP_OK)
+                    packed = 0;
+                printf(a ? " ; %.2f / %.2f (%.2f)" : "%.2f / %.2f (%.2f)", memv[a] / 1048576.0,
+                       packed / 1048576.0, (double)pl->peak[a].transient / 1048576.0);
+            }
             printf(" |\n");
             fflush(stdout);
             sp_sim_result_free(ideal);

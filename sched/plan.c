@@ -118,6 +118,7 @@ void sp_mem_add(sp_mem_peak *peak, size_t cur[5], int *act_count, sp_buf b, size
     if (cur[c] > *pk[c]) *pk[c] = cur[c];
     size_t tot = cur[0] + cur[1] + cur[2] + cur[3] + cur[4];
     if (tot > peak->total) peak->total = tot;
+    if (cur[3] + cur[4] > peak->transient) peak->transient = cur[3] + cur[4];
     if (*act_count > peak->act_units) peak->act_units = *act_count;
 }
 

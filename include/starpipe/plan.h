@@ -209,6 +209,8 @@ typedef struct {
 typedef struct {
     size_t params, grads, opt, acts, boundary; /* each category's own peak */
     size_t total;                              /* peak of the sum */
+    size_t transient; /* peak of acts + boundary together: the least memory any pool of the
+                         per-microbatch buffers can hold them in (at most acts + boundary) */
     int act_units; /* peak count of live ACT buffers: one stage's activations for one
                       microbatch, the unit of the closed forms */
 } sp_mem_peak;

@@ -2,11 +2,12 @@
 # pool_memory.sh MPIEXEC APP: the per-microbatch buffers a rank registers (the pool's
 # slots, planned by runtime/buffers.c from a dry walk of the step) against the planner:
 # its packed pool (sp_plan_pool_bytes: the plan's own lifetimes, packed the same way) and
-# its peaks of live activations plus boundary tensors (sp_mem_peak), for every built-in
+# its peak of live activations and boundary tensors together (sp_mem_peak.transient, the
+# least any pool can hold them in), for every built-in
 # schedule at p = 2 and interleaved-1F1B at p = 1 (two stages on one rank). Measured
 # equals the packed plan (within 1%: the runtime and the planner walk the same
 # instructions; sched.test_pool checks the packing against brute force), and is at most
-# 5% above the live peaks with one stage per rank, 20% with several
+# 5% above the live peak with one stage per rank, 20% with several, and never below it
 # (stages of unequal sizes whose lifetimes cross: whole buffers cannot reach the live
 # peak, bench/README.md "Values only F reads in SCRATCH"). A greedy pool had grown
 # interleaved-1F1B's to 1.32x before activations shrank.
@@ -23,10 +24,10 @@ check() { # check NP SCHEDULE (the bound: 1.05 with one stage per rank, else 1.2
   grep "per-microbatch buffers" "$dir/log" |
     sed 's/.*buffers \([0-9.]*\) MiB.*plan \([0-9.]*\) MiB as whole buffers, \([0-9.]*\) MiB live.*/\1 \2 \3/' |
     awk -v s="$2" -v b="$bound" '{
-      if ($1 > b * $3) { print "FAIL: " s ": " $1 " MiB against " $3 " live at their peaks"; bad = 1 }
+      if ($1 > b * $3 || $1 < $3) { print "FAIL: " s ": " $1 " MiB against " $3 " live at their peak"; bad = 1 }
       if ($1 > 1.01 * $2 || $1 < 0.99 * $2) { print "FAIL: " s ": " $1 " MiB, the packed plan " $2; bad = 1 } }
       END { exit bad }'
 }
 for s in gpipe 1f1b eager-1f1b interleaved-1f1b zb-h1 zb-v dualpipe-v; do check 2 "$s"; done
 check 1 interleaved-1f1b
-echo "ok: the pool equals the planner's packed pool, within 5% (one stage per rank) or 20% of the live peaks"
+echo "ok: the pool equals the planner's packed pool, within 5% (one stage per rank) or 20% above the live peak"
