@@ -199,7 +199,11 @@ sp_loc sp_loc_grad(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode)
 {
     const sp_node *n = &p->g->node[t];
     if (n->op == SP_OP_PARAM) return slab_at(p, kp, SP_SLAB_GRADS, s, mode, p->param_off[s][t]);
-    if (n->stage == s) mark_grad(p, kp, t);
+    if (n->stage == s) { /* an alias is marked and placed as its root (same stage, size) */
+        t = p->grad_root[t];
+        n = &p->g->node[t];
+        mark_grad(p, kp, t);
+    }
     if (n->stage == s && p->gscr_off[t] >= 0) {
         sp_loc l = sp_loc_scratch(p, kp, s, p->gscr_off[t] + n->numel);
         l.off = p->gscr_off[t];
@@ -304,6 +308,38 @@ static sp_status layout_param_uses(sp_program *p)
 }
 
 /* --- layout ------------------------------------------------------------------------ */
+
+/* grad_root: a bias add y = x + b copies dy into dx. When that copy is all of dx, x's
+ * gradient is y's storage and the copy is not emitted (autodiff.c): the same floats, no
+ * traffic, kept once. It is all of dx when the bias add's input 0 is x's only use (no other
+ * job adds into dx) and x is computed in the bias add's stage (no edge sends or gathers dx);
+ * x is then not the loss either (no seed: the loss has no consumer the loss depends on). A
+ * PARAM's gradient is its own accumulator, an INPUT needs none. In descending order, a
+ * chain of bias adds shares the last one's root. */
+static sp_status alias_grads(sp_program *p)
+{
+    const sp_graph *g = p->g;
+    int T = g->n;
+    int *uses = calloc((size_t)(T ? T : 1), sizeof *uses);
+    if (!uses) return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
+    for (int u = 0; u < T; u++) {
+        p->grad_root[u] = u;
+        if (g->node[u].op != SP_OP_YIELD) /* a marker, not a reader: its readers use x */
+            for (int k = 0; k < g->node[u].nin; k++) uses[g->node[u].in[k]]++;
+    }
+    for (int t = T - 1; t >= 0; t--) {
+        const sp_node *n = &g->node[t];
+        if (n->op != SP_OP_BIAS_ADD || !p->needs_grad[t]) continue;
+        int x = n->in[0];
+        const sp_node *X = &g->node[x];
+        if (X->op == SP_OP_PARAM || X->op == SP_OP_INPUT || X->stage != n->stage ||
+            !p->needs_grad[x] || uses[x] != 1)
+            continue;
+        p->grad_root[x] = p->grad_root[t]; /* t's root is final: its consumers came later */
+    }
+    free(uses);
+    return SP_OK;
+}
 
 /* The ACT slab of every stage: each tensor computed there, in graph order, its value and
  * then its auxiliary floats, less those in SCRATCH (scr_off, aux_scr_off); the values
@@ -410,7 +446,8 @@ static sp_status layout_scratch(sp_program *p)
  * floats, those of W likewise after B's part, apart from it because BW runs both lists
  * interleaved (each in its own order, autodiff.c). F's values in SCRATCH need no room
  * apart: F is always another task. Each piece starts on 16 bytes. A gradient neither
- * touches has no place (no program reads or writes it). */
+ * touches has no place (no program reads or writes it), nor has an alias: sp_loc_grad
+ * marks and places it as its root (grad_root). */
 static sp_status layout_grads(sp_program *p)
 {
     const sp_graph *g = p->g;
@@ -491,6 +528,7 @@ static sp_status layout(sp_program *p)
     p->scr_off = malloc((size_t)T * sizeof *p->scr_off);
     p->aux_scr_off = malloc((size_t)T * sizeof *p->aux_scr_off);
     p->tmp_off = malloc((size_t)T * sizeof *p->tmp_off);
+    p->grad_root = malloc((size_t)T * sizeof *p->grad_root);
     p->bgrad_off = malloc((size_t)T * sizeof *p->bgrad_off);
     p->grad_use = calloc((size_t)T, 1);
     p->grad_first = malloc((size_t)T * sizeof *p->grad_first);
@@ -506,7 +544,7 @@ static sp_status layout(sp_program *p)
     p->input = malloc((size_t)T * sizeof *p->input);
     if (!p->act_off || !p->aux_off || !p->act16 || !p->plain_read || !p->bwd_read ||
         !p->aux_bwd_read || !p->scr_off || !p->aux_scr_off || !p->tmp_off || !p->bgrad_off ||
-        !p->grad_use || !p->grad_first || !p->grad_last || !p->gscr_off ||
+        !p->grad_root || !p->grad_use || !p->grad_first || !p->grad_last || !p->gscr_off ||
         !p->param_off || !p->param_floats || !p->act_floats || !p->act_half ||
         !p->bgrad_floats || !p->scratch_floats || !p->kernel_scratch || !p->input)
         return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
@@ -520,6 +558,8 @@ static sp_status layout(sp_program *p)
         if (!p->param_off[s]) return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
         for (int t = 0; t < T; t++) p->param_off[s][t] = -1;
     }
+    sp_status st = alias_grads(p);
+    if (st != SP_OK) return st;
     int *ops_in_stage = calloc((size_t)S, sizeof(int));
     /* edge_of[src*S + dst] marks which stage pairs exchange tensors */
     uint8_t *pair = calloc((size_t)S * (size_t)S, 1);
@@ -535,7 +575,7 @@ static sp_status layout(sp_program *p)
         if (n->op == SP_OP_INPUT || n->op == SP_OP_PARAM || n->op == SP_OP_YIELD) continue;
         int s = n->stage;
         ops_in_stage[s]++;
-        if (p->needs_grad[t]) {
+        if (p->needs_grad[t] && p->grad_root[t] == t) {
             p->bgrad_off[t] = p->bgrad_floats[s];
             p->bgrad_floats[s] += n->numel;
         }
@@ -960,6 +1000,7 @@ void sp_program_free(sp_program *p)
     free(p->tmp_off);
     free(p->act_half);
     free(p->kernel_scratch);
+    free(p->grad_root);
     free(p->bgrad_off);
     free(p->grad_use);
     free(p->grad_first);

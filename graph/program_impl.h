@@ -85,6 +85,9 @@ struct sp_program {
      * touches and W reads; every other one lives in SCRATCH, packed by lifetime inside the
      * one program, B or W, that uses it (sp_program_build decides it from the marks of its
      * first emission, where every gradient is in BGRAD). */
+    int *grad_root;          /* per tensor: the tensor whose gradient storage its gradient
+                                is, itself unless aliased (layout: a bias add's sole input
+                                shares its output's gradient, which it would copy) */
     int64_t *bgrad_off;      /* per tensor: offset in BGRAD of its stage, or -1 */
     uint8_t *grad_use;       /* per tensor: bit 0 B touches its gradient, bit 1 W does */
     int64_t *grad_first;     /* per tensor: the first and last instruction of that program */

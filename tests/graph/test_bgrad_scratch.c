@@ -5,11 +5,14 @@
  *
  * What W reads, per op: a matrix product's weight gradient reads the gradient of its output,
  * a bias's that of the bias add's output, a LayerNorm's parameters that of its output, the
- * embedding's that of its output. Per GPT block (N tokens, C channels): the four products'
- * outputs (N 3C, N C, N 4C, N C), the four bias outputs (the same) and the two LayerNorm
- * outputs (N C each): 20 N C. The last stage adds the final LayerNorm's output (N C) and
- * the logits (N V: the tied head's product). Per MLP layer (width W): the product's and the
- * bias's outputs (2 N W); the head's two (2 N K). Where B computes them: in every stage but
+ * embedding's that of its output. A bias add's input gradient is a copy of its output's
+ * when the input is read by nothing else in or outside its stage: then the two are one
+ * buffer. Per GPT block (N tokens, C channels): the four products' outputs (N 3C, N C,
+ * N 4C, N C), each read only by its bias add, so each one with the bias output's, and the
+ * two LayerNorm outputs (N C each): 11 N C (20 N C when the pairs were kept apart). The
+ * last stage adds the final LayerNorm's output (N C) and the logits (N V: the tied head's
+ * product, no bias). Per MLP layer (width W): the product's output, one with the bias's
+ * (N W); the head's (N K). Where B computes them: in every stage but
  * the first, whose inputs need no gradient. Stage 0's B only takes in the gradient of its
  * last value from stage 1, which W reads (N C, N W); the rest of its backward runs in W,
  * inside it. A one-stage model's B is the loss seed alone (1 float, read by W).
@@ -88,7 +91,7 @@ static void gpt(const char *name, const sp_gpt_config *cfg, const int *layers,
         } else if (s == 0) {
             k->kept = N * C; /* the last value's gradient, from stage 1 */
         } else {
-            k->kept = 20 * N * C * layers[s];
+            k->kept = 11 * N * C * layers[s];
             if (s == S - 1) k->kept += N * C + N * V;
         }
     }
@@ -115,11 +118,41 @@ static void mlp(const char *name, const sp_mlp_config *cfg, const int *layers)
         } else if (s == 0) {
             k->kept = N * W; /* the last ReLU's gradient, from stage 1 */
         } else {
-            k->kept = 2 * N * W * layers[s];
-            if (s == S - 1) k->kept += 2 * N * K;
+            k->kept = N * W * layers[s];
+            if (s == S - 1) k->kept += N * K;
         }
     }
     check_model(name, g, c, S, NULL);
+    sp_graph_free(g);
+}
+
+/* A product h read by a bias add in stage 1 of two, and, when `twice`, by a residual add
+ * too: z = (h + b) + h. Then dh = dy + dz is not dy, so the two gradients stay apart.
+ * Stage 1's B computes them all (stage 0's value a needs its gradient); W reads dh (the
+ * weight's) and dy (the bias'): N C when they are one, 2 N C when twice. Stage 0 keeps a's
+ * gradient (N C), received from stage 1. */
+static void read_twice(int twice)
+{
+    enum { N = 6, D = 5, C = 7, K = 3 };
+    sp_graph *g = sp_graph_create();
+    sp_tensor x = sp_input_f32(g, "x", 2, (int64_t[]){ N, D });
+    sp_tensor y = sp_input_i32(g, "y", 1, (int64_t[]){ N });
+    sp_tensor w0 = sp_param(g, "w0", 2, (int64_t[]){ D, C }, SP_INIT_NORMAL, 0.3f);
+    sp_tensor w1 = sp_param(g, "w1", 2, (int64_t[]){ C, C }, SP_INIT_NORMAL, 0.3f);
+    sp_tensor b1 = sp_param(g, "b1", 1, (int64_t[]){ C }, SP_INIT_NORMAL, 0.3f);
+    sp_tensor wo = sp_param(g, "wo", 2, (int64_t[]){ C, K }, SP_INIT_NORMAL, 0.3f);
+    sp_tensor a = sp_pipeline_yield(g, sp_relu(g, sp_matmul(g, x, w0, 0, 0)));
+    sp_tensor h = sp_matmul(g, a, w1, 0, 0);
+    sp_tensor z = sp_bias_add(g, h, b1);
+    if (twice) z = sp_add(g, z, h);
+    /* the head's product: its gradient is CE's, read by W (N K) */
+    sp_tensor lg = sp_matmul(g, sp_relu(g, z), wo, 0, 0);
+    REQUIRE(sp_graph_set_loss(g, sp_cross_entropy(g, lg, y)) == SP_OK, "%s", sp_last_error());
+    count c[2] = { { .all = 2 * N * C, .kept = N * C },
+                   { .all = (twice ? 4 : 3) * N * C + N * K + 1,
+                     .kept = (twice ? 2 : 1) * N * C + N * K } };
+    check_model(twice ? "product read by a bias add and an add" : "product read by a bias add",
+                g, c, 2, NULL);
     sp_graph_free(g);
 }
 
@@ -157,5 +190,7 @@ int main(void)
     mlp("mlp depth 5, 3 stages", &m4, (int[]){ 2, 2, 1 });
     m4.stages = 1;
     mlp("mlp depth 5, 1 stage", &m4, (int[]){ 5 });
+    read_twice(0);
+    read_twice(1);
     return check_summary("test_bgrad_scratch");
 }

@@ -3,7 +3,9 @@
  * a skip connection over a stage, scale, reshape, sum and mean: an independent float64
  * forward written here (plain loops, no starpipe kernels) gives the loss, central finite
  * differences of it give the gradient, and the reference interpreter's float32 loss and
- * gradients (after the tied-weight combine) must agree. Checked for 1 and several stages. */
+ * gradients (after the tied-weight combine) must agree. Checked for 1 and several stages.
+ * A graph of bias adds checks the gradients an input shares with a bias add's output
+ * (program.c, grad_root) and those it must not share. */
 #include <math.h>
 #include <string.h>
 
@@ -223,6 +225,60 @@ static double skip_loss64(const params64 *P, const float *xin, const int32_t *y)
     return ce(lg, y, SK_B, SK_K) + 0.3 * sum / (SK_B * SK_H) + 0.01 * sum;
 }
 
+/* ---- bias adds: where an input's gradient is the output's (program.c, grad_root) and
+ * where it must not be: on an INPUT, on a PARAM, on a product read twice (in its stage,
+ * and from a later stage), on a value of an earlier stage; chains of two ---- */
+enum { BA_H = 6 };
+
+static sp_graph *bias_graph(int stages)
+{
+    sp_graph *g = sp_graph_create();
+    sp_tensor x = sp_input_f32(g, "x", 2, (int64_t[]){ SK_B, SK_D });
+    sp_tensor y = sp_input_i32(g, "y", 1, (int64_t[]){ SK_B });
+    sp_tensor bx = sp_param(g, "bx", 1, (int64_t[]){ SK_D }, SP_INIT_NORMAL, 0.3f);
+    sp_tensor w0 = sp_param(g, "w0", 2, (int64_t[]){ SK_D, BA_H }, SP_INIT_NORMAL, 0.4f);
+    sp_tensor b0 = sp_param(g, "b0", 1, (int64_t[]){ BA_H }, SP_INIT_NORMAL, 0.2f);
+    sp_tensor w1 = sp_param(g, "w1", 2, (int64_t[]){ BA_H, BA_H }, SP_INIT_NORMAL, 0.4f);
+    sp_tensor b1 = sp_param(g, "b1", 1, (int64_t[]){ BA_H }, SP_INIT_NORMAL, 0.2f);
+    sp_tensor pp = sp_param(g, "pp", 2, (int64_t[]){ SK_B, BA_H }, SP_INIT_NORMAL, 0.3f);
+    sp_tensor b2 = sp_param(g, "b2", 1, (int64_t[]){ BA_H }, SP_INIT_NORMAL, 0.2f);
+    sp_tensor wo = sp_param(g, "wo", 2, (int64_t[]){ BA_H, SK_K }, SP_INIT_NORMAL, 0.4f);
+    sp_tensor bo = sp_param(g, "bo", 1, (int64_t[]){ SK_K }, SP_INIT_NORMAL, 0.2f);
+    sp_tensor bo2 = sp_param(g, "bo2", 1, (int64_t[]){ SK_K }, SP_INIT_NORMAL, 0.2f);
+    sp_tensor h0 = sp_matmul(g, sp_bias_add(g, x, bx), w0, 0, 0); /* also read in stage 1 */
+    sp_tensor a0 = sp_bias_add(g, h0, b0);
+    if (stages > 1) a0 = sp_pipeline_yield(g, a0);
+    sp_tensor h1 = sp_matmul(g, sp_relu(g, a0), w1, 0, 0); /* read twice in its stage */
+    sp_tensor s1 = sp_add(g, sp_gelu(g, sp_bias_add(g, h1, b1)), h1);
+    sp_tensor u = sp_add(g, s1, sp_add(g, sp_bias_add(g, pp, b2), h0));
+    sp_tensor hm = sp_matmul(g, u, wo, 0, 0);
+    if (stages > 2) hm = sp_pipeline_yield(g, hm); /* read only by a bias add of stage 2 */
+    sp_tensor lg = sp_bias_add(g, sp_bias_add(g, hm, bo), bo2);
+    REQUIRE(sp_graph_set_loss(g, sp_cross_entropy(g, lg, y)) == SP_OK, "bias graph: %s",
+            sp_last_error());
+    return g;
+}
+
+static double bias_loss64(const params64 *P, const float *xin, const int32_t *y)
+{
+    double x[SK_B * SK_D], h0[SK_B * BA_H], r[SK_B * BA_H], h1[SK_B * BA_H], u[SK_B * BA_H];
+    double lg[SK_B * SK_K];
+    const double *bx = PP(P, "bx", 0), *b1 = PP(P, "b1", 0), *pp = PP(P, "pp", 0);
+    const double *b2 = PP(P, "b2", 0);
+    for (int i = 0; i < SK_B * SK_D; i++) x[i] = xin[i] + bx[i % SK_D];
+    mm(h0, x, PP(P, "w0", 0), SK_B, SK_D, BA_H);
+    for (int i = 0; i < SK_B * BA_H; i++) r[i] = h0[i];
+    addbias(r, PP(P, "b0", 0), SK_B, BA_H);
+    for (int i = 0; i < SK_B * BA_H; i++) r[i] = r[i] > 0 ? r[i] : 0;
+    mm(h1, r, PP(P, "w1", 0), SK_B, BA_H, BA_H);
+    for (int i = 0; i < SK_B * BA_H; i++)
+        u[i] = gelu(h1[i] + b1[i % BA_H]) + h1[i] + (pp[i] + b2[i % BA_H]) + h0[i];
+    mm(lg, u, PP(P, "wo", 0), SK_B, BA_H, SK_K);
+    addbias(lg, PP(P, "bo", 0), SK_B, SK_K);
+    addbias(lg, PP(P, "bo2", 0), SK_B, SK_K);
+    return ce(lg, y, SK_B, SK_K);
+}
+
 /* ---- the check ---- */
 typedef double (*loss_fn)(const params64 *P, const void *cfg, int mb);
 
@@ -299,6 +355,12 @@ static double skip_case(const params64 *P, const void *cfg, int mb)
     return skip_loss64(P, skip_x[mb], skip_y[mb]);
 }
 
+static double bias_case(const params64 *P, const void *cfg, int mb)
+{
+    (void)cfg;
+    return bias_loss64(P, skip_x[mb], skip_y[mb]);
+}
+
 static void run_case(const char *name, sp_graph *g, const void *cfg, loss_fn f, int m,
                      const void *const *inputs, int per_param)
 {
@@ -358,6 +420,8 @@ int main(void)
         char name[32];
         snprintf(name, sizeof name, "skip/%d stages", stages);
         run_case(name, skip_graph(stages), NULL, skip_case, m, in, 6);
+        snprintf(name, sizeof name, "bias adds/%d stages", stages);
+        run_case(name, bias_graph(stages), NULL, bias_case, m, in, 6);
     }
     return check_summary("test_model_grad");
 }

@@ -7,15 +7,16 @@
 # schedule at p = 2 and interleaved-1F1B at p = 1 (two stages on one rank). Measured
 # equals the packed plan (within 1%: the runtime and the planner walk the same
 # instructions; sched.test_pool checks the packing against brute force), and is at most
-# 5% above the live peak with one stage per rank, 20% with several, and never below it
+# 5% above the live peak with one stage per rank, 10% with several, and never below it
 # (stages of unequal sizes whose lifetimes cross: whole buffers cannot reach the live
-# peak, bench/README.md "Values only F reads in SCRATCH"). A greedy pool had grown
+# peak, bench/README.md "Values only F reads in SCRATCH"; at most 1.06x since a bias add's
+# input gradient shares its output's, 1.18x before). A greedy pool had grown
 # interleaved-1F1B's to 1.32x before activations shrank.
 set -e
 mpiexec=$1; app=$2
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
-check() { # check NP SCHEDULE (the bound: 1.05 with one stage per rank, else 1.20)
-  case $2 in interleaved-1f1b|zb-v|dualpipe-v) bound=1.20 ;; *) bound=1.05 ;; esac
+check() { # check NP SCHEDULE (the bound: 1.05 with one stage per rank, else 1.10)
+  case $2 in interleaved-1f1b|zb-v|dualpipe-v) bound=1.10 ;; *) bound=1.05 ;; esac
   STARPIPE_VERBOSE=1 "$mpiexec" -np "$1" "$app" --steps 1 --schedule "$2" --microbatches 8 \
     --layers 8 >"$dir/log" 2>&1 || { cat "$dir/log"; exit 1; }
   n=$(grep -c "per-microbatch buffers" "$dir/log" || true)
@@ -30,4 +31,4 @@ check() { # check NP SCHEDULE (the bound: 1.05 with one stage per rank, else 1.2
 }
 for s in gpipe 1f1b eager-1f1b interleaved-1f1b zb-h1 zb-v dualpipe-v; do check 2 "$s"; done
 check 1 interleaved-1f1b
-echo "ok: the pool equals the planner's packed pool, within 5% (one stage per rank) or 20% above the live peak"
+echo "ok: the pool equals the planner's packed pool, within 5% (one stage per rank) or 10% above the live peak"
