@@ -9,6 +9,7 @@
 #include "starpipe/models.h"
 #include "tests/graph/arena.h"
 #include "tests/check.h"
+#include "tests/graph/skip_graph.h"
 
 static void fill_random(float *x, size_t n, uint64_t key)
 {
@@ -117,6 +118,16 @@ int main(void)
         const void *gin[2] = { tok, tgt };
         snprintf(name, sizeof name, "gpt/%d", S);
         check_split(name, sp_model_gpt(&gc, &st), gin);
+
+        if (S <= 3) { /* the skip edge crosses stage 1 when there are three */
+            float sx[SK_B * SK_D];
+            int32_t sy[SK_B];
+            fill_random(sx, SK_B * SK_D, 1000 + (uint64_t)S);
+            for (int k = 0; k < SK_B; k++) sy[k] = (int32_t)(sp_mix64(2000 + k) % SK_K);
+            const void *sin[2] = { sx, sy };
+            snprintf(name, sizeof name, "skip/%d", S);
+            check_split(name, skip_graph(S), sin);
+        }
     }
     return check_summary("test_bw_split");
 }
