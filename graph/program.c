@@ -122,6 +122,14 @@ static sp_loc slab_at(sp_program *p, sp_kprog *kp, sp_slab_class cls, int idx,
     return (sp_loc){ sp_prog_buf(kp, cls, idx, sp_program_buf_bytes(p, cls, idx), mode), off };
 }
 
+/* A piece of stage s's SCRATCH: floats at offset off, the slab grown to hold them. */
+static sp_loc scratch_piece(sp_program *p, sp_kprog *kp, int s, int64_t off, int64_t floats)
+{
+    sp_loc l = sp_loc_scratch(p, kp, s, off + floats);
+    l.off = off;
+    return l;
+}
+
 /* Where tensor t is read or written in stage s: PARAMS, INPUT, its own ACT or an edge. */
 static sp_loc value_loc(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode)
 {
@@ -132,11 +140,8 @@ static sp_loc value_loc(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode 
         while (p->input[k] != t) k++;
         return slab_at(p, kp, SP_SLAB_INPUT, k, mode, 0);
     }
-    if (n->stage == s && p->scr_off[t] >= 0) {
-        sp_loc l = sp_loc_scratch(p, kp, s, p->scr_off[t] + n->numel);
-        l.off = p->scr_off[t];
-        return l;
-    }
+    if (n->stage == s && p->scr_off[t] >= 0)
+        return scratch_piece(p, kp, s, p->scr_off[t], n->numel);
     if (n->stage == s) return slab_at(p, kp, SP_SLAB_ACT, s, mode, p->act_off[t]);
     int e = sp_edge_index(p, n->stage, s);
     return slab_at(p, kp, SP_SLAB_EDGE_FWD, e, mode, edge_offset(&p->edge[e], t));
@@ -175,11 +180,8 @@ sp_loc sp_loc_aux(sp_program *p, sp_kprog *kp, int t, sp_slab_mode mode)
 {
     int s = p->g->node[t].stage;
     if ((mode & SP_SLAB_R) && is_backward(p, kp)) p->aux_bwd_read[t] = 1;
-    if (p->aux_scr_off[t] >= 0) {
-        sp_loc l = sp_loc_scratch(p, kp, s, p->aux_scr_off[t] + p->g->node[t].aux);
-        l.off = p->aux_scr_off[t];
-        return l;
-    }
+    if (p->aux_scr_off[t] >= 0)
+        return scratch_piece(p, kp, s, p->aux_scr_off[t], p->g->node[t].aux);
     return slab_at(p, kp, SP_SLAB_ACT, s, mode, p->aux_off[t]);
 }
 
@@ -204,11 +206,8 @@ sp_loc sp_loc_grad(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode)
         n = &p->g->node[t];
         mark_grad(p, kp, t);
     }
-    if (n->stage == s && p->gscr_off[t] >= 0) {
-        sp_loc l = sp_loc_scratch(p, kp, s, p->gscr_off[t] + n->numel);
-        l.off = p->gscr_off[t];
-        return l;
-    }
+    if (n->stage == s && p->gscr_off[t] >= 0)
+        return scratch_piece(p, kp, s, p->gscr_off[t], n->numel);
     if (n->stage == s) return slab_at(p, kp, SP_SLAB_BGRAD, s, mode, p->bgrad_off[t]);
     int e = sp_edge_index(p, n->stage, s);
     return slab_at(p, kp, SP_SLAB_EDGE_GRAD, e, mode, edge_offset(&p->edge[e], t));
@@ -373,6 +372,31 @@ static void layout_act(sp_program *p)
     }
 }
 
+/* Packing by lifetime (layout_scratch, layout_grads): pieces live[i] = { offset, floats,
+ * last use }. live_from drops those whose last use comes before `now` and returns how
+ * many stay; first_fit returns the lowest offset where `floats` overlap none of them. */
+static int live_from(int64_t (*live)[3], int nlive, int64_t now)
+{
+    int j = 0;
+    for (int i = 0; i < nlive; i++)
+        if (live[i][2] >= now) memmove(live[j++], live[i], sizeof *live);
+    return j;
+}
+
+static int64_t first_fit(const int64_t (*live)[3], int nlive, int64_t floats)
+{
+    int64_t off = 0;
+    for (int moved = 1; moved;) {
+        moved = 0;
+        for (int i = 0; i < nlive; i++)
+            if (off < live[i][0] + live[i][1] && live[i][0] < off + floats) {
+                off = live[i][0] + live[i][1];
+                moved = 1;
+            }
+    }
+    return off;
+}
+
 /* SCRATCH of stage s past the kernels' own floats: F's values no backward reads (scr_off),
  * aux floats no backward reads (aux_scr_off) and the fp32 results of bf16 values
  * (tmp_off), packed first-fit by lifetime in F's op order. A value lives from its op to
@@ -407,26 +431,14 @@ static sp_status layout_scratch(sp_program *p)
         for (int t = 0; t < T; t++) {
             const sp_node *n = &g->node[t];
             if (n->stage != s || n->op == SP_OP_YIELD) continue;
-            int j = 0;
-            for (int i = 0; i < nlive; i++) /* pieces whose last op came before t are free */
-                if (live[i][2] >= t) memmove(live[j++], live[i], sizeof *live);
-            nlive = j;
+            nlive = live_from(live, nlive, t); /* pieces whose last op came before t are free */
             int64_t *piece[3] = { p->scr_off[t] >= 0 ? &p->scr_off[t] : NULL,
                                   p->aux_scr_off[t] >= 0 ? &p->aux_scr_off[t] : NULL,
                                   p->act16[t] ? &p->tmp_off[t] : NULL };
             int64_t floats[3] = { n->numel, n->aux, n->numel }, end[3] = { last[t], t, t };
             for (int q = 0; q < 3; q++) {
                 if (!piece[q]) continue;
-                int64_t need = (floats[q] + 3) / 4 * 4, off = 0;
-                /* first fit: the lowest offset clear of every live piece */
-                for (int moved = 1; moved;) {
-                    moved = 0;
-                    for (int i = 0; i < nlive; i++)
-                        if (off < live[i][0] + live[i][1] && live[i][0] < off + need) {
-                            off = live[i][0] + live[i][1];
-                            moved = 1;
-                        }
-                }
+                int64_t need = (floats[q] + 3) / 4 * 4, off = first_fit(live, nlive, need);
                 live[nlive][0] = off;
                 live[nlive][1] = need;
                 live[nlive++][2] = end[q];
@@ -453,7 +465,7 @@ static sp_status layout_grads(sp_program *p)
     const sp_graph *g = p->g;
     int T = g->n;
     int *order = malloc((size_t)(T ? T : 1) * sizeof *order);
-    int64_t(*live)[2] = malloc((size_t)(T ? T : 1) * sizeof *live); /* tensor, last use */
+    int64_t(*live)[3] = malloc((size_t)(T ? T : 1) * sizeof *live);
     if (!order || !live) {
         free(order);
         free(live);
@@ -485,26 +497,12 @@ static sp_status layout_grads(sp_program *p)
             int64_t peak = 0;
             for (int i = 0; i < n; i++) {
                 int t = order[i];
-                int j = 0;
-                for (int q = 0; q < nlive; q++) /* ended before t's first instruction */
-                    if (live[q][1] >= p->grad_first[t])
-                        memmove(live[j++], live[q], sizeof *live);
-                nlive = j;
-                int64_t need = (g->node[t].numel + 3) / 4 * 4, off = 0;
-                for (int moved = 1; moved;) { /* the lowest offset clear of every live piece */
-                    moved = 0;
-                    for (int q = 0; q < nlive; q++) {
-                        int64_t qoff = p->gscr_off[live[q][0]] - top;
-                        int64_t qend = qoff + (g->node[live[q][0]].numel + 3) / 4 * 4;
-                        if (off < qend && qoff < off + need) {
-                            off = qend;
-                            moved = 1;
-                        }
-                    }
-                }
+                nlive = live_from(live, nlive, p->grad_first[t]); /* ended before t's first */
+                int64_t need = (g->node[t].numel + 3) / 4 * 4, off = first_fit(live, nlive, need);
                 p->gscr_off[t] = top + off;
-                live[nlive][0] = t;
-                live[nlive++][1] = p->grad_last[t];
+                live[nlive][0] = off;
+                live[nlive][1] = need;
+                live[nlive++][2] = p->grad_last[t];
                 if (off + need > peak) peak = off + need;
             }
             top += peak;
@@ -767,8 +765,7 @@ static void emit_forward(sp_program *p, int s)
         }
         /* a value stored as bf16: computed in fp32 into SCRATCH (layout_scratch), then
          * rounded into ACT (not counted: a copy, not model FLOPs) */
-        sp_loc tmp = sp_loc_scratch(p, kp, s, p->tmp_off[t] + n->numel);
-        tmp.off = p->tmp_off[t];
+        sp_loc tmp = scratch_piece(p, kp, s, p->tmp_off[t], n->numel);
         kp->flops += emit_forward_op(p, kp, s, t, tmp);
         sp_kinstr *I = sp_prog_emit(kp, SP_I_TO_BF16, t);
         I->o[0] = slab_at(p, kp, SP_SLAB_ACT, s, SP_SLAB_W, p->act_off[t]);

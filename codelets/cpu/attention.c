@@ -206,20 +206,17 @@ static void attention_forward(float *restrict out, float *restrict lse, float *r
             }
             for (int t0 = 0; t0 < T; t0 += BQ) {
                 const int bq = T - t0 < BQ ? T - t0 : BQ, kend = t0 + bq;
-                if (!bf16) {
-                    sp_gemm_packed(z.s, LD, q + (int64_t)t0 * C3, C3, 0, z.kt, hs, T, bq, kend,
-                                   hs, 0);
-                    softmax_rows(z.s, LD, bq, t0, kend, scale, L + t0, NULL);
-                    sp_gemm_packed(o + (int64_t)t0 * C, C, z.s, LD, 0, z.p2, T, hs, bq, hs,
-                                   kend, 0);
-                    continue;
+                const float *qi = q + (int64_t)t0 * C3;
+                int64_t lq = C3;
+                if (bf16) {
+                    round_rows(z.qb, qi, C3, bq, hs);
+                    qi = z.qb, lq = hs;
                 }
-                round_rows(z.qb, q + (int64_t)t0 * C3, C3, bq, hs);
-                sp_gemm_packed(z.s, LD, z.qb, hs, 0, z.kt, hs, T, bq, kend, hs, 0);
-                softmax_rows(z.s, LD, bq, t0, kend, scale, L + t0, z.D);
+                sp_gemm_packed(z.s, LD, qi, lq, 0, z.kt, hs, T, bq, kend, hs, 0);
+                softmax_rows(z.s, LD, bq, t0, kend, scale, L + t0, bf16 ? z.D : NULL);
                 float *ot = o + (int64_t)t0 * C;
                 sp_gemm_packed(ot, C, z.s, LD, 0, z.p2, T, hs, bq, hs, kend, 0);
-                for (int r = 0; r < bq; r++)
+                for (int r = 0; bf16 && r < bq; r++) /* the sums, after the product */
                     for (int i = 0; i < hs; i++)
                         ot[(int64_t)r * C + i] *= z.D[r];
             }
