@@ -105,8 +105,18 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--iters")) iters = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--floats")) sizes = argv[i + 1];
     }
-    if (sp_exec_size() != 2 || iters < 2) {
-        if (me == 0) fprintf(stderr, "bench_messages: run with mpirun -np 2; --iters >= 2\n");
+    int nsizes = 0, floats_of[16], bad = sp_exec_size() != 2 || iters < 2;
+    for (const char *p = sizes; !bad && *p; nsizes++) {
+        char *end;
+        long f = strtol(p, &end, 10);
+        bad = nsizes == 16 || end == p || f <= 0 || f > (1L << 26) || (*end && *end != ',');
+        floats_of[nsizes] = (int)f;
+        p = *end ? end + 1 : end;
+    }
+    if (bad || !nsizes) {
+        if (me == 0)
+            fprintf(stderr, "bench_messages: run with mpirun -np 2; --iters N >= 2; --floats "
+                            "a list of up to 16 counts in 1..2^26, e.g. 128,16384\n");
         sp_exec_shutdown();
         return 1;
     }
@@ -118,12 +128,16 @@ int main(int argc, char **argv)
                "runtime / MPI |\n|---|---|---|---|---|\n", iters);
     double *mpi = calloc((size_t)iters, sizeof *mpi), *rt = calloc((size_t)iters, sizeof *rt);
     int rc = 0;
-    for (const char *p = sizes; *p && !rc; p = strchr(p, ',') ? strchr(p, ',') + 1 : "") {
-        int floats = atoi(p);
-        if (floats <= 0) continue;
+    for (int z = 0; z < nsizes && !rc; z++) {
+        int floats = floats_of[z];
         float *host = sp_exec_host_alloc(sizeof(float) * (size_t)floats);
         sp_exec_buf *b = NULL;
-        if (!host || sp_exec_buf_register(&b, host, (size_t)floats, sizeof(float)) != SP_OK) {
+        int ok = host && sp_exec_buf_register(&b, host, (size_t)floats, sizeof(float)) == SP_OK;
+        MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm); /* no rank left waiting */
+        if (!ok) {
+            if (me == 0) fprintf(stderr, "bench_messages: no room for %d floats\n", floats);
+            if (b) sp_exec_buf_unregister(b);
+            if (host) sp_exec_host_free(host, sizeof(float) * (size_t)floats);
             rc = 1;
             break;
         }
