@@ -126,7 +126,8 @@ int main(int argc, char **argv)
         printf("one-way latency, us (half a round trip), %d round trips: median / p90\n\n"
                "| floats | bytes | MPI | runtime (task end -> consumer task start) | "
                "runtime / MPI |\n|---|---|---|---|---|\n", iters);
-    double *mpi = calloc((size_t)iters, sizeof *mpi), *rt = calloc((size_t)iters, sizeof *rt);
+    double *mpi = calloc((size_t)iters, sizeof *mpi);
+    double *rt = calloc((size_t)iters + 5, sizeof *rt); /* + 5: the warm-up step's */
     int rc = 0;
     for (int z = 0; z < nsizes && !rc; z++) {
         int floats = floats_of[z];
