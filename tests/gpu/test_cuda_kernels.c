@@ -603,6 +603,64 @@ static void test_embed(void)
 }
 
 /* ------------------------------------------------------------------ attention */
+/* One precision's attention: the CPU's kernels (the reference), the CUDA ones, the inputs'
+ * range and the tolerances of out and of lse and the backward. */
+typedef struct {
+    const char *suffix; /* "" or "_bf16", in the labels */
+    void (*cpu_fwd)(float *, float *, float *, const float *, int, int, int, int);
+    void (*cpu_bwd)(float *, float *, const float *, const float *, const float *,
+                    const float *, int, int, int, int, int);
+    int64_t (*cpu_scratch)(int, int, int, int);
+    int (*cuda_fwd)(float *, float *, float *, const float *, int, int, int, int, void *, void *);
+    int (*cuda_bwd)(float *, float *, const float *, const float *, const float *,
+                    const float *, int, int, int, int, int, void *, void *);
+    float qkv_range; /* qkv uniform in [-qkv_range, qkv_range] */
+    double tol_out, tol;
+} attention_impl;
+
+/* Forward (out, lse) and backward (acc 0 and 1, given the CPU's out and lse) of each
+ * {B, T, C, NH} against the CPU's, each CUDA call run twice (same bits). */
+static void check_attention(const attention_impl *im, const int (*sz)[4], size_t nsz)
+{
+    char L[128];
+    for (size_t s = 0; s < nsz; s++) {
+        const int B = sz[s][0], T = sz[s][1], C = sz[s][2], NH = sz[s][3];
+        const int64_t nqkv = (int64_t)B * T * 3 * C, nout = (int64_t)B * T * C;
+        const int64_t nlse = (int64_t)B * NH * T;
+        float *qkv = hrand(nqkv, -im->qkv_range, im->qkv_range), *dout = hrand(nout, -1, 1);
+        float *dq = dcopy(qkv, nqkv), *dd = dcopy(dout, nout);
+        float *cscr = halloc(sizeof(float) * (size_t)im->cpu_scratch(B, T, C, NH));
+        float *gscr = dalloc(sizeof(float) *
+                             (size_t)sp_cuda_attention_scratch_floats(B, T, C, NH, 1));
+        obuf o, lse;
+        snprintf(L, sizeof L, "attention_forward%s B=%d T=%d C=%d NH=%d", im->suffix, B, T, C,
+                 NH);
+        ob_make(&o, nout, 0), ob_make(&lse, nlse, 0);
+        im->cpu_fwd(o.cpu, lse.cpu, cscr, qkv, B, T, C, NH);
+        TWICE(L, im->cuda_fwd(o.d, lse.d, gscr, dq, B, T, C, NH, stream, blas), &o, &lse);
+        ob_check(&o, L, im->tol_out);
+        snprintf(L, sizeof L, "attention_forward%s(lse) B=%d T=%d C=%d NH=%d", im->suffix, B, T,
+                 C, NH);
+        ob_check(&lse, L, im->tol);
+        /* both backwards get the CPU's out and lse */
+        float *dev_out = dcopy(o.cpu, nout), *dlse = dcopy(lse.cpu, nlse);
+        for (int acc = 0; acc < 2; acc++) {
+            obuf g;
+            snprintf(L, sizeof L, "attention_backward%s B=%d T=%d C=%d NH=%d acc=%d", im->suffix,
+                     B, T, C, NH, acc);
+            ob_make(&g, nqkv, acc);
+            im->cpu_bwd(g.cpu, cscr, dout, qkv, o.cpu, lse.cpu, B, T, C, NH, acc);
+            TWICE(L, im->cuda_bwd(g.d, gscr, dd, dq, dev_out, dlse, B, T, C, NH, acc, stream, blas),
+                  &g);
+            ob_check(&g, L, im->tol);
+            ob_free(&g);
+        }
+        ob_free(&o), ob_free(&lse);
+        free(qkv), free(dout), free(cscr);
+        dfree(dq), dfree(dd), dfree(dev_out), dfree(dlse), dfree(gscr);
+    }
+}
+
 static void test_attention(void)
 {
     /* {B, T, C, NH}: head sizes 4 .. 200 (8, 16, 32, 64, 128 among them; 11 and 200 are
@@ -613,42 +671,10 @@ static void test_attention(void)
                                 {2, 65, 32, 4},  {1, 130, 64, 4}, {2, 63, 128, 4},
                                 {1, 67, 128, 1}, {1, 70, 256, 2}, {2, 1, 64, 1},
                                 {1, 66, 400, 2}};
-    char L[128];
-    for (size_t s = 0; s < sizeof sz / sizeof *sz; s++) {
-        const int B = sz[s][0], T = sz[s][1], C = sz[s][2], NH = sz[s][3];
-        const int64_t nqkv = (int64_t)B * T * 3 * C, nout = (int64_t)B * T * C;
-        const int64_t nlse = (int64_t)B * NH * T;
-        float *qkv = hrand(nqkv, -1, 1), *dout = hrand(nout, -1, 1);
-        float *dq = dcopy(qkv, nqkv), *dd = dcopy(dout, nout);
-        float *cscr = halloc(sizeof(float) * (size_t)sp_attention_scratch_floats(B, T, C, NH));
-        float *gscr = dalloc(sizeof(float) *
-                             (size_t)sp_cuda_attention_scratch_floats(B, T, C, NH, 1));
-        obuf o, lse;
-        snprintf(L, sizeof L, "attention_forward B=%d T=%d C=%d NH=%d", B, T, C, NH);
-        ob_make(&o, nout, 0), ob_make(&lse, nlse, 0);
-        sp_attention_forward(o.cpu, lse.cpu, cscr, qkv, B, T, C, NH);
-        TWICE(L, sp_cuda_attention_forward(o.d, lse.d, gscr, dq, B, T, C, NH, stream, blas), &o,
-              &lse);
-        ob_check(&o, L, TOL);
-        snprintf(L, sizeof L, "attention_forward(lse) B=%d T=%d C=%d NH=%d", B, T, C, NH);
-        ob_check(&lse, L, TOL);
-        /* both backwards get the CPU's out and lse */
-        float *dev_out = dcopy(o.cpu, nout), *dlse = dcopy(lse.cpu, nlse);
-        for (int acc = 0; acc < 2; acc++) {
-            obuf g;
-            snprintf(L, sizeof L, "attention_backward B=%d T=%d C=%d NH=%d acc=%d", B, T, C, NH,
-                     acc);
-            ob_make(&g, nqkv, acc);
-            sp_attention_backward(g.cpu, cscr, dout, qkv, o.cpu, lse.cpu, B, T, C, NH, acc);
-            TWICE(L, sp_cuda_attention_backward(g.d, gscr, dd, dq, dev_out, dlse, B, T, C, NH, acc,
-                                                stream, blas), &g);
-            ob_check(&g, L, TOL);
-            ob_free(&g);
-        }
-        ob_free(&o), ob_free(&lse);
-        free(qkv), free(dout), free(cscr);
-        dfree(dq), dfree(dd), dfree(dev_out), dfree(dlse), dfree(gscr);
-    }
+    static const attention_impl fp32 = {
+        "", sp_attention_forward, sp_attention_backward, sp_attention_scratch_floats,
+        sp_cuda_attention_forward, sp_cuda_attention_backward, 1, TOL, TOL};
+    check_attention(&fp32, sz, sizeof sz / sizeof *sz);
 }
 
 /* bf16 attention on the tensor cores against the CPU's bf16 attention (the same rounding
@@ -666,41 +692,11 @@ static void test_attention_bf16(void)
     static const int sz[][4] = {{2, 5, 12, 3},  {1, 13, 33, 3}, {2, 37, 64, 4},
                                 {1, 64, 128, 1}, {1, 1, 12, 3}, {2, 65, 32, 4},
                                 {1, 130, 64, 4}, {1, 67, 128, 1}, {1, 70, 22, 2}};
-    char L[128];
-    for (size_t s = 0; s < sizeof sz / sizeof *sz; s++) {
-        const int B = sz[s][0], T = sz[s][1], C = sz[s][2], NH = sz[s][3];
-        const int64_t nqkv = (int64_t)B * T * 3 * C, nout = (int64_t)B * T * C;
-        const int64_t nlse = (int64_t)B * NH * T;
-        float *qkv = hrand(nqkv, -2, 2), *dout = hrand(nout, -1, 1);
-        float *dq = dcopy(qkv, nqkv), *dd = dcopy(dout, nout);
-        float *cscr = halloc(sizeof(float) * (size_t)sp_attention_scratch_floats_bf16(B, T, C, NH));
-        float *gscr = dalloc(sizeof(float) *
-                             (size_t)sp_cuda_attention_scratch_floats(B, T, C, NH, 1));
-        obuf o, lse;
-        snprintf(L, sizeof L, "attention_forward_bf16 B=%d T=%d C=%d NH=%d", B, T, C, NH);
-        ob_make(&o, nout, 0), ob_make(&lse, nlse, 0);
-        sp_attention_forward_bf16(o.cpu, lse.cpu, cscr, qkv, B, T, C, NH);
-        TWICE(L, sp_cuda_attention_forward_bf16(o.d, lse.d, gscr, dq, B, T, C, NH, stream, blas),
-              &o, &lse);
-        ob_check(&o, L, TOL_BF16_OUT);
-        snprintf(L, sizeof L, "attention_forward_bf16(lse) B=%d T=%d C=%d NH=%d", B, T, C, NH);
-        ob_check(&lse, L, TOL_BF16);
-        float *dev_out = dcopy(o.cpu, nout), *dlse = dcopy(lse.cpu, nlse);
-        for (int acc = 0; acc < 2; acc++) {
-            obuf g;
-            snprintf(L, sizeof L, "attention_backward_bf16 B=%d T=%d C=%d NH=%d acc=%d", B, T, C,
-                     NH, acc);
-            ob_make(&g, nqkv, acc);
-            sp_attention_backward_bf16(g.cpu, cscr, dout, qkv, o.cpu, lse.cpu, B, T, C, NH, acc);
-            TWICE(L, sp_cuda_attention_backward_bf16(g.d, gscr, dd, dq, dev_out, dlse, B, T, C, NH,
-                                                     acc, stream, blas), &g);
-            ob_check(&g, L, TOL_BF16);
-            ob_free(&g);
-        }
-        ob_free(&o), ob_free(&lse);
-        free(qkv), free(dout), free(cscr);
-        dfree(dq), dfree(dd), dfree(dev_out), dfree(dlse), dfree(gscr);
-    }
+    static const attention_impl bf16 = {
+        "_bf16", sp_attention_forward_bf16, sp_attention_backward_bf16,
+        sp_attention_scratch_floats_bf16, sp_cuda_attention_forward_bf16,
+        sp_cuda_attention_backward_bf16, 2, TOL_BF16_OUT, TOL_BF16};
+    check_attention(&bf16, sz, sizeof sz / sizeof *sz);
     float *x = dalloc(sizeof(float) * 3 * 400);
     const int rc = sp_cuda_attention_forward_bf16(x, x, x, x, 1, 1, 400, 2, stream, blas);
     expect(rc == (int)cudaErrorInvalidValue, "attention_forward_bf16 C=400 NH=2",

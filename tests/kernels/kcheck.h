@@ -130,6 +130,26 @@ static inline void kc_plus(double *want, const float *base, const double *delta,
         want[i] = (double)base[i] + delta[i];
 }
 
+/* A kernel's output before a call with `acc`: base (acc = 1 adds into it), else NaN (acc = 0
+ * must overwrite every element). */
+static inline void kc_acc_init(float *out, const float *base, int64_t n, int acc)
+{
+    if (acc)
+        memcpy(out, base, sizeof(float) * (size_t)n);
+    else
+        kc_fill_nan(out, n);
+}
+
+/* What that call must give: base + delta for acc = 1, delta for acc = 0. */
+static inline void kc_acc_want(double *want, const float *base, const double *delta, int64_t n,
+                               int acc)
+{
+    if (acc)
+        kc_plus(want, base, delta, n);
+    else
+        memcpy(want, delta, sizeof(double) * (size_t)n);
+}
+
 static inline void kc_start(void)
 {
     const char *v = getenv("KC_VERBOSE");

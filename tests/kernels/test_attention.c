@@ -85,16 +85,10 @@ static void run_case(int B, int T, int C, int NH, double spread, uint64_t seed)
 
     kc_fd_grad(g, qd, nq, ref_loss, &c);
     for (int acc = 0; acc < 2; acc++) {
-        if (acc)
-            memcpy(dq, base, sizeof(float) * (size_t)nq);
-        else
-            kc_fill_nan(dq, nq);
+        kc_acc_init(dq, base, nq, acc);
         kc_fill_nan(scratch, ns);
         sp_attention_backward(dq, scratch, r, qkv, out, lse, B, T, C, NH, acc);
-        if (acc)
-            kc_plus(want, base, g, nq);
-        else
-            memcpy(want, g, sizeof(double) * (size_t)nq);
+        kc_acc_want(want, base, g, nq, acc);
         kc_check(TAG(acc ? "dqkv acc=1 vs finite differences" : "dqkv vs finite differences"),
                  dq, want, nq, tol);
     }

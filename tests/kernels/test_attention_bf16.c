@@ -109,16 +109,10 @@ static void run_case(int B, int T, int C, int NH, uint64_t seed)
     kc_check(TAG("forward out"), out, od, no, TOL);
     kc_check(TAG("forward lse"), lse, ld, nl, TOL);
     for (int acc = 0; acc < 2; acc++) {
-        if (acc)
-            memcpy(dq, base, sizeof(float) * (size_t)nq);
-        else
-            kc_fill_nan(dq, nq);
+        kc_acc_init(dq, base, nq, acc);
         kc_fill_nan(sc, ns);
         sp_attention_backward_bf16(dq, sc, dout, qkv, out, lse, B, T, C, NH, acc);
-        if (acc)
-            kc_plus(want, base, gd, nq);
-        else
-            memcpy(want, gd, sizeof(double) * (size_t)nq);
+        kc_acc_want(want, base, gd, nq, acc);
         kc_check(TAG(acc ? "dqkv acc=1" : "dqkv"), dq, want, nq, TOL);
     }
     /* the same bits again, with the scratch's old contents left in */

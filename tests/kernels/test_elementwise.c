@@ -98,20 +98,14 @@ static void run_case(int op, int N, int C, uint64_t seed)
     kc_fd_grad(gy, yd, ny, ref_loss, &c);
     for (int acc = 0; acc < 2; acc++) {
         const char *tg = acc ? "dx acc=1 vs finite differences" : "dx vs finite differences";
-        if (acc)
-            memcpy(g, base, sizeof(float) * (size_t)n);
-        else
-            kc_fill_nan(g, n);
+        kc_acc_init(g, base, n, acc);
         switch (op) {
         case OP_BIAS: case OP_ADD: sp_scale_backward(g, r, 1.0f, n, acc); break;
         case OP_SCALE: sp_scale_backward(g, r, s, n, acc); break;
         case OP_GELU: sp_gelu_backward(g, x, r, n, acc); break;
         case OP_RELU: sp_relu_backward(g, x, r, n, acc); break;
         }
-        if (acc)
-            kc_plus(want, base, gx, n);
-        else
-            memcpy(want, gx, sizeof(double) * (size_t)n);
+        kc_acc_want(want, base, gx, n, acc);
         kc_check(TAG(tg), g, want, n, TOL);
     }
     if (op == OP_BIAS) {

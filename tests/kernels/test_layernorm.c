@@ -85,36 +85,19 @@ static void run_case(int N, int C, double offset, double spread, uint64_t seed)
     kc_fd_grad(gb, bd, C, ref_loss, &c);
     /* dx is ~rstd larger than dout: scale it back for a relative comparison. */
     for (int acc = 0; acc < 2; acc++) {
-        if (acc)
-            memcpy(dx, base, sizeof(float) * (size_t)n);
-        else
-            kc_fill_nan(dx, n);
+        kc_acc_init(dx, base, n, acc);
         sp_layernorm_backward_x(dx, r, x, mean, rstd, gm, N, C, acc);
-        if (acc)
-            kc_plus(want, base, gx, n);
-        else
-            memcpy(want, gx, sizeof(double) * (size_t)n);
+        kc_acc_want(want, base, gx, n, acc);
         kc_check(TAG(acc ? "dx acc=1 vs finite differences" : "dx vs finite differences"), dx,
                  want, n, TOL_CASE);
 
-        if (acc) {
-            memcpy(dg, bg, sizeof(float) * (size_t)C);
-            memcpy(db, bb, sizeof(float) * (size_t)C);
-        } else {
-            kc_fill_nan(dg, C);
-            kc_fill_nan(db, C);
-        }
+        kc_acc_init(dg, bg, C, acc);
+        kc_acc_init(db, bb, C, acc);
         sp_layernorm_backward_params(dg, db, r, x, mean, rstd, N, C, acc);
-        if (acc)
-            kc_plus(want, bg, gg, C);
-        else
-            memcpy(want, gg, sizeof(double) * (size_t)C);
+        kc_acc_want(want, bg, gg, C, acc);
         kc_check(TAG(acc ? "dgamma acc=1" : "dgamma vs finite differences"), dg, want, C,
                  TOL_CASE);
-        if (acc)
-            kc_plus(want, bb, gb, C);
-        else
-            memcpy(want, gb, sizeof(double) * (size_t)C);
+        kc_acc_want(want, bb, gb, C, acc);
         kc_check(TAG(acc ? "dbeta acc=1" : "dbeta vs finite differences"), db, want, C, TOL_CASE);
     }
 #undef TAG

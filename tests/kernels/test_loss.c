@@ -64,15 +64,9 @@ static void run_ce(int N, int V, double spread, uint64_t seed)
 
     kc_fd_grad(g, xd, n, ref_loss, &c);
     for (int acc = 0; acc < 2; acc++) {
-        if (acc)
-            memcpy(d, base, sizeof(float) * (size_t)n);
-        else
-            kc_fill_nan(d, n);
+        kc_acc_init(d, base, n, acc);
         sp_cross_entropy_backward(d, p, tg, dloss, N, V, acc);
-        if (acc)
-            kc_plus(want, base, g, n);
-        else
-            memcpy(want, g, sizeof(double) * (size_t)n);
+        kc_acc_want(want, base, g, n, acc);
         kc_check(TAG(acc ? "dlogits acc=1 vs finite differences" : "dlogits vs finite "
                                                                    "differences"),
                  d, want, n, TOL);
@@ -173,15 +167,9 @@ static void run_sum(int64_t n, uint64_t seed)
     kc_check(what, &out, &ref, 1, 1e-7);
     kc_fd_grad(g, xd, n, sum_loss, &c);
     for (int acc = 0; acc < 2; acc++) {
-        if (acc)
-            memcpy(d, base, sizeof(float) * (size_t)n);
-        else
-            kc_fill_nan(d, n);
+        kc_acc_init(d, base, n, acc);
         sp_sum_backward(d, c.r, n, acc);
-        if (acc)
-            kc_plus(want, base, g, n);
-        else
-            memcpy(want, g, sizeof(double) * (size_t)n);
+        kc_acc_want(want, base, g, n, acc);
         snprintf(what, sizeof what, "sum n%lld backward acc=%d vs finite differences",
                  (long long)n, acc);
         /* FD of a 37-term sum: rounding ~1e-16 |L| / h ~ 1e-9. */
