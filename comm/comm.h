@@ -1,5 +1,6 @@
-/* What comm/ offers the executor (runtime/exec.c): tagged point-to-point transfers of
- * StarPU data over StarPU-MPI, and the NCCL transport. comm/ sits below the runtime: it
+/* What comm/ offers the executor (runtime/exec.c): point-to-point transfers of StarPU
+ * data, direct (MPI requests driven by the rank's own workers) or over StarPU-MPI, and
+ * the NCCL transport. comm/ sits below the runtime: it
  * uses StarPU, StarPU-MPI, MPI and NCCL, never a runtime header. */
 #ifndef STARPIPE_COMM_H
 #define STARPIPE_COMM_H
@@ -22,6 +23,27 @@ sp_status sp_comm_check_tag_space(void);
  * cooperative sends off (transfer.c). */
 sp_status sp_comm_post(starpu_data_handle_t h, int peer, int64_t tag, int is_send,
                        void (*done)(void *), void *arg);
+
+/* ---- direct transfers (direct.c) ----
+ * done(arg, err) runs once per request, on the thread that completed it: err is NULL, or
+ * one line saying what failed (the buffer is released either way). */
+typedef void (*sp_comm_done)(void *arg, const char *err);
+/* Collective over world (duplicates it). poke: called after a request is handed to MPI,
+ * to wake workers parked while none was in flight. */
+sp_status sp_comm_direct_init(MPI_Comm world, void (*poke)(void));
+void sp_comm_direct_shutdown(void);
+/* A send (is_send) of h's count elements of elemsize bytes to peer, or a receive from it,
+ * as message msg (the MPI tag: at most the library's MPI_TAG_UB, checked here). Starts
+ * once h's earlier tasks are done, holds h until complete. */
+sp_status sp_comm_direct_post(starpu_data_handle_t h, size_t count, size_t elemsize, int peer,
+                              uint32_t msg, int is_send, sp_comm_done done, void *arg);
+/* Tests the requests in flight and finishes those complete; returns how many. Safe from
+ * any thread; StarPU's drivers call it on each turn of their loop. */
+int sp_comm_direct_progress(void);
+/* Requests handed to MPI and not complete; and those plus the ones waiting for their
+ * buffer (0 when everything posted has finished). */
+int sp_comm_direct_inflight(void);
+int sp_comm_direct_pending(void);
 
 /* NCCL over the ranks of comm (collective; once per process; see nccl.c). ncuda: this
  * rank's CUDA workers. notice gets one line saying what carries GPU transfers. */

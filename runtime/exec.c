@@ -47,11 +47,14 @@ static struct {
     unsigned char *seen;
     size_t seen_cap, nsubmitted;
     uint32_t max_seq;
+    int direct;           /* messages go through comm/direct.c, not StarPU-MPI */
+    int shared_cores;     /* ranks outnumber this host's cores (binding.c) */
 } X;
 
 /* ---- failure of a task: first one wins, later tasks of the step skip their work ---- */
 static atomic_int step_failed;
-static atomic_ulong tasks_done; /* tasks finished since init: the watchdog's progress */
+static atomic_ulong tasks_done; /* tasks and transfers finished since init: the watchdog's
+                                   progress */
 static starpu_pthread_mutex_t fail_lock = STARPU_PTHREAD_MUTEX_INITIALIZER;
 static char fail_msg[512];
 
@@ -432,10 +435,14 @@ typedef struct {
     double posted;
 } transfer_info;
 
-/* Completion of a transfer: with tracing on, its record from posting to completion. */
-static void transfer_done(void *arg)
+/* Completion of a transfer: a failed one fails the step (direct transfers only: StarPU-MPI
+ * has no error path); with tracing on, its record from posting to completion. */
+static void transfer_finish(void *arg, const char *err)
 {
     transfer_info *t = arg;
+    if (err)
+        fail_step("rank %d: %s", sp_exec_rank_, err);
+    atomic_fetch_add(&tasks_done, 1); /* progress, for the watchdog */
     if (!t)
         return;
     char name[32];
@@ -444,6 +451,8 @@ static void transfer_done(void *arg)
     trace_add(name, t->msg, t->posted, starpu_timing_now(), t->is_send ? 1 : 2, t->peer);
     free(t);
 }
+
+static void transfer_done(void *arg) { transfer_finish(arg, NULL); }
 
 static sp_status post(sp_exec_buf *b, int peer, uint32_t msg, int is_send)
 {
@@ -458,8 +467,11 @@ static sp_status post(sp_exec_buf *b, int peer, uint32_t msg, int is_send)
     transfer_info *info = NULL;
     if (X.opts.trace && (info = malloc(sizeof *info)))
         *info = (transfer_info){ is_send, peer, msg, starpu_timing_now() };
-    sp_status st = sp_comm_post(b->handle, peer, sp_comm_tag(sp_exec_step_, msg), is_send,
-                                transfer_done, info);
+    sp_status st = X.direct
+        ? sp_comm_direct_post(b->handle, b->count, b->elemsize, peer, msg, is_send,
+                              transfer_finish, info)
+        : sp_comm_post(b->handle, peer, sp_comm_tag(sp_exec_step_, msg), is_send,
+                       transfer_done, info);
     if (st)
         free(info);
     return st;
@@ -566,12 +578,17 @@ static sp_status wait_tasks(void)
     int nccl = sp_comm_nccl_active();
     if (X.opts.watchdog_s <= 0 && !nccl) {
         SP_STARPU_CHECK(starpu_task_wait_for_all());
+        /* The step's last sends may still be in flight: idle workers test them, and so
+         * does this thread, which has nothing else to do. */
+        while (X.direct && sp_comm_direct_pending() > 0)
+            if (!sp_comm_direct_progress())
+                sched_yield();
         return SP_OK;
     }
     unsigned long seen = atomic_load(&tasks_done);
     double quiet_since = seconds_now();
     int pending;
-    while ((pending = starpu_task_nsubmitted()) > 0) {
+    while ((pending = starpu_task_nsubmitted() + (X.direct ? sp_comm_direct_pending() : 0)) > 0) {
         nanosleep(&(struct timespec){ 0, 2000000 }, NULL); /* the main thread only watches */
         const char *nerr = nccl ? sp_comm_nccl_error() : NULL;
         if (nerr) { /* the communicator is aborted: this step and the executor are lost */
@@ -640,13 +657,15 @@ sp_status sp_exec_end_step(void)
                   X.nsubmitted, X.max_seq, hole);
     }
 
-    /* All tasks here, then all pending MPI requests everywhere (a barrier). A rank whose
-     * watchdog fired returns at once: its peers' barrier then waits for a process that is
-     * about to end, and the launcher ends them with it. */
+    /* All tasks and transfers here, then (StarPU-MPI) all its requests everywhere, a
+     * barrier; direct transfers are all complete here and the agreement below is the
+     * barrier. A rank whose watchdog fired returns at once: its peers' barrier then waits
+     * for a process that is about to end, and the launcher ends them with it. */
     sp_status st = wait_tasks();
     if (st)
         return st;
-    SP_STARPU_CHECK(starpu_mpi_wait_for_all(MPI_COMM_WORLD));
+    if (!X.direct)
+        SP_STARPU_CHECK(starpu_mpi_wait_for_all(MPI_COMM_WORLD));
 
     /* Agreement: every rank returns the error of the lowest failing rank. */
     int failed = atomic_load(&step_failed);
@@ -794,6 +813,11 @@ _Noreturn void sp_exec_abort(int code, const char *fmt, ...)
  * schedule's memory bound and message order rest on it), so refuse rather than run. */
 static sp_status check_sched_env(void)
 {
+    const char *tr = getenv("STARPIPE_TRANSPORT");
+    if (tr && strcmp(tr, "direct") && strcmp(tr, "starpu-mpi"))
+        return sp_set_error(SP_ERR_ARG, "STARPIPE_TRANSPORT=%s: expected \"direct\" (the "
+                            "default) or \"starpu-mpi\"", tr);
+    X.direct = !tr || !strcmp(tr, "direct");
     const char *s = getenv("STARPU_SCHED");
     if (!s)
         return SP_OK;
@@ -907,9 +931,22 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
          * StarPU-MPI's progress thread polls while any request is pending: on a rank with
          * one core it took half of it from the worker (runtime/README.md). Yielding costs
          * a system call per idle poll where the thread has a core of its own, and gives
-         * the worker the core where it has not. Only ours to set before MPI starts, and
-         * a user's own choice (mpirun --mca, the environment) wins. */
-        setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+         * the worker the core where it has not. Direct transfers have no such thread:
+         * only an idle worker polls, and it yields by itself where ranks share cores.
+         * Only ours to set before MPI starts; a user's own choice (mpirun --mca, the
+         * environment) wins. */
+        if (!X.direct)
+            setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+        /* A pipeline message is written by the task just before its send, and its
+         * receiver is often busy when it arrives. Above OpenMPI's 4 KB shared-memory eager
+         * limit the receiver pulls it when it next polls (CMA, a system call pinning
+         * every page: 25-45 us for 64 KB on the 2-core VM); eager, the sender copies it
+         * into shared memory at once and the receiver only copies it out. Up to 128 KB
+         * (the default GPT's 64 KB activations), halving their wait (runtime/README.md). */
+        if (X.direct) {
+            setenv("OMPI_MCA_btl_vader_eager_limit", "131072", 0);
+            setenv("OMPI_MCA_btl_vader_max_send_size", "131072", 0);
+        }
         /* StarPU-MPI needs SERIALIZED (its progress thread and ours call MPI); MULTIPLE
          * also covers our agreement collectives while its thread is parked. */
         SP_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &level));
@@ -920,6 +957,13 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     if (level < MPI_THREAD_SERIALIZED)
         return sp_set_error(SP_ERR_RUNTIME, "%s:%d: MPI gives thread level %d, StarPU-MPI "
                             "needs MPI_THREAD_SERIALIZED", __FILE__, __LINE__, level);
+    /* Direct transfers call MPI from every worker and the main thread at once. */
+    if (X.direct && level < MPI_THREAD_MULTIPLE) {
+        if (getenv("STARPIPE_TRANSPORT"))
+            return sp_set_error(SP_ERR_RUNTIME, "STARPIPE_TRANSPORT=direct needs "
+                                "MPI_THREAD_MULTIPLE; this MPI gives level %d", level);
+        X.direct = 0;
+    }
     SP_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &sp_exec_rank_));
     SP_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &sp_exec_size_));
     SP_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &X.comm));
@@ -949,11 +993,14 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     if (st)
         return st;
     sp_binding_apply(&b);
+    X.shared_cores = b.nobind;
     if (X.opts.verbose) {
         const char *y = getenv("OMPI_MCA_mpi_yield_when_idle");
-        fprintf(stderr, "starpipe: rank %d (local %d of %d): %s; %d CPU worker(s), %s, MPI "
-                "progress thread %s%s\n", sp_exec_rank_, b.local_rank, b.local_size, gpu.line,
-                b.nworkers, b.desc, getenv("STARPU_MPI_NOBIND") ? "unbound" : "on its own core",
+        fprintf(stderr, "starpipe: rank %d (local %d of %d): %s; %d CPU worker(s), %s; "
+                "messages %s; StarPU-MPI thread %s%s\n", sp_exec_rank_, b.local_rank,
+                b.local_size, gpu.line, b.nworkers, b.desc,
+                X.direct ? "direct (MPI requests tested by idle workers)" : "over StarPU-MPI",
+                getenv("STARPU_MPI_NOBIND") ? "unbound" : "on its own core",
                 y && strcmp(y, "0") ? ", yields when idle" : "");
     }
 
@@ -978,6 +1025,12 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     /* The cache only serves starpu_mpi_task_insert's implicit transfers, which starpipe
      * never uses; with it off a stray use cannot serve stale data (tests/runtime). */
     SP_STARPU_CHECK(starpu_mpi_cache_set(0));
+    if (X.direct) {
+        st = sp_comm_direct_init(MPI_COMM_WORLD, sp_policy_poke);
+        if (st)
+            return st;
+        sp_policy_set_idle_poll(sp_comm_direct_inflight, X.shared_cores);
+    }
 #ifdef STARPU_USE_CUDA
     starpu_cublas_init(); /* one handle per CUDA worker, bound to its stream */
 #endif
@@ -1005,6 +1058,10 @@ sp_status sp_exec_shutdown(void)
     sp_comm_nccl_shutdown();
     starpu_cublas_shutdown();
 #endif
+    if (X.direct) { /* every request ended with its step */
+        sp_policy_set_idle_poll(NULL, 0);
+        sp_comm_direct_shutdown();
+    }
     /* Waits for all tasks and MPI requests, then stops StarPU too (it started it). */
     SP_STARPU_CHECK(starpu_mpi_shutdown());
     free(X.seen);

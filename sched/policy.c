@@ -200,6 +200,28 @@ static int may_wait(int self)
 #endif
 }
 
+/* Set by the executor when its workers drive the transfers (comm/direct.c): the number of
+ * MPI requests in flight. While it is not 0 an idle worker must keep turning its driver
+ * loop, which tests them, instead of parking; where ranks share cores it yields the core
+ * between turns. */
+static int (*idle_poll)(void);
+static int idle_yield;
+
+void sp_policy_set_idle_poll(int (*inflight)(void), int yield)
+{
+    idle_poll = inflight;
+    idle_yield = yield;
+}
+
+void sp_policy_poke(void)
+{
+    struct sp_policy_data *d = policy_data(main_ctx);
+    pthread_mutex_lock(&d->lock);
+    if (d->nidle)
+        pthread_cond_broadcast(&d->more);
+    pthread_mutex_unlock(&d->lock);
+}
+
 static struct starpu_task *pop_task(unsigned ctx)
 {
     struct sp_policy_data *d = policy_data(ctx);
@@ -208,7 +230,9 @@ static struct starpu_task *pop_task(unsigned ctx)
     starpu_worker_relax_on();
     pthread_mutex_lock(&d->lock);
     struct starpu_task *t = take(d, self);
-    if (!t && may_wait(self)) {
+    /* checked under d->lock: a request posted after this sees nidle and pokes */
+    int polling = !t && idle_poll && idle_poll() > 0;
+    if (!t && !polling && may_wait(self)) {
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
         until.tv_nsec += SP_IDLE_WAIT_NS;
@@ -232,6 +256,8 @@ static struct starpu_task *pop_task(unsigned ctx)
     starpu_worker_relax_off();
     if (any)
         wake(mask);
+    if (polling && idle_yield)
+        sched_yield(); /* another rank's thread on this core runs first */
     return t;
 }
 
@@ -244,7 +270,8 @@ static struct starpu_task *pop_task(unsigned ctx)
 static void post_exec_hook(struct starpu_task *task, unsigned ctx)
 {
     (void)task, (void)ctx;
-    sched_yield();
+    if (!idle_poll) /* direct transfers: the worker posted the send itself */
+        sched_yield();
 }
 
 sp_status sp_policy_begin_step(void)

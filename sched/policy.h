@@ -18,5 +18,11 @@ sp_status sp_policy_begin_step(void);
 /* Stop holding tasks: hand the held ones out in seq order despite gaps. Used when the
  * submitted seqs of a step are not 0..n-1, so the step drains instead of hanging. */
 void sp_policy_drain(void);
+/* When the rank's workers drive its transfers (comm/direct.c): inflight() counts the
+ * requests an idle worker must keep testing, so it polls instead of parking while that is
+ * not 0, yielding between polls if `yield` (ranks share cores); poke() wakes parked
+ * workers after a request is handed to MPI. */
+void sp_policy_set_idle_poll(int (*inflight)(void), int yield);
+void sp_policy_poke(void);
 
 #endif

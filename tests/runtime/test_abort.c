@@ -6,7 +6,13 @@
  *   watchdog:  rank 1's task hangs; the watchdog makes end_step return SP_ERR_TIMEOUT to
  *              the caller (the library does not end the process), later calls fail at
  *              once instead of waiting, and the caller ends every rank itself.
- *   sched-env: STARPU_SCHED names another policy; init must refuse on every rank. */
+ *   sched-env: STARPU_SCHED names another policy; init must refuse on every rank.
+ *   transport-env: STARPIPE_TRANSPORT names no transport; refused the same way.
+ *   size:      direct transfers: a message whose two ends registered different sizes
+ *              (rank 1's buffer larger: a short message; smaller: a truncated one)
+ *              fails its step on every rank with the receiver's message, and the
+ *              executor goes on (a step between them, sizes matching, succeeds). Then
+ *              rank 1 aborts. */
 #include <string.h>
 #include <time.h>
 
@@ -54,13 +60,16 @@ int main(int argc, char **argv)
     const char *mode = argc > 1 ? argv[1] : "";
     int watchdog = strcmp(mode, "watchdog") == 0;
     sp_status st = sp_exec_init(&argc, &argv, &(sp_exec_opts){ .watchdog_s = watchdog ? 2 : 0 });
-    if (strcmp(mode, "sched-env") == 0) {
-        if (st == SP_ERR_ARG && strstr(sp_last_error(), "STARPU_SCHED=")) {
+    const char *env = !strcmp(mode, "sched-env") ? "STARPU_SCHED"
+                    : !strcmp(mode, "transport-env") ? "STARPIPE_TRANSPORT" : NULL;
+    if (env) {
+        char want[64];
+        snprintf(want, sizeof want, "%s=", env);
+        if (st == SP_ERR_ARG && strstr(sp_last_error(), want)) {
             printf("refused as expected: %s\n", sp_last_error());
             return 0;
         }
-        fprintf(stderr, "STARPU_SCHED=%s was not refused (%s)\n", getenv("STARPU_SCHED"),
-                sp_status_name(st));
+        fprintf(stderr, "%s=%s was not refused (%s)\n", env, getenv(env), sp_status_name(st));
         return 1;
     }
     RT_OK(st);
@@ -98,6 +107,37 @@ int main(int argc, char **argv)
                      sp_exec_begin_step() != SP_OK && sp_exec_shutdown() != SP_OK,
                  "rank %d: calls after the watchdog did not fail at once", rank);
         sp_exec_abort(7, "alive after the watchdog's status (%s); giving up on purpose", msg);
+    } else if (strcmp(mode, "size") == 0) {
+        /* ranks 0 and 1: rank 0 sends N floats as message 3; rank 1 receives into N + d */
+        for (int d = 5; d >= -5; d -= 5) {
+            float big[N + 5] = {0};
+            sp_exec_buf *r = b;
+            if (rank == 1)
+                RT_OK(sp_exec_buf_register(&r, big, (size_t)(N + d), sizeof(float)));
+            RT_OK(sp_exec_begin_step());
+            if (rank == 0)
+                run_task(b, 0, 0);
+            if (rank == 0)
+                RT_OK(sp_exec_send(b, 1, 3));
+            if (rank == 1) {
+                RT_OK(sp_exec_recv(r, 0, 3));
+                run_task(r, 0, 0);
+            }
+            st = sp_exec_end_step();
+            if (d == 0) {
+                RT_CHECK(st == SP_OK, "rank %d: matching sizes failed: %s", rank, sp_last_error());
+            } else {
+                const char *want = d > 0 ? "bytes arrived" : "message #3 from rank 0";
+                RT_CHECK(st == SP_ERR_RUNTIME && strstr(sp_last_error(), "rank 1: ") &&
+                             strstr(sp_last_error(), want),
+                         "rank %d, buffer %+d: %s %s", rank, d, sp_status_name(st),
+                         sp_last_error());
+                fprintf(stderr, "rank %d agreed: %s\n", rank, sp_last_error());
+            }
+            RT_CHECK(sp_exec_usable(), "rank %d: executor unusable after a failed step", rank);
+            if (rank == 1)
+                RT_OK(sp_exec_buf_unregister(r));
+        }
     } else if (strcmp(mode, "abort") != 0) {
         sp_exec_abort(2, "unknown mode '%s'", mode);
     }
