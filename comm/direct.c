@@ -96,6 +96,13 @@ static void start(void *arg)
         fail_mpi(r, r->is_send ? "MPI_Isend" : "MPI_Irecv", rc);
         return;
     }
+    /* An eager send is complete already: give its buffer back now rather than at the
+     * next test, which may come only after the worker's next task. */
+    int flag = 0;
+    if (r->is_send && MPI_Test(&q, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
+        finish(r, NULL);
+        return;
+    }
     pthread_mutex_lock(&D.lock);
     if (D.n == D.cap) {
         int cap = D.cap ? 2 * D.cap : 64;

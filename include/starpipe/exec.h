@@ -1,5 +1,7 @@
 /* The low-level executor: one MPI rank = one pipeline actor, running its tasks on
- * StarPU in the order the plan gives, with StarPU-MPI moving buffers between ranks.
+ * StarPU in the order the plan gives, with MPI moving buffers between ranks (requests
+ * posted and tested by the rank's own workers; StarPU-MPI with
+ * STARPIPE_TRANSPORT=starpu-mpi).
  *
  *   sp_exec_init(&argc, &argv, NULL);
  *   sp_exec_buf *x; sp_exec_buf_register(&x, host, n, sizeof(float));
@@ -118,14 +120,16 @@ int sp_exec_usable(void);
 
 /* ---- transfers (comm/) ----
  * msg: the plan's message number, unique within a step for this (src, dst) pair or
- * globally; both sides pass the same number. Sends and receives are detached: they
- * start when the buffer's earlier tasks are done and hold the buffer until complete,
- * so a later writer cannot overwrite data in flight. */
+ * globally; both sides pass the same number (at most MPI_TAG_UB with the default
+ * transport). Sends and receives are detached: they start when the buffer's earlier
+ * tasks are done and hold the buffer until complete, so a later writer cannot overwrite
+ * data in flight. Both ends register the same count and element size: a mismatch fails
+ * the step on every rank. */
 sp_status sp_exec_send(sp_exec_buf *b, int dst, uint32_t msg);
 sp_status sp_exec_recv(sp_exec_buf *b, int src, uint32_t msg);
 
 /* ---- NCCL (comm/nccl.c) ----
- * Large GPU-to-GPU messages can go through NCCL instead of StarPU-MPI (which stages
+ * Large GPU-to-GPU messages can go through NCCL instead of MPI (which stages
  * them through host memory), on a stream of their own beside the compute stream; an
  * asynchronous NCCL error fails sp_exec_end_step on that rank at once and leaves the
  * executor unusable (sp_exec_usable). */
