@@ -1276,8 +1276,9 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
             packed = 0;
         fprintf(stderr, "starpipe: rank %d: per-microbatch buffers %.2f MiB at their peak "
                 "(plan %.2f MiB as whole buffers, %.2f MiB live at their peak: activations, "
-                "boundary tensors and their gradients)\n", me, mem.transient / 1048576.0,
-                packed / 1048576.0, (double)k->transient / 1048576.0);
+                "boundary tensors and their gradients); copies of large sends in flight %.2f "
+                "MiB at their peak\n", me, mem.transient / 1048576.0, packed / 1048576.0,
+                (double)k->transient / 1048576.0, mem.staging / 1048576.0);
     }
 out:
     app_log_close(&rr.log);

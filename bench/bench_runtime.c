@@ -11,7 +11,8 @@
  *     more ranks than cores, at least the total work over the cores);
  *   - message waits: how long a task that could have run waited for its message, in
  *     all and from the message's arrival (the runtime's own share);
- *   - the memory of per-microbatch buffers per rank against the planner's prediction.
+ *   - the memory of per-microbatch buffers per rank against the planner's prediction, and
+ *     (when any) the copies the transport keeps of large sends in flight, outside the plan.
  *
  *   mpirun -np 2 bench_runtime [--steps N] [--microbatches M] [--schedules a,b,...]
  *                              [--layers L --channels C --context T --batch B --heads H] */
@@ -93,7 +94,7 @@ int main(int argc, char **argv)
                base.heads, base.context, base.batch, m, P, steps);
         printf("| schedule | span ms | replay ms | span/replay | ideal ms | span/ideal | "
                "bubble (replay, ideal) | message wait median / p90 (after arrival) us | step ms | transient "
-               "MiB per rank (measured / planned pool (live peak)) |\n|---|---|---|---|---|---|---|---|---|---|\n");
+               "MiB per rank (measured / planned pool (live peak) [+ copies of large sends]) |\n|---|---|---|---|---|---|---|---|---|---|\n");
     }
     for (char *name = strtok(list, ","); name; name = strtok(NULL, ",")) {
         int v = !strcmp(name, "interleaved-1f1b") || !strcmp(name, "zb-v") ||
@@ -147,9 +148,10 @@ int main(int argc, char **argv)
             for (int k = 0; k < 8; k++) col[k][step - 1] = row[k];
         }
         sp_train_memory mem = sp_trainer_memory(t);
-        double *memv = calloc((size_t)P, sizeof(double));
+        double *memv = calloc(2 * (size_t)P, sizeof(double));
         memv[me] = (double)mem.transient;
-        sp_exec_allreduce_sum(memv, (size_t)P, 1);
+        memv[P + me] = (double)mem.staging;
+        sp_exec_allreduce_sum(memv, 2 * (size_t)P, 1);
         if (me == 0) {
             sp_stage_model model = *sp_program_stage_model(p);
             sp_stage_info *info = malloc(sizeof *info * (size_t)S);
@@ -180,6 +182,7 @@ int main(int argc, char **argv)
                     packed = 0;
                 printf(a ? " ; %.2f / %.2f (%.2f)" : "%.2f / %.2f (%.2f)", memv[a] / 1048576.0,
                        packed / 1048576.0, (double)pl->peak[a].transient / 1048576.0);
+                if (memv[P + a] > 0) printf(" +%.2f", memv[P + a] / 1048576.0);
             }
             printf(" |\n");
             fflush(stdout);

@@ -44,6 +44,11 @@ int sp_comm_direct_progress(void);
  * buffer (0 when everything posted has finished). */
 int sp_comm_direct_inflight(void);
 int sp_comm_direct_pending(void);
+/* The shared-memory eager limit the executor asks of OpenMPI: sends up to this size
+ * complete at once; larger ones are sent from a private copy (direct.c), whose bytes
+ * (the most ever in flight at once, kept for reuse) this returns. */
+#define SP_COMM_EAGER_BYTES 131072
+size_t sp_comm_direct_staging_bytes(void);
 
 /* NCCL over the ranks of comm (collective; once per process; see nccl.c). ncuda: this
  * rank's CUDA workers. notice gets one line saying what carries GPU transfers. */

@@ -18,6 +18,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "comm/comm.h"
@@ -29,6 +30,8 @@ typedef struct direct_req {
     uint32_t msg;
     sp_comm_done done;
     void *arg;
+    void *stage;             /* a send's private copy (large sends), or NULL */
+    int released;            /* h went back to StarPU already (a staged send) */
     struct direct_req *next; /* completed, waiting to be finished */
     const char *err;
     char why[MPI_MAX_ERROR_STRING + 96];
@@ -49,13 +52,70 @@ static struct {
     atomic_int waiting;  /* posted to us, buffer not yet acquired */
     atomic_int inflight; /* posted to MPI, not yet completed */
     void (*poke)(void);  /* wakes parked workers: a request is now in flight */
-} D = { .lock = PTHREAD_MUTEX_INITIALIZER };
+    /* Copies of large sends in flight (stage_get): free blocks, and all bytes held. */
+    pthread_mutex_t stage_lock;
+    struct stage_block *free_blocks;
+    size_t stage_bytes;
+} D = { .lock = PTHREAD_MUTEX_INITIALIZER, .stage_lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* ---- private copies of large sends ----
+ * Above the eager limit a send completes only once the receiver has posted its receive
+ * and pulled the data, and the receiver posts it only when its own buffer is free, maybe
+ * after a task of tens of milliseconds. Held that long, the sender's buffer would stall
+ * the sender's next task whenever the plan's pool hands that buffer out again (measured:
+ * interleaved 1F1B, 256 KB messages, tasks waiting 10-20 ms). So a large send goes from a
+ * copy and gives its buffer back at once, as an eager send does; the copies are reused by
+ * size, and what they hold is sp_comm_direct_staging_bytes(). */
+typedef struct stage_block {
+    size_t bytes;
+    struct stage_block *next;
+    _Alignas(64) unsigned char data[];
+} stage_block;
+
+static void *stage_get(size_t bytes)
+{
+    pthread_mutex_lock(&D.stage_lock);
+    stage_block **p = &D.free_blocks;
+    while (*p && (*p)->bytes != bytes)
+        p = &(*p)->next;
+    stage_block *b = *p;
+    if (b)
+        *p = b->next;
+    pthread_mutex_unlock(&D.stage_lock);
+    if (!b && (b = malloc(sizeof *b + bytes))) {
+        b->bytes = bytes;
+        pthread_mutex_lock(&D.stage_lock);
+        D.stage_bytes += bytes;
+        pthread_mutex_unlock(&D.stage_lock);
+    }
+    return b ? b->data : NULL;
+}
+
+static void stage_put(void *data)
+{
+    stage_block *b = (stage_block *)((unsigned char *)data - offsetof(stage_block, data));
+    pthread_mutex_lock(&D.stage_lock);
+    b->next = D.free_blocks;
+    D.free_blocks = b;
+    pthread_mutex_unlock(&D.stage_lock);
+}
+
+size_t sp_comm_direct_staging_bytes(void)
+{
+    pthread_mutex_lock(&D.stage_lock);
+    size_t n = D.stage_bytes;
+    pthread_mutex_unlock(&D.stage_lock);
+    return n;
+}
 
 /* Ends a request: the buffer goes back to StarPU (its next task may start), then the
  * owner hears of it. err is NULL on success. */
 static void finish(direct_req *r, const char *err)
 {
-    starpu_data_release_on_node(r->h, STARPU_MAIN_RAM);
+    if (!r->released)
+        starpu_data_release_on_node(r->h, STARPU_MAIN_RAM);
+    if (r->stage)
+        stage_put(r->stage);
     r->done(r->arg, err);
     free(r);
 }
@@ -77,6 +137,12 @@ static void start(void *arg)
     direct_req *r = arg;
     void *ptr = starpu_data_handle_to_pointer(r->h, STARPU_MAIN_RAM);
     size_t bytes = r->count * r->elemsize;
+    if (r->is_send && bytes > SP_COMM_EAGER_BYTES && (r->stage = stage_get(bytes))) {
+        memcpy(r->stage, ptr, bytes);
+        starpu_data_release_on_node(r->h, STARPU_MAIN_RAM);
+        r->released = 1;
+        ptr = r->stage;
+    }
     MPI_Datatype type = MPI_BYTE;
     int count = (int)bytes, rc = MPI_SUCCESS;
     if (bytes > INT_MAX) /* counts are ints: elements of elemsize bytes (count <= INT_MAX) */
@@ -244,6 +310,12 @@ void sp_comm_direct_shutdown(void)
 {
     if (!D.up)
         return;
+    while (D.free_blocks) {
+        stage_block *b = D.free_blocks;
+        D.free_blocks = b->next;
+        free(b);
+    }
+    D.stage_bytes = 0;
     starpu_progression_hook_deregister(D.hook);
     MPI_Comm_free(&D.comm);
     free(D.mpi);

@@ -944,8 +944,10 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
          * into shared memory at once and the receiver only copies it out. Up to 128 KB
          * (the default GPT's 64 KB activations), halving their wait (runtime/README.md). */
         if (X.direct) {
-            setenv("OMPI_MCA_btl_vader_eager_limit", "131072", 0);
-            setenv("OMPI_MCA_btl_vader_max_send_size", "131072", 0);
+            char eager[32];
+            snprintf(eager, sizeof eager, "%d", SP_COMM_EAGER_BYTES);
+            setenv("OMPI_MCA_btl_vader_eager_limit", eager, 0);
+            setenv("OMPI_MCA_btl_vader_max_send_size", eager, 0);
         }
         /* StarPU-MPI needs SERIALIZED (its progress thread and ours call MPI); MULTIPLE
          * also covers our agreement collectives while its thread is parked. */
