@@ -7,7 +7,7 @@
  * on the worker that ran it, and the callback posts MPI_Isend there and then. A receive
  * acquires its buffer for writing (after its earlier readers) and posts MPI_Irecv. Each
  * request holds its buffer until MPI completes it, so later tasks wait as they would for
- * a task. Completion is tested by sp_comm_direct_progress, which StarPU's drivers call on
+ * a task; a send above the eager limit goes from a private copy instead (below). Completion is tested by sp_comm_direct_progress, which StarPU's drivers call on
  * every turn of their loop (a progression hook), i.e. after each task and continuously
  * while a worker has nothing to run; the scheduling policy keeps idle workers polling
  * rather than parked while a request is in flight (sp_policy_set_idle_poll). Releasing a
@@ -16,9 +16,9 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <stddef.h>
 #include <string.h>
 
 #include "comm/comm.h"
