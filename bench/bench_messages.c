@@ -2,14 +2,16 @@
  * Run under mpirun -np 2 with the default launch (the runtime sets what it sets; nothing
  * else). For each message size, one-way latency as half a round trip, median and p90:
  *   - "MPI": MPI_Send / MPI_Recv of the same bytes between the main threads, with the
- *     runtime started and idle (its worker parked, StarPU-MPI's thread asleep): the floor
+ *     runtime started and idle (its worker parked, no request in flight): the floor
  *     the transport gives on this machine and launch;
  *   - "runtime": the path every message of a pipelined step takes. A task on rank 0 writes
  *     the buffer, it is sent, a task on rank 1 reads and rewrites it, it is sent back, and
  *     so on, every transfer posted at the step's start as the trainer posts them. One hop
  *     is a producer task's end to its consumer's start (rank 0's gap between its tasks,
- *     less rank 1's task, halved): StarPU-MPI's hand-offs between a rank's worker and
- *     its progress thread, the envelope and the data, the wake-up of the consumer.
+ *     less rank 1's task, halved): the producer's termination and the send it posts,
+ *     the data, the receiver's test and the consumer's dispatch (direct transfers), or
+ *     StarPU-MPI's hand-offs between a rank's worker and its progress thread
+ *     (STARPIPE_TRANSPORT=starpu-mpi).
  * bench_runtime's "message wait" is the same quantity inside real steps.
  *
  *   mpirun -np 2 bench_messages [--iters N] [--floats 128,16384,131072] */
