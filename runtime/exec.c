@@ -589,7 +589,12 @@ static sp_status wait_tasks(void)
     double quiet_since = seconds_now();
     int pending;
     while ((pending = starpu_task_nsubmitted() + (X.direct ? sp_comm_direct_pending() : 0)) > 0) {
-        nanosleep(&(struct timespec){ 0, 2000000 }, NULL); /* the main thread only watches */
+        if (X.direct && starpu_task_nsubmitted() == 0) { /* only the last sends are left */
+            if (!sp_comm_direct_progress())
+                sched_yield();
+        } else {
+            nanosleep(&(struct timespec){ 0, 2000000 }, NULL); /* the main thread only watches */
+        }
         const char *nerr = nccl ? sp_comm_nccl_error() : NULL;
         if (nerr) { /* the communicator is aborted: this step and the executor are lost */
             X.broken = 1;
@@ -813,11 +818,6 @@ _Noreturn void sp_exec_abort(int code, const char *fmt, ...)
  * schedule's memory bound and message order rest on it), so refuse rather than run. */
 static sp_status check_sched_env(void)
 {
-    const char *tr = getenv("STARPIPE_TRANSPORT");
-    if (tr && strcmp(tr, "direct") && strcmp(tr, "starpu-mpi"))
-        return sp_set_error(SP_ERR_ARG, "STARPIPE_TRANSPORT=%s: expected \"direct\" (the "
-                            "default) or \"starpu-mpi\"", tr);
-    X.direct = !tr || !strcmp(tr, "direct");
     const char *s = getenv("STARPU_SCHED");
     if (!s)
         return SP_OK;
@@ -827,6 +827,17 @@ static sp_status check_sched_env(void)
     }
     return sp_set_error(SP_ERR_ARG, "STARPU_SCHED=%s would replace starpipe's ordered "
                         "scheduling policy; unset it or set it to \"starpipe\"", s);
+}
+
+/* STARPIPE_TRANSPORT: how messages travel (comm/README.md), decided before MPI starts. */
+static sp_status check_transport_env(void)
+{
+    const char *tr = getenv("STARPIPE_TRANSPORT");
+    if (tr && strcmp(tr, "direct") && strcmp(tr, "starpu-mpi"))
+        return sp_set_error(SP_ERR_ARG, "STARPIPE_TRANSPORT=%s: expected \"direct\" (the "
+                            "default) or \"starpu-mpi\"", tr);
+    X.direct = !tr || !strcmp(tr, "direct");
+    return SP_OK;
 }
 
 /* ---- StarPU's bus model: measured by one process at a time ----
@@ -921,6 +932,8 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     if (opts)
         X.opts = *opts;
     sp_status st = check_sched_env();
+    if (!st)
+        st = check_transport_env();
     if (st)
         return st;
 

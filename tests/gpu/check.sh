@@ -5,7 +5,7 @@
 # a CPU machine): unpacks the .debs into a local prefix, builds starpipe with
 # STARPIPE_CUDA=ON against .gpu-deps/starpu, then runs
 #   (a) the CUDA kernel checks (tests/gpu/test_cuda_kernels),
-#   (b) starpipe-gpt --check with 1 actor, and with 2 ranks sharing the GPU (StarPU-MPI;
+#   (b) starpipe-gpt --check with 1 actor, and with 2 ranks sharing the GPU (MPI;
 #       with --eval-every 2: the forward-only evaluation checked too),
 #   (c) a larger GPT: step times and the TFLOP/s of the largest stage task.
 # Every phase has a banner and a time limit; the whole run stays under CHECK_BUDGET_S
@@ -260,7 +260,7 @@ if ((built)); then
     env STARPU_NCUDA=$ncuda "$gpt" "${data[@]}" --steps 3 --check
   if ((prc == 0)) && on_gpu gpt-1; then record PASS "4. (b) GPT --check 1 actor" "${ptime}s"
   else record FAIL "4. (b) GPT --check 1 actor" "rc $prc"; fi
-  run_phase "4. (b) starpipe-gpt --check, 2 ranks sharing the GPU (StarPU-MPI)" 150 gpt-2 \
+  run_phase "4. (b) starpipe-gpt --check, 2 ranks sharing the GPU (MPI)" 150 gpt-2 \
     mpirun -np 2 -x STARPU_NCUDA=$ncuda "$gpt" "${data[@]}" --actors 2 --steps 3 --check \
       --eval-every 2
   if ((prc == 0)) && on_gpu gpt-2; then record PASS "4. (b) GPT --check 2 ranks" "${ptime}s"
