@@ -48,7 +48,6 @@ static struct {
     size_t seen_cap, nsubmitted;
     uint32_t max_seq;
     int direct;           /* messages go through comm/direct.c, not StarPU-MPI */
-    int shared_cores;     /* ranks outnumber this host's cores (binding.c) */
 } X;
 
 /* ---- failure of a task: first one wins, later tasks of the step skip their work ---- */
@@ -945,7 +944,7 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
          * one core it took half of it from the worker (runtime/README.md). Yielding costs
          * a system call per idle poll where the thread has a core of its own, and gives
          * the worker the core where it has not. Direct transfers have no such thread:
-         * only an idle worker polls, and it yields by itself where ranks share cores.
+         * only an idle worker polls, and it yields between polls by itself.
          * Only ours to set before MPI starts; a user's own choice (mpirun --mca, the
          * environment) wins. */
         if (!X.direct)
@@ -1008,7 +1007,6 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     if (st)
         return st;
     sp_binding_apply(&b);
-    X.shared_cores = b.nobind;
     if (X.opts.verbose) {
         const char *y = getenv("OMPI_MCA_mpi_yield_when_idle");
         fprintf(stderr, "starpipe: rank %d (local %d of %d): %s; %d CPU worker(s), %s; "
@@ -1044,7 +1042,7 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
         st = sp_comm_direct_init(MPI_COMM_WORLD, sp_policy_poke);
         if (st)
             return st;
-        sp_policy_set_idle_poll(sp_comm_direct_inflight, X.shared_cores);
+        sp_policy_set_idle_poll(sp_comm_direct_inflight);
     }
 #ifdef STARPU_USE_CUDA
     starpu_cublas_init(); /* one handle per CUDA worker, bound to its stream */
@@ -1074,7 +1072,7 @@ sp_status sp_exec_shutdown(void)
     starpu_cublas_shutdown();
 #endif
     if (X.direct) { /* every request ended with its step */
-        sp_policy_set_idle_poll(NULL, 0);
+        sp_policy_set_idle_poll(NULL);
         sp_comm_direct_shutdown();
     }
     /* Waits for all tasks and MPI requests, then stops StarPU too (it started it). */

@@ -202,16 +202,12 @@ static int may_wait(int self)
 
 /* Set by the executor when its workers drive the transfers (comm/direct.c): the number of
  * MPI requests in flight. While it is not 0 an idle worker must keep turning its driver
- * loop, which tests them, instead of parking; where ranks share cores it yields the core
- * between turns. */
+ * loop, which tests them, instead of parking. It yields the core between turns: the
+ * rank's main thread (submitting the step) or another rank's threads may want it, and
+ * with nothing else runnable the yield returns at once. */
 static int (*idle_poll)(void);
-static int idle_yield;
 
-void sp_policy_set_idle_poll(int (*inflight)(void), int yield)
-{
-    idle_poll = inflight;
-    idle_yield = yield;
-}
+void sp_policy_set_idle_poll(int (*inflight)(void)) { idle_poll = inflight; }
 
 void sp_policy_poke(void)
 {
@@ -256,8 +252,8 @@ static struct starpu_task *pop_task(unsigned ctx)
     starpu_worker_relax_off();
     if (any)
         wake(mask);
-    if (polling && idle_yield)
-        sched_yield(); /* another rank's thread on this core runs first */
+    if (polling)
+        sched_yield();
     return t;
 }
 

@@ -19,10 +19,10 @@ sp_status sp_policy_begin_step(void);
  * submitted seqs of a step are not 0..n-1, so the step drains instead of hanging. */
 void sp_policy_drain(void);
 /* When the rank's workers drive its transfers (comm/direct.c): inflight() counts the
- * requests an idle worker must keep testing, so it polls instead of parking while that is
- * not 0, yielding between polls if `yield` (ranks share cores); poke() wakes parked
- * workers after a request is handed to MPI. */
-void sp_policy_set_idle_poll(int (*inflight)(void), int yield);
+ * requests an idle worker must keep testing, so it polls (yielding between polls) instead
+ * of parking while that is not 0; poke() wakes parked workers after a request is handed
+ * to MPI. */
+void sp_policy_set_idle_poll(int (*inflight)(void));
 void sp_policy_poke(void);
 
 #endif
