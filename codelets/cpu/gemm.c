@@ -142,11 +142,98 @@ const char *sp_gemm_path_name(int path)
     return path >= 0 && path < SP_GEMM_NPATHS ? paths[path].name : "?";
 }
 
+#ifdef SP_GEMM_X86
+/* The 8x8 transpose of r (r[i][j] -> out[j][i]), in registers. */
+__attribute__((target("avx2"))) static inline void transpose8(const __m256 r[8], __m256 out[8])
+{
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    out[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+    out[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    out[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+    out[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    out[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    out[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    out[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    out[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* bp rows k = 0..kc8-1 (kc8 a multiple of 8), columns j..j+7 <- eight rows of b stored
+ * (n, k), ldb apart, from s: b's rows become the panel's columns. */
+__attribute__((target("avx2"))) static void pack_cols8_avx2(float *restrict bp, int NR,
+                                                           const float *restrict s,
+                                                           int64_t ldb, int kc8)
+{
+    for (int k = 0; k < kc8; k += 8) {
+        __m256 r[8], c[8];
+        for (int i = 0; i < 8; i++)
+            r[i] = _mm256_loadu_ps(s + i * ldb + k);
+        transpose8(r, c);
+        for (int i = 0; i < 8; i++)
+            _mm256_storeu_ps(bp + (int64_t)(k + i) * NR, c[i]);
+    }
+}
+#endif
+
+#ifdef SP_GEMM_X86
+/* d (kc, 6 interleaved) <- six rows of a, lda apart, kc long: the AVX2 tile's micro-panel of
+ * an untransposed a, eight columns at a time by an 8x8 register transpose (the two spare
+ * rows repeat the last) instead of one load and store per element. */
+__attribute__((target("avx2"))) static void pack_rows6_avx2(float *restrict d,
+                                                            const float *restrict src,
+                                                            int64_t lda, int kc)
+{
+    int kk = 0;
+    for (; kk + 8 <= kc; kk += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 6; i++)
+            r[i] = _mm256_loadu_ps(src + i * lda + kk);
+        r[6] = r[7] = r[5];
+        __m256 col[8]; /* col[j] = (row 0 .. row 7)[kk + j] */
+        transpose8(r, col);
+        for (int j = 0; j < 8; j++) { /* six floats: four, then two (AMD's masked stores
+                                          are slow) */
+            float *o = d + (int64_t)(kk + j) * 6;
+            _mm_storeu_ps(o, _mm256_castps256_ps128(col[j]));
+            _mm_storel_pi((__m64 *)(o + 4), _mm256_extractf128_ps(col[j], 1));
+        }
+    }
+    for (; kk < kc; kk++)
+        for (int i = 0; i < 6; i++)
+            d[(int64_t)kk * 6 + i] = src[i * lda + kk];
+}
+#endif
+
+
 /* bp (kc, NR) <- op(b) rows k0.., columns j0..j0+nr-1, zero-padded to NR columns. */
 static void pack_panel(float *restrict bp, int NR, const float *restrict b, int64_t ldb,
                        int tb, int k0, int kc, int j0, int nr)
 {
     if (!tb) {
+        /* a whole panel row is a copy of a size known here: inlined, not a memcpy call
+         * per 32-128 bytes (which took a tenth of the GPT step's products on AVX2) */
+#define SP_PACK_ROWS(W)                                                               \
+    for (int k = 0; k < kc; k++)                                                      \
+        memcpy(bp + (int64_t)k * (W), b + (int64_t)(k0 + k) * ldb + j0, sizeof(float) * (W))
+        if (nr == NR && NR == 16) {
+            SP_PACK_ROWS(16);
+            return;
+        }
+        if (nr == NR && NR == 32) {
+            SP_PACK_ROWS(32);
+            return;
+        }
+        if (nr == NR && NR == 8) {
+            SP_PACK_ROWS(8);
+            return;
+        }
+#undef SP_PACK_ROWS
         for (int k = 0; k < kc; k++) {
             float *d = bp + (int64_t)k * NR;
             memcpy(d, b + (int64_t)(k0 + k) * ldb + j0, sizeof(float) * (size_t)nr);
@@ -159,7 +246,14 @@ static void pack_panel(float *restrict bp, int NR, const float *restrict b, int6
     for (int j = 0; j < nr; j += 8) {
         const int w = nr - j < 8 ? nr - j : 8;
         const float *s = b + (int64_t)(j0 + j) * ldb + k0;
-        for (int k = 0; k < kc; k++)
+        int k = 0;
+#ifdef SP_GEMM_X86
+        if (w == 8 && sp_gemm_path() != SP_GEMM_PORTABLE) { /* the vector paths have AVX2 */
+            k = kc & ~7;
+            pack_cols8_avx2(bp + j, NR, s, ldb, k);
+        }
+#endif
+        for (; k < kc; k++)
             for (int jj = 0; jj < w; jj++)
                 bp[(int64_t)k * NR + j + jj] = s[jj * ldb + k];
     }
@@ -208,6 +302,17 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
                     float *d = apack + (int64_t)(i0 - m0) * kc;
                     const int mr = m0 + mc - i0 < MR ? m0 + mc - i0 : MR;
                     const float *src = a + (int64_t)i0 * rsa + (int64_t)k0 * csa;
+#ifdef SP_GEMM_X86
+                    if (mr == 6 && P->kernel == kernel_avx2) {
+                        if (!ta) /* rows lda apart */
+                            pack_rows6_avx2(d, src, rsa, kc);
+                        else /* a's six rows lie side by side at each k */
+                            for (int kk = 0; kk < kc; kk++)
+                                memcpy(d + (int64_t)kk * 6, src + (int64_t)kk * csa,
+                                       6 * sizeof(float));
+                        continue;
+                    }
+#endif
                     for (int r = 0; r < MR; r++) /* rows past the edge: the last again */
                         roff[r] = (r < mr ? r : mr - 1) * rsa;
                     for (int kk = 0; kk < kc; kk++, src += csa, d += MR)

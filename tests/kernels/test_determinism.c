@@ -75,6 +75,15 @@ static void run_all(run_t *r, int off)
     float *o13 = buf(r, (int64_t)N * 13, off, 30, -1, 1);
     sp_matmul_forward(o13, a, w13, N, 13, C, 0, 0, 1);
     keep(r, "matmul fwd n=13", o13, (int64_t)N * 13);
+    /* a depth that is no multiple of 8 (sp_gemm packs a's rows 8 columns at a time) */
+    float *a93 = buf(r, (int64_t)N * 93, off, 31, -1, 1);
+    float *w93 = buf(r, (int64_t)93 * C4, off, 32, -1, 1);
+    float *o93 = buf(r, (int64_t)N * C4, off, 33, -1, 1);
+    sp_matmul_forward(o93, a93, w93, N, C4, 93, 0, 0, 0);
+    keep(r, "matmul fwd k=93", o93, (int64_t)N * C4);
+    float *o93t = buf(r, (int64_t)N * C4, off, 34, -1, 1); /* both stored transposed */
+    sp_matmul_forward(o93t, a93, w93, N, C4, 93, 1, 1, 0);
+    keep(r, "matmul fwd k=93 ta1 tb1", o93t, (int64_t)N * C4);
     int64_t n = (int64_t)N * C;
     float *x = buf(r, n, off, 7, -3, 3), *y = buf(r, n, off, 8, -1, 1);
     float *bias = buf(r, C, off, 9, -1, 1), *d = buf(r, n, off, 10, -1, 1);
