@@ -130,6 +130,29 @@ static void fail_mpi(direct_req *r, const char *call, int rc)
     finish(r, msg);
 }
 
+/* Doubles the table of requests in flight (and MPI_Testsome's outputs). Called with
+ * D.lock held; 0 when out of memory. */
+static int grow_table(void)
+{
+    int cap = D.cap ? 2 * D.cap : 64;
+    MPI_Request *m = realloc(D.mpi, (size_t)cap * sizeof *m);
+    if (m)
+        D.mpi = m;
+    direct_req **o = m ? realloc(D.reqs, (size_t)cap * sizeof *o) : NULL;
+    if (o)
+        D.reqs = o;
+    int *x = o ? realloc(D.idx, (size_t)cap * sizeof *x) : NULL;
+    if (x)
+        D.idx = x;
+    MPI_Status *t = x ? realloc(D.st, (size_t)cap * sizeof *t) : NULL;
+    if (t)
+        D.st = t;
+    if (!t)
+        return 0;
+    D.cap = cap;
+    return 1;
+}
+
 /* The StarPU acquire callback: the buffer is ready in host memory. Runs on whichever
  * thread made it ready (the worker that ran the producer, or the poster). */
 static void start(void *arg)
@@ -170,28 +193,11 @@ static void start(void *arg)
         return;
     }
     pthread_mutex_lock(&D.lock);
-    if (D.n == D.cap) {
-        int cap = D.cap ? 2 * D.cap : 64;
-        MPI_Request *m = realloc(D.mpi, (size_t)cap * sizeof *m);
-        if (m)
-            D.mpi = m;
-        direct_req **o = m ? realloc(D.reqs, (size_t)cap * sizeof *o) : NULL;
-        if (o)
-            D.reqs = o;
-        int *x = o ? realloc(D.idx, (size_t)cap * sizeof *x) : NULL;
-        if (x)
-            D.idx = x;
-        MPI_Status *t = x ? realloc(D.st, (size_t)cap * sizeof *t) : NULL;
-        if (t) {
-            D.st = t;
-            D.cap = cap;
-        }
-    }
-    int room = D.n < D.cap;
+    int room = D.n < D.cap || grow_table(), first = 0;
     if (room) {
         D.mpi[D.n] = q;
         D.reqs[D.n++] = r;
-        atomic_fetch_add(&D.inflight, 1);
+        first = atomic_fetch_add(&D.inflight, 1) == 0;
     }
     pthread_mutex_unlock(&D.lock);
     if (!room) { /* the request is posted and cannot be tracked: wait for it here */
@@ -199,7 +205,9 @@ static void start(void *arg)
         finish(r, "out of memory for the table of MPI requests");
         return;
     }
-    if (D.poke)
+    /* A worker parks only after seeing no request in flight, so only the first one in
+     * flight needs to wake it. */
+    if (first && D.poke)
         D.poke();
 }
 

@@ -567,6 +567,14 @@ static double seconds_now(void)
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+/* Once a step's tasks are done its last sends may still be in flight: idle workers test
+ * them, and so does the main thread, which has nothing else to do. */
+static void test_last_sends(void)
+{
+    if (!sp_comm_direct_progress())
+        sched_yield();
+}
+
 /* Waits for this rank's tasks of the step. With a watchdog, gives up when tasks are
  * pending and none has finished for watchdog_s seconds: a hung task or a message that
  * never comes cannot be recalled, so the step is lost and the executor with it. */
@@ -577,23 +585,18 @@ static sp_status wait_tasks(void)
     int nccl = sp_comm_nccl_active();
     if (X.opts.watchdog_s <= 0 && !nccl) {
         SP_STARPU_CHECK(starpu_task_wait_for_all());
-        /* The step's last sends may still be in flight: idle workers test them, and so
-         * does this thread, which has nothing else to do. */
         while (X.direct && sp_comm_direct_pending() > 0)
-            if (!sp_comm_direct_progress())
-                sched_yield();
+            test_last_sends();
         return SP_OK;
     }
     unsigned long seen = atomic_load(&tasks_done);
     double quiet_since = seconds_now();
     int pending;
     while ((pending = starpu_task_nsubmitted() + (X.direct ? sp_comm_direct_pending() : 0)) > 0) {
-        if (X.direct && starpu_task_nsubmitted() == 0) { /* only the last sends are left */
-            if (!sp_comm_direct_progress())
-                sched_yield();
-        } else {
+        if (X.direct && starpu_task_nsubmitted() == 0)
+            test_last_sends();
+        else
             nanosleep(&(struct timespec){ 0, 2000000 }, NULL); /* the main thread only watches */
-        }
         const char *nerr = nccl ? sp_comm_nccl_error() : NULL;
         if (nerr) { /* the communicator is aborted: this step and the executor are lost */
             X.broken = 1;

@@ -179,9 +179,7 @@ __attribute__((target("avx2"))) static void pack_cols8_avx2(float *restrict bp, 
             _mm256_storeu_ps(bp + (int64_t)(k + i) * NR, c[i]);
     }
 }
-#endif
 
-#ifdef SP_GEMM_X86
 /* d (kc, 6 interleaved) <- six rows of a, lda apart, kc long: the AVX2 tile's micro-panel of
  * an untransposed a, eight columns at a time by an 8x8 register transpose (the two spare
  * rows repeat the last) instead of one load and store per element. */
@@ -210,7 +208,6 @@ __attribute__((target("avx2"))) static void pack_rows6_avx2(float *restrict d,
 }
 #endif
 
-
 /* bp (kc, NR) <- op(b) rows k0.., columns j0..j0+nr-1, zero-padded to NR columns. */
 static void pack_panel(float *restrict bp, int NR, const float *restrict b, int64_t ldb,
                        int tb, int k0, int kc, int j0, int nr)
@@ -221,17 +218,10 @@ static void pack_panel(float *restrict bp, int NR, const float *restrict b, int6
 #define SP_PACK_ROWS(W)                                                               \
     for (int k = 0; k < kc; k++)                                                      \
         memcpy(bp + (int64_t)k * (W), b + (int64_t)(k0 + k) * ldb + j0, sizeof(float) * (W))
-        if (nr == NR && NR == 16) {
-            SP_PACK_ROWS(16);
-            return;
-        }
-        if (nr == NR && NR == 32) {
-            SP_PACK_ROWS(32);
-            return;
-        }
-        if (nr == NR && NR == 8) {
-            SP_PACK_ROWS(8);
-            return;
+        switch (nr == NR ? NR : 0) {
+        case 8: SP_PACK_ROWS(8); return;
+        case 16: SP_PACK_ROWS(16); return;
+        case 32: SP_PACK_ROWS(32); return;
         }
 #undef SP_PACK_ROWS
         for (int k = 0; k < kc; k++) {

@@ -115,10 +115,10 @@ int main(int argc, char **argv)
             if (rank == 1)
                 RT_OK(sp_exec_buf_register(&r, big, (size_t)(N + d), sizeof(float)));
             RT_OK(sp_exec_begin_step());
-            if (rank == 0)
+            if (rank == 0) {
                 run_task(b, 0, 0);
-            if (rank == 0)
                 RT_OK(sp_exec_send(b, 1, 3));
+            }
             if (rank == 1) {
                 RT_OK(sp_exec_recv(r, 0, 3));
                 run_task(r, 0, 0);
