@@ -1276,9 +1276,13 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
             packed = 0;
         fprintf(stderr, "starpipe: rank %d: per-microbatch buffers %.2f MiB at their peak "
                 "(plan %.2f MiB as whole buffers, %.2f MiB live at their peak: activations, "
-                "boundary tensors and their gradients); copies of large sends in flight %.2f "
+                "boundary tensors and their gradients); copies of sends in flight %.2f "
                 "MiB at their peak\n", me, mem.transient / 1048576.0, packed / 1048576.0,
                 (double)k->transient / 1048576.0, mem.staging / 1048576.0);
+        sp_exec_transfers tr = sp_exec_transfer_counts();
+        fprintf(stderr, "starpipe: rank %d: transfers %llu sends, %llu receives; %llu in eager "
+                "pieces; %llu sends posted by their producing task\n", me, tr.sends, tr.recvs,
+                tr.pieced, tr.by_producer);
     }
 out:
     app_log_close(&rr.log);

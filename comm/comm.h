@@ -28,27 +28,46 @@ sp_status sp_comm_post(starpu_data_handle_t h, int peer, int64_t tag, int is_sen
  * done(arg, err) runs once per request, on the thread that completed it: err is NULL, or
  * one line saying what failed (the buffer is released either way). */
 typedef void (*sp_comm_done)(void *arg, const char *err);
-/* Collective over world (duplicates it). poke: called after a request is handed to MPI,
- * to wake workers parked while none was in flight. */
-sp_status sp_comm_direct_init(MPI_Comm world, void (*poke)(void));
+/* Collective over world (duplicates it). pieces: cut large transfers between ranks of
+ * one node into eager pieces (direct.c; else they go as between nodes). poke: called
+ * after a request is handed to MPI, to wake workers parked while none was in flight. */
+sp_status sp_comm_direct_init(MPI_Comm world, int pieces, void (*poke)(void));
 void sp_comm_direct_shutdown(void);
+/* Collective, with nothing in flight: later transfers go on a fresh communicator, where no
+ * message left over from a failed step (pieces that ranks of different sizes sent and no
+ * receive took) can meet them. */
+sp_status sp_comm_direct_renew(void);
 /* A send (is_send) of h's count elements of elemsize bytes to peer, or a receive from it,
  * as message msg (the MPI tag: at most the library's MPI_TAG_UB, checked here). Starts
- * once h's earlier tasks are done, holds h until complete. */
+ * once h's earlier tasks are done, holds h until complete. With held, *held is the
+ * transfer, kept alive until the caller's sp_comm_direct_drop: meanwhile the task that
+ * writes the data of a send may post it itself, sooner than StarPU ends that task. */
+typedef struct sp_comm_req sp_comm_req;
 sp_status sp_comm_direct_post(starpu_data_handle_t h, size_t count, size_t elemsize, int peer,
-                              uint32_t msg, int is_send, sp_comm_done done, void *arg);
+                              uint32_t msg, int is_send, sp_comm_done done, void *arg,
+                              sp_comm_req **held);
+void sp_comm_direct_drop(sp_comm_req *r);
+/* Posts send r now from ptr, h's host memory, which the calling task has just finished
+ * writing (it must be the last task writing h that was submitted before the send). At most
+ * once, and only before StarPU ends that task; r still holds h until MPI is done. */
+void sp_comm_direct_send_from(sp_comm_req *r, void *ptr);
 /* Tests the requests in flight and finishes those complete; returns how many. Safe from
  * any thread; StarPU's drivers call it on each turn of their loop. */
 int sp_comm_direct_progress(void);
-/* Requests handed to MPI and not complete; and those plus the ones waiting for their
- * buffer (0 when everything posted has finished). */
+/* MPI requests in flight (a transfer may be several); and the transfers posted and not
+ * yet finished (0 when every done callback has returned). */
 int sp_comm_direct_inflight(void);
 int sp_comm_direct_pending(void);
-/* The shared-memory eager limit the executor asks of OpenMPI: sends up to this size
- * complete at once; larger ones are sent from a private copy (direct.c), whose bytes
- * (the most ever in flight at once, kept for reuse) this returns. */
+/* Messages up to this size go eagerly through shared memory (the executor raises
+ * OpenMPI's limit to SP_COMM_EAGER_LIMIT, which counts its header): their sends complete
+ * at once. Larger transfers go as pieces of this size within a node, and from a private
+ * copy to another node (direct.c); the copies' bytes (the most ever in flight at once,
+ * kept for reuse) are what sp_comm_direct_staging_bytes returns. */
 #define SP_COMM_EAGER_BYTES 131072
+#define SP_COMM_EAGER_LIMIT (SP_COMM_EAGER_BYTES + 1024)
 size_t sp_comm_direct_staging_bytes(void);
+/* Transfers since init: sends, receives, those in pieces, sends posted by their producer. */
+void sp_comm_direct_counts(unsigned long long out[4]);
 
 /* NCCL over the ranks of comm (collective; once per process; see nccl.c). ncuda: this
  * rank's CUDA workers. notice gets one line saying what carries GPU transfers. */

@@ -7,7 +7,9 @@
  * on the worker that ran it, and the callback posts MPI_Isend there and then. A receive
  * acquires its buffer for writing (after its earlier readers) and posts MPI_Irecv. Each
  * request holds its buffer until MPI completes it, so later tasks wait as they would for
- * a task; a send above the eager limit goes from a private copy instead (below). Completion is tested by sp_comm_direct_progress, which StarPU's drivers call on
+ * a task. Above the eager limit a transfer to a rank of the same node goes as eager pieces
+ * (below), one to another node from a private copy (further below). Completion is tested
+ * by sp_comm_direct_progress, which StarPU's drivers call on
  * every turn of their loop (a progression hook), i.e. after each task and continuously
  * while a worker has nothing to run; the scheduling policy keeps idle workers polling
  * rather than parked while a request is in flight (sp_policy_set_idle_poll). Releasing a
@@ -15,6 +17,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -23,7 +26,7 @@
 
 #include "comm/comm.h"
 
-typedef struct direct_req {
+typedef struct sp_comm_req {
     starpu_data_handle_t h;
     size_t count, elemsize;
     int peer, is_send;
@@ -32,9 +35,14 @@ typedef struct direct_req {
     void *arg;
     void *stage;             /* a send's private copy (large sends), or NULL */
     int released;            /* h went back to StarPU already (a staged send) */
-    struct direct_req *next; /* completed, waiting to be finished */
-    const char *err;
-    char why[MPI_MAX_ERROR_STRING + 96];
+    int nparts, left;        /* MPI messages it is cut into; those not yet complete */
+    atomic_int holds;        /* what must end before it finishes: the buffer's acquire, the
+                                MPI requests, and a caller's hold (sp_comm_direct_post) */
+    atomic_int early;        /* posted by its producer already (sp_comm_direct_send_from) */
+    struct sp_comm_req *next; /* completed, waiting to be finished */
+    const char *err;         /* the first error, in why */
+    char why[MPI_MAX_ERROR_STRING + 160];
+    MPI_Request q[];         /* its pieces' requests while start() posts them */
 } direct_req;
 
 static struct {
@@ -43,29 +51,63 @@ static struct {
     int tag_ub;
     int hook;            /* StarPU progression hook id */
     pthread_mutex_t lock;
+    int size;            /* ranks of comm */
+    unsigned char *local; /* per rank of comm: on this node (shared memory) */
+    int pieces;          /* cut transfers between ranks of a node (sp_comm_direct_init) */
     /* In-flight MPI requests and their records, in parallel arrays for MPI_Testsome. */
     MPI_Request *mpi;
     direct_req **reqs;
+    int *part;           /* which piece of its transfer each request carries */
     int n, cap;
     int *idx;            /* MPI_Testsome's outputs, cap of each */
     MPI_Status *st;
-    atomic_int waiting;  /* posted to us, buffer not yet acquired */
-    atomic_int inflight; /* posted to MPI, not yet completed */
+    atomic_int open;     /* transfers posted to us and not yet finished */
+    atomic_ullong count[4]; /* sends, receives, in pieces, sends posted by the producer */
+    atomic_int inflight; /* MPI requests posted and not yet seen complete */
     void (*poke)(void);  /* wakes parked workers: a request is now in flight */
-    /* Copies of large sends in flight (stage_get): free blocks, and all bytes held. */
+    /* Copies of sends in flight (stage_get): free blocks, and all bytes held. */
     pthread_mutex_t stage_lock;
     struct stage_block *free_blocks;
     size_t stage_bytes;
 } D = { .lock = PTHREAD_MUTEX_INITIALIZER, .stage_lock = PTHREAD_MUTEX_INITIALIZER };
 
-/* ---- private copies of large sends ----
- * Above the eager limit a send completes only once the receiver has posted its receive
- * and pulled the data, and the receiver posts it only when its own buffer is free, maybe
- * after a task of tens of milliseconds. Held that long, the sender's buffer would stall
- * the sender's next task whenever the plan's pool hands that buffer out again (measured:
- * interleaved 1F1B, 256 KB messages, tasks waiting 10-20 ms). So a large send goes from a
- * copy and gives its buffer back at once, as an eager send does; the copies are reused by
- * size, and what they hold is sp_comm_direct_staging_bytes(). */
+/* ---- large transfers within a node: eager pieces ----
+ * Above OpenMPI's shared-memory eager limit a message is pulled by its receiver (CMA:
+ * process_vm_readv, pinning each page), and only when the receiver next polls, which a
+ * busy receiver does after its task: 100-300 us for 512 KB in a step's MPI_Testsome on
+ * the 2-core VM, three to eight times a memcpy of it. Cut into pieces of at most
+ * SP_COMM_EAGER_BYTES, each one eager, the sender copies the data into shared memory at
+ * once and the receiver only copies it out. Pieces of one transfer share its tag and
+ * match in order (MPI never overtakes within a tag). The last piece is always shorter
+ * than the others (maybe empty), so ranks that registered different sizes always meet a
+ * piece of the wrong size, never wait for one that no one sends. */
+static int nparts_of(size_t bytes, int peer)
+{
+    return D.pieces && D.local[peer] && bytes >= SP_COMM_EAGER_BYTES
+               ? (int)(bytes / SP_COMM_EAGER_BYTES) + 1 : 1;
+}
+
+static size_t part_bytes(const direct_req *r, int i)
+{
+    size_t bytes = r->count * r->elemsize;
+    return r->nparts == 1 ? bytes
+           : i < r->nparts - 1 ? SP_COMM_EAGER_BYTES
+                               : bytes - (size_t)(r->nparts - 1) * SP_COMM_EAGER_BYTES;
+}
+
+/* ---- private copies of sends ----
+ * A send completes only once the receiver has taken it: above the eager limit when it
+ * pulls the data, and even an eager one only when it has copied the data out of shared
+ * memory and the sender has polled again (OpenMPI's shared-memory transport returns each
+ * fragment to its sender). A busy receiver does that after its task, tens of
+ * milliseconds later, and a busy sender sees it after its own. Held that long, the
+ * sender's buffer would stall the sender's next task whenever the plan's pool hands that
+ * buffer out again (measured: interleaved 1F1B, 256 KB messages, tasks waiting 10-20 ms;
+ * with eager pieces sent from the buffers, 1.06-1.09x the replay for interleaved, zb-v,
+ * dualpipe-v). So every send goes from a copy made as it is posted (20-40 us for 512 KB,
+ * while the data is still in cache) and gives its buffer back as soon as StarPU grants
+ * it; the copies are reused by size, and what they hold is
+ * sp_comm_direct_staging_bytes(). */
 typedef struct stage_block {
     size_t bytes;
     struct stage_block *next;
@@ -108,7 +150,7 @@ size_t sp_comm_direct_staging_bytes(void)
     return n;
 }
 
-/* Ends a request: the buffer goes back to StarPU (its next task may start), then the
+/* Ends a transfer: the buffer goes back to StarPU (its next task may start), then the
  * owner hears of it. err is NULL on success. */
 static void finish(direct_req *r, const char *err)
 {
@@ -118,16 +160,37 @@ static void finish(direct_req *r, const char *err)
         stage_put(r->stage);
     r->done(r->arg, err);
     free(r);
+    atomic_fetch_sub(&D.open, 1); /* last: the executor's step waits for this */
 }
 
-static void fail_mpi(direct_req *r, const char *call, int rc)
+/* Drops one of r's holds; the last one finishes it. */
+static void drop(direct_req *r)
 {
-    char text[MPI_MAX_ERROR_STRING] = "", msg[MPI_MAX_ERROR_STRING + 160];
+    if (atomic_fetch_sub(&r->holds, 1) == 1)
+        finish(r, r->err);
+}
+
+/* Keeps the first error of a transfer in r->why (later ones follow from it). */
+static void set_error(direct_req *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void set_error(direct_req *r, const char *fmt, ...)
+{
+    if (r->err)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->why, sizeof r->why, fmt, ap);
+    va_end(ap);
+    r->err = r->why;
+}
+
+static void set_mpi_error(direct_req *r, const char *call, int rc)
+{
+    char text[MPI_MAX_ERROR_STRING] = "";
     int len = 0;
     MPI_Error_string(rc, text, &len);
-    snprintf(msg, sizeof msg, "%s of message #%" PRIu32 " %s rank %d (%zu bytes) failed: %s",
-             call, r->msg, r->is_send ? "to" : "from", r->peer, r->count * r->elemsize, text);
-    finish(r, msg);
+    set_error(r, "%s of message #%" PRIu32 " %s rank %d (%zu bytes) failed: %s", call, r->msg,
+              r->is_send ? "to" : "from", r->peer, r->count * r->elemsize, text);
 }
 
 /* Doubles the table of requests in flight (and MPI_Testsome's outputs). Called with
@@ -141,7 +204,10 @@ static int grow_table(void)
     direct_req **o = m ? realloc(D.reqs, (size_t)cap * sizeof *o) : NULL;
     if (o)
         D.reqs = o;
-    int *x = o ? realloc(D.idx, (size_t)cap * sizeof *x) : NULL;
+    int *pt = o ? realloc(D.part, (size_t)cap * sizeof *pt) : NULL;
+    if (pt)
+        D.part = pt;
+    int *x = pt ? realloc(D.idx, (size_t)cap * sizeof *x) : NULL;
     if (x)
         D.idx = x;
     MPI_Status *t = x ? realloc(D.st, (size_t)cap * sizeof *t) : NULL;
@@ -153,56 +219,78 @@ static int grow_table(void)
     return 1;
 }
 
-/* The StarPU acquire callback: the buffer is ready in host memory. Runs on whichever
- * thread made it ready (the worker that ran the producer, or the poster). */
-static void start(void *arg)
+/* Posts piece i of r (n bytes at ptr) as one MPI request. */
+static int post_piece(direct_req *r, void *ptr, size_t n, MPI_Request *q)
 {
-    direct_req *r = arg;
-    void *ptr = starpu_data_handle_to_pointer(r->h, STARPU_MAIN_RAM);
-    size_t bytes = r->count * r->elemsize;
-    if (r->is_send && bytes > SP_COMM_EAGER_BYTES && (r->stage = stage_get(bytes))) {
-        memcpy(r->stage, ptr, bytes);
-        starpu_data_release_on_node(r->h, STARPU_MAIN_RAM);
-        r->released = 1;
-        ptr = r->stage;
-    }
     MPI_Datatype type = MPI_BYTE;
-    int count = (int)bytes, rc = MPI_SUCCESS;
-    if (bytes > INT_MAX) /* counts are ints: elements of elemsize bytes (count <= INT_MAX) */
+    int count = (int)n, rc = MPI_SUCCESS;
+    if (n > INT_MAX) /* counts are ints: elements of elemsize bytes (count <= INT_MAX) */
         rc = MPI_Type_contiguous((int)r->elemsize, MPI_BYTE, &type);
     if (rc == MPI_SUCCESS && type != MPI_BYTE) {
         rc = MPI_Type_commit(&type);
         count = (int)r->count;
     }
-    MPI_Request q = MPI_REQUEST_NULL;
     if (rc == MPI_SUCCESS)
-        rc = r->is_send ? MPI_Isend(ptr, count, type, r->peer, (int)r->msg, D.comm, &q)
-                        : MPI_Irecv(ptr, count, type, r->peer, (int)r->msg, D.comm, &q);
+        rc = r->is_send ? MPI_Isend(ptr, count, type, r->peer, (int)r->msg, D.comm, q)
+                        : MPI_Irecv(ptr, count, type, r->peer, (int)r->msg, D.comm, q);
     if (type != MPI_BYTE)
         MPI_Type_free(&type); /* freed once the request no longer needs it */
-    atomic_fetch_sub(&D.waiting, 1);
-    if (rc != MPI_SUCCESS) {
-        fail_mpi(r, r->is_send ? "MPI_Isend" : "MPI_Irecv", rc);
+    return rc;
+}
+
+/* Hands r to MPI from ptr, the buffer's host memory (a send from a private copy: the
+ * buffer is not needed after it), and drops r's MPI hold once every piece is complete:
+ * here if complete at once, else in sp_comm_direct_progress. */
+static void post_all(direct_req *r, unsigned char *ptr)
+{
+    size_t bytes = r->count * r->elemsize;
+    if (r->is_send && (r->stage = stage_get(bytes))) {
+        memcpy(r->stage, ptr, bytes);
+        ptr = r->stage;
+    }
+    int posted = 0;
+    for (; posted < r->nparts; posted++) {
+        int rc = post_piece(r, ptr + (size_t)posted * SP_COMM_EAGER_BYTES,
+                            part_bytes(r, posted), &r->q[posted]);
+        if (rc != MPI_SUCCESS) {
+            set_mpi_error(r, r->is_send ? "MPI_Isend" : "MPI_Irecv", rc);
+            break;
+        }
+    }
+    /* Eager sends may be complete already (MPI_Test nulls them). A failed transfer's
+     * receives already posted are cancelled; they still complete. */
+    int left = 0;
+    for (int i = 0; i < posted; i++) {
+        int flag = 0;
+        if (r->is_send)
+            MPI_Test(&r->q[i], &flag, MPI_STATUS_IGNORE);
+        else if (r->err)
+            MPI_Cancel(&r->q[i]);
+        left += r->q[i] != MPI_REQUEST_NULL;
+    }
+    if (!left) {
+        drop(r);
         return;
     }
-    /* An eager send is complete already: give its buffer back now rather than at the
-     * next test, which may come only after the worker's next task. */
-    int flag = 0;
-    if (r->is_send && MPI_Test(&q, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
-        finish(r, NULL);
-        return;
-    }
+    r->left = left;
     pthread_mutex_lock(&D.lock);
-    int room = D.n < D.cap || grow_table(), first = 0;
+    int room = 1;
+    while (room && D.n + left > D.cap)
+        room = grow_table();
     if (room) {
-        D.mpi[D.n] = q;
-        D.reqs[D.n++] = r;
-        first = atomic_fetch_add(&D.inflight, 1) == 0;
+        for (int i = 0; i < posted; i++)
+            if (r->q[i] != MPI_REQUEST_NULL) {
+                D.mpi[D.n] = r->q[i];
+                D.part[D.n] = i;
+                D.reqs[D.n++] = r;
+            }
     }
+    int first = room && atomic_fetch_add(&D.inflight, left) == 0;
     pthread_mutex_unlock(&D.lock);
-    if (!room) { /* the request is posted and cannot be tracked: wait for it here */
-        MPI_Wait(&q, MPI_STATUS_IGNORE);
-        finish(r, "out of memory for the table of MPI requests");
+    if (!room) { /* the requests are posted and cannot be tracked: wait for them here */
+        MPI_Waitall(posted, r->q, MPI_STATUSES_IGNORE);
+        set_error(r, "out of memory for the table of MPI requests");
+        drop(r);
         return;
     }
     /* A worker parks only after seeing no request in flight, so only the first one in
@@ -211,28 +299,69 @@ static void start(void *arg)
         D.poke();
 }
 
-/* A completed request's status: NULL if the transfer is whole, else why not. */
-static const char *check_status(direct_req *r, const MPI_Status *s, char *msg, size_t n)
+/* The StarPU acquire callback: the buffer is ready in host memory, and ours until
+ * released. Runs on whichever thread made it ready (the worker that ran the producer,
+ * or the poster). A send its producer posted already only had to wait for this to
+ * keep the buffer from its next writer until MPI is done with it. */
+static void start(void *arg)
 {
+    direct_req *r = arg;
+    if (!atomic_load(&r->early))
+        post_all(r, starpu_data_handle_to_pointer(r->h, STARPU_MAIN_RAM));
+    if (r->stage) { /* sent from a copy: the buffer is free */
+        starpu_data_release_on_node(r->h, STARPU_MAIN_RAM);
+        r->released = 1;
+    }
+    drop(r);
+}
+
+void sp_comm_direct_send_from(sp_comm_req *r, void *ptr)
+{
+    atomic_store(&r->early, 1);
+    atomic_fetch_add(&D.count[3], 1);
+    post_all(r, ptr);
+}
+
+void sp_comm_direct_counts(unsigned long long out[4])
+{
+    for (int i = 0; i < 4; i++)
+        out[i] = atomic_load(&D.count[i]);
+}
+
+void sp_comm_direct_drop(sp_comm_req *r) { drop(r); }
+
+/* Records the outcome of piece i of r from its status: an MPI error, or a piece of a
+ * receive of another size than expected (the ranks registered different sizes). */
+static void check_status(direct_req *r, int i, const MPI_Status *s)
+{
+    int cancelled = 0;
+    MPI_Test_cancelled(s, &cancelled);
+    if (cancelled) /* only after an error, which is kept */
+        return;
     if (s->MPI_ERROR != MPI_SUCCESS) {
         char text[MPI_MAX_ERROR_STRING] = "";
         int len = 0;
         MPI_Error_string(s->MPI_ERROR, text, &len);
-        snprintf(msg, n, "message #%" PRIu32 " %s rank %d: %s", r->msg,
-                 r->is_send ? "to" : "from", r->peer, text);
-        return msg;
+        set_error(r, "message #%" PRIu32 " %s rank %d: %s", r->msg,
+                  r->is_send ? "to" : "from", r->peer, text);
+        return;
     }
     if (r->is_send)
-        return NULL;
+        return;
     MPI_Count got = 0;
     MPI_Get_elements_x(s, MPI_BYTE, &got);
-    if ((size_t)got != r->count * r->elemsize) {
-        snprintf(msg, n, "message #%" PRIu32 " from rank %d: %lld bytes arrived, %zu expected "
-                 "(the two ranks registered different sizes)", r->msg, r->peer,
-                 (long long)got, r->count * r->elemsize);
-        return msg;
-    }
-    return NULL;
+    size_t want = part_bytes(r, i);
+    if ((size_t)got == want)
+        return;
+    if (r->nparts == 1)
+        set_error(r, "message #%" PRIu32 " from rank %d: %lld bytes arrived, %zu expected "
+                  "(the two ranks registered different sizes)", r->msg, r->peer,
+                  (long long)got, want);
+    else
+        set_error(r, "message #%" PRIu32 " from rank %d: %lld bytes arrived in piece %d of "
+                  "%d, %zu expected (the two ranks registered different sizes; %zu bytes "
+                  "here)", r->msg, r->peer, (long long)got, i + 1, r->nparts, want,
+                  r->count * r->elemsize);
 }
 
 int sp_comm_direct_progress(void)
@@ -247,25 +376,34 @@ int sp_comm_direct_progress(void)
         nout = 0; /* nothing is known of these requests; the watchdog covers a hang */
     direct_req *first = NULL, **tail = &first;
     for (int i = 0; i < nout; i++) {
-        direct_req *r = D.reqs[D.idx[i]];
+        int j = D.idx[i];
+        direct_req *r = D.reqs[j];
         if (rc != MPI_ERR_IN_STATUS)
             D.st[i].MPI_ERROR = MPI_SUCCESS; /* only then is the field set */
-        r->err = check_status(r, &D.st[i], r->why, sizeof r->why);
-        r->next = NULL;
-        *tail = r;
-        tail = &r->next;
-        D.reqs[D.idx[i]] = NULL;
-        ndone++;
+        int failed = r->err != NULL;
+        check_status(r, D.part[j], &D.st[i]);
+        if (!failed && r->err && !r->is_send) /* its other pieces will not come right */
+            for (int k = 0; k < D.n; k++)
+                if (k != j && D.reqs[k] == r && D.mpi[k] != MPI_REQUEST_NULL)
+                    MPI_Cancel(&D.mpi[k]);
+        D.reqs[j] = NULL;
+        if (--r->left == 0) {
+            r->next = NULL;
+            *tail = r;
+            tail = &r->next;
+            ndone++;
+        }
     }
-    if (ndone) { /* compact, keeping the others in posting order */
+    if (nout) { /* compact, keeping the others in posting order */
         int k = 0;
         for (int i = 0; i < D.n; i++)
             if (D.reqs[i]) {
                 D.mpi[k] = D.mpi[i];
+                D.part[k] = D.part[i];
                 D.reqs[k++] = D.reqs[i];
             }
         D.n = k;
-        atomic_fetch_sub(&D.inflight, ndone);
+        atomic_fetch_sub(&D.inflight, nout);
     }
     pthread_mutex_unlock(&D.lock);
     /* Outside the lock: a release may make a task ready and grant another request's
@@ -273,7 +411,7 @@ int sp_comm_direct_progress(void)
     while (first) {
         direct_req *r = first;
         first = r->next;
-        finish(r, r->err);
+        drop(r);
     }
     return ndone;
 }
@@ -289,9 +427,47 @@ static unsigned progress_hook(void *arg)
 
 int sp_comm_direct_inflight(void) { return atomic_load(&D.inflight); }
 
-int sp_comm_direct_pending(void) { return atomic_load(&D.waiting) + atomic_load(&D.inflight); }
+int sp_comm_direct_pending(void) { return atomic_load(&D.open); }
 
-sp_status sp_comm_direct_init(MPI_Comm world, void (*poke)(void))
+/* Marks the ranks of D.comm that share this rank's node (memory). Collective. */
+static int find_local_ranks(void)
+{
+    MPI_Comm node = MPI_COMM_NULL;
+    MPI_Group all = MPI_GROUP_NULL, here = MPI_GROUP_NULL;
+    int n = 0, *mine = NULL, *theirs = NULL;
+    int rc = MPI_Comm_size(D.comm, &D.size);
+    if (rc == MPI_SUCCESS && !(D.local = calloc((size_t)D.size, 1)))
+        rc = MPI_ERR_NO_MEM;
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Comm_split_type(D.comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Comm_size(node, &n);
+    if (rc == MPI_SUCCESS && (!(mine = malloc((size_t)n * sizeof *mine)) ||
+                              !(theirs = malloc((size_t)n * sizeof *theirs))))
+        rc = MPI_ERR_NO_MEM;
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Comm_group(node, &here);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Comm_group(D.comm, &all);
+    for (int i = 0; i < n; i++)
+        mine[i] = i;
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Group_translate_ranks(here, n, mine, all, theirs);
+    for (int i = 0; rc == MPI_SUCCESS && i < n; i++)
+        if (theirs[i] >= 0 && theirs[i] < D.size)
+            D.local[theirs[i]] = 1;
+    if (here != MPI_GROUP_NULL)
+        MPI_Group_free(&here);
+    if (all != MPI_GROUP_NULL)
+        MPI_Group_free(&all);
+    if (node != MPI_COMM_NULL)
+        MPI_Comm_free(&node);
+    free(mine);
+    free(theirs);
+    return rc;
+}
+
+sp_status sp_comm_direct_init(MPI_Comm world, int pieces, void (*poke)(void))
 {
     if (D.up)
         return sp_set_error(SP_ERR_ARG, "sp_comm_direct_init: already started");
@@ -300,17 +476,40 @@ sp_status sp_comm_direct_init(MPI_Comm world, void (*poke)(void))
         return sp_set_error(SP_ERR_RUNTIME, "%s:%d: MPI_Comm_dup failed (%d)", __FILE__,
                             __LINE__, rc);
     MPI_Comm_set_errhandler(D.comm, MPI_ERRORS_RETURN);
+    if ((rc = find_local_ranks()) != MPI_SUCCESS) {
+        free(D.local);
+        D.local = NULL;
+        MPI_Comm_free(&D.comm);
+        return sp_set_error(SP_ERR_RUNTIME, "%s:%d: finding the ranks of this node failed "
+                            "(%d)", __FILE__, __LINE__, rc);
+    }
+    D.pieces = pieces;
     int *ub = NULL, flag = 0;
     MPI_Comm_get_attr(D.comm, MPI_TAG_UB, &ub, &flag);
     D.tag_ub = flag && ub ? *ub : 32767; /* the least the standard allows */
     D.hook = starpu_progression_hook_register(progress_hook, NULL);
     if (D.hook < 0) {
         MPI_Comm_free(&D.comm);
+        free(D.local);
+        D.local = NULL;
         return sp_set_error(SP_ERR_RUNTIME, "%s:%d: no free StarPU progression hook",
                             __FILE__, __LINE__);
     }
     D.poke = poke;
     D.up = 1;
+    return SP_OK;
+}
+
+sp_status sp_comm_direct_renew(void)
+{
+    MPI_Comm fresh;
+    int rc = MPI_Comm_dup(D.comm, &fresh);
+    if (rc != MPI_SUCCESS)
+        return sp_set_error(SP_ERR_RUNTIME, "%s:%d: MPI_Comm_dup failed (%d)", __FILE__,
+                            __LINE__, rc);
+    MPI_Comm_set_errhandler(fresh, MPI_ERRORS_RETURN);
+    MPI_Comm_free(&D.comm);
+    D.comm = fresh;
     return SP_OK;
 }
 
@@ -328,18 +527,23 @@ void sp_comm_direct_shutdown(void)
     MPI_Comm_free(&D.comm);
     free(D.mpi);
     free(D.reqs);
+    free(D.part);
     free(D.idx);
     free(D.st);
+    free(D.local);
     D.mpi = NULL;
     D.reqs = NULL;
+    D.part = NULL;
     D.idx = NULL;
     D.st = NULL;
+    D.local = NULL;
     D.n = D.cap = 0;
     D.up = 0;
 }
 
 sp_status sp_comm_direct_post(starpu_data_handle_t h, size_t count, size_t elemsize, int peer,
-                              uint32_t msg, int is_send, sp_comm_done done, void *arg)
+                              uint32_t msg, int is_send, sp_comm_done done, void *arg,
+                              sp_comm_req **held)
 {
     const char *what = is_send ? "send" : "recv";
     if (!D.up)
@@ -354,19 +558,33 @@ sp_status sp_comm_direct_post(starpu_data_handle_t h, size_t count, size_t elems
     if (count > INT_MAX)
         return sp_set_error(SP_ERR_ARG, "%s of message #%" PRIu32 ": %zu elements exceed "
                             "what one MPI message can count", what, msg, count);
-    direct_req *r = malloc(sizeof *r);
+    if (peer < 0 || peer >= D.size)
+        return sp_set_error(SP_ERR_ARG, "%s of message #%" PRIu32 ": no rank %d", what, msg,
+                            peer);
+    int nparts = nparts_of(count * elemsize, peer);
+    direct_req *r = malloc(sizeof *r + (size_t)nparts * sizeof(MPI_Request));
     if (!r)
         return sp_set_error(SP_ERR_NOMEM, "%s:%d: out of memory", __FILE__, __LINE__);
     *r = (direct_req){ .h = h, .count = count, .elemsize = elemsize, .peer = peer,
-                       .is_send = is_send, .msg = msg, .done = done, .arg = arg };
-    atomic_fetch_add(&D.waiting, 1);
+                       .is_send = is_send, .msg = msg, .done = done, .arg = arg,
+                       .nparts = nparts };
+    for (int i = 0; i < nparts; i++)
+        r->q[i] = MPI_REQUEST_NULL;
+    atomic_init(&r->holds, held ? 3 : 2);
+    atomic_init(&r->early, 0);
+    atomic_fetch_add(&D.open, 1);
+    atomic_fetch_add(&D.count[is_send ? 0 : 1], 1);
+    if (nparts > 1)
+        atomic_fetch_add(&D.count[2], 1);
     int rc = starpu_data_acquire_on_node_cb_sequential_consistency(
         h, STARPU_MAIN_RAM, is_send ? STARPU_R : STARPU_W, start, r, 1);
     if (rc < 0) {
-        atomic_fetch_sub(&D.waiting, 1);
+        atomic_fetch_sub(&D.open, 1);
         free(r);
         return sp_set_error(SP_ERR_RUNTIME, "%s:%d: acquiring the buffer of message #%" PRIu32
                             " failed: %s", __FILE__, __LINE__, msg, strerror(-rc));
     }
+    if (held)
+        *held = r;
     return SP_OK;
 }

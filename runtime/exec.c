@@ -48,6 +48,11 @@ static struct {
     size_t seen_cap, nsubmitted;
     uint32_t max_seq;
     int direct;           /* messages go through comm/direct.c, not StarPU-MPI */
+    /* This step's task arguments: kept until the step ends, since a send posted after its
+     * producer may still reach the producer's (send_early). */
+    struct task_args **args;
+    size_t nargs, args_cap;
+    int pieces;           /* large transfers within a node as eager pieces (direct.c) */
 } X;
 
 /* ---- failure of a task: first one wins, later tasks of the step skip their work ---- */
@@ -147,6 +152,7 @@ struct task_args {
     uint32_t footprint;
     int on_cuda;  /* ran on a CUDA worker: traced from start to the completion callback */
     double t0;
+    _Atomic(struct early_send *) early; /* sends of its outputs, or EARLY_CLOSED */
     _Alignas(max_align_t) unsigned char payload[];
 };
 
@@ -158,11 +164,65 @@ typedef int (*impl_call)(const struct task_args *, void *const *, const size_t *
 static int call_cuda(const struct task_args *a, void *const *p, const size_t *c, int n);
 #endif
 
+/* ---- sends posted by their producer ----
+ * StarPU grants a send's buffer (its acquire callback, comm/direct.c) only once it has
+ * ended the producing task: 50-150 us after the task's function returned on the 2-core
+ * VM, and more when the worker's caches are cold after a long task. The data is final
+ * when the function returns, so the wrapper posts the sends of the task's outputs then
+ * and there; StarPU's grant only keeps the buffer from its next writer until MPI is done.
+ * A send submitted after its producer reaches the producer's arguments through the
+ * buffer (writer); whichever comes second of the send's attach and the wrapper's close
+ * decides: attached in time, the wrapper posts it; too late, the grant does. */
+struct early_send {
+    sp_comm_req *r;
+    starpu_data_handle_t h;
+    struct early_send *next;
+};
+#define EARLY_CLOSED ((struct early_send *)1)
+
+static void attach_early(struct task_args *a, sp_comm_req *r, starpu_data_handle_t h)
+{
+    struct early_send *e = malloc(sizeof *e);
+    if (!e)
+        return; /* posted when StarPU grants the buffer, as without */
+    e->r = r;
+    e->h = h;
+    struct early_send *old = atomic_load(&a->early);
+    do {
+        if (old == EARLY_CLOSED) {
+            free(e);
+            return;
+        }
+        e->next = old;
+    } while (!atomic_compare_exchange_weak(&a->early, &old, e));
+}
+
+/* Closes a's list; posts its sends from the task's buffers when ptrs hold the data in
+ * host memory (a CPU task that ran), else leaves them to StarPU's grant. */
+static void send_early(struct starpu_task *task, struct task_args *a, void *const *ptrs,
+                       int n)
+{
+    struct early_send *e = atomic_exchange(&a->early, EARLY_CLOSED);
+    while (e) {
+        struct early_send *next = e->next;
+        for (int i = 0; ptrs && i < n; i++)
+            if (STARPU_TASK_GET_HANDLE(task, i) == e->h &&
+                (STARPU_TASK_GET_MODE(task, i) & STARPU_W)) {
+                sp_comm_direct_send_from(e->r, ptrs[i]);
+                break;
+            }
+        free(e);
+        e = next;
+    }
+}
+
 static void run_task(void *descr[], struct task_args *a, impl_call call)
 {
-    if (atomic_load(&step_failed))
-        return; /* the step is lost already: drain quickly, keep transfers flowing */
     struct starpu_task *task = starpu_task_get_current();
+    if (atomic_load(&step_failed)) {
+        send_early(task, a, NULL, 0); /* left to StarPU's grant */
+        return; /* the step is lost already: drain quickly, keep transfers flowing */
+    }
     int n = (int)STARPU_TASK_GET_NBUFFERS(task);
     void *ptr_stack[SP_STACK_BUFS], **ptrs = ptr_stack;
     size_t count_stack[SP_STACK_BUFS], *counts = count_stack;
@@ -173,6 +233,7 @@ static void run_task(void *descr[], struct task_args *a, impl_call call)
             free(ptrs);
             free(counts);
             fail_step("task '%s' (seq %u): out of memory for %d buffers", a->name, a->seq, n);
+            send_early(task, a, NULL, 0);
             return;
         }
     }
@@ -188,10 +249,14 @@ static void run_task(void *descr[], struct task_args *a, impl_call call)
     if (call == call_cuda) {
         a->on_cuda = 1;
         a->t0 = t0;
+        send_early(task, a, NULL, 0); /* the data is on the device */
     } else
 #endif
-    if (X.opts.trace)
-        trace_add(a->name, a->seq, t0, starpu_timing_now(), 0, -1);
+    {
+        if (X.opts.trace)
+            trace_add(a->name, a->seq, t0, starpu_timing_now(), 0, -1);
+        send_early(task, a, ptrs, n);
+    }
     if (rc)
         fail_step("rank %d: task '%s' (seq %u) failed with code %d", sp_exec_rank_, a->name,
                   a->seq, rc);
@@ -343,6 +408,26 @@ static sp_status claim_seq(uint32_t seq, const char *name)
     return SP_OK;
 }
 
+/* Room for one more of the step's task arguments; 0 when out of memory. */
+static int grow_args(void)
+{
+    size_t cap = X.args_cap ? 2 * X.args_cap : 256;
+    struct task_args **g = realloc(X.args, cap * sizeof *g);
+    if (!g)
+        return 0;
+    X.args = g;
+    X.args_cap = cap;
+    return 1;
+}
+
+/* The end of a step whose tasks are all done: their arguments go. */
+static void free_args(void)
+{
+    for (size_t i = 0; i < X.nargs; i++)
+        free(X.args[i]);
+    X.nargs = 0;
+}
+
 /* Completion of a task that may have run on a CUDA worker: the end of its trace record. */
 static void cuda_task_done(void *arg)
 {
@@ -387,6 +472,7 @@ sp_status sp_exec_submit(const sp_exec_task *t)
     task->cl = codelet_for(t->codelet);
     task->cl_arg = a;
     a->on_cuda = 0;
+    atomic_init(&a->early, NULL);
     if (t->cuda) {
         task->callback_func = cuda_task_done;
         task->callback_arg = a;
@@ -415,13 +501,25 @@ sp_status sp_exec_submit(const sp_exec_task *t)
         return st;
     }
     sp_policy_set_seq(task, t->seq);
+    /* Ours to free at the end of the step (send_early); StarPU's if the list is full. */
+    int keep = X.nargs < X.args_cap || grow_args();
+    task->cl_arg_free = !keep;
     int rc = starpu_task_submit(task);
     if (rc < 0) {
         X.seen[t->seq] = 0;
         X.nsubmitted--;
+        task->cl_arg_free = 1;
         discard_task(task);
         return sp_set_error(SP_ERR_RUNTIME, "%s:%d: starpu_task_submit of '%s' failed: %s",
                             __FILE__, __LINE__, t->name ? t->name : "task", strerror(-rc));
+    }
+    if (keep) {
+        X.args[X.nargs++] = a;
+        for (int i = 0; i < t->nbufs; i++)
+            if (t->modes[i] == SP_EXEC_W || t->modes[i] == SP_EXEC_RW) {
+                t->bufs[i]->writer = a;
+                t->bufs[i]->writer_step = sp_exec_step_;
+            }
     }
     return SP_OK;
 }
@@ -466,19 +564,36 @@ static sp_status post(sp_exec_buf *b, int peer, uint32_t msg, int is_send)
     transfer_info *info = NULL;
     if (X.opts.trace && (info = malloc(sizeof *info)))
         *info = (transfer_info){ is_send, peer, msg, starpu_timing_now() };
+    /* a send of data a task of this step writes: that task may post it (send_early) */
+    struct task_args *producer = is_send && b->writer_step == sp_exec_step_ ? b->writer : NULL;
+    sp_comm_req *held = NULL;
     sp_status st = X.direct
         ? sp_comm_direct_post(b->handle, b->count, b->elemsize, peer, msg, is_send,
-                              transfer_finish, info)
+                              transfer_finish, info, producer ? &held : NULL)
         : sp_comm_post(b->handle, peer, sp_comm_tag(sp_exec_step_, msg), is_send,
                        transfer_done, info);
     if (st)
         free(info);
+    if (held) {
+        attach_early(producer, held, b->handle);
+        sp_comm_direct_drop(held);
+    }
+    if (!is_send)
+        b->writer = NULL; /* written by the message now, not by a task */
     return st;
 }
 
 sp_status sp_exec_send(sp_exec_buf *b, int dst, uint32_t msg) { return post(b, dst, msg, 1); }
 
 sp_status sp_exec_recv(sp_exec_buf *b, int src, uint32_t msg) { return post(b, src, msg, 0); }
+
+sp_exec_transfers sp_exec_transfer_counts(void)
+{
+    unsigned long long c[4] = { 0 };
+    if (X.started && X.direct)
+        sp_comm_direct_counts(c);
+    return (sp_exec_transfers){ c[0], c[1], c[2], c[3] };
+}
 
 /* ---- buffers ---- */
 
@@ -494,6 +609,8 @@ sp_status sp_exec_buf_register(sp_exec_buf **out, void *ptr, size_t count, size_
         return sp_set_error(SP_ERR_NOMEM, "%s:%d: out of memory", __FILE__, __LINE__);
     b->count = count;
     b->elemsize = elemsize;
+    b->writer = NULL;
+    b->writer_step = 0;
     /* home node -1: no host copy until someone needs one. */
     starpu_vector_data_register(&b->handle, ptr ? STARPU_MAIN_RAM : -1, (uintptr_t)ptr,
                                 (uint32_t)count, elemsize);
@@ -537,6 +654,8 @@ sp_status sp_exec_buf_acquire(sp_exec_buf *b, sp_exec_mode mode, void **ptr)
         return broken_error("sp_exec_buf_acquire");
     SP_STARPU_CHECK(starpu_data_acquire(b->handle, starpu_mode(mode)));
     *ptr = (void *)starpu_vector_get_local_ptr(b->handle);
+    if (mode != SP_EXEC_R)
+        b->writer = NULL; /* the caller writes it: a send of it waits for the release */
     return SP_OK;
 }
 
@@ -670,7 +789,8 @@ sp_status sp_exec_end_step(void)
      * for a process that is about to end, and the launcher ends them with it. */
     sp_status st = wait_tasks();
     if (st)
-        return st;
+        return st; /* tasks may still hold their arguments: kept, the executor is broken */
+    free_args();
     if (!X.direct)
         SP_STARPU_CHECK(starpu_mpi_wait_for_all(MPI_COMM_WORLD));
 
@@ -680,6 +800,8 @@ sp_status sp_exec_end_step(void)
     SP_MPI_CHECK(MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, X.comm));
     if (lowest == sp_exec_size_)
         return SP_OK;
+    if (X.direct && (st = sp_comm_direct_renew()))
+        return st;
     char msg[sizeof fail_msg];
     if (failed)
         memcpy(msg, fail_msg, sizeof msg);
@@ -839,6 +961,14 @@ static sp_status check_transport_env(void)
         return sp_set_error(SP_ERR_ARG, "STARPIPE_TRANSPORT=%s: expected \"direct\" (the "
                             "default) or \"starpu-mpi\"", tr);
     X.direct = !tr || !strcmp(tr, "direct");
+    /* Large transfers between ranks of one node: eager pieces (1), or one message from a
+     * copy as between nodes (0, what tests use to reach that path on one machine). */
+    const char *pc = getenv("STARPIPE_SHM_PIECES");
+    if (pc && strcmp(pc, "0") && strcmp(pc, "1"))
+        return sp_set_error(SP_ERR_ARG, "STARPIPE_SHM_PIECES=%s: expected 1 (the default: "
+                            "large transfers within a node as eager pieces) or 0 (as one "
+                            "message each, as between nodes)", pc);
+    X.pieces = !pc || !strcmp(pc, "1");
     return SP_OK;
 }
 
@@ -960,7 +1090,7 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
          * (the default GPT's 64 KB activations), halving their wait (runtime/README.md). */
         if (X.direct) {
             char eager[32];
-            snprintf(eager, sizeof eager, "%d", SP_COMM_EAGER_BYTES);
+            snprintf(eager, sizeof eager, "%d", SP_COMM_EAGER_LIMIT);
             setenv("OMPI_MCA_btl_vader_eager_limit", eager, 0);
             setenv("OMPI_MCA_btl_vader_max_send_size", eager, 0);
         }
@@ -1042,7 +1172,7 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
      * never uses; with it off a stray use cannot serve stale data (tests/runtime). */
     SP_STARPU_CHECK(starpu_mpi_cache_set(0));
     if (X.direct) {
-        st = sp_comm_direct_init(MPI_COMM_WORLD, sp_policy_poke);
+        st = sp_comm_direct_init(MPI_COMM_WORLD, X.pieces, sp_policy_poke);
         if (st)
             return st;
         sp_policy_set_idle_poll(sp_comm_direct_inflight);
@@ -1082,6 +1212,10 @@ sp_status sp_exec_shutdown(void)
     SP_STARPU_CHECK(starpu_mpi_shutdown());
     free(X.seen);
     X.seen = NULL;
+    free_args(); /* a step ended without sp_exec_end_step */
+    free(X.args);
+    X.args = NULL;
+    X.args_cap = 0;
     free(trace_recs);
     trace_recs = NULL;
     trace_n = trace_cap = 0;

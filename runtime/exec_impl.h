@@ -34,6 +34,10 @@ sp_status sp_exec_mpi_error(const char *file, int line, const char *call, int rc
 struct sp_exec_buf {
     starpu_data_handle_t handle;
     size_t count, elemsize;
+    /* The last task submitted that writes it, and the step of that submission: a send of
+     * it is posted by that task's wrapper when its data is ready (exec.c, send_early). */
+    struct task_args *writer;
+    uint64_t writer_step;
 };
 
 /* Set by sp_exec_init. */

@@ -128,6 +128,14 @@ int sp_exec_usable(void);
 sp_status sp_exec_send(sp_exec_buf *b, int dst, uint32_t msg);
 sp_status sp_exec_recv(sp_exec_buf *b, int src, uint32_t msg);
 
+/* What this rank's transfers did since init, with the default (direct) transport: sends
+ * and receives; those cut into eager pieces (large, within a node); and sends posted by
+ * the task that wrote their data as it returned, rather than when StarPU ended it. */
+typedef struct {
+    unsigned long long sends, recvs, pieced, by_producer;
+} sp_exec_transfers;
+sp_exec_transfers sp_exec_transfer_counts(void);
+
 /* ---- NCCL (comm/nccl.c) ----
  * Large GPU-to-GPU messages can go through NCCL instead of MPI (which stages
  * them through host memory), on a stream of their own beside the compute stream; an

@@ -1,8 +1,11 @@
 #!/bin/sh
 # large_messages.sh MPIEXEC APP: boundary tensors above the transport's eager limit (256 KB
-# here, over 128 KB) leave through private copies (comm/direct.c) so that the sender's
-# buffer is free at once. The run must still write the --reference run's bytes, and its
-# ranks must report that copies were made (else this test covers nothing).
+# here, over 128 KB). Between ranks of one node they go as eager pieces (comm/direct.c),
+# and with STARPIPE_SHM_PIECES=0 as one message each, as between nodes; either way every
+# send leaves from a private copy so that the sender's buffer is free at once, most are
+# posted by the task that wrote them. Both runs must write the --reference run's bytes,
+# and their ranks must report that the path under test was taken (else this test covers
+# nothing).
 set -e
 mpiexec=$1; app=$2
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
@@ -11,13 +14,31 @@ flags="--layers 4 --channels 64 --heads 2 --context 128 --batch 8 --schedule int
 # shellcheck disable=SC2086
 "$app" --reference --actors 2 --steps 2 --dump-grads "$dir/ref.grads" --save "$dir/ref.ckpt" \
   $flags >"$dir/log" 2>&1 || fail "the reference run failed"
-# shellcheck disable=SC2086
-STARPIPE_VERBOSE=1 "$mpiexec" -np 2 "$app" --steps 2 --dump-grads "$dir/p.grads" \
-  --save "$dir/p.ckpt" $flags >"$dir/log" 2>&1 || fail "the pipelined run failed"
-cmp "$dir/ref.grads" "$dir/p.grads" || fail "gradients differ from the reference"
-cmp "$dir/ref.ckpt" "$dir/p.ckpt" || fail "checkpoint differs from the reference"
-copies=$(sed -n 's/.*copies of large sends in flight \([0-9.]*\) MiB.*/\1/p' "$dir/log")
-[ "$(echo "$copies" | wc -l)" -eq 2 ] || fail "expected one memory line per rank, got: $copies"
-echo "$copies" | awk '$1 > 0 { n++ } END { exit n == 2 ? 0 : 1 }' ||
-  fail "a rank sent no large message through a copy: $copies"
-echo "ok: 256 KB boundary tensors through copies ($(echo $copies) MiB), the reference's bytes"
+# one field of the two ranks' verbose lines: the number before TEXT
+field() { sed -n "s/.* \([0-9.]*\) $1.*/\1/p" "$dir/log"; }
+for pieces in 1 0; do
+  # shellcheck disable=SC2086
+  STARPIPE_SHM_PIECES=$pieces STARPIPE_VERBOSE=1 "$mpiexec" -np 2 "$app" --steps 2 \
+    --dump-grads "$dir/p.grads" --save "$dir/p.ckpt" $flags >"$dir/log" 2>&1 ||
+    fail "the pipelined run failed (STARPIPE_SHM_PIECES=$pieces)"
+  cmp "$dir/ref.grads" "$dir/p.grads" || fail "gradients differ from the reference (pieces $pieces)"
+  cmp "$dir/ref.ckpt" "$dir/p.ckpt" || fail "checkpoint differs from the reference (pieces $pieces)"
+  copies=$(sed -n 's/.*copies of sends in flight \([0-9.]*\) MiB.*/\1/p' "$dir/log")
+  cut=$(field "in eager pieces")
+  early=$(field "sends posted by their producing task")
+  [ "$(echo "$copies" | wc -l)" -eq 2 ] && [ "$(echo "$cut" | wc -l)" -eq 2 ] ||
+    fail "expected one memory line and one transfer line per rank, got: $copies / $cut"
+  echo "$copies" | awk '$1 > 0 { n++ } END { exit n == 2 ? 0 : 1 }' ||
+    fail "a rank sent no message through a copy: $copies"
+  echo "$early" | awk '$1 > 0 { n++ } END { exit n == 2 ? 0 : 1 }' ||
+    fail "a rank's producing tasks posted no send: $early"
+  if [ "$pieces" = 1 ]; then
+    echo "$cut" | awk '$1 > 0 { n++ } END { exit n == 2 ? 0 : 1 }' ||
+      fail "a rank cut no transfer into pieces: $cut"
+  else
+    echo "$cut" | awk '$1 == 0 { n++ } END { exit n == 2 ? 0 : 1 }' ||
+      fail "STARPIPE_SHM_PIECES=0 still cut transfers into pieces: $cut"
+  fi
+  echo "ok: STARPIPE_SHM_PIECES=$pieces: the reference's bytes; copies $(echo $copies) MiB," \
+    "pieces $(echo $cut), sends posted by their producer $(echo $early)"
+done

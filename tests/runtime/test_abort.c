@@ -11,14 +11,18 @@
  *   size:      direct transfers: a message whose two ends registered different sizes
  *              (rank 1's buffer larger: a short message; smaller: a truncated one)
  *              fails its step on every rank with the receiver's message, and the
- *              executor goes on (a step between them, sizes matching, succeeds). Then
- *              rank 1 aborts. */
+ *              executor goes on (a step between them, sizes matching, succeeds). The
+ *              same for 256 KB, which goes in eager pieces (comm/direct.c): rank 1's
+ *              buffer a float short (the sender's last, empty piece left over: the step
+ *              after it must match and carry the right values) and 128 KB longer (rank 1
+ *              waits for pieces never sent: must fail, not hang). Then rank 1 aborts. */
 #include <string.h>
 #include <time.h>
 
 #include "rt_check.h"
 
 #define N 23
+#define NL 65536 /* floats: 256 KB, two full eager pieces and an empty one */
 
 static int work(void *const *bufs, const size_t *counts, int nbufs, const void *args)
 {
@@ -138,6 +142,46 @@ int main(int argc, char **argv)
             if (rank == 1)
                 RT_OK(sp_exec_buf_unregister(r));
         }
+        /* the same in pieces; rank 0 adds 1 to its buffer before each send */
+        static float big0[NL], big1[NL + 32768];
+        for (int i = 0; i < NL; i++)
+            big0[i] = (float)i;
+        sp_exec_buf *bl = NULL;
+        if (rank == 0)
+            RT_OK(sp_exec_buf_register(&bl, big0, NL, sizeof(float)));
+        const int ds[] = { -1, 0, 32768, 0 };
+        for (int k = 0; k < 4; k++) {
+            int d = ds[k];
+            sp_exec_buf *r = NULL;
+            if (rank == 1)
+                RT_OK(sp_exec_buf_register(&r, big1, (size_t)(NL + d), sizeof(float)));
+            RT_OK(sp_exec_begin_step());
+            if (rank == 0) {
+                run_task(bl, 0, 0);
+                RT_OK(sp_exec_send(bl, 1, 3));
+            }
+            if (rank == 1)
+                RT_OK(sp_exec_recv(r, 0, 3));
+            st = sp_exec_end_step();
+            if (d == 0) {
+                RT_CHECK(st == SP_OK, "rank %d: 256 KB, matching sizes failed after a "
+                         "mismatch: %s", rank, sp_last_error());
+                for (int i = 0; rank == 1 && i < NL; i++)
+                    RT_CHECK(big1[i] == (float)i + (float)(k + 1), "rank 1: 256 KB, step %d: "
+                             "float %d is %g, sent %g", k, i, big1[i], (float)i + (k + 1));
+            } else {
+                const char *want = d > 0 ? "bytes arrived in piece 3 of 4" : "message #3 from rank 0";
+                RT_CHECK(st == SP_ERR_RUNTIME && strstr(sp_last_error(), "rank 1: ") &&
+                             strstr(sp_last_error(), want),
+                         "rank %d, 256 KB, buffer %+d: %s %s", rank, d, sp_status_name(st),
+                         sp_last_error());
+                fprintf(stderr, "rank %d agreed: %s\n", rank, sp_last_error());
+            }
+            if (rank == 1)
+                RT_OK(sp_exec_buf_unregister(r));
+        }
+        if (rank == 0)
+            RT_OK(sp_exec_buf_unregister(bl));
     } else if (strcmp(mode, "abort") != 0) {
         sp_exec_abort(2, "unknown mode '%s'", mode);
     }
