@@ -52,7 +52,8 @@ static struct {
      * producer may still reach the producer's (send_early). */
     struct task_args **args;
     size_t nargs, args_cap;
-    int pieces;           /* large transfers within a node as eager pieces (direct.c) */
+    int pieces;           /* large transfers within a node as eager pieces (direct.c):
+                             1 always, 0 never, -1 where ranks have cores of their own */
 } X;
 
 /* ---- failure of a task: first one wins, later tasks of the step skip their work ---- */
@@ -962,13 +963,16 @@ static sp_status check_transport_env(void)
                             "default) or \"starpu-mpi\"", tr);
     X.direct = !tr || !strcmp(tr, "direct");
     /* Large transfers between ranks of one node: eager pieces (1), or one message from a
-     * copy as between nodes (0, what tests use to reach that path on one machine). */
+     * copy as between nodes (0, what tests use to reach that path on one machine); unset,
+     * pieces unless ranks share cores: a sender preempted half-way through its pieces
+     * would hold the rest back for a time slice (runtime/README.md, "Transfers"). */
     const char *pc = getenv("STARPIPE_SHM_PIECES");
     if (pc && strcmp(pc, "0") && strcmp(pc, "1"))
-        return sp_set_error(SP_ERR_ARG, "STARPIPE_SHM_PIECES=%s: expected 1 (the default: "
-                            "large transfers within a node as eager pieces) or 0 (as one "
-                            "message each, as between nodes)", pc);
-    X.pieces = !pc || !strcmp(pc, "1");
+        return sp_set_error(SP_ERR_ARG, "STARPIPE_SHM_PIECES=%s: expected 1 (large "
+                            "transfers within a node as eager pieces; the default where "
+                            "ranks have cores of their own) or 0 (as one message each, as "
+                            "between nodes)", pc);
+    X.pieces = pc ? !strcmp(pc, "1") : -1;
     return SP_OK;
 }
 
@@ -1140,12 +1144,17 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     if (st)
         return st;
     sp_binding_apply(&b);
+    if (X.pieces < 0)
+        X.pieces = !b.nobind; /* the same on every rank of the node */
     if (X.opts.verbose) {
         const char *y = getenv("OMPI_MCA_mpi_yield_when_idle");
         fprintf(stderr, "starpipe: rank %d (local %d of %d): %s; %d CPU worker(s), %s; "
                 "messages %s; StarPU-MPI thread %s%s\n", sp_exec_rank_, b.local_rank,
                 b.local_size, gpu.line, b.nworkers, b.desc,
-                X.direct ? "direct (MPI requests tested by idle workers)" : "over StarPU-MPI",
+                !X.direct ? "over StarPU-MPI"
+                : X.pieces ? "direct (MPI requests tested by idle workers; large ones within "
+                             "the node in eager pieces)"
+                           : "direct (MPI requests tested by idle workers)",
                 getenv("STARPU_MPI_NOBIND") ? "unbound" : "on its own core",
                 y && strcmp(y, "0") ? ", yields when idle" : "");
     }
