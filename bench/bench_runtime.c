@@ -12,7 +12,7 @@
  *   - message waits: how long a task that could have run waited for its message, in
  *     all and from the message's arrival (the runtime's own share);
  *   - the memory of per-microbatch buffers per rank against the planner's prediction, and
- *     (when any) the copies the transport keeps of large sends in flight, outside the plan.
+ *     (when any) the copies the transport keeps of sends in flight, outside the plan.
  *
  *   mpirun -np 2 bench_runtime [--steps N] [--microbatches M] [--schedules a,b,...]
  *                              [--layers L --channels C --context T --batch B --heads H] */
@@ -94,7 +94,7 @@ int main(int argc, char **argv)
                base.heads, base.context, base.batch, m, P, steps);
         printf("| schedule | span ms | replay ms | span/replay | ideal ms | span/ideal | "
                "bubble (replay, ideal) | message wait median / p90 (after arrival) us | step ms | transient "
-               "MiB per rank (measured / planned pool (live peak) [+ copies of large sends]) |\n|---|---|---|---|---|---|---|---|---|---|\n");
+               "MiB per rank (measured / planned pool (live peak) [+ copies of sends]) |\n|---|---|---|---|---|---|---|---|---|---|\n");
     }
     for (char *name = strtok(list, ","); name; name = strtok(NULL, ",")) {
         int v = !strcmp(name, "interleaved-1f1b") || !strcmp(name, "zb-v") ||

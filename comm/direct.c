@@ -3,17 +3,19 @@
  * StarPU-MPI progress thread on the path (runtime/README.md, "Transfers").
  *
  * A send acquires its buffer for reading on the host (StarPU's sequential consistency
- * puts the acquire after the producing task); StarPU calls back when the producer ends,
- * on the worker that ran it, and the callback posts MPI_Isend there and then. A receive
- * acquires its buffer for writing (after its earlier readers) and posts MPI_Irecv. Each
- * request holds its buffer until MPI completes it, so later tasks wait as they would for
- * a task. Above the eager limit a transfer to a rank of the same node goes as eager pieces
- * (below), one to another node from a private copy (further below). Completion is tested
- * by sp_comm_direct_progress, which StarPU's drivers call on
- * every turn of their loop (a progression hook), i.e. after each task and continuously
- * while a worker has nothing to run; the scheduling policy keeps idle workers polling
- * rather than parked while a request is in flight (sp_policy_set_idle_poll). Releasing a
- * completed receive's buffer makes its consumer ready on the same thread. */
+ * puts the acquire after the producing task). The task that wrote the data usually posts
+ * the send itself as its function returns (sp_comm_direct_send_from, called by the
+ * executor's wrapper); otherwise StarPU's acquire callback does, once it has ended the
+ * producer. A receive acquires its buffer for writing (after its earlier readers) and
+ * posts MPI_Irecv in the callback. Every send goes from a private copy, so its buffer
+ * goes back to StarPU as soon as granted; a receive holds its buffer until MPI completes
+ * it, so later tasks wait as they would for a task. Above the eager limit a transfer to a
+ * rank of the same node goes as eager pieces (below). Completion is tested by
+ * sp_comm_direct_progress, which StarPU's drivers call on every turn of their loop (a
+ * progression hook), i.e. after each task and continuously while a worker has nothing to
+ * run; the scheduling policy keeps idle workers polling rather than parked while a
+ * request is in flight (sp_policy_set_idle_poll). Releasing a completed receive's buffer
+ * makes its consumer ready on the same thread. */
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
@@ -33,7 +35,7 @@ typedef struct sp_comm_req {
     uint32_t msg;
     sp_comm_done done;
     void *arg;
-    void *stage;             /* a send's private copy (large sends), or NULL */
+    void *stage;             /* a send's private copy, or NULL (out of memory) */
     int released;            /* h went back to StarPU already (a staged send) */
     int nparts, left;        /* MPI messages it is cut into; those not yet complete */
     atomic_int holds;        /* what must end before it finishes: the buffer's acquire, the

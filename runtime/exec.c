@@ -1091,7 +1091,9 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
          * limit the receiver pulls it when it next polls (CMA, a system call pinning
          * every page: 25-45 us for 64 KB on the 2-core VM); eager, the sender copies it
          * into shared memory at once and the receiver only copies it out. Up to 128 KB
-         * (the default GPT's 64 KB activations), halving their wait (runtime/README.md). */
+         * (the default GPT's 64 KB activations), halving their wait (runtime/README.md);
+         * larger transfers go as pieces of that size (comm/direct.c). The limit counts
+         * OpenMPI's header: SP_COMM_EAGER_LIMIT leaves it room beside 128 KB of data. */
         if (X.direct) {
             char eager[32];
             snprintf(eager, sizeof eager, "%d", SP_COMM_EAGER_LIMIT);

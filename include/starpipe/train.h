@@ -141,8 +141,8 @@ void sp_trainer_set_lr(sp_trainer *t, float lr);
 typedef struct {
     size_t transient, persistent;
     size_t optimizer; /* of persistent: the AdamW moments (1/R of them when sharded) */
-    size_t staging;   /* outside the plan: copies of large sends still in flight (above
-                         128 KB, with the default transport), at their high-water mark */
+    size_t staging;   /* outside the plan: copies of sends still in flight (with the
+                         default transport), at their high-water mark */
 } sp_train_memory;
 sp_train_memory sp_trainer_memory(const sp_trainer *t);
 
