@@ -4,9 +4,16 @@
 
 #include <math.h>
 
+#include "codelets/cpu/vec_impl.h"
+
 /* Per element, in PyTorch's order: g = grad * grad_scale; p -= lr wd p;
  * m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
  * p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps), bc_i = 1 - beta_i^t. */
+/* Vectorized (every operation rounds per element as in scalar C: the same bits in every
+ * clone); without errno, which no square root here can set (v >= 0), since sqrtf's errno
+ * path kept GCC from vectorizing the loop at all: 3.5% of a large-config step in scalar
+ * square roots and divisions. */
+SP_VEC_FN
 void sp_adamw_update(float *restrict param, float *restrict m, float *restrict v,
                      const float *restrict grad, int64_t n, float lr, float beta1, float beta2,
                      float eps, float weight_decay, float grad_scale, int t)
