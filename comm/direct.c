@@ -44,7 +44,7 @@ typedef struct sp_comm_req {
     struct sp_comm_req *next; /* completed, waiting to be finished */
     const char *err;         /* the first error, in why */
     char why[MPI_MAX_ERROR_STRING + 160];
-    MPI_Request q[];         /* its pieces' requests while start() posts them */
+    MPI_Request q[];         /* its pieces' requests while post_all posts them */
 } direct_req;
 
 static struct {
