@@ -47,6 +47,9 @@ typedef struct sp_comm_req {
     MPI_Request q[];         /* its pieces' requests while post_all posts them */
 } direct_req;
 
+/* What sp_comm_direct_counts reports, in its order. */
+enum { COUNT_SENDS, COUNT_RECVS, COUNT_PIECED, COUNT_EARLY, NCOUNTS };
+
 static struct {
     int up;
     MPI_Comm comm;       /* ours: its own matching space, errors returned, not fatal */
@@ -64,7 +67,7 @@ static struct {
     int *idx;            /* MPI_Testsome's outputs, cap of each */
     MPI_Status *st;
     atomic_int open;     /* transfers posted to us and not yet finished */
-    atomic_ullong count[4]; /* sends, receives, in pieces, sends posted by the producer */
+    atomic_ullong count[NCOUNTS];
     atomic_int inflight; /* MPI requests posted and not yet seen complete */
     void (*poke)(void);  /* wakes parked workers: a request is now in flight */
     /* Copies of sends in flight (stage_get): free blocks, and all bytes held. */
@@ -320,13 +323,13 @@ static void start(void *arg)
 void sp_comm_direct_send_from(sp_comm_req *r, void *ptr)
 {
     atomic_store(&r->early, 1);
-    atomic_fetch_add(&D.count[3], 1);
+    atomic_fetch_add(&D.count[COUNT_EARLY], 1);
     post_all(r, ptr);
 }
 
 void sp_comm_direct_counts(unsigned long long out[4])
 {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < NCOUNTS; i++)
         out[i] = atomic_load(&D.count[i]);
 }
 
@@ -575,9 +578,9 @@ sp_status sp_comm_direct_post(starpu_data_handle_t h, size_t count, size_t elems
     atomic_init(&r->holds, held ? 3 : 2);
     atomic_init(&r->early, 0);
     atomic_fetch_add(&D.open, 1);
-    atomic_fetch_add(&D.count[is_send ? 0 : 1], 1);
+    atomic_fetch_add(&D.count[is_send ? COUNT_SENDS : COUNT_RECVS], 1);
     if (nparts > 1)
-        atomic_fetch_add(&D.count[2], 1);
+        atomic_fetch_add(&D.count[COUNT_PIECED], 1);
     int rc = starpu_data_acquire_on_node_cb_sequential_consistency(
         h, STARPU_MAIN_RAM, is_send ? STARPU_R : STARPU_W, start, r, 1);
     if (rc < 0) {

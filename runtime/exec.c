@@ -514,14 +514,15 @@ sp_status sp_exec_submit(const sp_exec_task *t)
         return sp_set_error(SP_ERR_RUNTIME, "%s:%d: starpu_task_submit of '%s' failed: %s",
                             __FILE__, __LINE__, t->name ? t->name : "task", strerror(-rc));
     }
-    if (keep) {
+    if (keep)
         X.args[X.nargs++] = a;
-        for (int i = 0; i < t->nbufs; i++)
-            if (t->modes[i] == SP_EXEC_W || t->modes[i] == SP_EXEC_RW) {
-                t->bufs[i]->writer = a;
-                t->bufs[i]->writer_step = sp_exec_step_;
-            }
-    }
+    /* the task's outputs' sends may be posted by it; not kept (out of memory), by none:
+     * an earlier writer must not post data this task has yet to write */
+    for (int i = 0; i < t->nbufs; i++)
+        if (t->modes[i] == SP_EXEC_W || t->modes[i] == SP_EXEC_RW) {
+            t->bufs[i]->writer = keep ? a : NULL;
+            t->bufs[i]->writer_step = sp_exec_step_;
+        }
     return SP_OK;
 }
 

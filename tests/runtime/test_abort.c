@@ -46,6 +46,34 @@ static void run_task(sp_exec_buf *b, int code, uint32_t seq)
                                          .seq = seq}));
 }
 
+/* One step of the size mode: rank 0 works on sb and sends it as message 3; rank 1
+ * receives it into rb, and works on it if consume. */
+static sp_status size_step(sp_exec_buf *sb, sp_exec_buf *rb, int consume)
+{
+    int rank = sp_exec_rank();
+    RT_OK(sp_exec_begin_step());
+    if (rank == 0) {
+        run_task(sb, 0, 0);
+        RT_OK(sp_exec_send(sb, 1, 3));
+    }
+    if (rank == 1) {
+        RT_OK(sp_exec_recv(rb, 0, 3));
+        if (consume)
+            run_task(rb, 0, 0);
+    }
+    return sp_exec_end_step();
+}
+
+/* Every rank must return rank 1's error about the mismatch, containing want. */
+static void expect_mismatch(sp_status st, const char *want, const char *what, int d)
+{
+    int rank = sp_exec_rank();
+    RT_CHECK(st == SP_ERR_RUNTIME && strstr(sp_last_error(), "rank 1: ") &&
+                 strstr(sp_last_error(), want),
+             "rank %d, %sbuffer %+d: %s %s", rank, what, d, sp_status_name(st), sp_last_error());
+    fprintf(stderr, "rank %d agreed: %s\n", rank, sp_last_error());
+}
+
 /* One pipeline step: recv from r-1, work, send to r+1. fail_rank's task returns 42. */
 static sp_status pipeline_step(sp_exec_buf *b, int fail_rank)
 {
@@ -118,26 +146,11 @@ int main(int argc, char **argv)
             sp_exec_buf *r = b;
             if (rank == 1)
                 RT_OK(sp_exec_buf_register(&r, big, (size_t)(N + d), sizeof(float)));
-            RT_OK(sp_exec_begin_step());
-            if (rank == 0) {
-                run_task(b, 0, 0);
-                RT_OK(sp_exec_send(b, 1, 3));
-            }
-            if (rank == 1) {
-                RT_OK(sp_exec_recv(r, 0, 3));
-                run_task(r, 0, 0);
-            }
-            st = sp_exec_end_step();
-            if (d == 0) {
+            st = size_step(b, r, 1);
+            if (d == 0)
                 RT_CHECK(st == SP_OK, "rank %d: matching sizes failed: %s", rank, sp_last_error());
-            } else {
-                const char *want = d > 0 ? "bytes arrived" : "message #3 from rank 0";
-                RT_CHECK(st == SP_ERR_RUNTIME && strstr(sp_last_error(), "rank 1: ") &&
-                             strstr(sp_last_error(), want),
-                         "rank %d, buffer %+d: %s %s", rank, d, sp_status_name(st),
-                         sp_last_error());
-                fprintf(stderr, "rank %d agreed: %s\n", rank, sp_last_error());
-            }
+            else
+                expect_mismatch(st, d > 0 ? "bytes arrived" : "message #3 from rank 0", "", d);
             RT_CHECK(sp_exec_usable(), "rank %d: executor unusable after a failed step", rank);
             if (rank == 1)
                 RT_OK(sp_exec_buf_unregister(r));
@@ -155,14 +168,7 @@ int main(int argc, char **argv)
             sp_exec_buf *r = NULL;
             if (rank == 1)
                 RT_OK(sp_exec_buf_register(&r, big1, (size_t)(NL + d), sizeof(float)));
-            RT_OK(sp_exec_begin_step());
-            if (rank == 0) {
-                run_task(bl, 0, 0);
-                RT_OK(sp_exec_send(bl, 1, 3));
-            }
-            if (rank == 1)
-                RT_OK(sp_exec_recv(r, 0, 3));
-            st = sp_exec_end_step();
+            st = size_step(bl, r, 0);
             if (d == 0) {
                 RT_CHECK(st == SP_OK, "rank %d: 256 KB, matching sizes failed after a "
                          "mismatch: %s", rank, sp_last_error());
@@ -170,12 +176,8 @@ int main(int argc, char **argv)
                     RT_CHECK(big1[i] == (float)i + (float)(k + 1), "rank 1: 256 KB, step %d: "
                              "float %d is %g, sent %g", k, i, big1[i], (float)i + (k + 1));
             } else {
-                const char *want = d > 0 ? "bytes arrived in piece 3 of 4" : "message #3 from rank 0";
-                RT_CHECK(st == SP_ERR_RUNTIME && strstr(sp_last_error(), "rank 1: ") &&
-                             strstr(sp_last_error(), want),
-                         "rank %d, 256 KB, buffer %+d: %s %s", rank, d, sp_status_name(st),
-                         sp_last_error());
-                fprintf(stderr, "rank %d agreed: %s\n", rank, sp_last_error());
+                expect_mismatch(st, d > 0 ? "bytes arrived in piece 3 of 4"
+                                          : "message #3 from rank 0", "256 KB, ", d);
             }
             if (rank == 1)
                 RT_OK(sp_exec_buf_unregister(r));
