@@ -1,9 +1,11 @@
 #!/bin/sh
 # large_messages.sh MPIEXEC APP: boundary tensors above the transport's eager limit (256 KB
-# here, over 128 KB). Between ranks of one node they go as eager pieces (comm/direct.c),
-# and with STARPIPE_SHM_PIECES=0 as one message each, as between nodes; either way every
+# here, over 128 KB). Between ranks of one node they go as eager pieces (comm/direct.c:
+# the default, each rank having a core here), and with STARPIPE_SHM_PIECES=0 as one
+# message each, as between nodes; either way every
 # send leaves from a private copy so that the sender's buffer is free at once, most are
-# posted by the task that wrote them. Both runs must write the --reference run's bytes,
+# posted by the task that wrote them. The pieces also run with ranks unbound
+# (--bind-to none). Every run must write the --reference run's bytes,
 # and their ranks must report that the path under test was taken (else this test covers
 # nothing).
 set -e
@@ -16,9 +18,11 @@ flags="--layers 4 --channels 64 --heads 2 --context 128 --batch 8 --schedule int
   $flags >"$dir/log" 2>&1 || fail "the reference run failed"
 # one field of the two ranks' verbose lines: the number before TEXT
 field() { sed -n "s/.* \([0-9.]*\) $1.*/\1/p" "$dir/log"; }
-for pieces in 1 0; do
+for run in default default:--bind-to:none 0; do
+  pieces=${run%%:*}; bind=$(echo "${run#"$pieces"}" | tr ':' ' ')
+  if [ "$pieces" = default ]; then unset STARPIPE_SHM_PIECES; else export STARPIPE_SHM_PIECES=$pieces; fi
   # shellcheck disable=SC2086
-  STARPIPE_SHM_PIECES=$pieces STARPIPE_VERBOSE=1 "$mpiexec" -np 2 "$app" --steps 2 \
+  STARPIPE_VERBOSE=1 "$mpiexec" -np 2 $bind "$app" --steps 2 \
     --dump-grads "$dir/p.grads" --save "$dir/p.ckpt" $flags >"$dir/log" 2>&1 ||
     fail "the pipelined run failed (STARPIPE_SHM_PIECES=$pieces)"
   cmp "$dir/ref.grads" "$dir/p.grads" || fail "gradients differ from the reference (pieces $pieces)"
@@ -32,13 +36,13 @@ for pieces in 1 0; do
     fail "a rank sent no message through a copy: $copies"
   echo "$early" | awk '$1 > 0 { n++ } END { exit n == 2 ? 0 : 1 }' ||
     fail "a rank's producing tasks posted no send: $early"
-  if [ "$pieces" = 1 ]; then
+  if [ "$pieces" = default ]; then
     echo "$cut" | awk '$1 > 0 { n++ } END { exit n == 2 ? 0 : 1 }' ||
       fail "a rank cut no transfer into pieces: $cut"
   else
     echo "$cut" | awk '$1 == 0 { n++ } END { exit n == 2 ? 0 : 1 }' ||
       fail "STARPIPE_SHM_PIECES=0 still cut transfers into pieces: $cut"
   fi
-  echo "ok: STARPIPE_SHM_PIECES=$pieces: the reference's bytes; copies $(echo $copies) MiB," \
+  echo "ok: pieces $pieces$bind: the reference's bytes; copies $(echo $copies) MiB," \
     "pieces $(echo $cut), sends posted by their producer $(echo $early)"
 done
