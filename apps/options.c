@@ -220,18 +220,28 @@ static int apply(const sp_app_model *m, sp_app_opts *o, const char *a, const cha
     return ok;
 }
 
+/* apply, with its message (app_parse_* print to stderr) caught and written to err, if
+ * any, after the program's name like every other error. */
+static int apply_named(const sp_app_model *m, sp_app_opts *o, const char *a, const char *v,
+                       FILE *err)
+{
+    char *msg = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&msg, &len), *saved = stderr;
+    if (!mem) return apply(m, o, a, v); /* out of memory: the message as it comes */
+    stderr = mem;
+    int ok = apply(m, o, a, v);
+    stderr = saved;
+    fclose(mem);
+    if (len && err) fprintf(err, "%s: %s", m->name, msg);
+    free(msg);
+    return ok;
+}
+
 int sp_app_apply(const sp_app_model *m, sp_app_opts *o, const char *flag, const char *value)
 {
     if (!takes_value(m, flag)) return -1;
-    int quiet = sp_app_launcher_rank() != 0;
-    FILE *err = quiet ? fopen("/dev/null", "w") : stderr;
-    if (!err) err = stderr;
-    FILE *saved = stderr;
-    stderr = err; /* app_parse_* print to stderr */
-    int ok = apply(m, o, flag, value);
-    stderr = saved;
-    if (err != saved) fclose(err);
-    return ok;
+    return apply_named(m, o, flag, value, sp_app_launcher_rank() == 0 ? stderr : NULL);
 }
 
 /* The evaluation and sampling flags against each other and the app: 1 fine, else -1
@@ -302,7 +312,7 @@ int sp_app_parse(int argc, char **argv, const sp_app_model *m, sp_app_opts *o)
             rc = -1;
             break;
         } else {
-            ok = apply(m, o, a, v);
+            ok = apply_named(m, o, a, v, err);
             o->given |= 1ull << flag_bit(m, a);
         }
         if (!ok) rc = -1;
