@@ -152,6 +152,7 @@ struct task_args {
     uint32_t seq;
     uint32_t footprint;
     int on_cuda;  /* ran on a CUDA worker: traced from start to the completion callback */
+    int unrun;    /* failed, or drained after a failure: its time is not the stage's */
     double t0;
     _Atomic(struct early_send *) early; /* sends of its outputs, or EARLY_CLOSED */
     _Alignas(max_align_t) unsigned char payload[];
@@ -222,6 +223,7 @@ static void run_task(void *descr[], struct task_args *a, impl_call call)
     struct starpu_task *task = starpu_task_get_current();
     if (atomic_load(&step_failed)) {
         send_early(task, a, NULL, 0); /* left to StarPU's grant */
+        a->unrun = 1;
         return; /* the step is lost already: drain quickly, keep transfers flowing */
     }
     int n = (int)STARPU_TASK_GET_NBUFFERS(task);
@@ -234,6 +236,7 @@ static void run_task(void *descr[], struct task_args *a, impl_call call)
             free(ptrs);
             free(counts);
             fail_step("task '%s' (seq %u): out of memory for %d buffers", a->name, a->seq, n);
+            a->unrun = 1;
             send_early(task, a, NULL, 0);
             return;
         }
@@ -258,9 +261,11 @@ static void run_task(void *descr[], struct task_args *a, impl_call call)
             trace_add(a->name, a->seq, t0, starpu_timing_now(), 0, -1);
         send_early(task, a, ptrs, n);
     }
-    if (rc)
+    if (rc) {
+        a->unrun = 1;
         fail_step("rank %d: task '%s' (seq %u) failed with code %d", sp_exec_rank_, a->name,
                   a->seq, rc);
+    }
     atomic_fetch_add(&tasks_done, 1);
     if (ptrs != ptr_stack) {
         free(ptrs);
@@ -308,9 +313,17 @@ static int ncodelets;
 static struct starpu_perfmodel models[SP_MAX_CODELETS];
 static char model_symbols[SP_MAX_CODELETS][32];
 
+/* StarPU asks for the key when it records the task's time, after the task ran (our policy
+ * never asks for predictions). A task that failed or was drained after a failure took
+ * microseconds: under the stage's key the next run would deviate by orders of magnitude,
+ * and StarPU would flush the history and say so on stderr. Such tasks get a key of their
+ * own. */
+#define SP_FOOTPRINT_UNRUN 0x0badf00du
 static uint32_t task_footprint(struct starpu_task *task)
 {
     const struct task_args *a = task->cl_arg;
+    if (a->unrun)
+        return SP_FOOTPRINT_UNRUN;
     return a->footprint ? a->footprint : starpu_task_data_footprint(task);
 }
 
@@ -473,6 +486,7 @@ sp_status sp_exec_submit(const sp_exec_task *t)
     task->cl = codelet_for(t->codelet);
     task->cl_arg = a;
     a->on_cuda = 0;
+    a->unrun = 0;
     atomic_init(&a->early, NULL);
     if (t->cuda) {
         task->callback_func = cuda_task_done;
