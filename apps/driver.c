@@ -576,6 +576,14 @@ static run_report report_of(const sp_app_model *m, const sp_app_opts *o, const s
     return rr;
 }
 
+/* The final line's ", loss 5.535660 -> 3.077937"; nothing when no step ran (--steps 0). */
+static const char *loss_range(char *buf, size_t len, int steps, float first, float last)
+{
+    if (steps > 0) snprintf(buf, len, ", loss %.6f -> %.6f", first, last);
+    else if (len) buf[0] = 0;
+    return buf;
+}
+
 /* The head of a step's line, "step 3 loss 5.1  lr 1.00e-03  1234 tok/s  MFU 3.1%  12.0 ms",
  * into line, and its --log line (stats NULL: the reference, no bubble). */
 static sp_status report_step(run_report *rr, const sp_app_model *m, int step, float loss,
@@ -861,7 +869,9 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
         if (eval_due(o, step) && eval_reference(m, r, ev, K, step)) return 1;
     }
     if (eval_at_end(o, start + o->steps) && eval_reference(m, r, ev, K, start + o->steps)) return 1;
-    printf("done: %d steps in %.1f s, loss %.6f -> %.6f\n", o->steps, now() - t_start, first, last);
+    char range[64];
+    printf("done: %d steps in %.1f s%s\n", o->steps, now() - t_start,
+           loss_range(range, sizeof range, o->steps, first, last));
     if (o->sample && sample_text(m, o, g, &io, msg, sizeof msg)) {
         fprintf(stderr, "%s: error: %s\n", m->name, msg);
         return 1;
@@ -1252,8 +1262,10 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         }
     }
     if (me == 0) {
-        printf("done: %d steps in %.1f s (%.1f ms per step), loss %.6f -> %.6f%s\n", o->steps,
-               now() - t_start, o->steps ? 1e3 * busy_steps / o->steps : 0.0, first, last,
+        char range[64], per[32] = "";
+        if (o->steps) snprintf(per, sizeof per, " (%.1f ms per step)", 1e3 * busy_steps / o->steps);
+        printf("done: %d steps in %.1f s%s%s%s\n", o->steps, now() - t_start, per,
+               loss_range(range, sizeof range, o->steps, first, last),
                !ref ? "" : tol > 0 ? (o->bf16 ? ", every step within 2e-2 of the reference"
                                               : ", every step within 1e-4 of the reference")
                                    : ", every step bitwise equal to the reference");
