@@ -11,8 +11,11 @@ static sp_status check_split(const char *who, int n, int S, const int *given,
                              int first_may_be_empty)
 {
     if (!given)
-        return S > n ? sp_set_error(SP_ERR_ARG, "%s: %d stages need at least as many layers "
-                                    "(have %d)", who, S, n) : SP_OK;
+        return S > n ? sp_set_error(SP_ERR_ARG, "%s: %d stages need at least %d layers for an "
+                                    "even split (have %d), or a cut of layers per stage in "
+                                    "which only %s may be empty", who, S, S, n,
+                                    first_may_be_empty ? "the first and the last stage"
+                                                       : "the last stage") : SP_OK;
     long long sum = 0;
     for (int s = 0; s < S; s++) {
         int may_be_empty = (s == 0 && first_may_be_empty) || (s == S - 1 && S > 1);
