@@ -52,9 +52,9 @@ sp_status sp_reference_step(sp_reference *r, const void *const *inputs, float *l
 /* 1 if the last step's update was skipped for a non-finite loss or gradient. */
 int sp_reference_last_skipped(const sp_reference *r);
 
-/* Each stage task run alone, reps times, on microbatch 0 of inputs: secs[s *
- * SP_NUM_TASK_KINDS + kind] is the median time of task (kind, stage) in seconds, for F,
- * B, W and BW. Uncontended task costs for the planner's simulator. Changes the gradient
+/* Each stage task run alone on microbatch 0 of inputs, in reps passes over all of them:
+ * secs[s * SP_NUM_TASK_KINDS + kind] is the median time of task (kind, stage) in
+ * seconds, for F, B, W and BW. Uncontended task costs for the planner's simulator. Changes the gradient
  * accumulators (not the parameters): run it on a reference kept for timing. */
 sp_status sp_reference_task_times(sp_reference *r, const void *const *inputs, int reps,
                                   double *secs);
