@@ -5,9 +5,7 @@
 #include <stdlib.h>
 
 #include "starpipe/data.h"
-#include "starpipe/models.h"
-#include "starpipe/reference.h"
-#include "tests/check.h"
+#include "tests/graph/program_util.h"
 
 int main(void)
 {
@@ -17,15 +15,9 @@ int main(void)
     REQUIRE(text, "%s", sp_last_error());
     sp_gpt_config c = { .vocab = 256, .context = T, .layers = 2, .heads = 4, .channels = 32,
                         .batch = B, .stages = 2 };
-    sp_graph *g = sp_model_gpt(&c, &st);
-    REQUIRE(g, "%s", sp_last_error());
-    sp_program *p = sp_program_build(g, &st);
-    REQUIRE(p, "%s", sp_last_error());
-    sp_adamw_config opt;
-    sp_adamw_defaults(&opt);
-    opt.lr = 3e-3f;
-    sp_reference *r = sp_reference_create(p, m, &opt, 1, &st);
-    REQUIRE(r, "%s", sp_last_error());
+    sp_graph *g;
+    sp_program *p;
+    sp_reference *r = test_gpt_reference(&c, m, 3e-3f, 1, &g, &p);
     int32_t tok[2][2][4 * 32];
     const void *in[4] = { tok[0][0], tok[0][1], tok[1][0], tok[1][1] };
     double first = 0, tail = 0;

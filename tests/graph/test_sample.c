@@ -22,6 +22,7 @@
 #include "starpipe/reference.h"
 #include "starpipe/sample.h"
 #include "tests/check.h"
+#include "tests/graph/program_util.h"
 
 enum { V = 256, T = 16, C = 32, NH = 4, LAYERS = 2, B = 3, M = 3 };
 
@@ -29,19 +30,9 @@ enum { V = 256, T = 16, C = 32, NH = 4, LAYERS = 2, B = 3, M = 3 };
 static sp_reference *gpt_reference(int batch, int stages, const int *cut, sp_graph **g,
                                    sp_program **p)
 {
-    sp_status st;
     sp_gpt_config c = { .vocab = V, .context = T, .layers = LAYERS, .heads = NH, .channels = C,
                         .batch = batch, .stages = stages, .stage_layers = cut };
-    *g = sp_model_gpt(&c, &st);
-    REQUIRE(*g, "%s", sp_last_error());
-    *p = sp_program_build(*g, &st);
-    REQUIRE(*p, "%s", sp_last_error());
-    sp_adamw_config opt;
-    sp_adamw_defaults(&opt);
-    opt.lr = 3e-3f;
-    sp_reference *r = sp_reference_create(*p, M, &opt, 7, &st);
-    REQUIRE(r, "%s", sp_last_error());
-    return r;
+    return test_gpt_reference(&c, M, 3e-3f, 7, g, p);
 }
 
 /* Parameters of `from` into `to` (another build of the same model), by name. */

@@ -7,25 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "starpipe/models.h"
-#include "starpipe/reference.h"
 #include "tests/check.h"
+#include "tests/graph/program_util.h"
 
 enum { V = 64, T = 8, C = 16, NH = 2, LAYERS = 3, B = 2, S = 3, M = 2 };
 
 int main(void)
 {
-    sp_status st;
     sp_gpt_config c = { .vocab = V, .context = T, .layers = LAYERS, .heads = NH, .channels = C,
                         .batch = B, .stages = S };
-    sp_graph *g = sp_model_gpt(&c, &st);
-    REQUIRE(g, "%s", sp_last_error());
-    sp_program *p = sp_program_build(g, &st);
-    REQUIRE(p, "%s", sp_last_error());
-    sp_adamw_config opt;
-    sp_adamw_defaults(&opt);
-    sp_reference *r = sp_reference_create(p, M, &opt, 3, &st);
-    REQUIRE(r, "%s", sp_last_error());
+    sp_graph *g;
+    sp_program *p;
+    sp_reference *r = test_gpt_reference(&c, M, 1e-3f, 3, &g, &p);
 
     int32_t tok[M][B * T], tgt[M][B * T];
     const void *in[2 * M];
