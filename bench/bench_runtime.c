@@ -129,7 +129,7 @@ int main(int argc, char **argv)
             in[2 * i + 1] = y;
         }
         /* every rank done setting up (its trainer touches its buffers for the first time)
-         * before rank 0 times: the first schedule's ideal came out 10-20% high without */
+         * before rank 0 times: the first schedule's ideal came out 10-40% high without */
         sleeping_barrier();
         if (me == 0) {
             sp_reference *ref = sp_reference_create(p, m, &opt, 1, &st);

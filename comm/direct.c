@@ -472,16 +472,26 @@ static int find_local_ranks(void)
     return rc;
 }
 
+/* *out = a duplicate of from (its own matching space) whose errors return, not abort. */
+static sp_status dup_comm(MPI_Comm from, MPI_Comm *out)
+{
+    int rc = MPI_Comm_dup(from, out);
+    if (rc != MPI_SUCCESS)
+        return sp_set_error(SP_ERR_RUNTIME, "%s:%d: MPI_Comm_dup failed (%d)", __FILE__,
+                            __LINE__, rc);
+    MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN);
+    return SP_OK;
+}
+
 sp_status sp_comm_direct_init(MPI_Comm world, int pieces, void (*poke)(void))
 {
     if (D.up)
         return sp_set_error(SP_ERR_ARG, "sp_comm_direct_init: already started");
-    int rc = MPI_Comm_dup(world, &D.comm);
-    if (rc != MPI_SUCCESS)
-        return sp_set_error(SP_ERR_RUNTIME, "%s:%d: MPI_Comm_dup failed (%d)", __FILE__,
-                            __LINE__, rc);
-    MPI_Comm_set_errhandler(D.comm, MPI_ERRORS_RETURN);
-    if ((rc = find_local_ranks()) != MPI_SUCCESS) {
+    sp_status st = dup_comm(world, &D.comm);
+    if (st)
+        return st;
+    int rc = find_local_ranks();
+    if (rc != MPI_SUCCESS) {
         free(D.local);
         D.local = NULL;
         MPI_Comm_free(&D.comm);
@@ -508,11 +518,9 @@ sp_status sp_comm_direct_init(MPI_Comm world, int pieces, void (*poke)(void))
 sp_status sp_comm_direct_renew(void)
 {
     MPI_Comm fresh;
-    int rc = MPI_Comm_dup(D.comm, &fresh);
-    if (rc != MPI_SUCCESS)
-        return sp_set_error(SP_ERR_RUNTIME, "%s:%d: MPI_Comm_dup failed (%d)", __FILE__,
-                            __LINE__, rc);
-    MPI_Comm_set_errhandler(fresh, MPI_ERRORS_RETURN);
+    sp_status st = dup_comm(D.comm, &fresh);
+    if (st)
+        return st;
     MPI_Comm_free(&D.comm);
     D.comm = fresh;
     return SP_OK;

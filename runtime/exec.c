@@ -28,6 +28,7 @@
 #include "runtime/exec_impl.h"
 #include "runtime/gpumap.h"
 #include "sched/policy.h"
+#include "starpipe/env.h"
 
 int sp_exec_rank_ = 0, sp_exec_size_ = 1;
 uint64_t sp_exec_step_ = 0;
@@ -981,14 +982,10 @@ static sp_status check_transport_env(void)
      * copy as between nodes (0, what tests use to reach that path on one machine); unset,
      * pieces unless ranks share cores: a sender preempted half-way through its pieces
      * would hold the rest back for a time slice (runtime/README.md, "Transfers"). */
-    const char *pc = getenv("STARPIPE_SHM_PIECES");
-    if (pc && strcmp(pc, "0") && strcmp(pc, "1"))
-        return sp_set_error(SP_ERR_ARG, "STARPIPE_SHM_PIECES=%s: expected 1 (large "
-                            "transfers within a node as eager pieces; the default where "
-                            "ranks have cores of their own) or 0 (as one message each, as "
-                            "between nodes)", pc);
-    X.pieces = pc ? !strcmp(pc, "1") : -1;
-    return SP_OK;
+    int64_t pieces = -1;
+    sp_status st = sp_env_int("STARPIPE_SHM_PIECES", 0, 1, &pieces);
+    X.pieces = (int)pieces;
+    return st;
 }
 
 /* ---- StarPU's bus model: measured by one process at a time ----
