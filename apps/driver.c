@@ -14,7 +14,8 @@
 #include "apps/checkpoint.h"
 #include "apps/metrics.h"
 #include "apps/options.h"
-#include "starpipe/env.h"
+#include "base/env.h"
+#include "base/files.h"
 #include "starpipe/exec.h"
 #include "starpipe/plan.h"
 #include "starpipe/program.h"
@@ -22,39 +23,18 @@
 #include "starpipe/sample.h"
 #include "starpipe/train.h"
 
-/* ---- the STARPIPE_* variables, read once before any work, as strictly as the flags ---- */
-static struct {
-    const char *trace; /* STARPIPE_TRACE: where the last step's trace goes, or NULL */
-    double timeout;    /* STARPIPE_STEP_TIMEOUT: seconds, 0 = no watchdog */
-    int verbose;       /* STARPIPE_VERBOSE: 0, 1, 2 */
-    sp_fault fault;    /* STARPIPE_FAULT */
-} env;
+/* ---- the STARPIPE_* variables, read once before any work, as strictly as the flags
+ * (base/env.c: each is checked there; the planner, executor and trainer take theirs) ---- */
+static sp_env env;
 
 static sp_status read_env(void)
 {
-    int64_t v = 0, x = 0;
-    const char *s;
-    sp_status st;
-    if ((st = sp_env_string("STARPIPE_TRACE", &env.trace)) ||
-        (st = sp_env_double("STARPIPE_STEP_TIMEOUT", 0, 1e6, &env.timeout)) ||
-        (st = sp_env_int("STARPIPE_VERBOSE", 0, 2, &v)) || (st = sp_env_fault(&env.fault)))
-        return st;
-    env.verbose = (int)v;
-    /* read where they act (the planner, the trainer, the CUDA kernels), refused here first,
-     * with the flags' limits */
-    if ((st = sp_env_string("STARPIPE_SCHEDULE", &s)) ||
-        (st = sp_env_int("STARPIPE_MICROBATCHES", 1, SP_SCHEDULE_MAX_COUNT, &x)) ||
-        (st = sp_env_int("STARPIPE_CHUNKS", 1, 64, &x)) ||
-        (st = sp_env_int("STARPIPE_NCCL_THRESHOLD", 0, SP_NCCL_THRESHOLD_MAX, &x)) ||
-        (st = sp_env_int("STARPIPE_TF32", 0, 1, &x)))
-        return st;
-    /* STARPIPE_REPLICAS and STARPIPE_RANK_ORDER: their values, for any rank count */
+    sp_status st = sp_env_read(&env);
+    if (st) return st;
+    /* STARPIPE_RANK_ORDER's word, for any rank count */
     sp_layout l;
-    x = 1;
-    if ((st = sp_env_int("STARPIPE_REPLICAS", 1, 1 << 16, &x)) ||
-        (st = sp_layout_from_env((int)x, (int)x, 1, NULL, &l)))
-        return st;
-    return SP_OK;
+    int r = env.replicas > 0 ? env.replicas : 1;
+    return sp_layout_from_env(r, r, 1, NULL, &l);
 }
 
 /* How the ranks are laid out: the flags, else STARPIPE_REPLICAS / STARPIPE_RANK_ORDER. */
@@ -233,9 +213,7 @@ static char *resume_settings(const sp_app_model *m, sp_app_opts *o, int *bad)
 {
     char *stored = ckpt_read_settings(o->load);
     if (!stored) return NULL;
-    int64_t env_m = 0;
-    sp_env_int("STARPIPE_MICROBATCHES", 1, SP_SCHEDULE_MAX_COUNT, &env_m); /* read_env checked it */
-    int m_given = o->microbatches > 0 ? o->microbatches : (int)env_m;
+    int m_given = o->microbatches > 0 ? o->microbatches : env.microbatches;
     char cur[4096], now[1024], changed[1024] = "";
     settings_of(m, o, m_given, o->decay_steps, cur, sizeof cur);
     size_t nc = 0;
@@ -521,10 +499,8 @@ static void set_peak(run_report *rr, const sp_app_opts *o, int cuda, int ranks, 
     int local = reference ? 1 : sp_app_launcher_local_size(), per_node = local;
     if (local < 1) local = per_node = 1;
     if (cuda) {
-        int64_t tf32 = 0;
         int ngpus;
-        sp_env_int("STARPIPE_TF32", 0, 1, &tf32); /* read_env checked it */
-        app_peak_gpu(&pk, (int)tf32, NULL, &ngpus);
+        app_peak_gpu(&pk, env.tf32, NULL, &ngpus);
         if (ngpus > 0 && ngpus < per_node) per_node = ngpus;
     } else {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1026,7 +1002,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
      * thread start (a CUDA run does not use it) */
     app_peak cpu_peak = { 0 };
     if (o->steps > 0 && o->peak_tflops <= 0 && sp_app_launcher_rank() == 0) app_peak_cpu(&cpu_peak);
-    sp_exec_opts eo = { .trace = 1, .watchdog_s = env.timeout, .verbose = verbose >= 1 };
+    sp_exec_opts eo = { .trace = 1, .watchdog_s = env.step_timeout, .verbose = verbose >= 1 };
     if (sp_exec_init(&argc, &argv, &eo) != SP_OK) {
         if (sp_app_launcher_rank() == 0) fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
         return 1;
@@ -1052,8 +1028,9 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         }
     if (!bad && (env.fault.kind == SP_FAULT_FAIL || env.fault.kind == SP_FAULT_HANG) &&
         env.fault.stage >= sch->nstages) {
-        snprintf(msg, sizeof msg, "STARPIPE_FAULT='%s': there is no stage %d (the schedule has "
-                 "%d stages)", getenv("STARPIPE_FAULT"), env.fault.stage, sch->nstages);
+        snprintf(msg, sizeof msg, "STARPIPE_FAULT=%s@%d:%d: there is no stage %d (the "
+                 "schedule has %d stages)", env.fault.kind == SP_FAULT_FAIL ? "fail" : "hang",
+                 env.fault.step, env.fault.stage, env.fault.stage, sch->nstages);
         bad = 1;
     }
     /* rank 0 writes checkpoints, dumps and traces: it checks them now, before step 1 */
@@ -1340,15 +1317,15 @@ static int app_main(int argc, char **argv, sp_app_model *m)
     sp_app_opts o;
     int r = sp_app_parse(argc, argv, m, &o);
     if (r <= 0) return r == 0 ? 0 : 2;
-    const char *sched = o.schedule ? o.schedule : getenv("STARPIPE_SCHEDULE");
-    if (sched && !strcmp(sched, "help")) {
-        if (sp_app_launcher_rank() == 0) fputs(sp_schedule_help(), stdout);
-        return 0;
-    }
     /* before MPI starts every rank reads the same environment: rank 0 says, all exit 2 */
     if (read_env() != SP_OK) {
         if (sp_app_launcher_rank() == 0) fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
         return 2;
+    }
+    const char *sched = o.schedule ? o.schedule : env.schedule;
+    if (sched && !strcmp(sched, "help")) {
+        if (sp_app_launcher_rank() == 0) fputs(sp_schedule_help(), stdout);
+        return 0;
     }
     int bad = 0;
     char *resumed = o.load ? resume_settings(m, &o, &bad) : NULL;

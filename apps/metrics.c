@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "starpipe/backend.h"
-#include "starpipe/env.h"
+#include "base/files.h"
 
 /* ---- the --log file ---- */
 

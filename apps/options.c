@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "apps/parse.h"
-#include "starpipe/env.h"
+#include "base/files.h"
 #include "starpipe/optim.h"
 #include "starpipe/plan.h"
 

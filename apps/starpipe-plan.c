@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "starpipe/plan.h"
 
 static void usage(FILE *f)
@@ -250,8 +251,12 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    const char *env = getenv("STARPIPE_SCHEDULE");
-    if ((name && !strcmp(name, "help")) || (!name && env && !strcmp(env, "help"))) {
+    sp_env env;
+    if (sp_env_read(&env) != SP_OK) {
+        fprintf(stderr, "starpipe-plan: %s\n", sp_last_error());
+        return 1;
+    }
+    if ((name && !strcmp(name, "help")) || (!name && env.schedule && !strcmp(env.schedule, "help"))) {
         printf("schedules (--schedule or STARPIPE_SCHEDULE):\n%s", sp_schedule_help());
         return 0;
     }

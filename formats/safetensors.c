@@ -17,7 +17,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "starpipe/env.h"
+#include "base/files.h"
 
 #define CRC_DATA_KEY "starpipe.crc32"
 #define CRC_HEADER_KEY "starpipe.header_crc32"

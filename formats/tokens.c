@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "starpipe/env.h"
+#include "base/files.h"
 
 typedef struct {
     int fd;

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "starpipe/env.h"
+#include "base/files.h"
 #include "starpipe/tokens.h"
 
 struct sp_text {

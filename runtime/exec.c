@@ -21,6 +21,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "base/env.h"
 #include "codelets/cpu/kernels.h"
 #include "codelets/stage.h"
 #include "comm/comm.h"
@@ -28,7 +29,6 @@
 #include "runtime/exec_impl.h"
 #include "runtime/gpumap.h"
 #include "sched/policy.h"
-#include "starpipe/env.h"
 
 int sp_exec_rank_ = 0, sp_exec_size_ = 1;
 uint64_t sp_exec_step_ = 0;
@@ -971,21 +971,18 @@ static sp_status check_sched_env(void)
 }
 
 /* STARPIPE_TRANSPORT: how messages travel (comm/README.md), decided before MPI starts. */
+static sp_env env;
 static sp_status check_transport_env(void)
 {
-    const char *tr = getenv("STARPIPE_TRANSPORT");
-    if (tr && strcmp(tr, "direct") && strcmp(tr, "starpu-mpi"))
-        return sp_set_error(SP_ERR_ARG, "STARPIPE_TRANSPORT=%s: expected \"direct\" (the "
-                            "default) or \"starpu-mpi\"", tr);
-    X.direct = !tr || !strcmp(tr, "direct");
+    sp_status st = sp_env_read(&env);
+    if (st) return st;
+    X.direct = !env.transport || !strcmp(env.transport, "direct");
     /* Large transfers between ranks of one node: eager pieces (1), or one message from a
      * copy as between nodes (0, what tests use to reach that path on one machine); unset,
      * pieces unless ranks share cores: a sender preempted half-way through its pieces
      * would hold the rest back for a time slice (runtime/README.md, "Transfers"). */
-    int64_t pieces = -1;
-    sp_status st = sp_env_int("STARPIPE_SHM_PIECES", 0, 1, &pieces);
-    X.pieces = (int)pieces;
-    return st;
+    X.pieces = env.shm_pieces;
+    return SP_OK;
 }
 
 /* ---- StarPU's bus model: measured by one process at a time ----
@@ -1055,7 +1052,7 @@ static sp_status choose_gpu(MPI_Comm node, sp_gpu_choice *gpu, cpu_set_t *near)
 #ifdef STARPIPE_HAVE_CUDA
     if (cudaGetDeviceCount(&ngpus) != cudaSuccess) ngpus = 0;
 #endif
-    sp_status st = sp_gpu_choose(lrank, lsize, ngpus, getenv("STARPIPE_GPU"),
+    sp_status st = sp_gpu_choose(lrank, lsize, ngpus, env.gpu,
                                  getenv("CUDA_VISIBLE_DEVICES"), gpu);
 #ifdef STARPIPE_HAVE_CUDA
     char bus[64], path[128], list[1024];
@@ -1124,7 +1121,7 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
                             "needs MPI_THREAD_SERIALIZED", __FILE__, __LINE__, level);
     /* Direct transfers call MPI from every worker and the main thread at once. */
     if (X.direct && level < MPI_THREAD_MULTIPLE) {
-        if (getenv("STARPIPE_TRANSPORT"))
+        if (env.transport)
             return sp_set_error(SP_ERR_RUNTIME, "STARPIPE_TRANSPORT=direct needs "
                                 "MPI_THREAD_MULTIPLE; this MPI gives level %d", level);
         X.direct = 0;

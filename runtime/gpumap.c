@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "starpipe/env.h"
+#include "base/files.h"
 
 /* The physical name of visible device d: entry d of CUDA_VISIBLE_DEVICES, or d. */
 static void device_name(const char *visible, int d, char *out, size_t len)

@@ -17,7 +17,7 @@
 #include "comm/comm.h"
 #include "runtime/train_impl.h"
 #include "starpipe/data.h"
-#include "starpipe/env.h"
+#include "base/env.h"
 
 int sp_trainer_owns_stage(const sp_trainer *t, int stage)
 {
@@ -798,10 +798,11 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
     t->m = sched->nmicro;
     t->nin = sp_program_num_inputs(p);
     t->nshared = model->nshared;
-    sp_fault fault; /* STARPIPE_FAULT, parsed strictly (starpipe/env.h) */
-    if ((st = sp_env_fault(&fault))) goto out;
-    if (fault.kind == SP_FAULT_FAIL || fault.kind == SP_FAULT_HANG)
-        t->fault.kind = fault.kind, t->fault.step = fault.step, t->fault.stage = fault.stage;
+    sp_env env; /* STARPIPE_FAULT, STARPIPE_NCCL_THRESHOLD */
+    if ((st = sp_env_read(&env))) goto out;
+    if (env.fault.kind == SP_FAULT_FAIL || env.fault.kind == SP_FAULT_HANG)
+        t->fault.kind = env.fault.kind, t->fault.step = env.fault.step,
+        t->fault.stage = env.fault.stage;
     if ((st = sp_plan_build(model, sched, &t->plan))) goto out;
     if ((st = sp_plan_check(t->plan))) goto out;
     t->mcap = t->m;
@@ -829,9 +830,7 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
     /* large boundary tensors between GPU actors go through NCCL when it can start */
     if ((st = sp_exec_nccl_init(t->notice, sizeof t->notice))) goto out;
     if (sp_exec_nccl_active()) {
-        int64_t th = 65536; /* STARPIPE_NCCL_THRESHOLD, parsed strictly */
-        if ((st = sp_env_int("STARPIPE_NCCL_THRESHOLD", 0, SP_NCCL_THRESHOLD_MAX, &th))) goto out;
-        size_t threshold = (size_t)th;
+        size_t threshold = env.nccl_threshold >= 0 ? (size_t)env.nccl_threshold : 65536;
         if ((st = sp_nccl_calls(t->plan, t->actor, threshold, &t->ncalls, &t->nncalls)))
             goto out;
         if (!(t->nccl_of = malloc(sizeof(int) * (size_t)(t->plan->ninstr[t->actor] + 1)))) {

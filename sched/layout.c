@@ -1,7 +1,7 @@
 /* Replicas of the pipeline: which world rank runs (replica, actor) (include/starpipe/plan.h). */
 #include <string.h>
 
-#include "starpipe/env.h"
+#include "base/env.h"
 #include "starpipe/plan.h"
 
 int sp_layout_rank(const sp_layout *l, int replica, int actor)
@@ -29,13 +29,11 @@ const char *sp_rank_order_name(sp_rank_order o)
 sp_status sp_layout_from_env(int nranks, int replicas, int actors, const char *order,
                              sp_layout *out)
 {
-    sp_status st;
-    if (replicas <= 0) {
-        int64_t r = 1;
-        if ((st = sp_env_int("STARPIPE_REPLICAS", 1, 1 << 16, &r))) return st;
-        replicas = (int)r;
-    }
-    if (!order && (st = sp_env_string("STARPIPE_RANK_ORDER", &order))) return st;
+    sp_env env; /* STARPIPE_REPLICAS, STARPIPE_RANK_ORDER */
+    sp_status st = sp_env_read(&env);
+    if (st) return st;
+    if (replicas <= 0) replicas = env.replicas > 0 ? env.replicas : 1;
+    if (!order) order = env.rank_order;
     sp_rank_order o = SP_RANK_ORDER_PIPELINE;
     if (order && !strcmp(order, "replica")) o = SP_RANK_ORDER_REPLICA;
     else if (order && strcmp(order, "pipeline"))

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "starpipe/env.h"
+#include "base/env.h"
 
 /* A step of more (microbatch, stage) pairs is no pipeline anyone runs, and a header of a
  * few bytes must not make the parser allocate gigabytes. */
@@ -522,36 +522,20 @@ sp_status sp_schedule_builtin(const char *name, int p, int m, int v, sp_schedule
 
 /* ------------------------------------------------------------------ environment */
 
-/* STARPIPE_MICROBATCHES and STARPIPE_CHUNKS: set means a positive integer, as the flags
- * (an empty value is refused, never read as "unset"). */
-static sp_status parse_count(const char *what, int *out)
-{
-    int64_t v = 0;
-    const char *text;
-    sp_status st = sp_env_string(what, &text);
-    if (st || !text) return st;
-    if (sp_parse_int(text, 1, SP_MAX_INDEX, &v))
-        return sp_set_error(SP_ERR_ARG, "%s='%s' is not a positive integer (at most %d)", what,
-                            text, SP_MAX_INDEX);
-    *out = (int)v;
-    return SP_OK;
-}
-
 sp_status sp_schedule_from_env(const char *name, int p, int m, int v, sp_schedule **out)
 {
     *out = NULL;
-    sp_status st;
-    if (!name) {
-        if ((st = sp_env_string("STARPIPE_SCHEDULE", &name))) return st;
-        if (!name) name = "1f1b";
-    }
+    sp_env env; /* STARPIPE_SCHEDULE, STARPIPE_MICROBATCHES, STARPIPE_CHUNKS */
+    sp_status st = sp_env_read(&env);
+    if (st) return st;
+    if (!name) name = env.schedule ? env.schedule : "1f1b";
     if (!strcmp(name, "help"))
         return sp_set_error(SP_ERR_ARG, "schedules (STARPIPE_SCHEDULE):\n%s",
                             sp_schedule_help());
-    if (m <= 0 && (st = parse_count("STARPIPE_MICROBATCHES", &m))) return st;
+    if (m <= 0) m = env.microbatches;
     int v_from_env = 0;
     if (v <= 0) {
-        if ((st = parse_count("STARPIPE_CHUNKS", &v))) return st;
+        v = env.chunks;
         v_from_env = v > 0;
     }
     if (!strncmp(name, "file:", 5)) {

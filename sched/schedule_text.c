@@ -6,7 +6,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "starpipe/env.h"
+#include "base/files.h"
 
 /* The largest schedule file read: SP_MAX_SLOTS (4M) (microbatch, stage) pairs of at most
  * three tasks each (F, B, W), a task token of at most 20 bytes, is 240 MB. */

@@ -6,10 +6,10 @@
 #include <math.h>
 #include <string.h>
 
-#include "starpipe/env.h"
+#include "base/files.h"
 
 /* Pictures are written to a temporary beside PATH and renamed over it when complete
- * (starpipe/env.h): a crash or a full disk never leaves a half-written file under the
+ * (base/files.h): a crash or a full disk never leaves a half-written file under the
  * name the user asked for, and a device, a FIFO or a directory at PATH is refused. */
 
 /* Every time a picture prints is finite (JSON has no nan or inf): checked before a byte

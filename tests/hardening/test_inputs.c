@@ -9,7 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "starpipe/env.h"
+#include "base/env.h"
+#include "base/files.h"
 #include "starpipe/plan.h"
 #include "tests/check.h"
 #include "tests/hardening/scratch.h"

@@ -1,40 +1,23 @@
-/* What a user hands us besides flags, checked as strictly as flags: numbers in strings,
- * STARPIPE_* variables, files read (regular files only, bounded) and files written
- * (a temporary beside the target, renamed over it; never over a device, a FIFO or a
- * directory; a symbolic link is followed to the regular file it names, which is
- * replaced, and stays a link). Header-only (static inline) so that graph/, sched/ and
- * the apps share it without a link dependency between the libraries. Pure C + POSIX.
- *
- *   int64_t v = 0;                                   // unset: v stays 0
- *   if (sp_env_int("STARPIPE_VERBOSE", 0, 2, &v)) fprintf(stderr, "%s\n", sp_last_error());
- *   char *text; size_t n;
- *   sp_status st = sp_file_read(path, "schedule file", 1 << 20, &text, &n);
- */
-#ifndef STARPIPE_ENV_H
-#define STARPIPE_ENV_H
+/* Numbers in strings, and files a user hands us: inputs read (regular files only,
+ * bounded, never blocking on a FIFO) and outputs written atomically (a temporary beside
+ * the target, renamed over it). Pure C + POSIX. */
+#include "base/files.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "starpipe/status.h"
-
-#ifdef __cplusplus
-extern "C" {
-#endif
-
 /* ------------------------------------------------------------------ numbers */
 
 /* The whole string is one integer in [lo, hi] (no space, nothing after it): 0, else -1. */
-static inline int sp_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
+int sp_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
 {
     if (!s || !*s || isspace((unsigned char)*s)) return -1;
     char *end = NULL;
@@ -46,7 +29,7 @@ static inline int sp_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *o
 }
 
 /* The whole string is one finite number in [lo, hi] ("nan", "inf" refused): 0, else -1. */
-static inline int sp_parse_double(const char *s, double lo, double hi, double *out)
+int sp_parse_double(const char *s, double lo, double hi, double *out)
 {
     if (!s || !*s || isspace((unsigned char)*s)) return -1;
     char *end = NULL;
@@ -59,7 +42,7 @@ static inline int sp_parse_double(const char *s, double lo, double hi, double *o
 
 /* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if invalid: no overlong
  * forms, no surrogates, nothing above U+10FFFF. */
-static inline size_t sp_utf8_seq(const unsigned char *p, size_t n)
+size_t sp_utf8_seq(const unsigned char *p, size_t n)
 {
     unsigned char c = p[0];
     if (c < 0x80) return 1;
@@ -82,88 +65,9 @@ static inline size_t sp_utf8_seq(const unsigned char *p, size_t n)
     return len;
 }
 
-/* ------------------------------------------------------------------ variables */
-
-/* *out = the value of variable `name`, NULL when unset. Set but empty is an error: an
- * empty value is a mistake, never a way to ask for the default. */
-static inline sp_status sp_env_string(const char *name, const char **out)
-{
-    const char *v = getenv(name);
-    *out = NULL;
-    if (v && !*v)
-        return sp_set_error(SP_ERR_ARG, "%s is set but empty: unset it, or give a value", name);
-    *out = v;
-    return SP_OK;
-}
-
-/* An integer variable in [lo, hi]; *out is left as it is when the variable is unset. */
-static inline sp_status sp_env_int(const char *name, int64_t lo, int64_t hi, int64_t *out)
-{
-    const char *v;
-    sp_status st = sp_env_string(name, &v);
-    if (st || !v) return st;
-    if (sp_parse_int(v, lo, hi, out))
-        return sp_set_error(SP_ERR_ARG, "%s='%s' is not an integer in [%lld, %lld]", name, v,
-                            (long long)lo, (long long)hi);
-    return SP_OK;
-}
-
-/* A finite number variable in [lo, hi]; *out is left as it is when unset. */
-static inline sp_status sp_env_double(const char *name, double lo, double hi, double *out)
-{
-    const char *v;
-    sp_status st = sp_env_string(name, &v);
-    if (st || !v) return st;
-    if (sp_parse_double(v, lo, hi, out))
-        return sp_set_error(SP_ERR_ARG, "%s='%s' is not a number in [%g, %g]", name, v, lo, hi);
-    return SP_OK;
-}
-
-/* STARPIPE_NCCL_THRESHOLD: bytes, at most 1 TiB (above it nothing goes through NCCL). */
-#define SP_NCCL_THRESHOLD_MAX ((int64_t)1 << 40)
-
-/* STARPIPE_FAULT, fault injection for tests: nan@STEP (a NaN in the first float input of
- * microbatch 0), fail@STEP:STAGE (that stage's first task of the step fails),
- * hang@STEP:STAGE (it never finishes). Kinds: */
-enum { SP_FAULT_NONE = 0, SP_FAULT_FAIL = 1, SP_FAULT_HANG = 2, SP_FAULT_NAN = 3 };
-typedef struct {
-    int kind, step, stage; /* stage -1 for nan@ */
-} sp_fault;
-
-#define SP_FAULT_FORMS "nan@STEP, fail@STEP:STAGE or hang@STEP:STAGE (STEP >= 1, STAGE >= 0)"
-
-static inline sp_status sp_env_fault(sp_fault *f)
-{
-    const char *v;
-    *f = (sp_fault){ SP_FAULT_NONE, 0, -1 };
-    sp_status st = sp_env_string("STARPIPE_FAULT", &v);
-    if (st || !v) return st;
-    static const struct { const char *prefix; int kind; } kinds[] = {
-        { "nan@", SP_FAULT_NAN }, { "fail@", SP_FAULT_FAIL }, { "hang@", SP_FAULT_HANG } };
-    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
-        size_t n = strlen(kinds[k].prefix);
-        if (strncmp(v, kinds[k].prefix, n)) continue;
-        char buf[64];
-        snprintf(buf, sizeof buf, "%s", v + n);
-        char *colon = strchr(buf, ':');
-        int64_t step = 0, stage = -1;
-        int staged = kinds[k].kind != SP_FAULT_NAN;
-        if (strlen(v + n) < sizeof buf && (colon != NULL) == staged) {
-            if (colon) *colon = 0;
-            if (!sp_parse_int(buf, 1, 1 << 30, &step) &&
-                (!colon || !sp_parse_int(colon + 1, 0, 1 << 20, &stage))) {
-                *f = (sp_fault){ kinds[k].kind, (int)step, (int)stage };
-                return SP_OK;
-            }
-        }
-        break;
-    }
-    return sp_set_error(SP_ERR_ARG, "STARPIPE_FAULT='%s' is not one of " SP_FAULT_FORMS, v);
-}
-
 /* ------------------------------------------------------------------ files read */
 
-static inline const char *sp_file_kind(mode_t m)
+const char *sp_file_kind(mode_t m)
 {
     return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
          : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : S_ISLNK(m) ? "a symbolic link"
@@ -175,7 +79,7 @@ static inline const char *sp_file_kind(mode_t m)
  * device, a directory) is refused without blocking, and so is a file over max bytes,
  * or one that grows past max while read. `what` names the file in messages
  * ("data file"). SP_ERR_IO or SP_ERR_NOMEM. */
-static inline sp_status sp_file_read(const char *path, const char *what, size_t max,
+sp_status sp_file_read(const char *path, const char *what, size_t max,
                                      char **data, size_t *n)
 {
     *data = NULL;
@@ -254,7 +158,7 @@ out:
  * file is, the file a symbolic link names when it names a regular file (the link stays a
  * link). A directory, a FIFO, a device, a socket or a dangling link is refused
  * (SP_ERR_IO, naming `what` and the path): nothing is ever renamed over them. */
-static inline sp_status sp_output_target(const char *path, const char *what, char *out,
+sp_status sp_output_target(const char *path, const char *what, char *out,
                                          size_t len)
 {
     struct stat sb;
@@ -293,7 +197,7 @@ static inline sp_status sp_output_target(const char *path, const char *what, cha
 
 /* Creates the temporary `target.tmp.<pid>` for writing (never opens anything that was
  * there: a stale regular temporary of this pid is removed first). fd, or -1 with errno. */
-static inline int sp_output_tmp_open(const char *target, char *tmp, size_t len)
+int sp_output_tmp_open(const char *target, char *tmp, size_t len)
 {
     if ((size_t)snprintf(tmp, len, "%s.tmp.%ld", target, (long)getpid()) >= len)
         return errno = ENAMETOOLONG, -1;
@@ -308,7 +212,7 @@ static inline int sp_output_tmp_open(const char *target, char *tmp, size_t len)
 
 /* At start-up, long before the output is written: the target is acceptable
  * (sp_output_target) and a file can be created beside it (one is, and removed). */
-static inline sp_status sp_output_check(const char *path, const char *what)
+sp_status sp_output_check(const char *path, const char *what)
 {
     char target[PATH_MAX], tmp[PATH_MAX + 32];
     sp_status st = sp_output_target(path, what, target, sizeof target);
@@ -321,15 +225,7 @@ static inline sp_status sp_output_check(const char *path, const char *what)
     return SP_OK;
 }
 
-/* A text output written atomically: sp_output_open, write to o.f, sp_output_commit (or
- * sp_output_abort). A crash or a full disk never leaves a half-written file under the
- * name asked for. */
-typedef struct {
-    FILE *f;
-    char target[PATH_MAX], tmp[PATH_MAX + 32];
-} sp_output;
-
-static inline sp_status sp_output_open(sp_output *o, const char *path, const char *what)
+sp_status sp_output_open(sp_output *o, const char *path, const char *what)
 {
     o->f = NULL;
     o->tmp[0] = 0;
@@ -344,7 +240,7 @@ static inline sp_status sp_output_open(sp_output *o, const char *path, const cha
     return SP_OK;
 }
 
-static inline void sp_output_abort(sp_output *o)
+void sp_output_abort(sp_output *o)
 {
     if (!o->f) return;
     fclose(o->f);
@@ -353,7 +249,7 @@ static inline void sp_output_abort(sp_output *o)
 }
 
 /* Closes the temporary and renames it over the target, checked again just before. */
-static inline sp_status sp_output_commit(sp_output *o, const char *what)
+sp_status sp_output_commit(sp_output *o, const char *what)
 {
     int bad = ferror(o->f) != 0;
     bad |= fclose(o->f) != 0;
@@ -370,8 +266,3 @@ static inline sp_status sp_output_commit(sp_output *o, const char *what)
     return sp_set_error(SP_ERR_IO, "writing %s '%s' failed%s%s", what, o->target,
                         bad ? "" : ": ", bad ? "" : strerror(e));
 }
-
-#ifdef __cplusplus
-}
-#endif
-#endif
