@@ -80,7 +80,7 @@ static void **alloc_inputs(const sp_program *p, int m)
     int nin = sp_program_num_inputs(p);
     void **in = calloc((size_t)m * nin, sizeof *in);
     for (int i = 0; in && i < m * nin; i++)
-        if (!(in[i] = malloc(sp_program_buf_bytes(p, SP_SLAB_INPUT, i % nin) + 4))) return NULL;
+        if (!(in[i] = malloc(sp_program_buf_bytes(p, SP_BUF_INPUT, i % nin) + 4))) return NULL;
     return in;
 }
 
@@ -323,14 +323,14 @@ static void memory_parts(double (*part)[NPARTS], int na, int kind, const sp_plan
             for (int s = 0; s < S; s++) {
                 if (sch->stage_actor[s] != a) continue;
                 mine++;
-                q[PART_PARAMS] += 3 * BB(SP_SLAB_PARAMS, s) + BB(SP_SLAB_GRADS, s);
-                q[PART_ACTS] += inflight * (BB(SP_SLAB_ACT, s) + BB(SP_SLAB_BGRAD, s));
-                if (BB(SP_SLAB_SCRATCH, s) > q[PART_SCRATCH]) q[PART_SCRATCH] = BB(SP_SLAB_SCRATCH, s);
+                q[PART_PARAMS] += 3 * BB(SP_BUF_PARAMS, s) + BB(SP_BUF_GRADS, s);
+                q[PART_ACTS] += inflight * (BB(SP_BUF_ACT, s) + BB(SP_BUF_BGRAD, s));
+                if (BB(SP_BUF_SCRATCH, s) > q[PART_SCRATCH]) q[PART_SCRATCH] = BB(SP_BUF_SCRATCH, s);
             }
             for (int e = 0; kind == 0 && e < model->nedges; e++)
                 if (sch->stage_actor[model->edge[e].src_stage] == a ||
                     sch->stage_actor[model->edge[e].dst_stage] == a)
-                    q[PART_BOUNDARY] += nm * (BB(SP_SLAB_EDGE_FWD, e) + BB(SP_SLAB_EDGE_GRAD, e));
+                    q[PART_BOUNDARY] += nm * (BB(SP_BUF_EDGE_FWD, e) + BB(SP_BUF_EDGE_GRAD, e));
             /* per microbatch and stage: at least F and BW; at most four tasks, a few
              * transfers and frees */
             q[PART_TASKS] = BYTES_PER_INSTR * nm * mine * (kind == 0 ? 16 : 2);
@@ -344,8 +344,8 @@ static void memory_parts(double (*part)[NPARTS], int na, int kind, const sp_plan
             if (sum > 0)
                 for (int k = PART_PARAMS; k <= PART_BOUNDARY; k++) q[k] *= (double)pk->total / sum;
             for (int s = 0; s < S; s++) /* one worker: one task's scratch at a time */
-                if (sch->stage_actor[s] == a && BB(SP_SLAB_SCRATCH, s) > q[PART_SCRATCH])
-                    q[PART_SCRATCH] = BB(SP_SLAB_SCRATCH, s);
+                if (sch->stage_actor[s] == a && BB(SP_BUF_SCRATCH, s) > q[PART_SCRATCH])
+                    q[PART_SCRATCH] = BB(SP_BUF_SCRATCH, s);
             q[PART_TASKS] = BYTES_PER_INSTR * pl->ninstr[a];
         }
         if (!reference) q[PART_REF] = check ? ref : 0;
@@ -382,15 +382,15 @@ static int check_memory(const sp_app_model *m, const sp_app_opts *o, const sp_sc
     int S = sp_program_num_stages(p);
 #define BB(cls, i) ((double)sp_program_buf_bytes(p, cls, i))
     double inputs = 0, rpart[NPARTS] = { 0 }, ref = 0;
-    for (int k = 0; k < sp_program_num_inputs(p); k++) inputs += BB(SP_SLAB_INPUT, k);
+    for (int k = 0; k < sp_program_num_inputs(p); k++) inputs += BB(SP_BUF_INPUT, k);
     /* the reference holds every stage, one microbatch at a time */
     for (int s = 0; s < S; s++) {
-        rpart[PART_PARAMS] += 3 * BB(SP_SLAB_PARAMS, s) + BB(SP_SLAB_GRADS, s);
-        rpart[PART_ACTS] += BB(SP_SLAB_ACT, s) + BB(SP_SLAB_BGRAD, s);
-        rpart[PART_SCRATCH] += BB(SP_SLAB_SCRATCH, s);
+        rpart[PART_PARAMS] += 3 * BB(SP_BUF_PARAMS, s) + BB(SP_BUF_GRADS, s);
+        rpart[PART_ACTS] += BB(SP_BUF_ACT, s) + BB(SP_BUF_BGRAD, s);
+        rpart[PART_SCRATCH] += BB(SP_BUF_SCRATCH, s);
     }
     for (int e = 0; e < model->nedges; e++)
-        rpart[PART_BOUNDARY] += BB(SP_SLAB_EDGE_FWD, e) + BB(SP_SLAB_EDGE_GRAD, e);
+        rpart[PART_BOUNDARY] += BB(SP_BUF_EDGE_FWD, e) + BB(SP_BUF_EDGE_GRAD, e);
 #undef BB
     for (int k = 0; k < NPARTS; k++) ref += rpart[k];
     int na = reference ? 1 : P;
@@ -883,7 +883,7 @@ static void describe_plan(const sp_plan *pl, const sp_program *p)
     for (int s = 0; s < model->nstages; s++)
         printf("  stage %d: activations %zu bytes per microbatch, activation gradients kept "
                "for W %zu, task scratch %zu bytes\n", s, model->stage[s].act_bytes,
-               model->stage[s].bgrad_bytes, sp_program_buf_bytes(p, SP_SLAB_SCRATCH, s));
+               model->stage[s].bgrad_bytes, sp_program_buf_bytes(p, SP_BUF_SCRATCH, s));
     if (simulated) sp_sim_result_free(r);
     if (env.verbose >= 2) sp_plan_write(pl, stdout);
 }
@@ -910,7 +910,7 @@ static int describe_memory(sp_trainer *t, const sp_program *p, int R, int sharde
     double pred = 0;
     for (int s = 0; s < sp_program_num_stages(p); s++)
         if (sp_trainer_owns_stage(t, s))
-            pred += 2.0 * (double)sp_program_buf_bytes(p, SP_SLAB_PARAMS, s) / (sharded ? R : 1);
+            pred += 2.0 * (double)sp_program_buf_bytes(p, SP_BUF_PARAMS, s) / (sharded ? R : 1);
     sp_train_memory mem = sp_trainer_memory(t);
     v[3 * me] = pred, v[3 * me + 1] = (double)mem.optimizer, v[3 * me + 2] = (double)mem.persistent;
     int bad = sp_exec_allreduce_sum(v, 3 * (size_t)P, 1) != SP_OK;

@@ -1,5 +1,5 @@
-/* Synthetic stage models: a chain of identical stages, for studying schedules without a
- * real graph. */
+/* Synthetic stage models (a chain of identical stages, a GPT from its shape) for studying
+ * schedules without a real graph, and the names of the buffer classes. */
 #include "starpipe/stages.h"
 
 #include <stdlib.h>
@@ -70,4 +70,12 @@ sp_stage_model *sp_stage_model_gpt(const sp_gpt_shape *g, int nstages)
     }
     for (int e = 0; e < m->nedges; e++) m->edge[e].bytes = (size_t)(N * C * eb);
     return m;
+}
+
+const char *sp_buf_class_name(sp_buf_class c)
+{
+    static const char *const names[SP_NUM_BUF_CLASSES] = {
+        "PARAMS", "GRADS", "ACT", "BGRAD", "EDGE_FWD", "EDGE_GRAD", "INPUT", "LOSS", "SCRATCH",
+        "OPT", "SHARED_PARAM", "SHARED_GRAD" };
+    return (unsigned)c < SP_NUM_BUF_CLASSES ? names[c] : "?";
 }

@@ -32,14 +32,14 @@
  * A buffer the program needs larger after a change of precision (bf16's scratch) is
  * allocated again, zeroed (parameters and inputs keep their sizes). */
 typedef struct {
-    sp_slab_class cls[64];
+    sp_buf_class cls[64];
     int index[64];
     void *dev[64];
     size_t bytes[64];
     int n;
 } dbufs;
 
-static void *dbuf(dbufs *d, const sp_program *p, sp_slab_class cls, int index)
+static void *dbuf(dbufs *d, const sp_program *p, sp_buf_class cls, int index)
 {
     size_t bytes = sp_program_buf_bytes(p, cls, index);
     for (int j = 0; j < d->n; j++)
@@ -119,19 +119,19 @@ int main(int argc, char **argv)
     }
     dbufs d = { .n = 0 };
     /* parameters and tokens: real values, so no kernel sees garbage */
-    size_t pb = sp_program_buf_bytes(p, SP_SLAB_PARAMS, 0);
+    size_t pb = sp_program_buf_bytes(p, SP_BUF_PARAMS, 0);
     float *host = calloc(pb / 4 + 1, sizeof(float));
     for (int i = 0; i < sp_graph_num_params(g); i++) {
         sp_tensor t = sp_graph_param(g, i);
         sp_param_init_values(g, t, 1, host + sp_program_param_offset(p, 0, t));
     }
-    CK(cudaMemcpy(dbuf(&d, p, SP_SLAB_PARAMS, 0), host, pb, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dbuf(&d, p, SP_BUF_PARAMS, 0), host, pb, cudaMemcpyHostToDevice));
     free(host);
     for (int k = 0; k < sp_program_num_inputs(p); k++) {
-        size_t bytes = sp_program_buf_bytes(p, SP_SLAB_INPUT, k);
+        size_t bytes = sp_program_buf_bytes(p, SP_BUF_INPUT, k);
         int32_t *x = malloc(bytes);
         for (size_t j = 0; j < bytes / 4; j++) x[j] = (int32_t)(sp_mix64(j * 2 + (size_t)k) % 256);
-        CK(cudaMemcpy(dbuf(&d, p, SP_SLAB_INPUT, k), x, bytes, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dbuf(&d, p, SP_BUF_INPUT, k), x, bytes, cudaMemcpyHostToDevice));
         free(x);
     }
     printf("GPT stage: %d layers, %d channels, %d heads, context %d, batch %d "

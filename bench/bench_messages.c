@@ -62,7 +62,7 @@ static void mpi_pingpong(MPI_Comm comm, int me, float *buf, int floats, int n, d
  * (n - 1 of them: between consecutive tasks of its own), the others return 0. */
 static int runtime_pingpong(MPI_Comm comm, int me, sp_exec_buf *b, int n, double *out)
 {
-    sp_exec_mode rw = SP_EXEC_RW;
+    sp_access_mode rw = SP_ACCESS_RW;
     if (sp_exec_begin_step() != SP_OK) return -1;
     for (int i = 0; i < n; i++) {
         sp_exec_task t = { .name = "touch", .cpu = touch, .nbufs = 1, .bufs = &b,

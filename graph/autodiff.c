@@ -33,7 +33,7 @@ static int64_t rows_of(const sp_node *n) { return n->numel / n->shape[n->ndim - 
 
 /* The gradient operand of op t's input k: for a parameter, the accumulator of this use
  * (program_impl.h); for an activation, its gradient. */
-static sp_loc param_use_grad(sp_program *p, sp_kprog *kp, int s, int t, int k, sp_slab_mode mode)
+static sp_loc param_use_grad(sp_program *p, sp_kprog *kp, int s, int t, int k, sp_access_mode mode)
 {
     int x = p->g->node[t].in[k];
     if (p->g->node[x].op != SP_OP_PARAM) return sp_loc_grad(p, kp, s, x, mode);
@@ -69,8 +69,8 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
      * before any operand is resolved, so no gradient is marked as used here. */
     if (n->op == SP_OP_BIAS_ADD && k == 0 && p->grad_root[n->in[0]] == p->grad_root[t])
         return 0.0;
-    sp_loc dout = sp_loc_grad(p, kp, s, t, SP_SLAB_R);
-    sp_loc dx = param_use_grad(p, kp, s, t, k, acc ? SP_SLAB_RW : SP_SLAB_W);
+    sp_loc dout = sp_loc_grad(p, kp, s, t, SP_ACCESS_R);
+    sp_loc dx = param_use_grad(p, kp, s, t, k, acc ? SP_ACCESS_RW : SP_ACCESS_W);
     sp_kinstr *I;
     switch (n->op) {
     case SP_OP_MATMUL: {
@@ -106,7 +106,7 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
     case SP_OP_RELU:
         I = sp_prog_emit(kp, n->op == SP_OP_GELU ? SP_I_GELU_DX : SP_I_RELU_DX, t);
         I->o[0] = dx;
-        I->i[0] = sp_loc_value(p, kp, s, n->in[0], SP_SLAB_R);
+        I->i[0] = sp_loc_value(p, kp, s, n->in[0], SP_ACCESS_R);
         I->i[1] = dout;
         I->n[0] = n->numel;
         I->acc = acc;
@@ -115,15 +115,15 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
         if (k == 0) {
             I = sp_prog_emit(kp, SP_I_LN_DX, t);
             I->o[0] = dx;
-            I->i[3] = sp_loc_value(p, kp, s, n->in[1], SP_SLAB_R);
+            I->i[3] = sp_loc_value(p, kp, s, n->in[1], SP_ACCESS_R);
         } else {
             I = sp_prog_emit(kp, SP_I_LN_DP, t);
             I->o[0] = dx;
-            I->o[1] = param_use_grad(p, kp, s, t, 2, SP_SLAB_RW);
+            I->o[1] = param_use_grad(p, kp, s, t, 2, SP_ACCESS_RW);
         }
         I->i[0] = dout;
-        I->i[1] = sp_loc_value(p, kp, s, n->in[0], SP_SLAB_R);
-        I->i[2] = sp_loc_aux(p, kp, t, SP_SLAB_R);
+        I->i[1] = sp_loc_value(p, kp, s, n->in[0], SP_ACCESS_R);
+        I->i[2] = sp_loc_aux(p, kp, t, SP_ACCESS_R);
         I->n[0] = rows_of(n);
         I->n[1] = n->shape[n->ndim - 1];
         I->acc = acc;
@@ -131,9 +131,9 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
     case SP_OP_EMBED:
         I = sp_prog_emit(kp, SP_I_EMBED_DP, t);
         I->o[0] = dx;
-        I->o[1] = param_use_grad(p, kp, s, t, 2, SP_SLAB_RW);
+        I->o[1] = param_use_grad(p, kp, s, t, 2, SP_ACCESS_RW);
         I->i[0] = dout;
-        I->i[1] = sp_loc_value(p, kp, s, n->in[0], SP_SLAB_R);
+        I->i[1] = sp_loc_value(p, kp, s, n->in[0], SP_ACCESS_R);
         I->n[0] = n->shape[0];
         I->n[1] = n->shape[1];
         I->n[2] = n->shape[2];
@@ -144,9 +144,9 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
         I->o[0] = dx;
         I->o[1] = sp_loc_scratch(p, kp, s, sp_attention_scratch_need(p, n, 1));
         I->i[0] = dout;
-        I->i[1] = sp_loc_value(p, kp, s, n->in[0], SP_SLAB_R);
-        I->i[2] = sp_loc_aux(p, kp, t, SP_SLAB_R);
-        I->i[3] = sp_loc_value(p, kp, s, t, SP_SLAB_R); /* the output: D = dout . out */
+        I->i[1] = sp_loc_value(p, kp, s, n->in[0], SP_ACCESS_R);
+        I->i[2] = sp_loc_aux(p, kp, t, SP_ACCESS_R);
+        I->i[3] = sp_loc_value(p, kp, s, t, SP_ACCESS_R); /* the output: D = dout . out */
         I->n[0] = n->shape[0];
         I->n[1] = n->shape[1];
         I->n[2] = n->shape[2];
@@ -157,8 +157,8 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
     case SP_OP_CROSS_ENTROPY:
         I = sp_prog_emit(kp, SP_I_CE_DX, t);
         I->o[0] = dx;
-        I->i[0] = sp_loc_aux(p, kp, t, SP_SLAB_R);
-        I->i[1] = sp_loc_value(p, kp, s, n->in[1], SP_SLAB_R);
+        I->i[0] = sp_loc_aux(p, kp, t, SP_ACCESS_R);
+        I->i[1] = sp_loc_value(p, kp, s, n->in[1], SP_ACCESS_R);
         I->i[2] = dout;
         I->n[0] = rows_of(A);
         I->n[1] = A->shape[A->ndim - 1];
@@ -200,7 +200,7 @@ static void emit_gather(ctx *c, int t)
     int acc = 0;
     if (t == p->g->loss) {
         for (int v = 0; v < 2; v++) {
-            sp_loc o = sp_loc_grad(p, kps[v], c->s, t, SP_SLAB_W); /* before: mark_grad */
+            sp_loc o = sp_loc_grad(p, kps[v], c->s, t, SP_ACCESS_W); /* before: mark_grad */
             sp_prog_emit(kps[v], SP_I_SEED, t)->o[0] = o;
         }
         acc = 1;
@@ -212,9 +212,9 @@ static void emit_gather(ctx *c, int t)
         for (int j = 0; j < E->ntensors; j++) {
             if (E->tensor[j] != t) continue;
             for (int v = 0; v < 2; v++) {
-                int b = sp_prog_buf(kps[v], SP_SLAB_EDGE_GRAD, e, (size_t)E->floats * 4,
-                                    SP_SLAB_R);
-                sp_loc dst = sp_loc_grad(p, kps[v], c->s, t, acc ? SP_SLAB_RW : SP_SLAB_W);
+                int b = sp_prog_buf(kps[v], SP_BUF_EDGE_GRAD, e, (size_t)E->floats * 4,
+                                    SP_ACCESS_R);
+                sp_loc dst = sp_loc_grad(p, kps[v], c->s, t, acc ? SP_ACCESS_RW : SP_ACCESS_W);
                 kps[v]->flops += emit_scaled(kps[v], dst, (sp_loc){ b, E->off[j] },
                                              p->g->node[t].numel, 1.0f, acc, t);
             }
@@ -278,8 +278,8 @@ static sp_status emit_stage(sp_program *p, int s, uint8_t *needed, uint8_t *writ
             for (int v = 0; v < 2; v++) {
                 sp_kprog *kp = sp_prog_of(p, s, v ? SP_TASK_BW : SP_TASK_B);
                 sp_kinstr *I = sp_prog_emit(kp, SP_I_ZERO, t);
-                I->o[0] = (sp_loc){ sp_prog_buf(kp, SP_SLAB_EDGE_GRAD, e, (size_t)E->floats * 4,
-                                                SP_SLAB_W),
+                I->o[0] = (sp_loc){ sp_prog_buf(kp, SP_BUF_EDGE_GRAD, e, (size_t)E->floats * 4,
+                                                SP_ACCESS_W),
                                     E->off[j] };
                 I->n[0] = g->node[t].numel;
             }
@@ -299,7 +299,7 @@ sp_status sp_autodiff_emit(sp_program *p)
         for (int k = 0; k < SP_NUM_TASK_KINDS; k++) {
             sp_kprog *kp = sp_prog_of(p, s, k);
             for (int j = 0; j < kp->nbufs; j++)
-                if (kp->bufs[j].cls == SP_SLAB_SCRATCH)
+                if (kp->bufs[j].cls == SP_BUF_SCRATCH)
                     kp->bufs[j].bytes = (size_t)p->scratch_floats[s] * 4;
         }
     free(needed);

@@ -69,21 +69,21 @@ sp_reference *sp_reference_create(const sp_program *p, int microbatches,
     for (size_t a = 0; a < sizeof slabs / sizeof *slabs; a++)
         if (!(*slabs[a] = calloc((size_t)r->S, sizeof(float *)))) goto nomem;
     for (int s = 0; s < r->S; s++) {
-        size_t pb = sp_program_buf_bytes(p, SP_SLAB_PARAMS, s);
+        size_t pb = sp_program_buf_bytes(p, SP_BUF_PARAMS, s);
         if (!(r->params[s] = zalloc(pb)) ||
-            !(r->grads[s] = zalloc(sp_program_buf_bytes(p, SP_SLAB_GRADS, s))) ||
+            !(r->grads[s] = zalloc(sp_program_buf_bytes(p, SP_BUF_GRADS, s))) ||
             !(r->mom_m[s] = zalloc(pb)) || !(r->mom_v[s] = zalloc(pb)) ||
-            !(r->act[s] = zalloc(sp_program_buf_bytes(p, SP_SLAB_ACT, s))) ||
-            !(r->bgrad[s] = zalloc(sp_program_buf_bytes(p, SP_SLAB_BGRAD, s))) ||
-            !(r->scratch[s] = zalloc(sp_program_buf_bytes(p, SP_SLAB_SCRATCH, s))))
+            !(r->act[s] = zalloc(sp_program_buf_bytes(p, SP_BUF_ACT, s))) ||
+            !(r->bgrad[s] = zalloc(sp_program_buf_bytes(p, SP_BUF_BGRAD, s))) ||
+            !(r->scratch[s] = zalloc(sp_program_buf_bytes(p, SP_BUF_SCRATCH, s))))
             goto nomem;
     }
     r->efwd = calloc((size_t)(r->E ? r->E : 1), sizeof(float *));
     r->egrad = calloc((size_t)(r->E ? r->E : 1), sizeof(float *));
     if (!r->efwd || !r->egrad) goto nomem;
     for (int e = 0; e < r->E; e++)
-        if (!(r->efwd[e] = zalloc(sp_program_buf_bytes(p, SP_SLAB_EDGE_FWD, e))) ||
-            !(r->egrad[e] = zalloc(sp_program_buf_bytes(p, SP_SLAB_EDGE_GRAD, e))))
+        if (!(r->efwd[e] = zalloc(sp_program_buf_bytes(p, SP_BUF_EDGE_FWD, e))) ||
+            !(r->egrad[e] = zalloc(sp_program_buf_bytes(p, SP_BUF_EDGE_GRAD, e))))
             goto nomem;
     if (!(r->losses = zalloc((size_t)r->m * sizeof(float)))) goto nomem;
     for (int i = 0; i < sp_graph_num_params(p->g); i++) {
@@ -119,15 +119,15 @@ static sp_status run_to(sp_reference *r, int s, sp_task_kind kind, int i,
     for (int j = 0; j < nb; j++) {
         sp_slab_ref ref = sp_program_buf(p, s, kind, j);
         switch (ref.cls) {
-        case SP_SLAB_PARAMS: b[j] = r->params[ref.index]; break;
-        case SP_SLAB_GRADS: b[j] = r->grads[ref.index]; break;
-        case SP_SLAB_ACT: b[j] = r->act[ref.index]; break;
-        case SP_SLAB_BGRAD: b[j] = r->bgrad[ref.index]; break;
-        case SP_SLAB_SCRATCH: b[j] = r->scratch[ref.index]; break;
-        case SP_SLAB_EDGE_FWD: b[j] = r->efwd[ref.index]; break;
-        case SP_SLAB_EDGE_GRAD: b[j] = r->egrad[ref.index]; break;
-        case SP_SLAB_INPUT: b[j] = (void *)inputs[i * p->ninputs + ref.index]; break;
-        case SP_SLAB_LOSS: b[j] = loss; break;
+        case SP_BUF_PARAMS: b[j] = r->params[ref.index]; break;
+        case SP_BUF_GRADS: b[j] = r->grads[ref.index]; break;
+        case SP_BUF_ACT: b[j] = r->act[ref.index]; break;
+        case SP_BUF_BGRAD: b[j] = r->bgrad[ref.index]; break;
+        case SP_BUF_SCRATCH: b[j] = r->scratch[ref.index]; break;
+        case SP_BUF_EDGE_FWD: b[j] = r->efwd[ref.index]; break;
+        case SP_BUF_EDGE_GRAD: b[j] = r->egrad[ref.index]; break;
+        case SP_BUF_INPUT: b[j] = (void *)inputs[i * p->ninputs + ref.index]; break;
+        case SP_BUF_LOSS: b[j] = loss; break;
         default: b[j] = NULL;
         }
     }
@@ -154,7 +154,7 @@ sp_status sp_reference_set_replicas(sp_reference *r, int replicas)
         if (!(r->rgrads = calloc((size_t)r->S, sizeof(float *))))
             return sp_set_error(SP_ERR_NOMEM, "reference: out of memory");
         for (int s = 0; s < r->S; s++)
-            if (!(r->rgrads[s] = zalloc(sp_program_buf_bytes(r->p, SP_SLAB_GRADS, s))))
+            if (!(r->rgrads[s] = zalloc(sp_program_buf_bytes(r->p, SP_BUF_GRADS, s))))
                 return sp_set_error(SP_ERR_NOMEM, "reference: out of memory");
     }
     r->R = replicas;
@@ -168,7 +168,7 @@ static sp_status replica_grads(sp_reference *r, int first, const void *const *in
     const sp_program *p = r->p;
     sp_status st;
     for (int s = 0; s < r->S; s++)
-        memset(r->grads[s], 0, sp_program_buf_bytes(p, SP_SLAB_GRADS, s));
+        memset(r->grads[s], 0, sp_program_buf_bytes(p, SP_BUF_GRADS, s));
     for (int i = first; i < first + r->m; i++) {
         for (int s = 0; s < r->S; s++)
             if ((st = run(r, s, SP_TASK_F, i, inputs))) return st;
@@ -199,7 +199,7 @@ sp_status sp_reference_forward_backward(sp_reference *r, const void *const *inpu
         if (q > 0) r->rgrads = r->grads, r->grads = sum;
         if (st) return st;
         for (int s = 0; q > 0 && s < r->S; s++) {
-            int64_t nf = (int64_t)(sp_program_buf_bytes(p, SP_SLAB_PARAMS, s) / 4);
+            int64_t nf = (int64_t)(sp_program_buf_bytes(p, SP_BUF_PARAMS, s) / 4);
             for (int64_t j = 0; j < nf; j++) r->grads[s][j] += r->rgrads[s][j];
         }
     }
@@ -366,11 +366,11 @@ int sp_reference_last_skipped(const sp_reference *r) { return r ? r->skipped : 0
 double sp_reference_grad_norm(const sp_reference *r) { return r ? r->grad_norm : 0.0; }
 int sp_reference_steps_done(const sp_reference *r) { return r ? r->steps : 0; }
 
-float *sp_reference_slab(sp_reference *r, sp_slab_class cls, int stage)
+float *sp_reference_slab(sp_reference *r, sp_buf_class cls, int stage)
 {
     if (!r || stage < 0 || stage >= r->S) return NULL;
-    if (cls == SP_SLAB_PARAMS) return r->params[stage];
-    if (cls == SP_SLAB_GRADS) return r->grads[stage];
+    if (cls == SP_BUF_PARAMS) return r->params[stage];
+    if (cls == SP_BUF_GRADS) return r->grads[stage];
     return NULL;
 }
 

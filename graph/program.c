@@ -10,15 +10,6 @@
 
 #include "codelets/cpu/kernels.h"
 
-static const char *const buf_names[SP_NUM_SLAB_CLASSES] = {
-    "PARAMS", "GRADS", "ACT", "BGRAD", "EDGE_FWD", "EDGE_GRAD", "INPUT", "LOSS", "SCRATCH",
-};
-
-const char *sp_slab_class_name(sp_slab_class c)
-{
-    return (c >= 0 && c < SP_NUM_SLAB_CLASSES) ? buf_names[c] : "?";
-}
-
 static const char *kind_name(sp_task_kind k)
 {
     static const char *const names[] = { "F", "B", "W", "BW" };
@@ -46,7 +37,7 @@ static int64_t edge_offset(const sp_edge_layout *e, int t)
     return -1;
 }
 
-int sp_prog_buf(sp_kprog *kp, sp_slab_class cls, int index, size_t bytes, sp_slab_mode mode)
+int sp_prog_buf(sp_kprog *kp, sp_buf_class cls, int index, size_t bytes, sp_access_mode mode)
 {
     for (int j = 0; j < kp->nbufs; j++)
         if (kp->bufs[j].cls == cls && kp->bufs[j].index == index) {
@@ -87,28 +78,28 @@ sp_kinstr *sp_prog_emit(sp_kprog *kp, sp_icode code, int node)
     return in;
 }
 
-size_t sp_program_buf_bytes(const sp_program *p, sp_slab_class cls, int index)
+size_t sp_program_buf_bytes(const sp_program *p, sp_buf_class cls, int index)
 {
     if (!p) return 0;
     switch (cls) {
-    case SP_SLAB_PARAMS:
+    case SP_BUF_PARAMS:
         return (index >= 0 && index < p->nstages) ? (size_t)p->param_floats[index] * 4 : 0;
-    case SP_SLAB_GRADS:
+    case SP_BUF_GRADS:
         return (index >= 0 && index < p->nstages) ? (size_t)p->grad_floats[index] * 4 : 0;
-    case SP_SLAB_ACT:
+    case SP_BUF_ACT:
         return (index >= 0 && index < p->nstages)
                    ? (size_t)p->act_floats[index] * 4 + (size_t)p->act_half[index] * 2 : 0;
-    case SP_SLAB_BGRAD:
+    case SP_BUF_BGRAD:
         return (index >= 0 && index < p->nstages) ? (size_t)p->bgrad_floats[index] * 4 : 0;
-    case SP_SLAB_SCRATCH:
+    case SP_BUF_SCRATCH:
         return (index >= 0 && index < p->nstages) ? (size_t)p->scratch_floats[index] * 4 : 0;
-    case SP_SLAB_EDGE_FWD:
-    case SP_SLAB_EDGE_GRAD:
+    case SP_BUF_EDGE_FWD:
+    case SP_BUF_EDGE_GRAD:
         return (index >= 0 && index < p->nedges) ? (size_t)p->edge[index].floats * 4 : 0;
-    case SP_SLAB_INPUT:
+    case SP_BUF_INPUT:
         return (index >= 0 && index < p->ninputs)
                    ? (size_t)p->g->node[p->input[index]].numel * 4 : 0;
-    case SP_SLAB_LOSS:
+    case SP_BUF_LOSS:
         return 4;
     default:
         return 0;
@@ -116,8 +107,8 @@ size_t sp_program_buf_bytes(const sp_program *p, sp_slab_class cls, int index)
 }
 
 /* The operand at float offset `off` of slab (cls, idx), which joins kp's buffer list. */
-static sp_loc slab_at(sp_program *p, sp_kprog *kp, sp_slab_class cls, int idx,
-                      sp_slab_mode mode, int64_t off)
+static sp_loc slab_at(sp_program *p, sp_kprog *kp, sp_buf_class cls, int idx,
+                      sp_access_mode mode, int64_t off)
 {
     return (sp_loc){ sp_prog_buf(kp, cls, idx, sp_program_buf_bytes(p, cls, idx), mode), off };
 }
@@ -131,20 +122,20 @@ static sp_loc scratch_piece(sp_program *p, sp_kprog *kp, int s, int64_t off, int
 }
 
 /* Where tensor t is read or written in stage s: PARAMS, INPUT, its own ACT or an edge. */
-static sp_loc value_loc(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode)
+static sp_loc value_loc(sp_program *p, sp_kprog *kp, int s, int t, sp_access_mode mode)
 {
     const sp_node *n = &p->g->node[t];
-    if (n->op == SP_OP_PARAM) return slab_at(p, kp, SP_SLAB_PARAMS, s, mode, p->param_off[s][t]);
+    if (n->op == SP_OP_PARAM) return slab_at(p, kp, SP_BUF_PARAMS, s, mode, p->param_off[s][t]);
     if (n->op == SP_OP_INPUT) {
         int k = 0;
         while (p->input[k] != t) k++;
-        return slab_at(p, kp, SP_SLAB_INPUT, k, mode, 0);
+        return slab_at(p, kp, SP_BUF_INPUT, k, mode, 0);
     }
     if (n->stage == s && p->scr_off[t] >= 0)
         return scratch_piece(p, kp, s, p->scr_off[t], n->numel);
-    if (n->stage == s) return slab_at(p, kp, SP_SLAB_ACT, s, mode, p->act_off[t]);
+    if (n->stage == s) return slab_at(p, kp, SP_BUF_ACT, s, mode, p->act_off[t]);
     int e = sp_edge_index(p, n->stage, s);
-    return slab_at(p, kp, SP_SLAB_EDGE_FWD, e, mode, edge_offset(&p->edge[e], t));
+    return slab_at(p, kp, SP_BUF_EDGE_FWD, e, mode, edge_offset(&p->edge[e], t));
 }
 
 /* t's own ACT value, as opposed to a parameter, an input or an edge's copy */
@@ -160,9 +151,9 @@ static int is_backward(const sp_program *p, const sp_kprog *kp)
     return (kp - p->prog) % SP_NUM_TASK_KINDS != SP_TASK_F;
 }
 
-sp_loc sp_loc_value(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode)
+sp_loc sp_loc_value(sp_program *p, sp_kprog *kp, int s, int t, sp_access_mode mode)
 {
-    if ((mode & SP_SLAB_R) && in_own_act(p, s, t)) {
+    if ((mode & SP_ACCESS_R) && in_own_act(p, s, t)) {
         p->plain_read[t] = 1;
         if (is_backward(p, kp)) p->bwd_read[t] = 1;
     }
@@ -171,18 +162,18 @@ sp_loc sp_loc_value(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode
 
 void sp_set_operand(sp_program *p, sp_kprog *kp, int s, sp_kinstr *I, int k, int t)
 {
-    I->i[k] = value_loc(p, kp, s, t, SP_SLAB_R);
+    I->i[k] = value_loc(p, kp, s, t, SP_ACCESS_R);
     if (in_own_act(p, s, t) && is_backward(p, kp)) p->bwd_read[t] = 1;
     if (in_own_act(p, s, t) && p->act16[t]) I->half |= 1 << k;
 }
 
-sp_loc sp_loc_aux(sp_program *p, sp_kprog *kp, int t, sp_slab_mode mode)
+sp_loc sp_loc_aux(sp_program *p, sp_kprog *kp, int t, sp_access_mode mode)
 {
     int s = p->g->node[t].stage;
-    if ((mode & SP_SLAB_R) && is_backward(p, kp)) p->aux_bwd_read[t] = 1;
+    if ((mode & SP_ACCESS_R) && is_backward(p, kp)) p->aux_bwd_read[t] = 1;
     if (p->aux_scr_off[t] >= 0)
         return scratch_piece(p, kp, s, p->aux_scr_off[t], p->g->node[t].aux);
-    return slab_at(p, kp, SP_SLAB_ACT, s, mode, p->aux_off[t]);
+    return slab_at(p, kp, SP_BUF_ACT, s, mode, p->aux_off[t]);
 }
 
 /* Marks which of B and W touch t's gradient, and over which instructions: kp->nins, the
@@ -197,10 +188,10 @@ static void mark_grad(sp_program *p, const sp_kprog *kp, int t)
     if (kp->nins > p->grad_last[t]) p->grad_last[t] = kp->nins;
 }
 
-sp_loc sp_loc_grad(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode)
+sp_loc sp_loc_grad(sp_program *p, sp_kprog *kp, int s, int t, sp_access_mode mode)
 {
     const sp_node *n = &p->g->node[t];
-    if (n->op == SP_OP_PARAM) return slab_at(p, kp, SP_SLAB_GRADS, s, mode, p->param_off[s][t]);
+    if (n->op == SP_OP_PARAM) return slab_at(p, kp, SP_BUF_GRADS, s, mode, p->param_off[s][t]);
     if (n->stage == s) { /* an alias is marked and placed as its root (same stage, size) */
         t = p->grad_root[t];
         n = &p->g->node[t];
@@ -208,15 +199,15 @@ sp_loc sp_loc_grad(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode)
     }
     if (n->stage == s && p->gscr_off[t] >= 0)
         return scratch_piece(p, kp, s, p->gscr_off[t], n->numel);
-    if (n->stage == s) return slab_at(p, kp, SP_SLAB_BGRAD, s, mode, p->bgrad_off[t]);
+    if (n->stage == s) return slab_at(p, kp, SP_BUF_BGRAD, s, mode, p->bgrad_off[t]);
     int e = sp_edge_index(p, n->stage, s);
-    return slab_at(p, kp, SP_SLAB_EDGE_GRAD, e, mode, edge_offset(&p->edge[e], t));
+    return slab_at(p, kp, SP_BUF_EDGE_GRAD, e, mode, edge_offset(&p->edge[e], t));
 }
 
 sp_loc sp_loc_scratch(sp_program *p, sp_kprog *kp, int s, int64_t floats)
 {
     if (floats > p->scratch_floats[s]) p->scratch_floats[s] = floats;
-    return (sp_loc){ sp_prog_buf(kp, SP_SLAB_SCRATCH, s, 0, SP_SLAB_RW), 0 };
+    return (sp_loc){ sp_prog_buf(kp, SP_BUF_SCRATCH, s, 0, SP_ACCESS_RW), 0 };
 }
 
 static int64_t attention_need(sp_precision precision, const sp_node *n, int backward)
@@ -662,9 +653,9 @@ static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t, sp_loc 
         I->flag[1] = n->tb;
         return 2.0 * M * Nc * K;
     }
-    sp_loc x0 = n->nin > 0 ? sp_loc_value(p, kp, s, n->in[0], SP_SLAB_R) : (sp_loc){ 0, 0 };
-    sp_loc x1 = n->nin > 1 ? sp_loc_value(p, kp, s, n->in[1], SP_SLAB_R) : (sp_loc){ 0, 0 };
-    sp_loc x2 = n->nin > 2 ? sp_loc_value(p, kp, s, n->in[2], SP_SLAB_R) : (sp_loc){ 0, 0 };
+    sp_loc x0 = n->nin > 0 ? sp_loc_value(p, kp, s, n->in[0], SP_ACCESS_R) : (sp_loc){ 0, 0 };
+    sp_loc x1 = n->nin > 1 ? sp_loc_value(p, kp, s, n->in[1], SP_ACCESS_R) : (sp_loc){ 0, 0 };
+    sp_loc x2 = n->nin > 2 ? sp_loc_value(p, kp, s, n->in[2], SP_ACCESS_R) : (sp_loc){ 0, 0 };
     switch (n->op) {
     case SP_OP_BIAS_ADD:
         I = sp_prog_emit(kp, SP_I_BIAS_ADD, t);
@@ -699,7 +690,7 @@ static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t, sp_loc 
     case SP_OP_LAYERNORM:
         I = sp_prog_emit(kp, SP_I_LAYERNORM, t);
         I->o[0] = out;
-        I->o[1] = sp_loc_aux(p, kp, t, SP_SLAB_W);
+        I->o[1] = sp_loc_aux(p, kp, t, SP_ACCESS_W);
         I->i[0] = x0;
         I->i[1] = x1;
         I->i[2] = x2;
@@ -720,7 +711,7 @@ static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t, sp_loc 
     case SP_OP_ATTENTION:
         I = sp_prog_emit(kp, SP_I_ATTENTION, t);
         I->o[0] = out;
-        I->o[1] = sp_loc_aux(p, kp, t, SP_SLAB_W);
+        I->o[1] = sp_loc_aux(p, kp, t, SP_ACCESS_W);
         I->i[0] = x0;
         I->i[1] = sp_loc_scratch(p, kp, s, sp_attention_scratch_need(p, n, 0));
         I->n[0] = n->shape[0];
@@ -731,7 +722,7 @@ static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t, sp_loc 
     case SP_OP_CROSS_ENTROPY:
         I = sp_prog_emit(kp, SP_I_CE, t);
         I->o[0] = out;
-        I->o[1] = sp_loc_aux(p, kp, t, SP_SLAB_W);
+        I->o[1] = sp_loc_aux(p, kp, t, SP_ACCESS_W);
         I->i[0] = x0;
         I->i[1] = x1;
         /* the CUDA kernel's per-row losses (N doubles) and its bad-target count */
@@ -760,7 +751,7 @@ static void emit_forward(sp_program *p, int s)
         const sp_node *n = &g->node[t];
         if (n->stage != s || n->op == SP_OP_YIELD) continue;
         if (!p->act16[t]) {
-            kp->flops += emit_forward_op(p, kp, s, t, sp_loc_value(p, kp, s, t, SP_SLAB_W));
+            kp->flops += emit_forward_op(p, kp, s, t, sp_loc_value(p, kp, s, t, SP_ACCESS_W));
             continue;
         }
         /* a value stored as bf16: computed in fp32 into SCRATCH (layout_scratch), then
@@ -768,7 +759,7 @@ static void emit_forward(sp_program *p, int s)
         sp_loc tmp = scratch_piece(p, kp, s, p->tmp_off[t], n->numel);
         kp->flops += emit_forward_op(p, kp, s, t, tmp);
         sp_kinstr *I = sp_prog_emit(kp, SP_I_TO_BF16, t);
-        I->o[0] = slab_at(p, kp, SP_SLAB_ACT, s, SP_SLAB_W, p->act_off[t]);
+        I->o[0] = slab_at(p, kp, SP_BUF_ACT, s, SP_ACCESS_W, p->act_off[t]);
         I->i[0] = tmp;
         I->n[0] = n->numel;
     }
@@ -776,19 +767,19 @@ static void emit_forward(sp_program *p, int s)
     for (int e = 0; e < p->nedges; e++) {
         const sp_edge_layout *E = &p->edge[e];
         if (E->src != s) continue;
-        int b = sp_prog_buf(kp, SP_SLAB_EDGE_FWD, e, (size_t)E->floats * 4, SP_SLAB_W);
+        int b = sp_prog_buf(kp, SP_BUF_EDGE_FWD, e, (size_t)E->floats * 4, SP_ACCESS_W);
         for (int j = 0; j < E->ntensors; j++) {
             sp_kinstr *I = sp_prog_emit(kp, SP_I_SCALE, E->tensor[j]);
             I->o[0] = (sp_loc){ b, E->off[j] };
-            I->i[0] = sp_loc_value(p, kp, s, E->tensor[j], SP_SLAB_R);
+            I->i[0] = sp_loc_value(p, kp, s, E->tensor[j], SP_ACCESS_R);
             I->n[0] = g->node[E->tensor[j]].numel;
             I->f = 1.0f;
         }
     }
     if (g->node[g->loss].stage == s) {
         sp_kinstr *I = sp_prog_emit(kp, SP_I_SCALE, g->loss);
-        I->o[0] = (sp_loc){ sp_prog_buf(kp, SP_SLAB_LOSS, 0, 4, SP_SLAB_W), 0 };
-        I->i[0] = sp_loc_value(p, kp, s, g->loss, SP_SLAB_R);
+        I->o[0] = (sp_loc){ sp_prog_buf(kp, SP_BUF_LOSS, 0, 4, SP_ACCESS_W), 0 };
+        I->i[0] = sp_loc_value(p, kp, s, g->loss, SP_ACCESS_R);
         I->n[0] = 1;
         I->f = 1.0f;
     }
@@ -870,8 +861,8 @@ static sp_status relayout(sp_program *p)
     layout_act(p);
     st = emit_programs(p);
     for (int s = 0; st == SP_OK && s < p->nstages; s++) {
-        p->model.stage[s].act_bytes = sp_program_buf_bytes(p, SP_SLAB_ACT, s);
-        p->model.stage[s].bgrad_bytes = sp_program_buf_bytes(p, SP_SLAB_BGRAD, s);
+        p->model.stage[s].act_bytes = sp_program_buf_bytes(p, SP_BUF_ACT, s);
+        p->model.stage[s].bgrad_bytes = sp_program_buf_bytes(p, SP_BUF_BGRAD, s);
     }
     return st;
 }
@@ -888,7 +879,7 @@ static sp_status build_model(sp_program *p)
     for (int s = 0; s < p->nstages; s++) {
         sp_stage_info *st = &m->stage[s];
         for (int k = 0; k < SP_NUM_TASK_KINDS; k++) st->cost[k] = sp_prog_of(p, s, k)->flops;
-        st->act_bytes = sp_program_buf_bytes(p, SP_SLAB_ACT, s);
+        st->act_bytes = sp_program_buf_bytes(p, SP_BUF_ACT, s);
         st->bgrad_bytes = (size_t)p->bgrad_floats[s] * 4;
         st->param_bytes = (size_t)p->param_floats[s] * 4;
         st->opt_bytes = 2 * st->param_bytes;
@@ -1277,9 +1268,9 @@ void sp_program_print(const sp_program *p, void *stream)
             fprintf(f, "%s%d: %d ops, %.3g flops, buffers:", kind_name(k), s, kp->nins,
                     kp->flops);
             for (int j = 0; j < kp->nbufs; j++)
-                fprintf(f, " %s[%d]%s(%zu B)", sp_slab_class_name(kp->bufs[j].cls),
+                fprintf(f, " %s[%d]%s(%zu B)", sp_buf_class_name(kp->bufs[j].cls),
                         kp->bufs[j].index,
-                        kp->bufs[j].mode == SP_SLAB_R ? "r" : kp->bufs[j].mode == SP_SLAB_W ? "w"
+                        kp->bufs[j].mode == SP_ACCESS_R ? "r" : kp->bufs[j].mode == SP_ACCESS_W ? "w"
                                                                                           : "rw",
                         kp->bufs[j].bytes);
             fputc('\n', f);

@@ -115,15 +115,15 @@ struct sp_program {
 
 sp_kprog *sp_prog_of(const sp_program *p, int stage, sp_task_kind kind);
 /* The operand for tensor t as read in stage s (params, inputs, ACT or an incoming edge). */
-sp_loc sp_loc_value(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode);
+sp_loc sp_loc_value(sp_program *p, sp_kprog *kp, int s, int t, sp_access_mode mode);
 /* Input k of I: tensor t as a matrix product's operand, read in stage s. Where t is stored
  * as bf16, I reads that storage (I->half), which the product would have rounded to. */
 void sp_set_operand(sp_program *p, sp_kprog *kp, int s, sp_kinstr *I, int k, int t);
 /* The operand holding t's auxiliary floats (saved statistics), in ACT of its stage. */
-sp_loc sp_loc_aux(sp_program *p, sp_kprog *kp, int t, sp_slab_mode mode);
+sp_loc sp_loc_aux(sp_program *p, sp_kprog *kp, int t, sp_access_mode mode);
 /* The operand for t's gradient as produced in stage s. */
-sp_loc sp_loc_grad(sp_program *p, sp_kprog *kp, int s, int t, sp_slab_mode mode);
-int sp_prog_buf(sp_kprog *kp, sp_slab_class cls, int index, size_t bytes, sp_slab_mode mode);
+sp_loc sp_loc_grad(sp_program *p, sp_kprog *kp, int s, int t, sp_access_mode mode);
+int sp_prog_buf(sp_kprog *kp, sp_buf_class cls, int index, size_t bytes, sp_access_mode mode);
 sp_kinstr *sp_prog_emit(sp_kprog *kp, sp_icode code, int node);
 int sp_edge_index(const sp_program *p, int src, int dst);
 /* The stage's SCRATCH operand, grown to hold `floats`. Sized for the CPU and the CUDA

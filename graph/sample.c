@@ -87,7 +87,7 @@ sp_status sp_generate(sp_reference *r, const int32_t *prompt, int nprompt, int n
     if (!in || !ctx) st = sp_set_error(SP_ERR_NOMEM, "sp_generate: out of memory");
     for (int k = 0; st == SP_OK && k < nin; k++) {
         if (sp_program_input(p, k) == tok) k_tok = k;
-        if (!(in[k] = calloc(1, sp_program_buf_bytes(p, SP_SLAB_INPUT, k) + 4)))
+        if (!(in[k] = calloc(1, sp_program_buf_bytes(p, SP_BUF_INPUT, k) + 4)))
             st = sp_set_error(SP_ERR_NOMEM, "sp_generate: out of memory");
     }
     if (st == SP_OK) memcpy(ctx, prompt, (size_t)nprompt * sizeof *ctx);

@@ -7,7 +7,7 @@
 
 #include "runtime/train_impl.h"
 
-static size_t floats_of(const sp_trainer *t, sp_slab_class c, int idx)
+static size_t floats_of(const sp_trainer *t, sp_buf_class c, int idx)
 {
     size_t b = sp_program_buf_bytes(t->p, c, idx) / 4;
     return b ? b : 1; /* StarPU wants non-empty buffers */
@@ -130,13 +130,13 @@ void sp_tr_pool_free(sp_trainer *t)
     free(t->pool.slot), free(t->pool.buf);
 }
 
-sp_exec_buf **sp_tr_mb_slot(sp_trainer *t, sp_slab_class c, int idx, int mb)
+sp_exec_buf **sp_tr_mb_slot(sp_trainer *t, sp_buf_class c, int idx, int mb)
 {
     switch (c) {
-    case SP_SLAB_ACT: return &t->h_act[mb * t->S + idx];
-    case SP_SLAB_BGRAD: return &t->h_bgrad[mb * t->S + idx];
-    case SP_SLAB_EDGE_FWD: return &t->h_efwd[mb * t->E + idx];
-    case SP_SLAB_EDGE_GRAD: return &t->h_egrad[mb * t->E + idx];
+    case SP_BUF_ACT: return &t->h_act[mb * t->S + idx];
+    case SP_BUF_BGRAD: return &t->h_bgrad[mb * t->S + idx];
+    case SP_BUF_EDGE_FWD: return &t->h_efwd[mb * t->E + idx];
+    case SP_BUF_EDGE_GRAD: return &t->h_egrad[mb * t->E + idx];
     default: return NULL;
     }
 }
@@ -146,19 +146,19 @@ sp_exec_buf *sp_tr_pool_scratch(sp_trainer *t, sp_exec_buf **slot, size_t floats
     return pool_take(t, slot, floats ? floats : 1, 1);
 }
 
-sp_exec_buf *sp_tr_slab_buf(sp_trainer *t, sp_slab_class c, int idx, int mb)
+sp_exec_buf *sp_tr_slab_buf(sp_trainer *t, sp_buf_class c, int idx, int mb)
 {
     switch (c) {
-    case SP_SLAB_PARAMS: return t->h_params[idx];
-    case SP_SLAB_GRADS: return t->h_grads[idx];
-    case SP_SLAB_SCRATCH:
+    case SP_BUF_PARAMS: return t->h_params[idx];
+    case SP_BUF_GRADS: return t->h_grads[idx];
+    case SP_BUF_SCRATCH:
         return lazy_buf(t, &t->h_scratch[idx], floats_of(t, c, idx));
-    case SP_SLAB_ACT:
-    case SP_SLAB_BGRAD: return pool_take(t, sp_tr_mb_slot(t, c, idx, mb), floats_of(t, c, idx), 0);
-    case SP_SLAB_EDGE_FWD:
-    case SP_SLAB_EDGE_GRAD: return pool_take(t, sp_tr_mb_slot(t, c, idx, mb), floats_of(t, c, idx), 1);
-    case SP_SLAB_INPUT: return t->h_input[mb * t->nin + idx];
-    case SP_SLAB_LOSS: return lazy_buf(t, &t->h_loss[mb], 1);
+    case SP_BUF_ACT:
+    case SP_BUF_BGRAD: return pool_take(t, sp_tr_mb_slot(t, c, idx, mb), floats_of(t, c, idx), 0);
+    case SP_BUF_EDGE_FWD:
+    case SP_BUF_EDGE_GRAD: return pool_take(t, sp_tr_mb_slot(t, c, idx, mb), floats_of(t, c, idx), 1);
+    case SP_BUF_INPUT: return t->h_input[mb * t->nin + idx];
+    case SP_BUF_LOSS: return lazy_buf(t, &t->h_loss[mb], 1);
     default: return NULL;
     }
 }
@@ -168,10 +168,10 @@ void sp_tr_free_buf(sp_trainer *t, const sp_buf *b)
 {
     sp_exec_buf **slot = NULL;
     switch (b->cls) {
-    case SP_BUF_ACT: slot = sp_tr_mb_slot(t, SP_SLAB_ACT, b->idx, b->mb); break;
-    case SP_BUF_BGRAD: slot = sp_tr_mb_slot(t, SP_SLAB_BGRAD, b->idx, b->mb); break;
-    case SP_BUF_EDGE_FWD: slot = sp_tr_mb_slot(t, SP_SLAB_EDGE_FWD, b->idx, b->mb); break;
-    case SP_BUF_EDGE_GRAD: slot = sp_tr_mb_slot(t, SP_SLAB_EDGE_GRAD, b->idx, b->mb); break;
+    case SP_BUF_ACT: slot = sp_tr_mb_slot(t, SP_BUF_ACT, b->idx, b->mb); break;
+    case SP_BUF_BGRAD: slot = sp_tr_mb_slot(t, SP_BUF_BGRAD, b->idx, b->mb); break;
+    case SP_BUF_EDGE_FWD: slot = sp_tr_mb_slot(t, SP_BUF_EDGE_FWD, b->idx, b->mb); break;
+    case SP_BUF_EDGE_GRAD: slot = sp_tr_mb_slot(t, SP_BUF_EDGE_GRAD, b->idx, b->mb); break;
     default: return; /* persistent buffers and tied-weight transfers stay */
     }
     sp_tr_pool_give(t, slot);
@@ -195,8 +195,8 @@ int sp_tr_shared_owner(const sp_trainer *t, int k)
 sp_exec_buf *sp_tr_transfer_buf(sp_trainer *t, const sp_buf *b)
 {
     switch (b->cls) {
-    case SP_BUF_EDGE_FWD: return sp_tr_slab_buf(t, SP_SLAB_EDGE_FWD, b->idx, b->mb);
-    case SP_BUF_EDGE_GRAD: return sp_tr_slab_buf(t, SP_SLAB_EDGE_GRAD, b->idx, b->mb);
+    case SP_BUF_EDGE_FWD: return sp_tr_slab_buf(t, SP_BUF_EDGE_FWD, b->idx, b->mb);
+    case SP_BUF_EDGE_GRAD: return sp_tr_slab_buf(t, SP_BUF_EDGE_GRAD, b->idx, b->mb);
     case SP_BUF_SHARED_GRAD:
         return lazy_buf(t, &t->h_sgrad[b->idx * t->S + b->stage], (size_t)sp_tr_shared_numel(t, b->idx));
     case SP_BUF_SHARED_PARAM:

@@ -362,13 +362,13 @@ static struct starpu_codelet *codelet_for(const char *cls)
     return &codelets[i];
 }
 
-static enum starpu_data_access_mode starpu_mode(sp_exec_mode m)
+static enum starpu_data_access_mode starpu_mode(sp_access_mode m)
 {
     switch (m) {
-    case SP_EXEC_R: return STARPU_R;
-    case SP_EXEC_W: return STARPU_W;
-    case SP_EXEC_RW: return STARPU_RW;
-    case SP_EXEC_SCRATCH: return STARPU_SCRATCH;
+    case SP_ACCESS_R: return STARPU_R;
+    case SP_ACCESS_W: return STARPU_W;
+    case SP_ACCESS_RW: return STARPU_RW;
+    case SP_ACCESS_SCRATCH: return STARPU_SCRATCH;
     }
     return STARPU_NONE;
 }
@@ -534,7 +534,7 @@ sp_status sp_exec_submit(const sp_exec_task *t)
     /* the task's outputs' sends may be posted by it; not kept (out of memory), by none:
      * an earlier writer must not post data this task has yet to write */
     for (int i = 0; i < t->nbufs; i++)
-        if (t->modes[i] == SP_EXEC_W || t->modes[i] == SP_EXEC_RW) {
+        if (t->modes[i] == SP_ACCESS_W || t->modes[i] == SP_ACCESS_RW) {
             t->bufs[i]->writer = keep ? a : NULL;
             t->bufs[i]->writer_step = sp_exec_step_;
         }
@@ -663,15 +663,15 @@ sp_status sp_exec_buf_unregister(sp_exec_buf *b)
 
 size_t sp_exec_buf_count(const sp_exec_buf *b) { return b ? b->count : 0; }
 
-sp_status sp_exec_buf_acquire(sp_exec_buf *b, sp_exec_mode mode, void **ptr)
+sp_status sp_exec_buf_acquire(sp_exec_buf *b, sp_access_mode mode, void **ptr)
 {
-    if (!b || !ptr || (mode != SP_EXEC_R && mode != SP_EXEC_W && mode != SP_EXEC_RW))
+    if (!b || !ptr || (mode != SP_ACCESS_R && mode != SP_ACCESS_W && mode != SP_ACCESS_RW))
         return sp_set_error(SP_ERR_ARG, "sp_exec_buf_acquire: bad arguments");
     if (X.broken)
         return broken_error("sp_exec_buf_acquire");
     SP_STARPU_CHECK(starpu_data_acquire(b->handle, starpu_mode(mode)));
     *ptr = (void *)starpu_vector_get_local_ptr(b->handle);
-    if (mode != SP_EXEC_R)
+    if (mode != SP_ACCESS_R)
         b->writer = NULL; /* the caller writes it: a send of it waits for the release */
     return SP_OK;
 }

@@ -32,15 +32,15 @@ static float *host_slab(sp_trainer *t, int which, int stage)
                 : which == 2 ? t->mom_m[stage] : t->mom_v[stage];
     void *ptr;
     /* brings the data home; the host copy stays valid until tasks touch it again */
-    if (sp_exec_buf_acquire(h, SP_EXEC_R, &ptr) != SP_OK) return NULL;
+    if (sp_exec_buf_acquire(h, SP_ACCESS_R, &ptr) != SP_OK) return NULL;
     sp_exec_buf_release(h);
     return host;
 }
 
-const float *sp_trainer_slab(sp_trainer *t, sp_slab_class cls, int stage)
+const float *sp_trainer_slab(sp_trainer *t, sp_buf_class cls, int stage)
 {
-    return cls == SP_SLAB_PARAMS ? host_slab(t, 0, stage)
-         : cls == SP_SLAB_GRADS  ? host_slab(t, 1, stage) : NULL;
+    return cls == SP_BUF_PARAMS ? host_slab(t, 0, stage)
+         : cls == SP_BUF_GRADS  ? host_slab(t, 1, stage) : NULL;
 }
 
 const float *sp_trainer_moment(sp_trainer *t, int which, int stage)
@@ -98,7 +98,7 @@ sp_status sp_trainer_store(sp_trainer *t, sp_tensor param, int what, const float
         }
         sp_exec_buf *h = what == 0 ? t->h_params[s] : what == 2 ? t->h_m[s] : t->h_v[s];
         void *ptr;
-        sp_status st = sp_exec_buf_acquire(h, SP_EXEC_RW, &ptr);
+        sp_status st = sp_exec_buf_acquire(h, SP_ACCESS_RW, &ptr);
         if (st) return st;
         memcpy((float *)ptr + off, src, (size_t)n * sizeof(float));
         if ((st = sp_exec_buf_release(h))) return st;
@@ -186,14 +186,14 @@ double sp_trainer_compare(sp_trainer *t, sp_reference *r, double tol, char *wher
     if (where && len) where[0] = '\0';
     for (int s = 0; t && r && s < t->S; s++) {
         if (!owns(t, s)) continue;
-        size_t all = sp_program_buf_bytes(t->p, SP_SLAB_PARAMS, s) / 4;
+        size_t all = sp_program_buf_bytes(t->p, SP_BUF_PARAMS, s) / 4;
         int64_t lo, hi;
         sp_trainer_shard(t, s, &lo, &hi);
-        const float *mine[4] = { sp_trainer_slab(t, SP_SLAB_PARAMS, s),
-                                 sp_trainer_slab(t, SP_SLAB_GRADS, s),
+        const float *mine[4] = { sp_trainer_slab(t, SP_BUF_PARAMS, s),
+                                 sp_trainer_slab(t, SP_BUF_GRADS, s),
                                  sp_trainer_moment(t, 0, s), sp_trainer_moment(t, 1, s) };
-        const float *ref[4] = { sp_reference_slab(r, SP_SLAB_PARAMS, s),
-                                sp_reference_slab(r, SP_SLAB_GRADS, s),
+        const float *ref[4] = { sp_reference_slab(r, SP_BUF_PARAMS, s),
+                                sp_reference_slab(r, SP_BUF_GRADS, s),
                                 sp_reference_moment(r, 0, s), sp_reference_moment(r, 1, s) };
         for (int k = 0; k < 4; k++) {
             if (!mine[k] || !ref[k]) continue;

@@ -183,11 +183,11 @@ static sp_status reduce(sp_trainer *t, int s)
     sp_status st = SP_OK;
     if (n > 0) {
         sp_exec_buf *bufs[t->R];
-        sp_exec_mode modes[t->R];
+        sp_access_mode modes[t->R];
         bufs[0] = t->h_grads[s];
-        modes[0] = SP_EXEC_RW;
+        modes[0] = SP_ACCESS_RW;
         for (int c = 0, k = 1; c < t->R; c++)
-            if (c != own) bufs[k] = r->recv[c], modes[k++] = SP_EXEC_R;
+            if (c != own) bufs[k] = r->recv[c], modes[k++] = SP_ACCESS_R;
         sp_reduce_task_args a = { .dst_off = shard_lo(t, s, own), .n = n, .own = own };
         char name[32];
         snprintf(name, sizeof name, "reduce s%d", s);

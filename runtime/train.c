@@ -33,17 +33,17 @@ int sp_trainer_replica(const sp_trainer *t) { return t ? t->replica : 0; }
 void sp_trainer_shard(const sp_trainer *t, int stage, int64_t *lo, int64_t *hi)
 {
     *lo = 0;
-    *hi = (int64_t)(sp_program_buf_bytes(t->p, SP_SLAB_PARAMS, stage) / 4);
+    *hi = (int64_t)(sp_program_buf_bytes(t->p, SP_BUF_PARAMS, stage) / 4);
     if (t->rep && t->rep[stage].bounds) {
         *lo = t->rep[stage].bounds[t->replica];
         *hi = t->rep[stage].bounds[t->replica + 1];
     }
 }
 
-static sp_exec_mode exec_mode(sp_slab_class c, sp_slab_mode m)
+/* A program's scratch is the executor's per-task temporary. */
+static sp_access_mode exec_mode(sp_buf_class c, sp_access_mode m)
 {
-    if (c == SP_SLAB_SCRATCH) return SP_EXEC_SCRATCH;
-    return m == SP_SLAB_R ? SP_EXEC_R : m == SP_SLAB_W ? SP_EXEC_W : SP_EXEC_RW;
+    return c == SP_BUF_SCRATCH ? SP_ACCESS_SCRATCH : m;
 }
 
 /* Each stage program's key in StarPU's performance model, once: its stage and the bytes
@@ -62,7 +62,7 @@ static void stage_footprints(sp_trainer *t)
 }
 
 sp_status sp_tr_submit(sp_trainer *t, const char *name, sp_tr_fn fn, int nbufs,
-                       sp_exec_buf *const *bufs, const sp_exec_mode *modes, const void *args,
+                       sp_exec_buf *const *bufs, const sp_access_mode *modes, const void *args,
                        size_t args_size, task_id id)
 {
     if (t->pool.dry) return SP_OK; /* planning the pool: nothing runs */
@@ -96,9 +96,9 @@ sp_status sp_tr_submit_copy(sp_trainer *t, sp_exec_buf *dst, int64_t dst_off, sp
 {
     if (t->pool.dry) return SP_OK; /* dst may be a token */
     sp_exec_buf *bufs[2] = { dst, src };
-    sp_exec_mode modes[2] = { dst_off == 0 && (size_t)n == sp_exec_buf_count(dst) ? SP_EXEC_W
-                                                                                 : SP_EXEC_RW,
-                              SP_EXEC_R };
+    sp_access_mode modes[2] = { dst_off == 0 && (size_t)n == sp_exec_buf_count(dst) ? SP_ACCESS_W
+                                                                                 : SP_ACCESS_RW,
+                              SP_ACCESS_R };
     sp_copy_task_args a = { .dst_off = dst_off, .src_off = src_off, .n = n };
     return sp_tr_submit(t, name, SP_TR_FN(sp_copy_task), 2, bufs, modes, &a, sizeof a, id);
 }
@@ -108,21 +108,21 @@ sp_status sp_tr_submit_copy(sp_trainer *t, sp_exec_buf *dst, int64_t dst_off, sp
  * recomputation of F inside the backward: its boundary outputs go to scratch buffers (the
  * real ones were sent, and may serve another microbatch by now). */
 static sp_status submit_program(sp_trainer *t, int s, sp_task_kind kind, int mb, int act_mb,
-                                int redo, int instr, sp_exec_buf **bufs, sp_exec_mode *modes)
+                                int redo, int instr, sp_exec_buf **bufs, sp_access_mode *modes)
 {
     int nb = sp_program_num_bufs(t->p, s, kind), nscratch = 0;
     sp_exec_buf *scratch[8] = { NULL };
     sp_status st = SP_OK;
     for (int j = 0; st == SP_OK && j < nb; j++) {
         sp_slab_ref r = sp_program_buf(t->p, s, kind, j);
-        if (redo && r.cls == SP_SLAB_EDGE_FWD && r.mode != SP_SLAB_R && nscratch < 8)
+        if (redo && r.cls == SP_BUF_EDGE_FWD && r.mode != SP_ACCESS_R && nscratch < 8)
             bufs[j] = sp_tr_pool_scratch(t, &scratch[nscratch++],
                                          sp_program_buf_bytes(t->p, r.cls, r.index) / 4);
         else
-            bufs[j] = sp_tr_slab_buf(t, r.cls, r.index, r.cls == SP_SLAB_ACT ? act_mb : mb);
+            bufs[j] = sp_tr_slab_buf(t, r.cls, r.index, r.cls == SP_BUF_ACT ? act_mb : mb);
         modes[j] = exec_mode(r.cls, r.mode);
         if (!bufs[j]) st = sp_set_error(SP_ERR_RUNTIME, "trainer: no buffer %s[%d] for %s mb%d "
-                                        "s%d: %s", sp_slab_class_name(r.cls), r.index,
+                                        "s%d: %s", sp_buf_class_name(r.cls), r.index,
                                         sp_task_kind_name(kind), mb, s, sp_last_error());
     }
     if (st == SP_OK) {
@@ -148,9 +148,9 @@ static sp_status do_run(sp_trainer *t, const sp_task *task, int instr)
     int nb = sp_program_num_bufs(t->p, s, kind), nf = sp_program_num_bufs(t->p, s, SP_TASK_F);
     if (nf > nb) nb = nf;
     sp_exec_buf *stack_bufs[32];
-    sp_exec_mode stack_modes[32];
+    sp_access_mode stack_modes[32];
     sp_exec_buf **bufs = nb <= 32 ? stack_bufs : malloc((size_t)nb * sizeof *bufs);
-    sp_exec_mode *modes = nb <= 32 ? stack_modes : malloc((size_t)nb * sizeof *modes);
+    sp_access_mode *modes = nb <= 32 ? stack_modes : malloc((size_t)nb * sizeof *modes);
     sp_status st = SP_OK;
     if (!bufs || !modes) st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
     /* activation recomputation (sp_program_set_recompute): F again, into the backward's
@@ -163,13 +163,13 @@ static sp_status do_run(sp_trainer *t, const sp_task *task, int instr)
         st = submit_program(t, s, kind, mb, act_mb, 0, instr, bufs, modes);
         /* BW's activation gradients live and die inside the task (the plan does not
          * track them): the buffer can serve the next user at once */
-        if (kind == SP_TASK_BW) sp_tr_pool_give(t, sp_tr_mb_slot(t, SP_SLAB_BGRAD, s, mb));
+        if (kind == SP_TASK_BW) sp_tr_pool_give(t, sp_tr_mb_slot(t, SP_BUF_BGRAD, s, mb));
         /* after the stage's last weight gradient: repeated uses of a parameter in the
          * stage are added into its first accumulator (program.h) */
         if (st == SP_OK && (kind == SP_TASK_W || kind == SP_TASK_BW) && mb == t->m - 1 &&
             sp_program_local_adds(t->p, s, NULL) > 0) {
             sp_exec_buf *g = t->h_grads[s];
-            sp_exec_mode rw = SP_EXEC_RW;
+            sp_access_mode rw = SP_ACCESS_RW;
             sp_local_add_task_args la = { .prog = t->p, .stage = s };
             st = sp_tr_submit(t, "local add", SP_TR_FN(sp_local_add_task), 1, &g, &rw, &la,
                               sizeof la, (task_id){ -1, -1, s, -1 });
@@ -231,10 +231,10 @@ static sp_status do_combine(sp_trainer *t, int k, int instr)
     const sp_stage_shared *sh = &sp_program_stage_model(t->p)->shared[k];
     int o = sh->stages[0];
     sp_exec_buf *bufs[SP_COMBINE_MAX];
-    sp_exec_mode modes[SP_COMBINE_MAX];
+    sp_access_mode modes[SP_COMBINE_MAX];
     sp_combine_task_args a = { .dst_off = sp_tr_shared_off(t, k, o), .n = sp_tr_shared_numel(t, k) };
     bufs[0] = t->h_grads[o];
-    modes[0] = SP_EXEC_RW;
+    modes[0] = SP_ACCESS_RW;
     int nb = 1;
     for (int q = 1; q < sh->nstages; q++) {
         int s = sh->stages[q];
@@ -246,7 +246,7 @@ static sp_status do_combine(sp_trainer *t, int k, int instr)
                                                   .mb = -1, .stage = s });
             a.src_off[nb] = 0;
         }
-        modes[nb++] = SP_EXEC_R;
+        modes[nb++] = SP_ACCESS_R;
     }
     return sp_tr_submit(t, "combine", SP_TR_FN(sp_combine_task), nb, bufs, modes, &a, sizeof a,
                   (task_id){ -1, -1, o, instr });
@@ -256,7 +256,7 @@ sp_status sp_tr_submit_nccl(sp_trainer *t, const char *name, const sp_tr_xfer *x
                             task_id id)
 {
     sp_exec_buf **bufs = malloc((size_t)(n + 1) * sizeof *bufs);
-    sp_exec_mode *modes = malloc((size_t)(n + 1) * sizeof *modes);
+    sp_access_mode *modes = malloc((size_t)(n + 1) * sizeof *modes);
     sp_comm_nccl_group_args *a = calloc(1, SP_COMM_NCCL_GROUP_ARGS_SIZE(n));
     sp_status st = SP_OK;
     int nb = 0;
@@ -264,7 +264,7 @@ sp_status sp_tr_submit_nccl(sp_trainer *t, const char *name, const sp_tr_xfer *x
     for (int k = 0; k < n && st == SP_OK; k++) {
         int b = 0; /* each buffer once in the task: a send may go to several peers */
         while (b < nb && bufs[b] != x[k].buf) b++;
-        sp_exec_mode m = x[k].is_send ? SP_EXEC_R : SP_EXEC_W;
+        sp_access_mode m = x[k].is_send ? SP_ACCESS_R : SP_ACCESS_W;
         if (!x[k].buf)
             st = sp_set_error(SP_ERR_RUNTIME, "trainer: no buffer for NCCL");
         else if (b < nb && modes[b] != m)
@@ -311,7 +311,7 @@ static int is_update_phase(const sp_instr *in)
 static sp_status do_optimizer(sp_trainer *t, int s, float scale)
 {
     sp_exec_buf *bufs[4] = { t->h_params[s], t->h_grads[s], t->h_m[s], t->h_v[s] };
-    sp_exec_mode modes[4] = { SP_EXEC_RW, SP_EXEC_R, SP_EXEC_RW, SP_EXEC_RW };
+    sp_access_mode modes[4] = { SP_ACCESS_RW, SP_ACCESS_R, SP_ACCESS_RW, SP_ACCESS_RW };
     sp_optim_task_args a = { .prog = t->p, .stage = s, .opt = t->o.opt, .grad_scale = scale,
                              .t = t->steps + 1, .shard = t->o.shard_optimizer };
     if (a.shard) sp_trainer_shard(t, s, &a.lo, &a.hi);
@@ -430,7 +430,7 @@ static sp_status stage_sumsq(sp_trainer *t, double *v)
     /* the terms were computed where the gradients are (sp_sumsq_task): only np doubles
      * per stage come to the host; owned stages' terms are disjoint, the others zeros */
     for (int s = 0; s < t->S && st == SP_OK; s++)
-        if (owns(t, s) && !(st = sp_exec_buf_acquire(t->h_sumsq[s], SP_EXEC_R, &ptr))) {
+        if (owns(t, s) && !(st = sp_exec_buf_acquire(t->h_sumsq[s], SP_ACCESS_R, &ptr))) {
             for (int i = 0; i < np; i++) each[i] += ((const double *)ptr)[i];
             t->host_bytes += (size_t)np * sizeof(double);
             st = sp_exec_buf_release(t->h_sumsq[s]);
@@ -453,7 +453,7 @@ static sp_status step_loss(sp_trainer *t, float *loss)
     void *ptr;
     if (owns(t, t->S - 1))
         for (int i = 0; i < t->m && st == SP_OK; i++)
-            if (!(st = sp_exec_buf_acquire(t->h_loss[i], SP_EXEC_R, &ptr))) {
+            if (!(st = sp_exec_buf_acquire(t->h_loss[i], SP_ACCESS_R, &ptr))) {
                 each[t->replica * t->m + i] = *(float *)ptr;
                 t->host_bytes += sizeof(float);
                 st = sp_exec_buf_release(t->h_loss[i]);
@@ -480,7 +480,7 @@ static sp_status walk_pipeline(sp_trainer *t)
     for (int s = 0; t->rep && s < t->S; s++) t->rep[s].pending = 0;
     /* the gradient accumulators to zero where they live (a GPU's, without a round trip) */
     for (int s = 0; s < t->S && st == SP_OK; s++) {
-        sp_exec_mode w = SP_EXEC_W;
+        sp_access_mode w = SP_ACCESS_W;
         if (owns(t, s))
             st = sp_tr_submit(t, "zero grads", SP_TR_FN(sp_zero_task), 1, &t->h_grads[s], &w,
                               NULL, 0, SP_TR_HELPER);
@@ -510,7 +510,7 @@ static sp_status walk_pipeline(sp_trainer *t)
     for (int s = 0; s < t->S && st == SP_OK; s++) {
         if (!owns(t, s)) continue;
         sp_exec_buf *bufs[2] = { t->h_grads[s], t->h_sumsq[s] };
-        sp_exec_mode modes[2] = { SP_EXEC_R, SP_EXEC_W };
+        sp_access_mode modes[2] = { SP_ACCESS_R, SP_ACCESS_W };
         sp_sumsq_task_args a = { .prog = t->p, .stage = s };
         sp_trainer_shard(t, s, &a.lo, &a.hi);
         st = sp_tr_submit(t, "grad sumsq", SP_TR_FN(sp_sumsq_task), 2, bufs, modes, &a, sizeof a,
@@ -539,8 +539,8 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
     /* this replica's inputs in (the only large host writes of a step) */
     const void *const *mine = inputs + (size_t)t->replica * t->m * t->nin;
     for (int i = 0; i < t->m * t->nin && st == SP_OK; i++)
-        if (!(st = sp_exec_buf_acquire(t->h_input[i], SP_EXEC_W, &ptr))) {
-            size_t bytes = sp_program_buf_bytes(t->p, SP_SLAB_INPUT, i % t->nin);
+        if (!(st = sp_exec_buf_acquire(t->h_input[i], SP_ACCESS_W, &ptr))) {
+            size_t bytes = sp_program_buf_bytes(t->p, SP_BUF_INPUT, i % t->nin);
             memcpy(ptr, mine[i], bytes);
             t->host_bytes += bytes;
             st = sp_exec_buf_release(t->h_input[i]);
@@ -630,7 +630,7 @@ static sp_status eval_loss(sp_trainer *t, float *loss)
     void *ptr;
     if (owns(t, t->S - 1))
         for (int i = 0; i < km && st == SP_OK; i++)
-            if (!(st = sp_exec_buf_acquire(t->h_loss[i], SP_EXEC_R, &ptr))) {
+            if (!(st = sp_exec_buf_acquire(t->h_loss[i], SP_ACCESS_R, &ptr))) {
                 each[t->replica * km + i] = *(float *)ptr;
                 st = sp_exec_buf_release(t->h_loss[i]);
             }
@@ -688,8 +688,8 @@ sp_status sp_trainer_eval(sp_trainer *t, const void *const *inputs, float *loss)
     void *ptr;
     const void *const *mine = inputs + (size_t)t->replica * km * t->nin;
     for (int i = 0; i < km * t->nin && st == SP_OK; i++)
-        if (!(st = sp_exec_buf_acquire(t->h_input[i], SP_EXEC_W, &ptr))) {
-            memcpy(ptr, mine[i], sp_program_buf_bytes(t->p, SP_SLAB_INPUT, i % t->nin));
+        if (!(st = sp_exec_buf_acquire(t->h_input[i], SP_ACCESS_W, &ptr))) {
+            memcpy(ptr, mine[i], sp_program_buf_bytes(t->p, SP_BUF_INPUT, i % t->nin));
             st = sp_exec_buf_release(t->h_input[i]);
         }
     if (st) return st;
@@ -738,7 +738,7 @@ static sp_status find_grads_last(sp_trainer *t)
             sp_task_kind kind = (sp_task_kind)in->task.kind;
             for (int j = 0; j < sp_program_num_bufs(t->p, s, kind); j++) {
                 sp_slab_ref r = sp_program_buf(t->p, s, kind, j);
-                if (r.cls == SP_SLAB_GRADS && r.mode != SP_SLAB_R) t->grads_last[r.index] = i;
+                if (r.cls == SP_BUF_GRADS && r.mode != SP_ACCESS_R) t->grads_last[r.index] = i;
             }
         } else if (in->op == SP_OP_COMBINE) { /* writes the owner's, reads local others' */
             const sp_stage_shared *sh = &model->shared[in->buf.idx];
@@ -876,13 +876,13 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
     if ((st = sp_tr_replicas_create(t)) || (st = find_grads_last(t))) goto out;
     for (int s = 0; s < t->S; s++) {
         if (!owns(t, s)) continue;
-        size_t pb = sp_program_buf_bytes(p, SP_SLAB_PARAMS, s);
+        size_t pb = sp_program_buf_bytes(p, SP_BUF_PARAMS, s);
         int64_t lo, hi; /* the moments of this rank's shard (sharded), else of all */
         sp_trainer_shard(t, s, &lo, &hi);
         size_t mb = opts->shard_optimizer ? 4 * (size_t)(hi - lo) : pb;
         if ((st = sp_tr_register_host(t, &t->h_params[s], &t->params[s], pb)) ||
             (st = sp_tr_register_host(t, &t->h_grads[s], &t->grads[s],
-                                sp_program_buf_bytes(p, SP_SLAB_GRADS, s))) ||
+                                sp_program_buf_bytes(p, SP_BUF_GRADS, s))) ||
             (st = sp_tr_register_host(t, &t->h_m[s], &t->mom_m[s], mb)) ||
             (st = sp_tr_register_host(t, &t->h_v[s], &t->mom_v[s], mb)))
             goto out;
@@ -901,7 +901,7 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
     }
     for (int i = 0; i < t->mcap * t->nin; i++)
         if ((st = sp_tr_register_host(t, &t->h_input[i], (float **)&t->input_host[i],
-                                sp_program_buf_bytes(p, SP_SLAB_INPUT, i % t->nin))))
+                                sp_program_buf_bytes(p, SP_BUF_INPUT, i % t->nin))))
             goto out;
     /* the per-microbatch buffers' pool, from a dry walk of a step (and an evaluation) */
     st = sp_tr_pool_plan(t, pool_walk, t->eval_plan ? 2 : 1);

@@ -123,7 +123,7 @@ typedef struct {
 #endif
 /* Submits a task as the next of this rank's order (id: what the trace calls it). */
 sp_status sp_tr_submit(sp_trainer *t, const char *name, sp_tr_fn fn, int nbufs,
-                       sp_exec_buf *const *bufs, const sp_exec_mode *modes, const void *args,
+                       sp_exec_buf *const *bufs, const sp_access_mode *modes, const void *args,
                        size_t args_size, task_id id);
 /* dst[dst_off..+n) = src[src_off..+n) as a task. */
 sp_status sp_tr_submit_copy(sp_trainer *t, sp_exec_buf *dst, int64_t dst_off, sp_exec_buf *src,
@@ -159,9 +159,9 @@ sp_status sp_tr_gather_params(sp_trainer *t, int s);
 /* ---- buffers.c ---- */
 /* The executor buffer of slab (class, index) for microbatch mb: persistent slabs, and
  * per-microbatch buffers taken from the pool on first use in a step. NULL on failure. */
-sp_exec_buf *sp_tr_slab_buf(sp_trainer *t, sp_slab_class c, int idx, int mb);
+sp_exec_buf *sp_tr_slab_buf(sp_trainer *t, sp_buf_class c, int idx, int mb);
 /* The slot of a per-microbatch buffer (ACT, BGRAD, EDGE_FWD, EDGE_GRAD). */
-sp_exec_buf **sp_tr_mb_slot(sp_trainer *t, sp_slab_class c, int idx, int mb);
+sp_exec_buf **sp_tr_mb_slot(sp_trainer *t, sp_buf_class c, int idx, int mb);
 /* A pool buffer of floats for *slot, to give back with sp_tr_pool_give once submitted
  * (a recomputed forward's boundary outputs). */
 sp_exec_buf *sp_tr_pool_scratch(sp_trainer *t, sp_exec_buf **slot, size_t floats);

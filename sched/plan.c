@@ -100,7 +100,7 @@ size_t sp_buf_bytes(const sp_stage_model *model, sp_buf b)
     case SP_BUF_ACT: return model->stage[b.idx].act_bytes;
     case SP_BUF_BGRAD: return model->stage[b.idx].bgrad_bytes;
     case SP_BUF_EDGE_FWD: case SP_BUF_EDGE_GRAD: return model->edge[b.idx].bytes;
-    case SP_BUF_PARAM: case SP_BUF_GRAD: return model->stage[b.idx].param_bytes;
+    case SP_BUF_PARAMS: case SP_BUF_GRADS: return model->stage[b.idx].param_bytes;
     case SP_BUF_OPT: return model->stage[b.idx].opt_bytes;
     case SP_BUF_SHARED_PARAM: case SP_BUF_SHARED_GRAD: return model->shared[b.idx].bytes;
     default: return 0;
@@ -327,8 +327,8 @@ static int accesses(const ctx *c, const sp_instr *in, sp_access *out)
     }
     case SP_OP_OPTIMIZER: {
         int s = in->stage;
-        ACC(SP_BUF_PARAM, s, -1, -1, SP_ACCESS_RW);
-        ACC(SP_BUF_GRAD, s, -1, -1, SP_ACCESS_RW);
+        ACC(SP_BUF_PARAMS, s, -1, -1, SP_ACCESS_RW);
+        ACC(SP_BUF_GRADS, s, -1, -1, SP_ACCESS_RW);
         ACC(SP_BUF_OPT, s, -1, -1, SP_ACCESS_RW);
         for (int j = c->sh_off[s]; j < c->sh_off[s + 1]; j++) {
             int k = c->sh_k[j];
@@ -359,7 +359,7 @@ static int accesses(const ctx *c, const sp_instr *in, sp_access *out)
             if (model->edge[g->out_e[j]].needs_grad)
                 ACC(SP_BUF_EDGE_GRAD, g->out_e[j], i, -1, SP_ACCESS_R);
     if (isf || isb) {
-        ACC(SP_BUF_PARAM, s, -1, -1, SP_ACCESS_R);
+        ACC(SP_BUF_PARAMS, s, -1, -1, SP_ACCESS_R);
         for (int j = c->sh_off[s]; j < c->sh_off[s + 1]; j++)
             ACC(SP_BUF_SHARED_PARAM, c->sh_k[j], -1, -1, SP_ACCESS_R);
     }
@@ -376,7 +376,7 @@ static int accesses(const ctx *c, const sp_instr *in, sp_access *out)
             if (model->edge[g->in_e[j]].needs_grad)
                 ACC(SP_BUF_EDGE_GRAD, g->in_e[j], i, -1, SP_ACCESS_W);
     if (isw) {
-        ACC(SP_BUF_GRAD, s, -1, -1, SP_ACCESS_RW);
+        ACC(SP_BUF_GRADS, s, -1, -1, SP_ACCESS_RW);
         for (int j = c->sh_off[s]; j < c->sh_off[s + 1]; j++) {
             int k = c->sh_k[j];
             if (c->deferred[k]) ACC(SP_BUF_SHARED_GRAD, k, -1, s, SP_ACCESS_RW);
@@ -499,10 +499,10 @@ static sp_status finish_plan(ctx *c, sp_plan *plan, sp_access *acc)
         int fwd = c->g.fwd;
         for (int s = 0; s < c->S; s++) {
             if (actor_of(c, s) != a) continue;
-            sp_mem_add(&pk, cur, &acts, mkbuf(SP_BUF_PARAM, s, -1, -1),
+            sp_mem_add(&pk, cur, &acts, mkbuf(SP_BUF_PARAMS, s, -1, -1),
                        model->stage[s].param_bytes, 1);
             if (fwd) continue;
-            sp_mem_add(&pk, cur, &acts, mkbuf(SP_BUF_GRAD, s, -1, -1),
+            sp_mem_add(&pk, cur, &acts, mkbuf(SP_BUF_GRADS, s, -1, -1),
                        model->stage[s].param_bytes, 1);
             sp_mem_add(&pk, cur, &acts, mkbuf(SP_BUF_OPT, s, -1, -1), model->stage[s].opt_bytes,
                        1);

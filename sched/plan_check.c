@@ -11,13 +11,6 @@ const char *sp_op_name(sp_op op)
     return (unsigned)op < SP_NUM_OPS ? n[op] : "?";
 }
 
-const char *sp_buf_class_name(sp_buf_class c)
-{
-    static const char *n[] = { "ACT", "BGRAD", "EDGE_FWD", "EDGE_GRAD", "PARAM", "GRAD", "OPT",
-                               "SHARED_PARAM", "SHARED_GRAD", "LOSS" };
-    return (unsigned)c < SP_NUM_BUF_CLASSES ? n[c] : "?";
-}
-
 char *sp_buf_format(sp_buf b, char *buf, size_t n)
 {
     const char *name = sp_buf_class_name((sp_buf_class)b.cls);

@@ -59,17 +59,18 @@ int sp_tgraph_succs(const sp_tgraph *g, int slot, int *out);
  * message naming one concrete cycle (copied to cycle[] when given). */
 sp_status sp_tgraph_acyclic(const sp_tgraph *g, sp_task *cycle, int cap, int *cycle_len);
 
-/* Packs a buffer name into one integer: class 4 bits, idx 20, mb+1 20, stage+1 20. */
+/* Packs a buffer name into one integer: class+1 4 bits, idx 20, mb+1 20, stage+1 20. */
 static inline uint64_t sp_buf_key(sp_buf b)
 {
-    return ((uint64_t)b.cls << 60) | ((uint64_t)(unsigned)b.idx << 40)
+    return ((uint64_t)(b.cls + 1) << 60) | ((uint64_t)(unsigned)b.idx << 40)
          | ((uint64_t)(unsigned)(b.mb + 1) << 20) | (uint64_t)(unsigned)(b.stage + 1);
 }
+_Static_assert(SP_NUM_BUF_CLASSES < 15, "sp_buf_key keeps the class in 4 bits");
 #define SP_MAX_INDEX ((1 << 20) - 2)
 
 /* Open-addressing set of buffer keys (with one value each), for live-buffer tracking. */
 typedef struct {
-    uint64_t *key; /* 0 = empty slot (no real key is 0: stage+1 or mb+1 or cls is set) */
+    uint64_t *key; /* 0 = empty slot (no real key is 0: class+1 is set) */
     int64_t *val;
     size_t cap, n;
 } sp_bufset;
@@ -84,7 +85,7 @@ int sp_bufset_del(sp_bufset *h, uint64_t key);              /* 1 if it was there
 static inline int sp_buf_persistent(sp_buf b)
 {
     switch (b.cls) {
-    case SP_BUF_PARAM: case SP_BUF_GRAD: case SP_BUF_OPT: case SP_BUF_SHARED_PARAM:
+    case SP_BUF_PARAMS: case SP_BUF_GRADS: case SP_BUF_OPT: case SP_BUF_SHARED_PARAM:
     case SP_BUF_LOSS:
         return 1;
     case SP_BUF_SHARED_GRAD:
@@ -98,8 +99,8 @@ static inline int sp_buf_persistent(sp_buf b)
 static inline int sp_buf_category(sp_buf b)
 {
     switch (b.cls) {
-    case SP_BUF_PARAM: case SP_BUF_SHARED_PARAM: return 0;
-    case SP_BUF_GRAD: case SP_BUF_SHARED_GRAD: return 1;
+    case SP_BUF_PARAMS: case SP_BUF_SHARED_PARAM: return 0;
+    case SP_BUF_GRADS: case SP_BUF_SHARED_GRAD: return 1;
     case SP_BUF_OPT: return 2;
     case SP_BUF_ACT: case SP_BUF_BGRAD: return 3;
     default: return 4;

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "starpipe/stages.h" /* sp_access_mode */
 #include "starpipe/status.h"
 
 #ifdef __cplusplus
@@ -85,16 +86,10 @@ void sp_exec_host_free(void *ptr, size_t bytes);
 sp_status sp_exec_buf_unregister(sp_exec_buf *b);
 size_t sp_exec_buf_count(const sp_exec_buf *b);
 
-typedef enum {
-    SP_EXEC_R = 1,       /* read */
-    SP_EXEC_W = 2,       /* written entirely; previous contents undefined */
-    SP_EXEC_RW = 3,      /* read and written */
-    SP_EXEC_SCRATCH = 4  /* per-task temporary, contents undefined on entry */
-} sp_exec_mode;
 
 /* Host access between steps (or to inputs before the tasks that read them): waits for
  * the pending tasks and transfers on b, gives a valid host pointer until release. */
-sp_status sp_exec_buf_acquire(sp_exec_buf *b, sp_exec_mode mode, void **ptr);
+sp_status sp_exec_buf_acquire(sp_exec_buf *b, sp_access_mode mode, void **ptr);
 sp_status sp_exec_buf_release(sp_exec_buf *b);
 
 /* ---- steps ---- */
@@ -170,7 +165,7 @@ typedef struct sp_exec_task {
     sp_exec_cuda_fn cuda;
     int nbufs;                  /* any number; the same buffer may appear once */
     sp_exec_buf *const *bufs;
-    const sp_exec_mode *modes;
+    const sp_access_mode *modes;
     const void *args;           /* copied (args_size bytes) */
     size_t args_size;
     uint32_t seq;               /* position in this rank's order within the step */

@@ -148,21 +148,8 @@ int sp_schedule_find_cycle(const sp_schedule *s, const sp_stage_model *model,
 
 /* ------------------------------------------------------------------ plans */
 
-/* Buffers are named structurally so the runtime can map them to data handles. */
-typedef enum {
-    SP_BUF_ACT = 0,         /* (mb, idx=stage): saved by F for B/W/BW */
-    SP_BUF_BGRAD = 1,       /* (mb, idx=stage): kept by B for W; a BW uses it inside */
-    SP_BUF_EDGE_FWD = 2,    /* (mb, idx=edge): the tensor of stage edge idx */
-    SP_BUF_EDGE_GRAD = 3,   /* (mb, idx=edge): its gradient */
-    SP_BUF_PARAM = 4,       /* (idx=stage): the stage's own parameters */
-    SP_BUF_GRAD = 5,        /* (idx=stage): their gradient accumulator */
-    SP_BUF_OPT = 6,         /* (idx=stage): optimizer state */
-    SP_BUF_SHARED_PARAM = 7,/* (idx=k): shared parameter k, one copy per actor using it */
-    SP_BUF_SHARED_GRAD = 8, /* (idx=k, stage=s): partial gradient of k from stage s;
-                               mb = -1 the per-step accumulator, mb >= 0 one microbatch's */
-    SP_BUF_LOSS = 9         /* (mb, idx=last stage): the loss value, 0 bytes */
-} sp_buf_class;
-#define SP_NUM_BUF_CLASSES 10
+/* Buffers are named structurally (sp_buf_class, stages.h) so the runtime can map them
+ * to data handles. */
 
 typedef struct {
     int cls;   /* sp_buf_class */
@@ -171,7 +158,6 @@ typedef struct {
     int stage; /* SHARED_GRAD: the contributing stage; else -1 */
 } sp_buf;
 
-typedef enum { SP_ACCESS_R = 1, SP_ACCESS_W = 2, SP_ACCESS_RW = 3 } sp_access_mode;
 typedef struct {
     sp_buf buf;
     int mode; /* sp_access_mode; accumulators (GRAD, SHARED_GRAD) are RW */
@@ -247,7 +233,6 @@ void sp_plan_free(sp_plan *plan);
 sp_status sp_plan_check(const sp_plan *plan);
 
 const char *sp_op_name(sp_op op);
-const char *sp_buf_class_name(sp_buf_class c);
 char *sp_buf_format(sp_buf b, char *buf, size_t n);    /* "EDGE_FWD(e=2,mb=3)" */
 char *sp_instr_format(const sp_instr *in, char *buf, size_t n);
 /* Writes the plan as readable text, one instruction per line. */

@@ -7,7 +7,7 @@
  * Running B then W gives bitwise the same buffers as BW.
  *
  * A program reads and writes a short list of buffers, each a contiguous slab of one
- * class (see sp_slab_class); the same buffer of a microbatch is shared by the F, B and W
+ * class (see sp_buf_class); the same buffer of a microbatch is shared by the F, B and W
  * of its stage. A runtime maps each (class, index, microbatch) to storage and passes
  * the pointers in the program's order to sp_program_run. */
 #ifndef STARPIPE_PROGRAM_H
@@ -25,27 +25,12 @@
 extern "C" {
 #endif
 
-typedef enum {
-    SP_SLAB_PARAMS,    /* index = stage: the parameters the stage uses (per step) */
-    SP_SLAB_GRADS,     /* index = stage: its gradient accumulators, same layout (per step) */
-    SP_SLAB_ACT,       /* index = stage: what F computes that B, W or BW reads, kept for
-                          them (per microbatch); what only F reads lives in SCRATCH */
-    SP_SLAB_BGRAD,     /* index = stage: activation gradients of B, kept for W (per mb) */
-    SP_SLAB_EDGE_FWD,  /* index = edge of the stage model: tensors stage src hands to dst */
-    SP_SLAB_EDGE_GRAD, /* index = edge: their gradients, handed back (per microbatch) */
-    SP_SLAB_INPUT,     /* index = input number: a microbatch's slice of a graph input */
-    SP_SLAB_LOSS,      /* index 0: the microbatch loss, one float, written by the last F */
-    SP_SLAB_SCRATCH,   /* index = stage: temporary space of one task, contents not kept */
-    SP_NUM_SLAB_CLASSES
-} sp_slab_class;
-
-typedef enum { SP_SLAB_R = 1, SP_SLAB_W = 2, SP_SLAB_RW = 3 } sp_slab_mode;
 
 typedef struct {
-    sp_slab_class cls;
+    sp_buf_class cls;
     int index;
     size_t bytes;
-    sp_slab_mode mode;
+    sp_access_mode mode;
 } sp_slab_ref;
 
 typedef struct sp_program sp_program;
@@ -93,13 +78,13 @@ const sp_stage_model *sp_program_stage_model(const sp_program *p);
 int sp_program_num_bufs(const sp_program *p, int stage, sp_task_kind kind);
 sp_slab_ref sp_program_buf(const sp_program *p, int stage, sp_task_kind kind, int j);
 /* Bytes of a buffer class and index (the same for every microbatch). */
-size_t sp_program_buf_bytes(const sp_program *p, sp_slab_class cls, int index);
+size_t sp_program_buf_bytes(const sp_program *p, sp_buf_class cls, int index);
 /* Number of ops of a program (0: the task has nothing to do, e.g. B of stage 0). */
 int sp_program_num_ops(const sp_program *p, int stage, sp_task_kind kind);
 /* FLOPs of one run of a program. */
 double sp_program_flops(const sp_program *p, int stage, sp_task_kind kind);
 
-/* Graph inputs, numbered as SP_SLAB_INPUT indexes. */
+/* Graph inputs, numbered as SP_BUF_INPUT indexes. */
 int sp_program_num_inputs(const sp_program *p);
 sp_tensor sp_program_input(const sp_program *p, int k);
 
@@ -118,7 +103,7 @@ int sp_program_local_adds(const sp_program *p, int stage, const int64_t **adds);
 /* Performs them on a stage's GRADS slab. */
 void sp_program_local_add_run(const sp_program *p, int stage, float *grads);
 
-/* Where parameter `param` lives in SP_SLAB_PARAMS/GRADS of `stage`: its float offset, or
+/* Where parameter `param` lives in SP_BUF_PARAMS/GRADS of `stage`: its float offset, or
  * -1 when the stage does not use it. A parameter used by several stages has a copy in
  * each; its owner is the lowest of them. */
 int64_t sp_program_param_offset(const sp_program *p, int stage, sp_tensor param);
@@ -142,7 +127,6 @@ sp_status sp_program_run_on(const sp_program *p, int stage, sp_task_kind kind,
 /* A readable listing of every stage program (ops, buffers, sizes). */
 void sp_program_print(const sp_program *p, void *FILE_stream);
 
-const char *sp_slab_class_name(sp_slab_class c);
 
 #ifdef __cplusplus
 }

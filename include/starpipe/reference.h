@@ -81,7 +81,7 @@ int sp_reference_steps_done(const sp_reference *r);
 
 /* Stage slabs, for comparisons with a pipelined run: PARAMS, GRADS (combined on the
  * owner after a step), and the AdamW moments m and v. */
-float *sp_reference_slab(sp_reference *r, sp_slab_class cls, int stage);
+float *sp_reference_slab(sp_reference *r, sp_buf_class cls, int stage);
 float *sp_reference_moment(sp_reference *r, int which /* 0 = m, 1 = v */, int stage);
 
 #ifdef __cplusplus

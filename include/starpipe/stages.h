@@ -16,6 +16,41 @@ extern "C" {
 typedef enum { SP_TASK_F = 0, SP_TASK_B = 1, SP_TASK_W = 2, SP_TASK_BW = 3 } sp_task_kind;
 #define SP_NUM_TASK_KINDS 4
 
+/* What a buffer holds: one enum for the stage programs' slabs (program.h), the plan's
+ * buffers (plan.h) and the trainer. Per step: PARAMS, GRADS (index = stage), OPT
+ * (stage: optimizer state), SHARED_PARAM (index = shared parameter k), SHARED_GRAD (k, and
+ * the contributing stage). Per microbatch: ACT (stage: what F keeps for B, W or BW; what
+ * only F reads lives in SCRATCH), BGRAD (stage: activation gradients B keeps for W),
+ * EDGE_FWD and EDGE_GRAD (index = edge of the stage model: a boundary tensor and its
+ * gradient), INPUT (index = graph input), LOSS (the microbatch loss, one float).
+ * SCRATCH (stage): one task's temporary space, contents not kept. */
+typedef enum {
+    SP_BUF_PARAMS = 0,
+    SP_BUF_GRADS = 1,
+    SP_BUF_ACT = 2,
+    SP_BUF_BGRAD = 3,
+    SP_BUF_EDGE_FWD = 4,
+    SP_BUF_EDGE_GRAD = 5,
+    SP_BUF_INPUT = 6,
+    SP_BUF_LOSS = 7,
+    SP_BUF_SCRATCH = 8,
+    SP_BUF_OPT = 9,
+    SP_BUF_SHARED_PARAM = 10,
+    SP_BUF_SHARED_GRAD = 11
+} sp_buf_class;
+#define SP_NUM_BUF_CLASSES 12
+/* "PARAMS", "EDGE_FWD", ...; "?" for anything else. */
+const char *sp_buf_class_name(sp_buf_class c);
+
+/* How a task or an instruction touches a buffer: one enum for the programs, the plan and
+ * the executor. SCRATCH: a task's temporary, contents undefined on entry (executor). */
+typedef enum {
+    SP_ACCESS_R = 1,
+    SP_ACCESS_W = 2,      /* written entirely; previous contents undefined */
+    SP_ACCESS_RW = 3,
+    SP_ACCESS_SCRATCH = 4
+} sp_access_mode;
+
 /* A tensor produced by F of src_stage and read by F of dst_stage (dst > src), per
  * microbatch. When needs_grad, B (or BW) of dst sends its gradient back to B (or BW) of
  * src, same size. Non-adjacent stages (skip connections) are allowed. */

@@ -104,7 +104,7 @@ sp_status sp_trainer_eval(sp_trainer *t, const void *const *inputs, float *loss)
  * moments m, v. NULL when the stage is not on this rank. Valid until the next step. With
  * shard_optimizer, the gradients are summed only in this rank's shard [lo, hi)
  * (sp_trainer_shard), and the moments hold only that shard (hi - lo floats). */
-const float *sp_trainer_slab(sp_trainer *t, sp_slab_class cls, int stage);
+const float *sp_trainer_slab(sp_trainer *t, sp_buf_class cls, int stage);
 const float *sp_trainer_moment(sp_trainer *t, int which, int stage);
 int sp_trainer_owns_stage(const sp_trainer *t, int stage);
 /* This rank's shard of a stage it holds: [*lo, *hi) of its PARAMS slab (all of it

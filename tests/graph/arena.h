@@ -13,13 +13,13 @@
 typedef struct {
     const sp_program *p;
     int n;
-    sp_slab_class cls[ARENA_MAX];
+    sp_buf_class cls[ARENA_MAX];
     int index[ARENA_MAX];
     size_t bytes[ARENA_MAX];
     void *buf[ARENA_MAX];
 } arena;
 
-static inline void *arena_get(arena *a, sp_slab_class cls, int index)
+static inline void *arena_get(arena *a, sp_buf_class cls, int index)
 {
     for (int j = 0; j < a->n; j++)
         if (a->cls[j] == cls && a->index[j] == index) return a->buf[j];

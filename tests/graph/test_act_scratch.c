@@ -52,7 +52,7 @@ static void check_model(const char *name, const sp_graph *g, const count *c, int
     for (int s = 0; s < S; s++) {
         for (int h = 0; h < 2; h++) {
             const sp_program *p = h ? half : fp32;
-            size_t got = sp_program_buf_bytes(p, SP_SLAB_ACT, s);
+            size_t got = sp_program_buf_bytes(p, SP_BUF_ACT, s);
             int64_t want = act_bytes(&c[s], h), before = 4 * c[s].all;
             if (h) { /* the old bf16 layout: every value in ACT */
                 count o = c[s];
@@ -62,7 +62,7 @@ static void check_model(const char *name, const sp_graph *g, const count *c, int
             printf("%s stage %d %s: ACT %lld -> %zu bytes (%lld fewer: %lld floats only F "
                    "reads), SCRATCH %zu bytes\n", name, s, h ? "bf16" : "fp32",
                    (long long)before, got, (long long)(before - (int64_t)got),
-                   (long long)c[s].moved, sp_program_buf_bytes(p, SP_SLAB_SCRATCH, s));
+                   (long long)c[s].moved, sp_program_buf_bytes(p, SP_BUF_SCRATCH, s));
             CHECK((int64_t)got == want, "%s stage %d %s: ACT of %zu bytes, expected %lld", name,
                   s, h ? "bf16" : "fp32", got, (long long)want);
             const int64_t *old = h ? old_bf16 : old_fp32;
@@ -73,9 +73,9 @@ static void check_model(const char *name, const sp_graph *g, const count *c, int
             CHECK(sp_program_stage_model(p)->stage[s].act_bytes == got, "%s stage %d: the "
                   "planner sees %zu bytes of activations, the slab has %zu", name, s,
                   sp_program_stage_model(p)->stage[s].act_bytes, got);
-            CHECK((int64_t)sp_program_buf_bytes(p, SP_SLAB_SCRATCH, s) >= 4 * c[s].largest,
+            CHECK((int64_t)sp_program_buf_bytes(p, SP_BUF_SCRATCH, s) >= 4 * c[s].largest,
                   "%s stage %d: SCRATCH of %zu bytes cannot hold a moved value of %lld floats",
-                  name, s, sp_program_buf_bytes(p, SP_SLAB_SCRATCH, s), (long long)c[s].largest);
+                  name, s, sp_program_buf_bytes(p, SP_BUF_SCRATCH, s), (long long)c[s].largest);
         }
     }
     /* the named logits: kept, readable after a forward */

@@ -72,8 +72,8 @@ static void memory(const model_case *mc)
           mc->name);
     const sp_stage_model *model = sp_program_stage_model(half);
     for (int s = 0; s < sp_program_num_stages(half); s++) {
-        size_t full = sp_program_buf_bytes(plain, SP_SLAB_ACT, s);
-        size_t got = sp_program_buf_bytes(half, SP_SLAB_ACT, s);
+        size_t full = sp_program_buf_bytes(plain, SP_BUF_ACT, s);
+        size_t got = sp_program_buf_bytes(half, SP_BUF_ACT, s);
         int64_t elems = 0, want = 0;
         for (int j = 0; j < mc->nq[s]; j++) {
             elems += mc->numel[s][j];
@@ -133,10 +133,10 @@ static run_result train(const model_case *mc, const sp_program *p, int m)
                 sp_last_error());
     }
     for (int s = 0; s < sp_program_num_stages(p); s++) {
-        size_t pb = sp_program_buf_bytes(p, SP_SLAB_PARAMS, s);
-        size_t gb = sp_program_buf_bytes(p, SP_SLAB_GRADS, s);
-        const float *src[4] = { sp_reference_slab(r, SP_SLAB_PARAMS, s),
-                                sp_reference_slab(r, SP_SLAB_GRADS, s),
+        size_t pb = sp_program_buf_bytes(p, SP_BUF_PARAMS, s);
+        size_t gb = sp_program_buf_bytes(p, SP_BUF_GRADS, s);
+        const float *src[4] = { sp_reference_slab(r, SP_BUF_PARAMS, s),
+                                sp_reference_slab(r, SP_BUF_GRADS, s),
                                 sp_reference_moment(r, 0, s), sp_reference_moment(r, 1, s) };
         for (int k = 0; k < 4; k++) {
             size_t n = k == 1 ? gb : pb;
@@ -161,7 +161,7 @@ static void bits(const model_case *mc)
     const char *what[4] = { "parameters", "gradients", "AdamW m", "AdamW v" };
     for (int s = 0; s < sp_program_num_stages(full); s++)
         for (int k = 0; k < 4; k++) {
-            size_t n = sp_program_buf_bytes(full, k == 1 ? SP_SLAB_GRADS : SP_SLAB_PARAMS, s);
+            size_t n = sp_program_buf_bytes(full, k == 1 ? SP_BUF_GRADS : SP_BUF_PARAMS, s);
             CHECK(!memcmp(a.slab[k][s], b.slab[k][s], n), "%s stage %d: %s differ between fp32 "
                   "and bf16 activation storage", mc->name, s, what[k]);
             free(a.slab[k][s]), free(b.slab[k][s]);

@@ -43,11 +43,11 @@ static void check_model(const char *name, const sp_graph *g, const count *c, int
     for (int s = 0; s < S; s++) {
         for (int h = 0; h < 2; h++) {
             const sp_program *p = h ? half : fp32;
-            size_t got = sp_program_buf_bytes(p, SP_SLAB_BGRAD, s);
+            size_t got = sp_program_buf_bytes(p, SP_BUF_BGRAD, s);
             printf("%s stage %d %s: BGRAD %lld -> %zu bytes per microbatch (%lld fewer), "
                    "SCRATCH %zu bytes\n", name, s, h ? "bf16" : "fp32", (long long)(4 * c[s].all),
                    got, (long long)(4 * c[s].all - (int64_t)got),
-                   sp_program_buf_bytes(p, SP_SLAB_SCRATCH, s));
+                   sp_program_buf_bytes(p, SP_BUF_SCRATCH, s));
             CHECK((int64_t)got == 4 * c[s].kept, "%s stage %d %s: BGRAD of %zu bytes, expected "
                   "%lld (what W reads)", name, s, h ? "bf16" : "fp32", got,
                   (long long)(4 * c[s].kept));
@@ -60,7 +60,7 @@ static void check_model(const char *name, const sp_graph *g, const count *c, int
                   sp_program_stage_model(p)->stage[s].bgrad_bytes, got);
             for (int j = 0; j < sp_program_num_bufs(p, s, SP_TASK_W); j++) {
                 sp_slab_ref r = sp_program_buf(p, s, SP_TASK_W, j);
-                CHECK(r.cls != SP_SLAB_BGRAD || r.mode == SP_SLAB_R, "%s stage %d: W writes "
+                CHECK(r.cls != SP_BUF_BGRAD || r.mode == SP_ACCESS_R, "%s stage %d: W writes "
                       "BGRAD (what only W uses belongs in SCRATCH)", name, s);
             }
         }

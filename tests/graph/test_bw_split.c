@@ -25,18 +25,18 @@ static void check_split(const char *name, sp_graph *g, const void *const *inputs
     int S = sp_program_num_stages(p);
     arena a = { .p = p };
     for (int k = 0; k < sp_program_num_inputs(p); k++) {
-        void *in = arena_get(&a, SP_SLAB_INPUT, k);
-        memcpy(in, inputs[k], sp_program_buf_bytes(p, SP_SLAB_INPUT, k));
+        void *in = arena_get(&a, SP_BUF_INPUT, k);
+        memcpy(in, inputs[k], sp_program_buf_bytes(p, SP_BUF_INPUT, k));
     }
     for (int s = 0; s < S; s++) {
-        float *params = arena_get(&a, SP_SLAB_PARAMS, s);
+        float *params = arena_get(&a, SP_BUF_PARAMS, s);
         for (int i = 0; i < sp_graph_num_params(g); i++) {
             sp_tensor t = sp_graph_param(g, i);
             int64_t off = sp_program_param_offset(p, s, t);
             if (off >= 0) sp_param_init_values(g, t, 3, params + off);
         }
         /* gradients from "earlier microbatches": the split must accumulate onto them */
-        fill_random(arena_get(&a, SP_SLAB_GRADS, s), sp_program_buf_bytes(p, SP_SLAB_GRADS, s) / 4,
+        fill_random(arena_get(&a, SP_BUF_GRADS, s), sp_program_buf_bytes(p, SP_BUF_GRADS, s) / 4,
                     1000 + (uint64_t)s);
     }
     for (int s = 0; s < S; s++)
@@ -44,12 +44,12 @@ static void check_split(const char *name, sp_graph *g, const void *const *inputs
     for (int s = S - 1; s >= 0; s--) {
         for (int j = 0; j < sp_program_num_bufs(p, s, SP_TASK_B); j++) {
             sp_slab_ref r = sp_program_buf(p, s, SP_TASK_B, j);
-            CHECK(r.cls != SP_SLAB_GRADS, "%s: B%d touches parameter gradients", name, s);
+            CHECK(r.cls != SP_BUF_GRADS, "%s: B%d touches parameter gradients", name, s);
         }
         for (int j = 0; j < sp_program_num_bufs(p, s, SP_TASK_W); j++) {
             sp_slab_ref r = sp_program_buf(p, s, SP_TASK_W, j);
-            CHECK(r.cls != SP_SLAB_EDGE_GRAD, "%s: W%d touches gradient edge %d", name, s,
-                  r.cls == SP_SLAB_EDGE_GRAD ? r.index : -1);
+            CHECK(r.cls != SP_BUF_EDGE_GRAD, "%s: W%d touches gradient edge %d", name, s,
+                  r.cls == SP_BUF_EDGE_GRAD ? r.index : -1);
         }
         if (s == 0) { /* nothing flows to a stage before 0: B0 only takes in gradients */
             const sp_stage_model *sm = sp_program_stage_model(p);
@@ -64,9 +64,9 @@ static void check_split(const char *name, sp_graph *g, const void *const *inputs
         CHECK(sp_program_num_ops(p, s, SP_TASK_W) > 0, "%s: W%d is empty", name, s);
         /* BGRAD and SCRATCH come as the runtime's pool and StarPU leave them: whatever a
          * program reads there it must have written first */
-        memset(arena_get(&a, SP_SLAB_BGRAD, s), 0xff, sp_program_buf_bytes(p, SP_SLAB_BGRAD, s));
-        memset(arena_get(&a, SP_SLAB_SCRATCH, s), 0xff,
-               sp_program_buf_bytes(p, SP_SLAB_SCRATCH, s));
+        memset(arena_get(&a, SP_BUF_BGRAD, s), 0xff, sp_program_buf_bytes(p, SP_BUF_BGRAD, s));
+        memset(arena_get(&a, SP_BUF_SCRATCH, s), 0xff,
+               sp_program_buf_bytes(p, SP_BUF_SCRATCH, s));
         arena fused, split;
         arena_copy(&fused, &a);
         arena_copy(&split, &a);
@@ -74,15 +74,15 @@ static void check_split(const char *name, sp_graph *g, const void *const *inputs
         REQUIRE(arena_run(&split, s, SP_TASK_B, 0.5f) == SP_OK, "%s", sp_last_error());
         /* other tasks run between B and W and SCRATCH is theirs then: W may read only
          * BGRAD of what B computed (NaNs here would reach the gradients) */
-        memset(arena_get(&split, SP_SLAB_SCRATCH, s), 0xff,
-               sp_program_buf_bytes(p, SP_SLAB_SCRATCH, s));
+        memset(arena_get(&split, SP_BUF_SCRATCH, s), 0xff,
+               sp_program_buf_bytes(p, SP_BUF_SCRATCH, s));
         REQUIRE(arena_run(&split, s, SP_TASK_W, 0.5f) == SP_OK, "%s", sp_last_error());
         REQUIRE(fused.n == split.n, "%s: buffer sets differ", name);
         for (int j = 0; j < fused.n; j++) {
-            if (fused.cls[j] == SP_SLAB_SCRATCH) continue;
+            if (fused.cls[j] == SP_BUF_SCRATCH) continue;
             int same = memcmp(fused.buf[j], split.buf[j], fused.bytes[j]) == 0;
             CHECK(same, "%s stage %d: %s[%d] differs between BW and B;W", name, s,
-                  sp_slab_class_name(fused.cls[j]), fused.index[j]);
+                  sp_buf_class_name(fused.cls[j]), fused.index[j]);
         }
         /* the fused state moves on to the stage below */
         arena_free(&a);

@@ -223,15 +223,15 @@ int main(void)
     for (int i = 0; i < M; i++) sp_text_batch(text, 1, 99, i, B, T, tok[i][0], tok[i][1]);
     float fb = 0, ev = 0, ev1 = 0, ev3 = 0;
     REQUIRE(sp_reference_forward_backward(r, in, &fb) == SP_OK, "%s", sp_last_error());
-    size_t gb = sp_program_buf_bytes(p, SP_SLAB_GRADS, 0), pb = sp_program_buf_bytes(p, SP_SLAB_PARAMS, 1);
+    size_t gb = sp_program_buf_bytes(p, SP_BUF_GRADS, 0), pb = sp_program_buf_bytes(p, SP_BUF_PARAMS, 1);
     float *grads = malloc(gb), *params = malloc(pb), losses[M];
-    memcpy(grads, sp_reference_slab(r, SP_SLAB_GRADS, 0), gb);
-    memcpy(params, sp_reference_slab(r, SP_SLAB_PARAMS, 1), pb);
+    memcpy(grads, sp_reference_slab(r, SP_BUF_GRADS, 0), gb);
+    memcpy(params, sp_reference_slab(r, SP_BUF_PARAMS, 1), pb);
     memcpy(losses, sp_reference_microbatch_losses(r), sizeof losses);
     REQUIRE(sp_reference_eval(r, M, in, &ev) == SP_OK, "%s", sp_last_error());
     CHECK(!memcmp(&ev, &fb, 4), "eval %.9g vs a step's loss %.9g", ev, fb);
-    CHECK(!memcmp(grads, sp_reference_slab(r, SP_SLAB_GRADS, 0), gb) &&
-              !memcmp(params, sp_reference_slab(r, SP_SLAB_PARAMS, 1), pb) &&
+    CHECK(!memcmp(grads, sp_reference_slab(r, SP_BUF_GRADS, 0), gb) &&
+              !memcmp(params, sp_reference_slab(r, SP_BUF_PARAMS, 1), pb) &&
               !memcmp(losses, sp_reference_microbatch_losses(r), sizeof losses),
           "evaluation changed gradients, parameters or the step's losses");
     /* the same parameters in one stage, and in three (embedding and head alone) */

@@ -116,7 +116,7 @@ int main(void)
           "bad target: %s", sp_last_error());
     /* a program run directly (no input check first): the CPU kernels refuse them too */
     arena a = { .p = p };
-    int32_t *atok = arena_get(&a, SP_SLAB_INPUT, 0), *atgt = arena_get(&a, SP_SLAB_INPUT, 1);
+    int32_t *atok = arena_get(&a, SP_BUF_INPUT, 0), *atgt = arena_get(&a, SP_BUF_INPUT, 1);
     atok[2] = 256;
     st = arena_run(&a, 0, SP_TASK_F, 1.0f);
     CHECK(st == SP_ERR_ARG && HAS(sp_last_error(), "(embed, node") &&

@@ -21,7 +21,7 @@ int main(void)
     REQUIRE(p, "%s", sp_last_error());
     int np = sp_graph_num_params(g);
     for (int s = 0; s < 2; s++) {
-        int64_t total = (int64_t)(sp_program_buf_bytes(p, SP_SLAB_PARAMS, s) / 4);
+        int64_t total = (int64_t)(sp_program_buf_bytes(p, SP_BUF_PARAMS, s) / 4);
         float *grads = malloc((size_t)total * 4), *params = malloc((size_t)total * 4);
         float *m0 = calloc((size_t)total, 4), *v0 = calloc((size_t)total, 4);
         float *p0 = malloc((size_t)total * 4);

@@ -40,7 +40,7 @@ static int hang(void *const *bufs, const size_t *counts, int nbufs, const void *
 
 static void run_task(sp_exec_buf *b, int code, uint32_t seq)
 {
-    sp_exec_mode m = SP_EXEC_RW;
+    sp_access_mode m = SP_ACCESS_RW;
     RT_OK(sp_exec_submit(&(sp_exec_task){.name = "work", .cpu = work, .nbufs = 1, .bufs = &b,
                                          .modes = &m, .args = &code, .args_size = sizeof code,
                                          .seq = seq}));
@@ -118,7 +118,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "rank %d agreed: %s\n", rank, sp_last_error());
     } else if (watchdog) {
         RT_OK(sp_exec_begin_step());
-        sp_exec_mode m = SP_EXEC_RW;
+        sp_access_mode m = SP_ACCESS_RW;
         if (rank > 0)
             RT_OK(sp_exec_recv(b, rank - 1, 0));
         RT_OK(sp_exec_submit(&(sp_exec_task){ .name = "maybe hang", .cpu = rank == 1 ? hang : work,
@@ -135,7 +135,7 @@ int main(int argc, char **argv)
         char msg[512];
         snprintf(msg, sizeof msg, "%s", sp_last_error());
         void *ptr;
-        RT_CHECK(sp_exec_buf_acquire(b, SP_EXEC_R, &ptr) != SP_OK &&
+        RT_CHECK(sp_exec_buf_acquire(b, SP_ACCESS_R, &ptr) != SP_OK &&
                      sp_exec_begin_step() != SP_OK && sp_exec_shutdown() != SP_OK,
                  "rank %d: calls after the watchdog did not fail at once", rank);
         sp_exec_abort(7, "alive after the watchdog's status (%s); giving up on purpose", msg);

@@ -43,7 +43,7 @@ static void check_ran_in_order(int n, const char *what)
 }
 
 static void submit_record(uint32_t seq, int nbufs, sp_exec_buf *const *bufs,
-                          const sp_exec_mode *modes)
+                          const sp_access_mode *modes)
 {
     char name[32];
     snprintf(name, sizeof name, "t%u", seq);
@@ -89,12 +89,12 @@ static void held_behind_dependency(void)
     sp_exec_buf *gate;
     RT_OK(sp_exec_buf_register(&gate, gate_mem, 3, sizeof(float)));
     void *p;
-    RT_OK(sp_exec_buf_acquire(gate, SP_EXEC_W, &p));
+    RT_OK(sp_exec_buf_acquire(gate, SP_ACCESS_W, &p));
     atomic_store(&ran_n, 0);
     RT_OK(sp_exec_begin_step());
     for (uint32_t s = NT - 1; s >= 1; s--)
         submit_record(s, 0, NULL, NULL);
-    sp_exec_mode r = SP_EXEC_R;
+    sp_access_mode r = SP_ACCESS_R;
     submit_record(0, 1, &gate, &r);
     struct starpu_task *raw = starpu_task_create();
     raw->cl = &bypass_cl;
@@ -133,15 +133,15 @@ static void many_buffers(void)
 {
     static float mem[NB + 1][NE];
     sp_exec_buf *bufs[NB + 2];
-    sp_exec_mode modes[NB + 2];
+    sp_access_mode modes[NB + 2];
     for (int b = 0; b <= NB; b++) {
         for (int i = 0; i < NE; i++)
             mem[b][i] = b == 0 ? -1.0f : (float)(b * 1000 + i);
         RT_OK(sp_exec_buf_register(&bufs[b], mem[b], NE, sizeof(float)));
-        modes[b] = b == 0 ? SP_EXEC_W : SP_EXEC_R;
+        modes[b] = b == 0 ? SP_ACCESS_W : SP_ACCESS_R;
     }
     RT_OK(sp_exec_buf_register(&bufs[NB + 1], NULL, NE, sizeof(float)));
-    modes[NB + 1] = SP_EXEC_SCRATCH;
+    modes[NB + 1] = SP_ACCESS_SCRATCH;
     float bias = 0.5f;
     RT_OK(sp_exec_begin_step());
     RT_OK(sp_exec_submit(&(sp_exec_task){.name = "sum20", .cpu = sum_bufs, .nbufs = NB + 2,
@@ -149,7 +149,7 @@ static void many_buffers(void)
                                          .args_size = sizeof bias, .seq = 0}));
     RT_OK(sp_exec_end_step());
     float *out;
-    RT_OK(sp_exec_buf_acquire(bufs[0], SP_EXEC_R, (void **)&out));
+    RT_OK(sp_exec_buf_acquire(bufs[0], SP_ACCESS_R, (void **)&out));
     for (int i = 0; i < NE; i++) {
         float want = 0.5f;
         for (int b = 1; b <= NB; b++)

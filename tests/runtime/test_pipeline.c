@@ -59,7 +59,7 @@ int main(int argc, char **argv)
         RT_OK(sp_exec_begin_step());
         for (int m = 0; m < M; m++) {
             sp_exec_buf *bufs[2] = {act[m % 2], out};
-            sp_exec_mode modes[2] = {rank == 0 ? SP_EXEC_W : SP_EXEC_RW, SP_EXEC_RW};
+            sp_access_mode modes[2] = {rank == 0 ? SP_ACCESS_W : SP_ACCESS_RW, SP_ACCESS_RW};
             /* message number: one per (microbatch, hop), the same on both sides */
             if (rank > 0)
                 RT_OK(sp_exec_recv(act[m % 2], rank - 1, (uint32_t)(m * p + rank - 1)));
@@ -97,7 +97,7 @@ int main(int argc, char **argv)
         free(rec);
         if (last) {
             float *o;
-            RT_OK(sp_exec_buf_acquire(out, SP_EXEC_R, (void **)&o));
+            RT_OK(sp_exec_buf_acquire(out, SP_ACCESS_R, (void **)&o));
             int wrong = 0;
             for (int m = 0; m < M; m++)
                 for (int i = 0; i < N; i++)

@@ -28,7 +28,7 @@ static int check(void *const *bufs, const size_t *counts, int nbufs, const void 
     return wrong;
 }
 
-static void task(const char *name, sp_exec_cpu_fn fn, sp_exec_buf *b, sp_exec_mode mode,
+static void task(const char *name, sp_exec_cpu_fn fn, sp_exec_buf *b, sp_access_mode mode,
                  float v, uint32_t seq)
 {
     struct fill_args a = {v};
@@ -52,15 +52,15 @@ int main(int argc, char **argv)
             float v = (float)(1000 * s + 10 * k);
             uint32_t seq = (uint32_t)(2 * k);
             if (rank == 0) {
-                task("write", fill, h, SP_EXEC_W, v, seq);
+                task("write", fill, h, SP_ACCESS_W, v, seq);
                 if (!(skip && k == 2))
                     RT_OK(sp_exec_send(h, 1, (uint32_t)k));
-                task("poison", fill, h, SP_EXEC_W, -999.0f, seq + 1);
+                task("poison", fill, h, SP_ACCESS_W, -999.0f, seq + 1);
             } else {
                 if (!(skip && k == 2))
                     RT_OK(sp_exec_recv(h, 0, (uint32_t)k));
-                task("check", check, h, SP_EXEC_R, v, seq);
-                task("poison", fill, h, SP_EXEC_W, -777.0f, seq + 1);
+                task("check", check, h, SP_ACCESS_R, v, seq);
+                task("poison", fill, h, SP_ACCESS_W, -777.0f, seq + 1);
             }
         }
         sp_status st = sp_exec_end_step();

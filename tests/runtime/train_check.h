@@ -87,10 +87,10 @@ static inline int compare(sp_trainer *t, sp_reference *r, const sp_program *p, c
     int bad = 0;
     for (int s = 0; s < sp_program_num_stages(p); s++) {
         if (!sp_trainer_owns_stage(t, s)) continue;
-        size_t bytes = sp_program_buf_bytes(p, SP_SLAB_PARAMS, s);
-        const float *a[4] = { sp_trainer_slab(t, SP_SLAB_PARAMS, s), sp_trainer_slab(t, SP_SLAB_GRADS, s),
+        size_t bytes = sp_program_buf_bytes(p, SP_BUF_PARAMS, s);
+        const float *a[4] = { sp_trainer_slab(t, SP_BUF_PARAMS, s), sp_trainer_slab(t, SP_BUF_GRADS, s),
                               sp_trainer_moment(t, 0, s), sp_trainer_moment(t, 1, s) };
-        const float *b[4] = { sp_reference_slab(r, SP_SLAB_PARAMS, s), sp_reference_slab(r, SP_SLAB_GRADS, s),
+        const float *b[4] = { sp_reference_slab(r, SP_BUF_PARAMS, s), sp_reference_slab(r, SP_BUF_GRADS, s),
                               sp_reference_moment(r, 0, s), sp_reference_moment(r, 1, s) };
         const char *names[4] = { "parameters", "gradients", "AdamW m", "AdamW v" };
         for (int k = 0; k < 4; k++)
@@ -156,7 +156,7 @@ static inline int check_step(sp_trainer *t, sp_reference *r, const sp_program *p
     int m = sp_trainer_plan(t)->nmicro, S = sp_program_num_stages(p);
     size_t want = 0;
     for (int k = 0; k < sp_program_num_inputs(p); k++)
-        want += (size_t)m * sp_program_buf_bytes(p, SP_SLAB_INPUT, k);
+        want += (size_t)m * sp_program_buf_bytes(p, SP_BUF_INPUT, k);
     for (int s = 0; s < S; s++)
         if (sp_trainer_owns_stage(t, s))
             want += (size_t)sp_graph_num_params(g) * sizeof(double) +

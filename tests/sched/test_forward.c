@@ -12,7 +12,7 @@
 
 static int is_training_buf(int cls)
 {
-    return cls == SP_BUF_BGRAD || cls == SP_BUF_EDGE_GRAD || cls == SP_BUF_GRAD ||
+    return cls == SP_BUF_BGRAD || cls == SP_BUF_EDGE_GRAD || cls == SP_BUF_GRADS ||
            cls == SP_BUF_OPT || cls == SP_BUF_SHARED_GRAD;
 }
 

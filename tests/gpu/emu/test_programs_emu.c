@@ -78,10 +78,10 @@ static void poison(const sp_program *p, int stage, sp_task_kind kind, void *cons
 {
     for (int j = 0; j < sp_program_num_bufs(p, stage, kind); j++) {
         sp_slab_ref r = sp_program_buf(p, stage, kind, j);
-        int fresh = r.cls == SP_SLAB_SCRATCH || r.mode == SP_SLAB_W ||
-                    (kind == SP_TASK_F && r.cls == SP_SLAB_ACT) ||
-                    (kind != SP_TASK_W && r.cls == SP_SLAB_BGRAD);
-        size_t n = (r.cls == SP_SLAB_LOSS ? 4 : sp_program_buf_bytes(p, r.cls, r.index)) / 4;
+        int fresh = r.cls == SP_BUF_SCRATCH || r.mode == SP_ACCESS_W ||
+                    (kind == SP_TASK_F && r.cls == SP_BUF_ACT) ||
+                    (kind != SP_TASK_W && r.cls == SP_BUF_BGRAD);
+        size_t n = (r.cls == SP_BUF_LOSS ? 4 : sp_program_buf_bytes(p, r.cls, r.index)) / 4;
         for (size_t i = 0; fresh && i < n; i++)
             ((float *)bufs[j])[i] = NAN;
     }
@@ -272,8 +272,8 @@ static void train(const model *md, int steps)
             "%s: %s", md->name, sp_last_error());
     if (md->bf16)
         for (int s = 0; s < sp_program_num_stages(p); s++)
-            REQUIRE(sp_program_buf_bytes(pg, SP_SLAB_ACT, s) <
-                        sp_program_buf_bytes(p, SP_SLAB_ACT, s),
+            REQUIRE(sp_program_buf_bytes(pg, SP_BUF_ACT, s) <
+                        sp_program_buf_bytes(p, SP_BUF_ACT, s),
                     "%s stage %d: no activation stored as bf16", md->name, s);
     sp_adamw_config opt;
     sp_adamw_defaults(&opt);
@@ -323,23 +323,23 @@ static void train(const model *md, int steps)
         void (*compare)(const char *, int, int, const char *, const float *, const float *,
                         size_t) = md->bf16 ? compare_norm : compare_floats;
         for (int s = 0; s < sp_program_num_stages(p); s++) {
-            size_t np = sp_program_buf_bytes(p, SP_SLAB_PARAMS, s) / 4;
-            size_t ng = sp_program_buf_bytes(p, SP_SLAB_GRADS, s) / 4;
-            compare(md->name, step, s, "params", sp_reference_slab(gpu, SP_SLAB_PARAMS, s),
-                    sp_reference_slab(cpu, SP_SLAB_PARAMS, s), np);
-            compare(md->name, step, s, "grads", sp_reference_slab(gpu, SP_SLAB_GRADS, s),
-                    sp_reference_slab(cpu, SP_SLAB_GRADS, s), ng);
+            size_t np = sp_program_buf_bytes(p, SP_BUF_PARAMS, s) / 4;
+            size_t ng = sp_program_buf_bytes(p, SP_BUF_GRADS, s) / 4;
+            compare(md->name, step, s, "params", sp_reference_slab(gpu, SP_BUF_PARAMS, s),
+                    sp_reference_slab(cpu, SP_BUF_PARAMS, s), np);
+            compare(md->name, step, s, "grads", sp_reference_slab(gpu, SP_BUF_GRADS, s),
+                    sp_reference_slab(cpu, SP_BUF_GRADS, s), ng);
             compare(md->name, step, s, "adam m", sp_reference_moment(gpu, 0, s),
                     sp_reference_moment(cpu, 0, s), np);
             compare(md->name, step, s, "adam v", sp_reference_moment(gpu, 1, s),
                     sp_reference_moment(cpu, 1, s), np);
             if (!gpu32) continue;
-            const float *got[4] = { sp_reference_slab(gpu, SP_SLAB_PARAMS, s),
-                                    sp_reference_slab(gpu, SP_SLAB_GRADS, s),
+            const float *got[4] = { sp_reference_slab(gpu, SP_BUF_PARAMS, s),
+                                    sp_reference_slab(gpu, SP_BUF_GRADS, s),
                                     sp_reference_moment(gpu, 0, s),
                                     sp_reference_moment(gpu, 1, s) };
-            const float *want[4] = { sp_reference_slab(gpu32, SP_SLAB_PARAMS, s),
-                                     sp_reference_slab(gpu32, SP_SLAB_GRADS, s),
+            const float *want[4] = { sp_reference_slab(gpu32, SP_BUF_PARAMS, s),
+                                     sp_reference_slab(gpu32, SP_BUF_GRADS, s),
                                      sp_reference_moment(gpu32, 0, s),
                                      sp_reference_moment(gpu32, 1, s) };
             for (int k = 0; k < 4; k++)

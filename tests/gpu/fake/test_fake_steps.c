@@ -131,15 +131,15 @@ int main(int argc, char **argv)
             for (int kind = SP_TASK_F; kind <= SP_TASK_BW && sp_trainer_owns_stage(t, s); kind++)
                 for (int j = 0; j < sp_program_num_bufs(p, s, (sp_task_kind)kind); j++) {
                     sp_slab_ref r = sp_program_buf(p, s, (sp_task_kind)kind, j);
-                    used |= r.cls == SP_SLAB_INPUT && r.index == k;
+                    used |= r.cls == SP_BUF_INPUT && r.index == k;
                 }
-        if (used) h2d += (unsigned long long)m * sp_program_buf_bytes(p, SP_SLAB_INPUT, k);
+        if (used) h2d += (unsigned long long)m * sp_program_buf_bytes(p, SP_BUF_INPUT, k);
     }
     for (int s = 0; s < S; s++)
         if (sp_trainer_owns_stage(t, s)) {
             d2h += (unsigned long long)np * sizeof(double) +
                    (s == S - 1 ? (unsigned long long)m * sizeof(float) : 0);
-            params += sp_program_buf_bytes(p, SP_SLAB_PARAMS, s);
+            params += sp_program_buf_bytes(p, SP_BUF_PARAMS, s);
         }
     const int nin = sp_program_num_inputs(p);
     void **in = calloc((size_t)R * m * nin, sizeof *in);
