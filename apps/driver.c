@@ -1279,9 +1279,11 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
                 "MiB at their peak\n", me, mem.transient / 1048576.0, packed / 1048576.0,
                 (double)k->transient / 1048576.0, mem.staging / 1048576.0);
         sp_exec_transfers tr = sp_exec_transfer_counts();
-        fprintf(stderr, "starpipe: rank %d: transfers %llu sends, %llu receives; %llu in eager "
-                "pieces; %llu sends posted by their producing task\n", me, tr.sends, tr.recvs,
-                tr.pieced, tr.by_producer);
+        fprintf(stderr, "starpipe: rank %d: transfers over %s: %llu sends (%llu bytes), %llu "
+                "receives (%llu bytes); %llu in eager pieces; %llu sends posted by their "
+                "producing task; %llu sends and %llu receives in groups\n", me, tr.transport,
+                tr.sends, tr.bytes_sent, tr.recvs, tr.bytes_received, tr.pieced, tr.by_producer,
+                tr.group_sends, tr.group_recvs);
     }
 out:
     app_log_close(&rr.log);

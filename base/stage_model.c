@@ -1,5 +1,5 @@
 /* Synthetic stage models (a chain of identical stages, a GPT from its shape) for studying
- * schedules without a real graph, and the names of the buffer classes. */
+ * schedules without a real graph, and the names of task kinds and buffer classes. */
 #include "starpipe/stages.h"
 
 #include <stdlib.h>
@@ -78,4 +78,10 @@ const char *sp_buf_class_name(sp_buf_class c)
         "PARAMS", "GRADS", "ACT", "BGRAD", "EDGE_FWD", "EDGE_GRAD", "INPUT", "LOSS", "SCRATCH",
         "OPT", "SHARED_PARAM", "SHARED_GRAD" };
     return (unsigned)c < SP_NUM_BUF_CLASSES ? names[c] : "?";
+}
+
+const char *sp_task_kind_name(sp_task_kind k)
+{
+    static const char *const names[] = { "F", "B", "W", "BW" };
+    return (unsigned)k < SP_NUM_TASK_KINDS ? names[k] : "?";
 }

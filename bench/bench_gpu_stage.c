@@ -1,6 +1,6 @@
 /* bench_gpu_stage: the achieved TFLOP/s of a whole stage task on the GPU. One GPT stage
  * (all layers, the embedding and the head) runs its F and BW programs through
- * sp_program_run_cuda on one stream, timed with CUDA events; the FLOPs are the program's
+ * sp_program_run_on with the CUDA table on one stream, timed with CUDA events; the FLOPs are the program's
  * own count (sp_program_flops). fp32, then with TF32 tensor cores, then bf16 operands
  * (--precision bf16: cublasGemmEx with fp32 accumulation, attention on the mma.sync
  * kernels for heads up to 128 columns). No StarPU: this is the
@@ -14,7 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include "codelets/cuda/kernels_cuda.h"
-#include "codelets/cuda/program_cuda.h"
+#include "codelets/cuda/backend.h"
 #include "starpipe/data.h"
 #include "starpipe/models.h"
 
@@ -72,15 +72,16 @@ static double run(const sp_program *p, sp_task_kind kind, dbufs *d, cudaStream_t
         bufs[j] = dbuf(d, p, r.cls, r.index);
     }
     sp_run_args args = { .dloss = 1.0f };
+    sp_cuda_ctx c = { s, h };
     cudaEvent_t a, b;
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
-    if (sp_program_run_cuda(p, 0, kind, bufs, &args, s, h) != SP_OK) { /* warm-up */
+    if (sp_program_run_on(p, 0, kind, bufs, &args, sp_backend_cuda(), &c) != SP_OK) { /* warm-up */
         fprintf(stderr, "bench_gpu_stage: %s\n", sp_last_error());
         exit(1);
     }
     CK(cudaEventRecord(a, s));
-    for (int r = 0; r < reps; r++) sp_program_run_cuda(p, 0, kind, bufs, &args, s, h);
+    for (int r = 0; r < reps; r++) sp_program_run_on(p, 0, kind, bufs, &args, sp_backend_cuda(), &c);
     CK(cudaEventRecord(b, s));
     CK(cudaEventSynchronize(b));
     float ms;

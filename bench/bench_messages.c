@@ -35,7 +35,8 @@ static double pct(double *v, int n, double q)
 }
 
 /* The consumer's work: enough to depend on the data, nothing to measure. */
-static int touch(void *const *bufs, const size_t *counts, int nbufs, const void *args)
+static int touch(const sp_device *dev, void *const *bufs,
+                 const size_t *counts, int nbufs, const void *args)
 {
     (void)counts, (void)nbufs, (void)args;
     ((float *)bufs[0])[0] += 1.0f;
@@ -65,7 +66,7 @@ static int runtime_pingpong(MPI_Comm comm, int me, sp_exec_buf *b, int n, double
     sp_access_mode rw = SP_ACCESS_RW;
     if (sp_exec_begin_step() != SP_OK) return -1;
     for (int i = 0; i < n; i++) {
-        sp_exec_task t = { .name = "touch", .cpu = touch, .nbufs = 1, .bufs = &b,
+        sp_exec_task t = { .name = "touch", .fn = touch, .nbufs = 1, .bufs = &b,
                            .modes = &rw, .seq = (uint32_t)i, .codelet = "touch" };
         if (me == 1 && sp_exec_recv(b, 0, 2 * (uint32_t)i) != SP_OK) return -1;
         if (sp_exec_submit(&t) != SP_OK) return -1;

@@ -11,8 +11,8 @@
 # build/fake-gpu).
 #
 # Gives: STARPIPE_HAVE_CUDA=1 (and STARPIPE_HAVE_NCCL=1) for all code, the targets
-# starpipe_cuda_kernels (codelets/cuda/*.cu; an interface library while there are none)
-# and NCCL::nccl, starpipe_cuda_link(target) (called by runtime/: adds codelets/cuda/*.c)
+# starpipe_cuda_kernels (codelets/cuda: the .cu kernels and backend.c, their table) and
+# NCCL::nccl, starpipe_cuda_link(target) (called by comm/ and runtime/)
 # and starpipe_cuda_tests().
 
 set(STARPIPE_STARPU_PREFIX "" CACHE PATH
@@ -116,23 +116,17 @@ else()
     "(${CUDAToolkit_LIBRARY_DIR}), arch ${CMAKE_CUDA_ARCHITECTURES}, "
     "NCCL ${_sp_nccl_v} ${NCCL_LIBRARY}")
 
-  # --- the CUDA kernels: every codelets/cuda/*.cu (none yet is fine) ---
+  # --- the CUDA kernels (codelets/cuda/*.cu) and their table (backend.c) ---
   file(GLOB STARPIPE_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/codelets/cuda/*.cu)
-  if(STARPIPE_CUDA_SOURCES)
-    add_library(starpipe_cuda_kernels STATIC ${STARPIPE_CUDA_SOURCES})
-    set(_sp_scope PUBLIC)
-  else()
-    add_library(starpipe_cuda_kernels INTERFACE)
-    set(_sp_scope INTERFACE)
-  endif()
-  target_include_directories(starpipe_cuda_kernels ${_sp_scope} ${CMAKE_SOURCE_DIR}/include
+  add_library(starpipe_cuda_kernels STATIC ${STARPIPE_CUDA_SOURCES}
+              ${CMAKE_SOURCE_DIR}/codelets/cuda/backend.c)
+  target_include_directories(starpipe_cuda_kernels PUBLIC ${CMAKE_SOURCE_DIR}/include
                              ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/codelets/cuda)
-  target_link_libraries(starpipe_cuda_kernels ${_sp_scope} CUDA::cudart CUDA::cublas)
+  target_link_libraries(starpipe_cuda_kernels PUBLIC CUDA::cudart CUDA::cublas)
 endif()
 
-# Called by runtime/CMakeLists.txt on starpipe_runtime: the C task functions of
-# codelets/cuda/*.c (they use the runtime and graph internals), the kernels, cuBLAS, NCCL,
-# and a check that pkg-config really gave the CUDA StarPU.
+# Called by comm/ and runtime/ on their targets: the CUDA kernels and their table, cuBLAS,
+# NCCL, and a check that pkg-config really gave the CUDA StarPU.
 function(starpipe_cuda_link target)
   foreach(_m STARPU STARPUMPI)
     list(GET ${_m}_LINK_LIBRARIES 0 _lib)
@@ -143,8 +137,6 @@ function(starpipe_cuda_link target)
         "${STARPIPE_STARPU_LIBDIR}; configure a fresh build folder")
     endif()
   endforeach()
-  file(GLOB _c CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/codelets/cuda/*.c)
-  target_sources(${target} PRIVATE ${_c})
   target_link_libraries(${target} PUBLIC starpipe_cuda_kernels CUDA::cudart CUDA::cublas)
   if(TARGET NCCL::nccl)
     target_link_libraries(${target} PUBLIC NCCL::nccl)

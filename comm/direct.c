@@ -4,14 +4,14 @@
  *
  * A send acquires its buffer for reading on the host (StarPU's sequential consistency
  * puts the acquire after the producing task). The task that wrote the data usually posts
- * the send itself as its function returns (sp_comm_direct_send_from, called by the
+ * the send itself as its function returns (send_from, called by the
  * executor's wrapper); otherwise StarPU's acquire callback does, once it has ended the
  * producer. A receive acquires its buffer for writing (after its earlier readers) and
  * posts MPI_Irecv in the callback. Every send goes from a private copy, so its buffer
  * goes back to StarPU as soon as granted; a receive holds its buffer until MPI completes
  * it, so later tasks wait as they would for a task. Above the eager limit a transfer to a
  * rank of the same node goes as eager pieces (below). Completion is tested by
- * sp_comm_direct_progress, which StarPU's drivers call on every turn of their loop (a
+ * direct_progress(), which StarPU's drivers call on every turn of their loop (a
  * progression hook), i.e. after each task and continuously while a worker has nothing to
  * run; the scheduling policy keeps idle workers polling rather than parked while a
  * request is in flight (sp_policy_set_idle_poll). Releasing a completed receive's buffer
@@ -19,6 +19,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -26,29 +27,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm.h"
+#include "comm/transport.h"
 
-typedef struct sp_comm_req {
+struct sp_xfer_req {
     starpu_data_handle_t h;
     size_t count, elemsize;
     int peer, is_send;
     uint32_t msg;
-    sp_comm_done done;
+    sp_xfer_done done;
     void *arg;
     void *stage;             /* a send's private copy, or NULL (out of memory) */
     int released;            /* h went back to StarPU already (a staged send) */
     int nparts, left;        /* MPI messages it is cut into; those not yet complete */
     atomic_int holds;        /* what must end before it finishes: the buffer's acquire, the
-                                MPI requests, and a caller's hold (sp_comm_direct_post) */
-    atomic_int early;        /* posted by its producer already (sp_comm_direct_send_from) */
-    struct sp_comm_req *next; /* completed, waiting to be finished */
+                                MPI requests, and a caller's hold (post) */
+    atomic_int early;        /* posted by its producer already (send_from) */
+    struct sp_xfer_req *next; /* completed, waiting to be finished */
     const char *err;         /* the first error, in why */
     char why[MPI_MAX_ERROR_STRING + 160];
     MPI_Request q[];         /* its pieces' requests while post_all posts them */
-} direct_req;
+};
+typedef struct sp_xfer_req direct_req;
 
-/* What sp_comm_direct_counts reports, in its order. */
-enum { COUNT_SENDS, COUNT_RECVS, COUNT_PIECED, COUNT_EARLY, NCOUNTS };
+/* What direct_counts() reports. */
+enum { COUNT_SENDS, COUNT_RECVS, COUNT_PIECED, COUNT_EARLY, COUNT_BYTES_SENT, COUNT_BYTES_RECV,
+       NCOUNTS };
 
 static struct {
     int up;
@@ -58,7 +61,7 @@ static struct {
     pthread_mutex_t lock;
     int size;            /* ranks of comm */
     unsigned char *local; /* per rank of comm: on this node (shared memory) */
-    int pieces;          /* cut transfers between ranks of a node (sp_comm_direct_init) */
+    int pieces;          /* cut transfers between ranks of a node (init) */
     /* In-flight MPI requests and their records, in parallel arrays for MPI_Testsome. */
     MPI_Request *mpi;
     direct_req **reqs;
@@ -112,7 +115,7 @@ static size_t part_bytes(const direct_req *r, int i)
  * dualpipe-v). So every send goes from a copy made as it is posted (20-40 us for 512 KB,
  * while the data is still in cache) and gives its buffer back as soon as StarPU grants
  * it; the copies are reused by size, and what they hold is
- * sp_comm_direct_staging_bytes(). */
+ * direct_staging_bytes(). */
 typedef struct stage_block {
     size_t bytes;
     struct stage_block *next;
@@ -147,7 +150,7 @@ static void stage_put(void *data)
     pthread_mutex_unlock(&D.stage_lock);
 }
 
-size_t sp_comm_direct_staging_bytes(void)
+static size_t direct_staging_bytes(void)
 {
     pthread_mutex_lock(&D.stage_lock);
     size_t n = D.stage_bytes;
@@ -245,7 +248,7 @@ static int post_piece(direct_req *r, void *ptr, size_t n, MPI_Request *q)
 
 /* Hands r to MPI from ptr, the buffer's host memory (a send from a private copy: the
  * buffer is not needed after it), and drops r's MPI hold once every piece is complete:
- * here if complete at once, else in sp_comm_direct_progress. */
+ * here if complete at once, else in direct_progress(). */
 static void post_all(direct_req *r, unsigned char *ptr)
 {
     size_t bytes = r->count * r->elemsize;
@@ -320,20 +323,20 @@ static void start(void *arg)
     drop(r);
 }
 
-void sp_comm_direct_send_from(sp_comm_req *r, void *ptr)
+static void direct_send_from(sp_xfer_req *r, void *ptr)
 {
     atomic_store(&r->early, 1);
     atomic_fetch_add(&D.count[COUNT_EARLY], 1);
     post_all(r, ptr);
 }
 
-void sp_comm_direct_counts(unsigned long long out[4])
+static void direct_counts(sp_xfer_counts *out)
 {
-    for (int i = 0; i < NCOUNTS; i++)
-        out[i] = atomic_load(&D.count[i]);
+    *out = (sp_xfer_counts){ atomic_load(&D.count[COUNT_SENDS]), atomic_load(&D.count[COUNT_RECVS]),
+                             atomic_load(&D.count[COUNT_PIECED]), atomic_load(&D.count[COUNT_EARLY]),
+                             atomic_load(&D.count[COUNT_BYTES_SENT]),
+                             atomic_load(&D.count[COUNT_BYTES_RECV]) };
 }
-
-void sp_comm_direct_drop(sp_comm_req *r) { drop(r); }
 
 /* Records the outcome of piece i of r from its status: an MPI error, or a piece of a
  * receive of another size than expected (the ranks registered different sizes). */
@@ -369,7 +372,7 @@ static void check_status(direct_req *r, int i, const MPI_Status *s)
                   r->count * r->elemsize);
 }
 
-int sp_comm_direct_progress(void)
+static int direct_progress(void)
 {
     if (atomic_load_explicit(&D.inflight, memory_order_relaxed) == 0)
         return 0;
@@ -426,13 +429,13 @@ int sp_comm_direct_progress(void)
 static unsigned progress_hook(void *arg)
 {
     (void)arg;
-    sp_comm_direct_progress();
+    direct_progress();
     return atomic_load_explicit(&D.inflight, memory_order_relaxed) == 0;
 }
 
-int sp_comm_direct_inflight(void) { return atomic_load(&D.inflight); }
+static int direct_inflight(void) { return atomic_load(&D.inflight); }
 
-int sp_comm_direct_pending(void) { return atomic_load(&D.open); }
+static int direct_pending(void) { return atomic_load(&D.open); }
 
 /* Marks the ranks of D.comm that share this rank's node (memory). Collective. */
 static int find_local_ranks(void)
@@ -483,11 +486,13 @@ static sp_status dup_comm(MPI_Comm from, MPI_Comm *out)
     return SP_OK;
 }
 
-sp_status sp_comm_direct_init(MPI_Comm world, int pieces, void (*poke)(void))
+static sp_status direct_init(const sp_transport_config *c, int *active, char *notice, size_t len)
 {
+    *active = 0;
+    if (len) notice[0] = '\0';
     if (D.up)
-        return sp_set_error(SP_ERR_ARG, "sp_comm_direct_init: already started");
-    sp_status st = dup_comm(world, &D.comm);
+        return sp_set_error(SP_ERR_ARG, "direct transport: already started");
+    sp_status st = dup_comm(c->world, &D.comm);
     if (st)
         return st;
     int rc = find_local_ranks();
@@ -498,7 +503,7 @@ sp_status sp_comm_direct_init(MPI_Comm world, int pieces, void (*poke)(void))
         return sp_set_error(SP_ERR_RUNTIME, "%s:%d: finding the ranks of this node failed "
                             "(%d)", __FILE__, __LINE__, rc);
     }
-    D.pieces = pieces;
+    D.pieces = c->pieces;
     int *ub = NULL, flag = 0;
     MPI_Comm_get_attr(D.comm, MPI_TAG_UB, &ub, &flag);
     D.tag_ub = flag && ub ? *ub : 32767; /* the least the standard allows */
@@ -510,12 +515,13 @@ sp_status sp_comm_direct_init(MPI_Comm world, int pieces, void (*poke)(void))
         return sp_set_error(SP_ERR_RUNTIME, "%s:%d: no free StarPU progression hook",
                             __FILE__, __LINE__);
     }
-    D.poke = poke;
+    D.poke = c->poke;
     D.up = 1;
+    *active = 1;
     return SP_OK;
 }
 
-sp_status sp_comm_direct_renew(void)
+static sp_status direct_renew(void)
 {
     MPI_Comm fresh;
     sp_status st = dup_comm(D.comm, &fresh);
@@ -526,7 +532,7 @@ sp_status sp_comm_direct_renew(void)
     return SP_OK;
 }
 
-void sp_comm_direct_shutdown(void)
+static void direct_shutdown(void)
 {
     if (!D.up)
         return;
@@ -554,50 +560,78 @@ void sp_comm_direct_shutdown(void)
     D.up = 0;
 }
 
-sp_status sp_comm_direct_post(starpu_data_handle_t h, size_t count, size_t elemsize, int peer,
-                              uint32_t msg, int is_send, sp_comm_done done, void *arg,
-                              sp_comm_req **held)
+static sp_status direct_post(const sp_xfer *x, sp_xfer_done done, void *arg, sp_xfer_req **held)
 {
-    const char *what = is_send ? "send" : "recv";
+    const char *what = x->is_send ? "send" : "recv";
     if (!D.up)
-        return sp_set_error(SP_ERR_ARG, "sp_comm_direct_post: not started");
+        return sp_set_error(SP_ERR_ARG, "direct transport: not started");
     if (!done)
-        return sp_set_error(SP_ERR_ARG, "sp_comm_direct_post: a completion callback is "
-                            "required");
-    if (msg > (uint32_t)D.tag_ub)
+        return sp_set_error(SP_ERR_ARG, "direct transport: a completion callback is required");
+    if (x->msg > (uint32_t)D.tag_ub)
         return sp_set_error(SP_ERR_ARG, "%s of message #%" PRIu32 ": the MPI library's tag "
                             "bound is %d; a step may number at most that many messages",
-                            what, msg, D.tag_ub);
-    if (count > INT_MAX)
+                            what, x->msg, D.tag_ub);
+    if (x->count > INT_MAX)
         return sp_set_error(SP_ERR_ARG, "%s of message #%" PRIu32 ": %zu elements exceed "
-                            "what one MPI message can count", what, msg, count);
-    if (peer < 0 || peer >= D.size)
-        return sp_set_error(SP_ERR_ARG, "%s of message #%" PRIu32 ": no rank %d", what, msg,
-                            peer);
-    int nparts = nparts_of(count * elemsize, peer);
+                            "what one MPI message can count", what, x->msg, x->count);
+    if (x->peer < 0 || x->peer >= D.size)
+        return sp_set_error(SP_ERR_ARG, "%s of message #%" PRIu32 ": no rank %d", what, x->msg,
+                            x->peer);
+    size_t bytes = x->count * x->elemsize;
+    int nparts = nparts_of(bytes, x->peer);
     direct_req *r = malloc(sizeof *r + (size_t)nparts * sizeof(MPI_Request));
     if (!r)
         return sp_set_error(SP_ERR_NOMEM, "%s:%d: out of memory", __FILE__, __LINE__);
-    *r = (direct_req){ .h = h, .count = count, .elemsize = elemsize, .peer = peer,
-                       .is_send = is_send, .msg = msg, .done = done, .arg = arg,
+    *r = (direct_req){ .h = x->h, .count = x->count, .elemsize = x->elemsize, .peer = x->peer,
+                       .is_send = x->is_send, .msg = x->msg, .done = done, .arg = arg,
                        .nparts = nparts };
     for (int i = 0; i < nparts; i++)
         r->q[i] = MPI_REQUEST_NULL;
     atomic_init(&r->holds, held ? 3 : 2);
     atomic_init(&r->early, 0);
     atomic_fetch_add(&D.open, 1);
-    atomic_fetch_add(&D.count[is_send ? COUNT_SENDS : COUNT_RECVS], 1);
+    atomic_fetch_add(&D.count[x->is_send ? COUNT_SENDS : COUNT_RECVS], 1);
+    atomic_fetch_add(&D.count[x->is_send ? COUNT_BYTES_SENT : COUNT_BYTES_RECV], bytes);
     if (nparts > 1)
         atomic_fetch_add(&D.count[COUNT_PIECED], 1);
     int rc = starpu_data_acquire_on_node_cb_sequential_consistency(
-        h, STARPU_MAIN_RAM, is_send ? STARPU_R : STARPU_W, start, r, 1);
+        x->h, STARPU_MAIN_RAM, x->is_send ? STARPU_R : STARPU_W, start, r, 1);
     if (rc < 0) {
         atomic_fetch_sub(&D.open, 1);
         free(r);
         return sp_set_error(SP_ERR_RUNTIME, "%s:%d: acquiring the buffer of message #%" PRIu32
-                            " failed: %s", __FILE__, __LINE__, msg, strerror(-rc));
+                            " failed: %s", __FILE__, __LINE__, x->msg, strerror(-rc));
     }
     if (held)
         *held = r;
     return SP_OK;
 }
+
+/* Once a step's tasks are done, its last sends may still be in flight: the calling
+ * thread tests them too, as the idle workers do. */
+static sp_status direct_drain(void)
+{
+    while (direct_pending() > 0)
+        if (!direct_progress())
+            sched_yield();
+    return SP_OK;
+}
+
+static void direct_begin_step(uint64_t step) { (void)step; /* tags are message numbers */ }
+
+const sp_transport sp_transport_direct = {
+    .name = "direct",
+    .init = direct_init,
+    .shutdown = direct_shutdown,
+    .begin_step = direct_begin_step,
+    .post = direct_post,
+    .send_from = direct_send_from,
+    .drop = drop,
+    .progress = direct_progress,
+    .inflight = direct_inflight,
+    .pending = direct_pending,
+    .drain = direct_drain,
+    .renew = direct_renew,
+    .counts = direct_counts,
+    .staging_bytes = direct_staging_bytes,
+};

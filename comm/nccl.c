@@ -1,6 +1,7 @@
-/* NCCL transfers between GPU actors. One communicator over all ranks, bootstrapped with
- * an MPI broadcast of the unique id. A group of the plan's messages (sp_nccl_calls) is
- * one ordered task on the rank's CUDA worker: ncclGroupStart, ncclSend/ncclRecv, End.
+/* The NCCL transport (comm/transport.h) between GPU actors. One communicator over all
+ * ranks, bootstrapped with an MPI broadcast of the unique id. A group of the plan's
+ * messages (sp_nccl_calls) is one ordered task on the rank's CUDA worker (the group
+ * entry builds it): ncclGroupStart, ncclSend/ncclRecv, End.
  * NCCL's point-to-point calls block on the device and channels are ordered, so each rank
  * must issue them in the plan's global message order: the ordered policy runs the tasks in
  * that order (tests/sched/test_nccl_order.c checks that the calls pair up).
@@ -12,18 +13,21 @@
  * its buffers) ends when the transfer has, while the worker goes on. Inputs need no event
  * on the compute stream: StarPU starts a task only after the tasks it depends on ended.
  * The completion thread also polls ncclCommGetAsyncError; an error aborts the
- * communicator, releases the waiting tasks and is reported by sp_comm_nccl_error, which
+ * communicator, releases the waiting tasks and is reported by the error entry, which
  * the executor's wait loop turns into a failed, unusable executor within milliseconds.
- * Connections are made at start-up (sp_comm_nccl_connect), not inside the first group.
+ * Connections are made at start-up (the connect entry), not inside the first group.
  * Without NCCL, a GPU, or with two ranks on one GPU (NCCL refuses that), every message
- * stays on StarPU-MPI and sp_comm_nccl_init says why. */
+ * stays on the host transport and init says why. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <starpu_mpi.h>
 
-#include "comm/comm.h"
+#include "comm/transport.h"
+
+/* what the groups carried (main thread only: groups are built at submission) */
+static sp_xfer_counts carried;
 
 #if defined(STARPU_USE_CUDA) && defined(STARPIPE_HAVE_NCCL)
 #include <pthread.h>
@@ -53,7 +57,7 @@ static struct {
 static atomic_int failed;
 static char fail_msg[256];
 
-const char *sp_comm_nccl_error(void) { return atomic_load(&failed) ? fail_msg : NULL; }
+static const char *nccl_error(void) { return atomic_load(&failed) ? fail_msg : NULL; }
 
 static void nccl_failed(const char *what, ncclResult_t r)
 {
@@ -114,8 +118,6 @@ static int enqueue(cudaEvent_t ev, struct starpu_task *task)
     return 0;
 }
 
-int sp_comm_nccl_active(void) { return active; }
-
 static MPI_Comm mpi; /* the communicator of the bootstrap */
 
 /* Collective: 1 on every rank if bad is set on any (also when MPI itself fails). */
@@ -136,15 +138,16 @@ static sp_status mpi_failed(const char *call)
 static sp_status nccl_start(int ncuda, char *notice, size_t len);
 
 /* Once per process: every trainer of a run shares the communicator. */
-sp_status sp_comm_nccl_init(MPI_Comm c, int ncuda, char *notice, size_t len)
+static sp_status nccl_init(const sp_transport_config *c, int *on, char *notice, size_t len)
 {
     sp_status st = SP_OK;
-    mpi = c;
+    mpi = c->world;
     if (!tried) {
-        st = nccl_start(ncuda, why, sizeof why);
+        st = nccl_start(c->ncuda, why, sizeof why);
         tried = st == SP_OK;
     }
     snprintf(notice, len, "%s", why);
+    *on = active;
     return st;
 }
 
@@ -157,8 +160,8 @@ static sp_status nccl_start(int ncuda, char *notice, size_t len)
         return mpi_failed("MPI_Comm_size");
     my_rank = me;
     if (anyone(ncuda != 1)) {
-        snprintf(notice, len, "NCCL needs one CUDA worker on every rank: transfers use "
-                 "StarPU-MPI");
+        snprintf(notice, len, "NCCL needs one CUDA worker on every rank: GPU transfers go "
+                 "through host memory");
         return SP_OK;
     }
     int worker = starpu_worker_get_by_type(STARPU_CUDA_WORKER, 0);
@@ -178,12 +181,12 @@ static sp_status nccl_start(int ncuda, char *notice, size_t len)
     if (MPI_Bcast(&shared, 1, MPI_INT, 0, mpi) != MPI_SUCCESS)
         return mpi_failed("MPI_Bcast");
     if (anyone(bad)) {
-        snprintf(notice, len, "cannot identify the GPUs: transfers use StarPU-MPI");
+        snprintf(notice, len, "cannot identify the GPUs: GPU transfers go through host memory");
         return SP_OK;
     }
     if (shared) {
-        snprintf(notice, len, "two ranks share one GPU (NCCL refuses that): transfers use "
-                 "StarPU-MPI");
+        snprintf(notice, len, "two ranks share one GPU (NCCL refuses that): GPU transfers go "
+                 "through host memory");
         return SP_OK;
     }
     ncclUniqueId id;
@@ -212,8 +215,8 @@ static sp_status nccl_start(int ncuda, char *notice, size_t len)
     if (anyone(r != ncclSuccess || stream_bad)) {
         if (r == ncclSuccess)
             ncclCommDestroy(comm);
-        snprintf(notice, len, "NCCL initialisation failed (%s on rank %d): transfers use "
-                 "StarPU-MPI", r != ncclSuccess ? ncclGetErrorString(r)
+        snprintf(notice, len, "NCCL initialisation failed (%s on rank %d): GPU transfers go "
+                 "through host memory", r != ncclSuccess ? ncclGetErrorString(r)
                                                  : "no stream or completion thread", me);
         return SP_OK;
     }
@@ -221,7 +224,7 @@ static sp_status nccl_start(int ncuda, char *notice, size_t len)
     return SP_OK;
 }
 
-sp_status sp_comm_nccl_connect(const int *peers, int n)
+static sp_status nccl_connect(const int *peers, int n)
 {
     if (!active || n <= 0) return SP_OK;
     float *d = NULL;
@@ -247,7 +250,7 @@ sp_status sp_comm_nccl_connect(const int *peers, int n)
     return SP_OK;
 }
 
-void sp_comm_nccl_shutdown(void)
+static void nccl_shutdown(void)
 {
     if (done_q.running) { /* after the last task: nothing is pending */
         pthread_mutex_lock(&done_q.lock);
@@ -264,11 +267,22 @@ void sp_comm_nccl_shutdown(void)
     active = tried = 0;
 }
 
-int sp_comm_nccl_group(void *const *bufs, const size_t *counts, int nbufs, const void *args,
-                       void *stream)
+/* The arguments of a group's task: call i sends task buffer buf to peer, or receives it. */
+typedef struct {
+    int is_send, peer, buf;
+} nccl_call;
+typedef struct {
+    int n;
+    nccl_call call[];
+} group_args;
+
+/* A group's task: its calls between ncclGroupStart and ncclGroupEnd on NCCL's own
+ * stream; the task ends when the group has (the completion thread releases it). */
+static int run_group(const sp_device *dev, void *const *bufs, const size_t *counts, int nbufs,
+                     const void *args)
 {
-    (void)stream; /* the compute stream: the transfers go on their own */
-    const sp_comm_nccl_group_args *a = args;
+    (void)dev; /* the worker's compute stream: the transfers go on their own */
+    const group_args *a = args;
     for (int i = 0; i < a->n; i++)
         if (a->call[i].buf < 0 || a->call[i].buf >= nbufs)
             return -1;
@@ -278,7 +292,7 @@ int sp_comm_nccl_group(void *const *bufs, const size_t *counts, int nbufs, const
     }
     ncclResult_t r = ncclGroupStart();
     for (int i = 0; r == ncclSuccess && i < a->n; i++) {
-        const sp_comm_nccl_call *c = &a->call[i];
+        const nccl_call *c = &a->call[i];
         r = c->is_send ? ncclSend(bufs[c->buf], counts[c->buf], ncclFloat32, c->peer, comm,
                                   comm_stream)
                        : ncclRecv(bufs[c->buf], counts[c->buf], ncclFloat32, c->peer, comm,
@@ -308,30 +322,81 @@ int sp_comm_nccl_group(void *const *bufs, const size_t *counts, int nbufs, const
     return 0;
 }
 
-#else /* no NCCL in this build */
+/* The n messages as one group task: each buffer once (a send may go to several peers),
+ * R for sends, W for receives; the calls in the given order. */
+static sp_status build_group(const sp_xfer *x, int n, sp_xfer_group *g)
+{
+    *g = (sp_xfer_group){ .fn = run_group, .args_size = sizeof(group_args) +
+                                                        (size_t)n * sizeof(nccl_call) };
+    group_args *a = calloc(1, g->args_size);
+    g->xfer = malloc(sizeof(int) * (size_t)(n + 1));
+    g->mode = malloc(sizeof(sp_access_mode) * (size_t)(n + 1));
+    sp_status st = SP_OK;
+    if (!a || !g->xfer || !g->mode) st = sp_set_error(SP_ERR_NOMEM, "NCCL group: out of memory");
+    for (int k = 0; k < n && st == SP_OK; k++) {
+        int b = 0;
+        while (b < g->nbufs && x[g->xfer[b]].h != x[k].h) b++;
+        sp_access_mode m = x[k].is_send ? SP_ACCESS_R : SP_ACCESS_W;
+        if (b < g->nbufs && g->mode[b] != m)
+            st = sp_set_error(SP_ERR_RUNTIME, "NCCL group: one buffer both sent and received");
+        else if (b == g->nbufs)
+            g->xfer[g->nbufs] = k, g->mode[g->nbufs++] = m;
+        a->call[a->n++] = (nccl_call){ x[k].is_send, x[k].peer, b };
+        size_t bytes = x[k].count * x[k].elemsize;
+        if (x[k].is_send) carried.sends++, carried.bytes_sent += bytes;
+        else carried.recvs++, carried.bytes_received += bytes;
+    }
+    if (st) {
+        free(a), free(g->xfer), free(g->mode);
+        *g = (sp_xfer_group){ 0 };
+        return st;
+    }
+    g->args = a;
+    return SP_OK;
+}
 
-int sp_comm_nccl_active(void) { return 0; }
-const char *sp_comm_nccl_error(void) { return NULL; }
-sp_status sp_comm_nccl_connect(const int *peers, int n)
+#else /* no NCCL in this build: never active */
+
+static sp_status nccl_init(const sp_transport_config *c, int *on, char *notice, size_t len)
+{
+    (void)c;
+    *on = 0;
+    snprintf(notice, len, "built without NCCL: GPU transfers are staged through host memory");
+    return SP_OK;
+}
+
+static void nccl_shutdown(void) {}
+
+static sp_status build_group(const sp_xfer *x, int n, sp_xfer_group *g)
+{
+    (void)x, (void)n, (void)g;
+    return sp_set_error(SP_ERR_RUNTIME, "built without NCCL");
+}
+
+static sp_status nccl_connect(const int *peers, int n)
 {
     (void)peers, (void)n;
     return SP_OK;
 }
 
-sp_status sp_comm_nccl_init(MPI_Comm c, int ncuda, char *notice, size_t len)
-{
-    (void)c, (void)ncuda;
-    snprintf(notice, len, "built without NCCL: transfers use StarPU-MPI");
-    return SP_OK;
-}
-
-void sp_comm_nccl_shutdown(void) {}
-
-int sp_comm_nccl_group(void *const *bufs, const size_t *counts, int nbufs, const void *args,
-                       void *stream)
-{
-    (void)bufs, (void)counts, (void)nbufs, (void)args, (void)stream;
-    return -1;
-}
+static const char *nccl_error(void) { return NULL; }
 
 #endif
+
+static void nccl_begin_step(uint64_t step) { (void)step; }
+static int nccl_pending(void) { return 0; /* a group is a task: the executor waits for it */ }
+static sp_status nccl_drain(void) { return SP_OK; }
+static void nccl_counts(sp_xfer_counts *out) { *out = carried; }
+
+const sp_transport sp_transport_nccl = {
+    .name = "nccl",
+    .init = nccl_init,
+    .shutdown = nccl_shutdown,
+    .begin_step = nccl_begin_step,
+    .group = build_group,
+    .connect = nccl_connect,
+    .error = nccl_error,
+    .pending = nccl_pending,
+    .drain = nccl_drain,
+    .counts = nccl_counts,
+};

@@ -1,5 +1,6 @@
-/* Internal layout of stage programs, shared by program.c (memory layout, forward,
- * execution) and autodiff.c (the backward: VJP rules and the B/W split). */
+/* Internal layout of stage programs, shared by layout.c (memory layout, operands),
+ * program.c (forward programs, build), autodiff.c (the backward: VJP rules and the B/W
+ * split) and run.c (the interpreter). */
 #ifndef STARPIPE_PROGRAM_IMPL_H
 #define STARPIPE_PROGRAM_IMPL_H
 
@@ -129,6 +130,11 @@ int sp_edge_index(const sp_program *p, int src, int dst);
 /* The stage's SCRATCH operand, grown to hold `floats`. Sized for the CPU and the CUDA
  * kernels alike (their needs differ; codelets/cuda/kernels_cuda.h). */
 sp_loc sp_loc_scratch(sp_program *p, sp_kprog *kp, int s, int64_t floats);
+/* A piece of stage s's SCRATCH: floats at offset off, the slab grown to hold them. */
+sp_loc sp_loc_scratch_at(sp_program *p, sp_kprog *kp, int s, int64_t off, int64_t floats);
+/* Offset off of buffer (cls, idx), taken by kp with mode. */
+sp_loc sp_loc_slab(sp_program *p, sp_kprog *kp, sp_buf_class cls, int idx, sp_access_mode mode,
+                   int64_t off);
 /* SCRATCH floats of attention node n's forward (backward = 0) or backward under p's
  * precision: the CPU's need, or the CUDA kernels' (none forward, B*NH*T backward),
  * whichever is larger. */
@@ -136,5 +142,12 @@ int64_t sp_attention_scratch_need(const sp_program *p, const sp_node *n, int bac
 
 /* Emits B, W and BW of every stage. Returns SP_OK or an error. */
 sp_status sp_autodiff_emit(sp_program *p);
+
+/* layout.c: the first layout (every value in ACT, fp32), then the placement once the
+ * programs' readers are known. */
+sp_status sp_program_layout(sp_program *p);
+sp_status sp_program_place(sp_program *p);
+/* run.c: an instruction's name, for messages and listings. */
+const char *sp_icode_name(sp_icode code);
 
 #endif

@@ -45,7 +45,7 @@ sp_status sp_binding_plan(MPI_Comm node, int want, const cpu_set_t *near, int gp
     int rc = MPI_Allgather(mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, node);
     if (rc != MPI_SUCCESS) {
         free(all), free(masks), free(nears);
-        return sp_exec_mpi_error(__FILE__, __LINE__, "MPI_Allgather", rc);
+        return sp_comm_mpi_error(__FILE__, __LINE__, "MPI_Allgather", rc);
     }
     for (int i = 0; i < lsize; i++) masks[i] = all[2 * i], nears[i] = all[2 * i + 1];
     /* The CPUs this rank may use, in OS numbering (runtime/gpumap.c). */

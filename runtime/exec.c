@@ -23,8 +23,11 @@
 
 #include "base/env.h"
 #include "codelets/cpu/kernels.h"
-#include "codelets/stage.h"
-#include "comm/comm.h"
+#include "codelets/cuda/backend.h"
+#ifdef STARPIPE_HAVE_CUDA
+#include "codelets/cuda/kernels_cuda.h" /* sp_cuda_set_tf32 */
+#endif
+#include "comm/transport.h"
 #include "runtime/binding_impl.h"
 #include "runtime/exec_impl.h"
 #include "runtime/gpumap.h"
@@ -48,12 +51,14 @@ static struct {
     unsigned char *seen;
     size_t seen_cap, nsubmitted;
     uint32_t max_seq;
-    int direct;           /* messages go through comm/direct.c, not StarPU-MPI */
+    const sp_transport *host;  /* every message posted one by one (starpu-mpi, direct) */
+    const sp_transport *group; /* groups between GPU ranks (NCCL), or NULL */
+    size_t group_threshold;    /* bytes from which messages go in groups */
     /* This step's task arguments: kept until the step ends, since a send posted after its
      * producer may still reach the producer's (send_early). */
     struct task_args **args;
     size_t nargs, args_cap;
-    int pieces;           /* large transfers within a node as eager pieces (direct.c):
+    int pieces;           /* large transfers within a node as eager pieces (direct):
                              1 always, 0 never, -1 where ranks have cores of their own */
 } X;
 
@@ -147,8 +152,8 @@ static sp_status broken_error(const char *what)
 
 /* cl_arg of every task: what to call, and a copy of the caller's argument struct. */
 struct task_args {
-    sp_exec_cpu_fn cpu;
-    sp_exec_cuda_fn cuda;
+    sp_task_fn fn;
+    unsigned where; /* SP_EXEC_ON_CPU | SP_EXEC_ON_CUDA */
     char name[32];
     uint32_t seq;
     uint32_t footprint;
@@ -162,13 +167,9 @@ struct task_args {
 /* Up to this many buffers the wrapper keeps its pointer arrays on the stack. */
 #define SP_STACK_BUFS 32
 
-typedef int (*impl_call)(const struct task_args *, void *const *, const size_t *, int);
-#ifdef STARPU_USE_CUDA
-static int call_cuda(const struct task_args *a, void *const *p, const size_t *c, int n);
-#endif
 
 /* ---- sends posted by their producer ----
- * StarPU grants a send's buffer (its acquire callback, comm/direct.c) only once it has
+ * StarPU grants a send's buffer (the transport's acquire callback) only once it has
  * ended the producing task: 50-150 us after the task's function returned on the 2-core
  * VM, and more when the worker's caches are cold after a long task. The data is final
  * when the function returns, so the wrapper posts the sends of the task's outputs then
@@ -177,13 +178,13 @@ static int call_cuda(const struct task_args *a, void *const *p, const size_t *c,
  * buffer (writer); whichever comes second of the send's attach and the wrapper's close
  * decides: attached in time, the wrapper posts it; too late, the grant does. */
 struct early_send {
-    sp_comm_req *r;
+    sp_xfer_req *r;
     starpu_data_handle_t h;
     struct early_send *next;
 };
 #define EARLY_CLOSED ((struct early_send *)1)
 
-static void attach_early(struct task_args *a, sp_comm_req *r, starpu_data_handle_t h)
+static void attach_early(struct task_args *a, sp_xfer_req *r, starpu_data_handle_t h)
 {
     struct early_send *e = malloc(sizeof *e);
     if (!e)
@@ -211,7 +212,7 @@ static void send_early(struct starpu_task *task, struct task_args *a, void *cons
         for (int i = 0; ptrs && i < n; i++)
             if (STARPU_TASK_GET_HANDLE(task, i) == e->h &&
                 (STARPU_TASK_GET_MODE(task, i) & STARPU_W)) {
-                sp_comm_direct_send_from(e->r, ptrs[i]);
+                X.host->send_from(e->r, ptrs[i]);
                 break;
             }
         free(e);
@@ -219,7 +220,19 @@ static void send_early(struct starpu_task *task, struct task_args *a, void *cons
     }
 }
 
-static void run_task(void *descr[], struct task_args *a, impl_call call)
+/* The worker's device (starpipe/backend.h): the one case per kind of worker. */
+static sp_device worker_device(sp_cuda_ctx *c)
+{
+#if defined(STARPU_USE_CUDA) && defined(STARPIPE_HAVE_CUDA)
+    if (starpu_worker_get_type(starpu_worker_get_id()) == STARPU_CUDA_WORKER)
+        return sp_device_cuda(c, (void *)starpu_cuda_get_local_stream(),
+                              starpu_cublas_get_local_handle());
+#endif
+    (void)c;
+    return sp_device_cpu();
+}
+
+static void run_task(void *descr[], struct task_args *a)
 {
     struct starpu_task *task = starpu_task_get_current();
     if (atomic_load(&step_failed)) {
@@ -247,17 +260,16 @@ static void run_task(void *descr[], struct task_args *a, impl_call call)
         counts[i] = STARPU_VECTOR_GET_NX(descr[i]);
     }
     double t0 = X.opts.trace ? starpu_timing_now() : 0;
-    int rc = call(a, ptrs, counts, n);
+    sp_cuda_ctx cuda;
+    sp_device dev = worker_device(&cuda);
+    int rc = a->fn(&dev, ptrs, counts, n, a->payload);
     /* A CUDA function only enqueues its kernels (STARPU_CUDA_ASYNC): its end is when
      * StarPU sees the stream done and calls the task's callback (cuda_task_done). */
-#ifdef STARPU_USE_CUDA
-    if (call == call_cuda) {
+    if (dev.type == SP_DEVICE_CUDA) {
         a->on_cuda = 1;
         a->t0 = t0;
         send_early(task, a, NULL, 0); /* the data is on the device */
-    } else
-#endif
-    {
+    } else {
         if (X.opts.trace)
             trace_add(a->name, a->seq, t0, starpu_timing_now(), 0, -1);
         send_early(task, a, ptrs, n);
@@ -274,29 +286,24 @@ static void run_task(void *descr[], struct task_args *a, impl_call call)
     }
 }
 
-static int call_cpu(const struct task_args *a, void *const *p, const size_t *c, int n)
-{
-    return a->cpu(p, c, n, a->payload);
-}
-
-static void run_cpu(void *descr[], void *cl_arg) { run_task(descr, cl_arg, call_cpu); }
-
+/* The codelets' implementations: one wrapper, whatever the worker (the task's function
+ * takes the worker's device). Named, so that StarPU's tools find them by name
+ * (cpu_funcs_name, cuda_funcs_name). */
+void sp_exec_run_cpu(void *descr[], void *cl_arg);
+void sp_exec_run_cpu(void *descr[], void *cl_arg) { run_task(descr, cl_arg); }
 #ifdef STARPU_USE_CUDA
-static int call_cuda(const struct task_args *a, void *const *p, const size_t *c, int n)
-{
-    return a->cuda(p, c, n, a->payload, (void *)starpu_cuda_get_local_stream());
-}
-
-static void run_cuda(void *descr[], void *cl_arg) { run_task(descr, cl_arg, call_cuda); }
+void sp_exec_run_cuda(void *descr[], void *cl_arg);
+void sp_exec_run_cuda(void *descr[], void *cl_arg) { run_task(descr, cl_arg); }
 #endif
 
-/* Per task, not per codelet: one codelet serves tasks with and without a CUDA kernel. */
+/* Per task, not per codelet: one codelet serves tasks held to one kind of worker and
+ * tasks that may run on any. */
 static int can_execute(unsigned worker, struct starpu_task *task, unsigned nimpl)
 {
     const struct task_args *a = task->cl_arg;
     switch (starpu_worker_get_type((int)worker)) {
-    case STARPU_CPU_WORKER: return a->cpu != NULL;
-    case STARPU_CUDA_WORKER: return a->cuda != NULL;
+    case STARPU_CPU_WORKER: return (a->where & SP_EXEC_ON_CPU) != 0;
+    case STARPU_CUDA_WORKER: return (a->where & SP_EXEC_ON_CUDA) != 0;
     default: return 0;
     }
 }
@@ -350,10 +357,10 @@ static struct starpu_codelet *codelet_for(const char *cls)
     codelets[i] = (struct starpu_codelet){
         .model = &models[i],
         .can_execute = can_execute,
-        .cpu_funcs = {run_cpu},
+        .cpu_funcs = {sp_exec_run_cpu},
         .cpu_funcs_name = {"sp_exec_run_cpu"},
 #ifdef STARPU_USE_CUDA
-        .cuda_funcs = {run_cuda},
+        .cuda_funcs = {sp_exec_run_cuda},
         .cuda_flags = {STARPU_CUDA_ASYNC},
 #endif
         .nbuffers = STARPU_VARIABLE_NBUFFERS,
@@ -376,10 +383,13 @@ static enum starpu_data_access_mode starpu_mode(sp_access_mode m)
 static sp_status check_task(const sp_exec_task *t)
 {
     const char *name = t->name ? t->name : "(unnamed)";
-    if (!t->cpu && !t->cuda)
-        return sp_set_error(SP_ERR_ARG, "task '%s': no CPU or CUDA function", name);
+    if (!t->fn)
+        return sp_set_error(SP_ERR_ARG, "task '%s': no function", name);
+    if (t->where & ~(SP_EXEC_ON_CPU | SP_EXEC_ON_CUDA))
+        return sp_set_error(SP_ERR_ARG, "task '%s': where = %#x names no kind of worker", name,
+                            t->where);
 #ifndef STARPU_USE_CUDA
-    if (!t->cpu)
+    if (t->where == SP_EXEC_ON_CUDA)
         return sp_set_error(SP_ERR_ARG, "task '%s': CUDA only, but StarPU has no CUDA", name);
 #endif
     if (t->nbufs < 0 || (t->nbufs > 0 && (!t->bufs || !t->modes)))
@@ -476,8 +486,8 @@ sp_status sp_exec_submit(const sp_exec_task *t)
             discard_task(task);
         return sp_set_error(SP_ERR_NOMEM, "%s:%d: out of memory", __FILE__, __LINE__);
     }
-    a->cpu = t->cpu;
-    a->cuda = t->cuda;
+    a->fn = t->fn;
+    a->where = t->where ? t->where : SP_EXEC_ON_CPU | SP_EXEC_ON_CUDA;
     a->seq = t->seq;
     a->footprint = t->footprint;
     snprintf(a->name, sizeof a->name, "%s", t->name ? t->name : "task");
@@ -489,7 +499,7 @@ sp_status sp_exec_submit(const sp_exec_task *t)
     a->on_cuda = 0;
     a->unrun = 0;
     atomic_init(&a->early, NULL);
-    if (t->cuda) {
+    if (a->where & SP_EXEC_ON_CUDA) {
         task->callback_func = cuda_task_done;
         task->callback_arg = a;
     }
@@ -549,8 +559,9 @@ typedef struct {
     double posted;
 } transfer_info;
 
-/* Completion of a transfer: a failed one fails the step (direct transfers only: StarPU-MPI
- * has no error path); with tracing on, its record from posting to completion. */
+/* Completion of a transfer: a failed one fails the step (StarPU-MPI has no error path:
+ * the direct transport's failures); with tracing on, its record from posting to
+ * completion. */
 static void transfer_finish(void *arg, const char *err)
 {
     transfer_info *t = arg;
@@ -565,8 +576,6 @@ static void transfer_finish(void *arg, const char *err)
     trace_add(name, t->msg, t->posted, starpu_timing_now(), t->is_send ? 1 : 2, t->peer);
     free(t);
 }
-
-static void transfer_done(void *arg) { transfer_finish(arg, NULL); }
 
 static sp_status post(sp_exec_buf *b, int peer, uint32_t msg, int is_send)
 {
@@ -583,17 +592,15 @@ static sp_status post(sp_exec_buf *b, int peer, uint32_t msg, int is_send)
         *info = (transfer_info){ is_send, peer, msg, starpu_timing_now() };
     /* a send of data a task of this step writes: that task may post it (send_early) */
     struct task_args *producer = is_send && b->writer_step == sp_exec_step_ ? b->writer : NULL;
-    sp_comm_req *held = NULL;
-    sp_status st = X.direct
-        ? sp_comm_direct_post(b->handle, b->count, b->elemsize, peer, msg, is_send,
-                              transfer_finish, info, producer ? &held : NULL)
-        : sp_comm_post(b->handle, peer, sp_comm_tag(sp_exec_step_, msg), is_send,
-                       transfer_done, info);
+    sp_xfer_req *held = NULL;
+    sp_xfer x = { b->handle, b->count, b->elemsize, peer, is_send, msg };
+    sp_status st = X.host->post(&x, transfer_finish, info,
+                                producer && X.host->send_from ? &held : NULL);
     if (st)
         free(info);
     if (held) {
         attach_early(producer, held, b->handle);
-        sp_comm_direct_drop(held);
+        X.host->drop(held);
     }
     if (!is_send)
         b->writer = NULL; /* written by the message now, not by a task */
@@ -606,10 +613,17 @@ sp_status sp_exec_recv(sp_exec_buf *b, int src, uint32_t msg) { return post(b, s
 
 sp_exec_transfers sp_exec_transfer_counts(void)
 {
-    unsigned long long c[4] = { 0 };
-    if (X.started && X.direct)
-        sp_comm_direct_counts(c);
-    return (sp_exec_transfers){ c[0], c[1], c[2], c[3] };
+    sp_xfer_counts c = { 0 }, g = { 0 };
+    if (X.started) X.host->counts(&c);
+    if (X.started && X.group) X.group->counts(&g);
+    return (sp_exec_transfers){ X.started ? X.host->name : "none", c.sends, c.recvs, c.pieced,
+                                c.by_producer, c.bytes_sent, c.bytes_received, g.sends,
+                                g.recvs };
+}
+
+size_t sp_exec_staging_bytes(void)
+{
+    return X.started && X.host->staging_bytes ? X.host->staging_bytes() : 0;
 }
 
 /* ---- buffers ---- */
@@ -703,12 +717,10 @@ static double seconds_now(void)
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-/* Once a step's tasks are done its last sends may still be in flight: idle workers test
- * them, and so does the main thread, which has nothing else to do. */
-static void test_last_sends(void)
+/* Messages posted and not yet done, of every transport. */
+static int transfers_pending(void)
 {
-    if (!sp_comm_direct_progress())
-        sched_yield();
+    return X.host->pending() + (X.group ? X.group->pending() : 0);
 }
 
 /* Waits for this rank's tasks of the step. With a watchdog, gives up when tasks are
@@ -716,27 +728,28 @@ static void test_last_sends(void)
  * never comes cannot be recalled, so the step is lost and the executor with it. */
 static sp_status wait_tasks(void)
 {
-    /* NCCL's transfers end on its completion thread, which also sees its asynchronous
-     * errors: with NCCL on, the wait polls for one (a dead or unreachable peer) */
-    int nccl = sp_comm_nccl_active();
-    if (X.opts.watchdog_s <= 0 && !nccl) {
+    /* A group transport may fail asynchronously (NCCL: a dead or unreachable peer, seen
+     * by its completion thread): with one, the wait polls for that too */
+    int async = X.group && X.group->error;
+    if (X.opts.watchdog_s <= 0 && !async) {
         SP_STARPU_CHECK(starpu_task_wait_for_all());
-        while (X.direct && sp_comm_direct_pending() > 0)
-            test_last_sends();
         return SP_OK;
     }
     unsigned long seen = atomic_load(&tasks_done);
     double quiet_since = seconds_now();
     int pending;
-    while ((pending = starpu_task_nsubmitted() + (X.direct ? sp_comm_direct_pending() : 0)) > 0) {
-        if (X.direct && starpu_task_nsubmitted() == 0)
-            test_last_sends();
-        else
+    while ((pending = starpu_task_nsubmitted() + transfers_pending()) > 0) {
+        /* once the tasks are done, the last messages may still be in flight: the main
+         * thread, which has nothing else to do, tests them as the idle workers do */
+        if (X.host->progress && starpu_task_nsubmitted() == 0) {
+            if (!X.host->progress()) sched_yield();
+        } else {
             nanosleep(&(struct timespec){ 0, 2000000 }, NULL); /* the main thread only watches */
-        const char *nerr = nccl ? sp_comm_nccl_error() : NULL;
-        if (nerr) { /* the communicator is aborted: this step and the executor are lost */
+        }
+        const char *gerr = async ? X.group->error() : NULL;
+        if (gerr) { /* the transport is dead: this step and the executor are lost */
             X.broken = 1;
-            return sp_set_error(SP_ERR_RUNTIME, "rank %d: %s", sp_exec_rank_, nerr);
+            return sp_set_error(SP_ERR_RUNTIME, "rank %d: %s", sp_exec_rank_, gerr);
         }
         unsigned long done = atomic_load(&tasks_done);
         if (X.opts.watchdog_s <= 0) {
@@ -768,6 +781,8 @@ sp_status sp_exec_begin_step(void)
     if (st)
         return st;
     sp_exec_step_++;
+    X.host->begin_step(sp_exec_step_);
+    if (X.group) X.group->begin_step(sp_exec_step_);
     if (X.seen)
         memset(X.seen, 0, X.seen_cap);
     X.nsubmitted = 0;
@@ -800,16 +815,16 @@ sp_status sp_exec_end_step(void)
                   X.nsubmitted, X.max_seq, hole);
     }
 
-    /* All tasks and transfers here, then (StarPU-MPI) all its requests everywhere, a
-     * barrier; direct transfers are all complete here and the agreement below is the
-     * barrier. A rank whose watchdog fired returns at once: its peers' barrier then waits
-     * for a process that is about to end, and the launcher ends them with it. */
+    /* All tasks here, then the rest of the step's messages (StarPU-MPI: all its requests
+     * everywhere, a barrier; direct: this rank's, and the agreement below is the barrier).
+     * A rank whose watchdog fired returns at once: its peers' barrier then waits for a
+     * process that is about to end, and the launcher ends them with it. */
     sp_status st = wait_tasks();
     if (st)
         return st; /* tasks may still hold their arguments: kept, the executor is broken */
     free_args();
-    if (!X.direct)
-        SP_STARPU_CHECK(starpu_mpi_wait_for_all(MPI_COMM_WORLD));
+    if ((st = X.host->drain()))
+        return st;
 
     /* Agreement: every rank returns the error of the lowest failing rank. */
     int failed = atomic_load(&step_failed);
@@ -817,7 +832,7 @@ sp_status sp_exec_end_step(void)
     SP_MPI_CHECK(MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, X.comm));
     if (lowest == sp_exec_size_)
         return SP_OK;
-    if (X.direct && (st = sp_comm_direct_renew()))
+    if (X.host->renew && (st = X.host->renew()))
         return st;
     char msg[sizeof fail_msg];
     if (failed)
@@ -884,33 +899,76 @@ sp_status sp_exec_gather(const void *send, size_t bytes, void *recv, int root)
     return SP_OK;
 }
 
-/* ---- NCCL (comm/nccl.c) over the executor's communicator ---- */
-sp_status sp_exec_nccl_init(char *notice, size_t len)
+/* ---- groups (the group transport: NCCL) ---- */
+
+sp_status sp_exec_groups_init(char *notice, size_t len)
 {
-    sp_status st = between_steps("sp_exec_nccl_init");
-    return st ? st : sp_comm_nccl_init(X.comm, sp_exec_num_cuda(), notice, len);
+    sp_status st = between_steps("sp_exec_groups_init");
+    if (st)
+        return st;
+    sp_transport_config c = { .world = X.comm, .ncuda = sp_exec_num_cuda() };
+    int active = 0;
+    if ((st = sp_transport_nccl.init(&c, &active, notice, len)))
+        return st;
+    X.group = active ? &sp_transport_nccl : NULL;
+    return SP_OK;
 }
 
-int sp_exec_nccl_active(void) { return sp_comm_nccl_active(); }
+int sp_exec_groups_active(void) { return X.started && X.group != NULL; }
 
-sp_status sp_exec_nccl_connect(const int *peers, int n)
+size_t sp_exec_group_threshold(void) { return X.group_threshold; }
+
+sp_status sp_exec_groups_connect(const int *peers, int n)
 {
-    sp_status st = between_steps("sp_exec_nccl_connect");
-    return st ? st : sp_comm_nccl_connect(peers, n);
+    sp_status st = between_steps("sp_exec_groups_connect");
+    if (st)
+        return st;
+    return X.group && X.group->connect ? X.group->connect(peers, n) : SP_OK;
 }
 
-void sp_exec_nccl_shutdown(void) { sp_comm_nccl_shutdown(); }
+sp_status sp_exec_group(const sp_exec_xfer *x, int n, const char *name, uint32_t seq)
+{
+    if (!X.started || !X.in_step)
+        return sp_set_error(SP_ERR_ARG, "sp_exec_group: not inside a step");
+    if (!X.group)
+        return sp_set_error(SP_ERR_ARG, "sp_exec_group: no group transport (sp_exec_groups_init)");
+    if (!x || n <= 0)
+        return sp_set_error(SP_ERR_ARG, "sp_exec_group: no messages");
+    sp_xfer *m = malloc((size_t)n * sizeof *m);
+    if (!m)
+        return sp_set_error(SP_ERR_NOMEM, "%s:%d: out of memory", __FILE__, __LINE__);
+    sp_status st = SP_OK;
+    for (int k = 0; k < n && st == SP_OK; k++) {
+        if (!x[k].buf || x[k].peer < 0 || x[k].peer >= sp_exec_size_ || x[k].peer == sp_exec_rank_)
+            st = sp_set_error(SP_ERR_ARG, "sp_exec_group '%s': message %d has no buffer or "
+                              "a bad peer (%d)", name ? name : "", k, x[k].peer);
+        else
+            m[k] = (sp_xfer){ x[k].buf->handle, x[k].buf->count, x[k].buf->elemsize, x[k].peer,
+                              x[k].is_send, 0 };
+    }
+    sp_xfer_group g = { 0 };
+    if (st == SP_OK)
+        st = X.group->group(m, n, &g);
+    if (st == SP_OK) {
+        sp_exec_buf **bufs = malloc((size_t)g.nbufs * sizeof *bufs);
+        if (!bufs)
+            st = sp_set_error(SP_ERR_NOMEM, "%s:%d: out of memory", __FILE__, __LINE__);
+        for (int j = 0; bufs && j < g.nbufs; j++)
+            bufs[j] = x[g.xfer[j]].buf;
+        if (st == SP_OK)
+            st = sp_exec_submit(&(sp_exec_task){ .name = name, .fn = g.fn,
+                                                 .where = SP_EXEC_ON_CUDA, .nbufs = g.nbufs,
+                                                 .bufs = bufs, .modes = g.mode, .args = g.args,
+                                                 .args_size = g.args_size, .seq = seq,
+                                                 .codelet = X.group->name });
+        free(bufs);
+    }
+    free(g.args), free(g.xfer), free(g.mode);
+    free(m);
+    return st;
+}
 
 /* ---- start-up, shutdown, abort ---- */
-
-sp_status sp_exec_mpi_error(const char *file, int line, const char *call, int rc)
-{
-    char s[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS)
-        snprintf(s, sizeof s, "MPI error %d", rc);
-    return sp_set_error(SP_ERR_RUNTIME, "%s:%d: %s failed: %s", file, line, call, s);
-}
 
 int sp_exec_rank(void) { return sp_exec_rank_; }
 
@@ -923,16 +981,6 @@ int sp_exec_num_cuda(void)
 #endif
 }
 
-void *sp_exec_cublas_handle(void)
-{
-#ifdef STARPU_USE_CUDA
-    return starpu_cublas_get_local_handle();
-#else
-    return NULL;
-#endif
-}
-
-void *sp_stage_cublas_handle(void) { return sp_exec_cublas_handle(); }
 int sp_exec_size(void) { return sp_exec_size_; }
 
 _Noreturn void sp_exec_abort(int code, const char *fmt, ...)
@@ -970,13 +1018,17 @@ static sp_status check_sched_env(void)
                         "scheduling policy; unset it or set it to \"starpipe\"", s);
 }
 
+/* The transport when STARPIPE_TRANSPORT says nothing (comm/README.md). */
+#define SP_DEFAULT_TRANSPORT "direct"
+
 /* STARPIPE_TRANSPORT: how messages travel (comm/README.md), decided before MPI starts. */
 static sp_env env;
 static sp_status check_transport_env(void)
 {
     sp_status st = sp_env_read(&env);
     if (st) return st;
-    X.direct = !env.transport || !strcmp(env.transport, "direct");
+    X.host = sp_transport_by_name(env.transport ? env.transport : SP_DEFAULT_TRANSPORT);
+    X.group_threshold = env.nccl_threshold >= 0 ? (size_t)env.nccl_threshold : 65536;
     /* Large transfers between ranks of one node: eager pieces (1), or one message from a
      * copy as between nodes (0, what tests use to reach that path on one machine); unset,
      * pieces unless ranks share cores: a sender preempted half-way through its pieces
@@ -1069,6 +1121,13 @@ static sp_status choose_gpu(MPI_Comm node, sp_gpu_choice *gpu, cpu_set_t *near)
     return st;
 }
 
+#if defined(STARPU_USE_CUDA) && defined(STARPIPE_HAVE_CUDA)
+static void set_tf32(void *on)
+{
+    sp_cuda_set_tf32(starpu_cublas_get_local_handle(), *(const int *)on);
+}
+#endif
+
 sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
 {
     if (X.started)
@@ -1089,11 +1148,11 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
          * StarPU-MPI's progress thread polls while any request is pending: on a rank with
          * one core it took half of it from the worker (runtime/README.md). Yielding costs
          * a system call per idle poll where the thread has a core of its own, and gives
-         * the worker the core where it has not. Direct transfers have no such thread:
-         * only an idle worker polls, and it yields between polls by itself.
-         * Only ours to set before MPI starts; a user's own choice (mpirun --mca, the
-         * environment) wins. */
-        if (!X.direct)
+         * the worker the core where it has not. A transport the rank's workers drive
+         * (direct) has no such thread: only an idle worker polls, and it yields between
+         * polls by itself. Only ours to set before MPI starts; a user's own choice
+         * (mpirun --mca, the environment) wins. */
+        if (!X.host->progress)
             setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
         /* A pipeline message is written by the task just before its send, and its
          * receiver is often busy when it arrives. Above OpenMPI's 4 KB shared-memory eager
@@ -1101,14 +1160,13 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
          * every page: 25-45 us for 64 KB on the 2-core VM); eager, the sender copies it
          * into shared memory at once and the receiver only copies it out. Up to 128 KB
          * (the default GPT's 64 KB activations), halving their wait (runtime/README.md);
-         * larger transfers go as pieces of that size (comm/direct.c). The limit counts
-         * OpenMPI's header: SP_COMM_EAGER_LIMIT leaves it room beside 128 KB of data. */
-        if (X.direct) {
-            char eager[32];
-            snprintf(eager, sizeof eager, "%d", SP_COMM_EAGER_LIMIT);
-            setenv("OMPI_MCA_btl_vader_eager_limit", eager, 0);
-            setenv("OMPI_MCA_btl_vader_max_send_size", eager, 0);
-        }
+         * larger transfers go as pieces of that size with direct (comm/direct.c). The
+         * limit counts OpenMPI's header: SP_COMM_EAGER_LIMIT leaves it room beside 128 KB
+         * of data. */
+        char eager[32];
+        snprintf(eager, sizeof eager, "%d", SP_COMM_EAGER_LIMIT);
+        setenv("OMPI_MCA_btl_vader_eager_limit", eager, 0);
+        setenv("OMPI_MCA_btl_vader_max_send_size", eager, 0);
         /* StarPU-MPI needs SERIALIZED (its progress thread and ours call MPI); MULTIPLE
          * also covers our agreement collectives while its thread is parked. */
         SP_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &level));
@@ -1119,12 +1177,14 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     if (level < MPI_THREAD_SERIALIZED)
         return sp_set_error(SP_ERR_RUNTIME, "%s:%d: MPI gives thread level %d, StarPU-MPI "
                             "needs MPI_THREAD_SERIALIZED", __FILE__, __LINE__, level);
-    /* Direct transfers call MPI from every worker and the main thread at once. */
-    if (X.direct && level < MPI_THREAD_MULTIPLE) {
+    /* A transport the workers drive calls MPI from every worker and the main thread at
+     * once. */
+    if (X.host->progress && level < MPI_THREAD_MULTIPLE) {
         if (env.transport)
-            return sp_set_error(SP_ERR_RUNTIME, "STARPIPE_TRANSPORT=direct needs "
-                                "MPI_THREAD_MULTIPLE; this MPI gives level %d", level);
-        X.direct = 0;
+            return sp_set_error(SP_ERR_RUNTIME, "STARPIPE_TRANSPORT=%s needs "
+                                "MPI_THREAD_MULTIPLE; this MPI gives level %d", X.host->name,
+                                level);
+        X.host = &sp_transport_starpu_mpi;
     }
     SP_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &sp_exec_rank_));
     SP_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &sp_exec_size_));
@@ -1162,7 +1222,8 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
         fprintf(stderr, "starpipe: rank %d (local %d of %d): %s; %d CPU worker(s), %s; "
                 "messages %s; StarPU-MPI thread %s%s\n", sp_exec_rank_, b.local_rank,
                 b.local_size, gpu.line, b.nworkers, b.desc,
-                !X.direct ? "over StarPU-MPI"
+                X.host == &sp_transport_starpu_mpi
+                    ? "over StarPU-MPI (detached transfers, its progress thread)"
                 : X.pieces ? "direct (MPI requests tested by idle workers; large ones within "
                              "the node in eager pieces)"
                            : "direct (MPI requests tested by idle workers)",
@@ -1191,14 +1252,22 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     /* The cache only serves starpu_mpi_task_insert's implicit transfers, which starpipe
      * never uses; with it off a stray use cannot serve stale data (tests/runtime). */
     SP_STARPU_CHECK(starpu_mpi_cache_set(0));
-    if (X.direct) {
-        st = sp_comm_direct_init(MPI_COMM_WORLD, X.pieces, sp_policy_poke);
-        if (st)
-            return st;
-        sp_policy_set_idle_poll(sp_comm_direct_inflight);
-    }
+    sp_transport_config tc = { .world = MPI_COMM_WORLD, .pieces = X.pieces,
+                               .poke = sp_policy_poke };
+    int active = 0;
+    char notice[256];
+    if ((st = X.host->init(&tc, &active, notice, sizeof notice)))
+        return st;
+    if (!active)
+        return sp_set_error(SP_ERR_RUNTIME, "transport %s cannot run: %s", X.host->name, notice);
+    if (X.host->inflight) /* idle workers drive its requests while there are some */
+        sp_policy_set_idle_poll(X.host->inflight);
 #ifdef STARPU_USE_CUDA
     starpu_cublas_init(); /* one handle per CUDA worker, bound to its stream */
+#ifdef STARPIPE_HAVE_CUDA
+    /* exact fp32 products unless STARPIPE_TF32=1 asks for TF32 tensor cores */
+    starpu_execute_on_each_worker(set_tf32, &env.tf32, STARPU_CUDA);
+#endif
 #endif
     /* The CPU kernels' bits and speed must not depend on how the rank was launched:
      * OpenBLAS would otherwise run its own thread pool inside our tasks whenever the
@@ -1209,7 +1278,7 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     SP_MPI_CHECK(MPI_Barrier(X.comm));
     X.epoch = starpu_timing_now();
     X.started = 1;
-    return sp_comm_check_tag_space();
+    return SP_OK;
 }
 
 sp_status sp_exec_shutdown(void)
@@ -1219,15 +1288,16 @@ sp_status sp_exec_shutdown(void)
     if (X.broken) /* StarPU would wait forever for the lost step's tasks */
         return broken_error("sp_exec_shutdown");
     X.started = 0;
-#ifdef STARPU_USE_CUDA
     starpu_task_wait_for_all();
-    sp_comm_nccl_shutdown();
+    if (X.group)
+        X.group->shutdown();
+    X.group = NULL;
+#ifdef STARPU_USE_CUDA
     starpu_cublas_shutdown();
 #endif
-    if (X.direct) { /* every request ended with its step */
-        sp_policy_set_idle_poll(NULL);
-        sp_comm_direct_shutdown();
-    }
+    /* every request ended with its step */
+    sp_policy_set_idle_poll(NULL);
+    X.host->shutdown();
     /* Waits for all tasks and MPI requests, then stops StarPU too (it started it). */
     SP_STARPU_CHECK(starpu_mpi_shutdown());
     free(X.seen);

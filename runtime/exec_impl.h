@@ -10,6 +10,7 @@
 #include <mpi.h>
 #include <starpu.h>
 
+#include "comm/transport.h" /* sp_comm_mpi_error */
 #include "starpipe/exec.h"
 
 /* Every StarPU call that can fail goes through these: the message names the call and
@@ -26,10 +27,8 @@
     do {                                                                               \
         int sp_rc_ = (call);                                                           \
         if (sp_rc_ != MPI_SUCCESS)                                                     \
-            return sp_exec_mpi_error(__FILE__, __LINE__, #call, sp_rc_);               \
+            return sp_comm_mpi_error(__FILE__, __LINE__, #call, sp_rc_);               \
     } while (0)
-
-sp_status sp_exec_mpi_error(const char *file, int line, const char *call, int rc);
 
 struct sp_exec_buf {
     starpu_data_handle_t handle;

@@ -81,7 +81,7 @@ sp_status sp_gpu_choose(int local_rank, int local_size, int ngpus, const char *o
     int k = snprintf(out->line, sizeof out->line, "GPU %s", name);
     if (out->sharing > 1)
         snprintf(out->line + k, sizeof out->line - (size_t)k, ", shared by %d ranks of this host "
-                 "(%d ranks, %d GPUs): NCCL stays off, transfers use StarPU-MPI",
+                 "(%d ranks, %d GPUs): NCCL stays off, GPU transfers go through host memory",
                  out->sharing, local_size, ngpus);
     else if (local_size < ngpus && local_rank == 0)
         snprintf(out->line + k, sizeof out->line - (size_t)k, " (%d of the host's %d GPUs in use)",

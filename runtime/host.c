@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm.h"
 #include "runtime/train_impl.h"
 
 const char *sp_trainer_notice(const sp_trainer *t) { return t ? t->notice : ""; }
@@ -17,7 +16,7 @@ sp_train_memory sp_trainer_memory(const sp_trainer *t)
     m.transient = t->pool.bytes;
     m.persistent = t->persistent_bytes;
     m.optimizer = t->optimizer_bytes;
-    m.staging = sp_comm_direct_staging_bytes();
+    m.staging = sp_exec_staging_bytes();
     return m;
 }
 

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codelets/stage.h"
+#include "codelets/tasks.h"
 #include "runtime/train_impl.h"
 
 enum { PH_REDUCE = 0, PH_GATHER_GRADS = 1, PH_GATHER_PARAMS = 2 };
@@ -102,16 +102,17 @@ void sp_tr_replicas_free(sp_trainer *t)
     t->rep = NULL;
 }
 
-/* A phase's transfers: one NCCL group when NCCL carries GPU transfers (every replica of
- * the actor decides alike), else StarPU-MPI messages numbered msg. */
-static sp_status exchange(sp_trainer *t, int s, int phase, const sp_tr_xfer *x, int n)
+/* A phase's transfers: one group when the group transport (NCCL) carries GPU transfers
+ * (every replica of the actor decides alike), else the host transport's messages
+ * numbered msg. */
+static sp_status exchange(sp_trainer *t, int s, int phase, const sp_exec_xfer *x, int n)
 {
     static const char *const what[] = { "reduce-scatter", "gather grads", "gather params" };
     if (n == 0) return SP_OK;
-    if (sp_exec_nccl_active()) {
+    if (sp_exec_groups_active()) {
         char name[40];
         snprintf(name, sizeof name, "nccl %s s%d", what[phase], s);
-        return sp_tr_submit_nccl(t, name, x, n, COLL(s));
+        return sp_tr_submit_group(t, name, x, n, COLL(s));
     }
     sp_status st = SP_OK;
     for (int k = 0; k < n && st == SP_OK; k++)
@@ -124,7 +125,7 @@ sp_status sp_tr_reduce_begin(sp_trainer *t, int s)
 {
     sp_tr_stage_replicas *r = &t->rep[s];
     sp_status st = SP_OK;
-    sp_tr_xfer x[2 * t->R];
+    sp_exec_xfer x[2 * t->R];
     int n = 0;
     char name[32];
     r->pending = 1;
@@ -134,10 +135,10 @@ sp_status sp_tr_reduce_begin(sp_trainer *t, int s)
         if (shard_n(t, s, c) > 0) {
             st = sp_tr_submit_copy(t, r->send[c], 0, t->h_grads[s], shard_lo(t, s, c),
                                    shard_n(t, s, c), name, COLL(s));
-            x[n++] = (sp_tr_xfer){ r->send[c], 1, replica_rank(t, c) };
+            x[n++] = (sp_exec_xfer){ r->send[c], 1, replica_rank(t, c) };
         }
         if (shard_n(t, s, t->replica) > 0)
-            x[n++] = (sp_tr_xfer){ r->recv[c], 0, replica_rank(t, c) };
+            x[n++] = (sp_exec_xfer){ r->recv[c], 0, replica_rank(t, c) };
     }
     return st ? st : exchange(t, s, PH_REDUCE, x, n);
 }
@@ -148,14 +149,14 @@ sp_status sp_tr_reduce_begin(sp_trainer *t, int s)
 static sp_status gather(sp_trainer *t, int s, sp_exec_buf *dst, int phase)
 {
     sp_tr_stage_replicas *r = &t->rep[s];
-    sp_tr_xfer x[2 * t->R];
+    sp_exec_xfer x[2 * t->R];
     int n = 0;
     for (int c = 0; c < t->R; c++) {
         if (c == t->replica) continue;
         if (shard_n(t, s, t->replica) > 0)
-            x[n++] = (sp_tr_xfer){ r->mine, 1, replica_rank(t, c) };
+            x[n++] = (sp_exec_xfer){ r->mine, 1, replica_rank(t, c) };
         if (shard_n(t, s, c) > 0)
-            x[n++] = (sp_tr_xfer){ r->send[c], 0, replica_rank(t, c) };
+            x[n++] = (sp_exec_xfer){ r->send[c], 0, replica_rank(t, c) };
     }
     sp_status st = exchange(t, s, phase, x, n);
     for (int c = 0; c < t->R && st == SP_OK; c++) {
@@ -191,7 +192,7 @@ static sp_status reduce(sp_trainer *t, int s)
         sp_reduce_task_args a = { .dst_off = shard_lo(t, s, own), .n = n, .own = own };
         char name[32];
         snprintf(name, sizeof name, "reduce s%d", s);
-        st = sp_tr_submit(t, name, SP_TR_FN(sp_reduce_task), t->R, bufs, modes, &a,
+        st = sp_tr_submit(t, name, sp_reduce_task, t->R, bufs, modes, &a,
                           sizeof a, (task_id){ SP_TR_COLLECTIVE, -1, s, -1 });
     }
     if (st || t->o.shard_optimizer) return st;

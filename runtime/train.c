@@ -13,8 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "codelets/stage.h"
-#include "comm/comm.h"
+#include "codelets/tasks.h"
 #include "runtime/train_impl.h"
 #include "starpipe/data.h"
 #include "base/env.h"
@@ -61,48 +60,6 @@ static void stage_footprints(sp_trainer *t)
         }
 }
 
-sp_status sp_tr_submit(sp_trainer *t, const char *name, sp_tr_fn fn, int nbufs,
-                       sp_exec_buf *const *bufs, const sp_access_mode *modes, const void *args,
-                       size_t args_size, task_id id)
-{
-    if (t->pool.dry) return SP_OK; /* planning the pool: nothing runs */
-    /* the StarPU codelet of the task: a stage program's kind, else the helper's name */
-    const char *cls = id.kind >= 0 ? sp_task_kind_name((sp_task_kind)id.kind)
-                    : !strncmp(name, "AdamW", 5) ? "AdamW"
-                    : !strncmp(name, "nccl", 4) ? "nccl"
-                    : !strncmp(name, "reduce", 6) ? "reduce"
-                    : fn.cpu == sp_copy_task_cpu ? "copy" : name;
-    if (t->seq == t->seq_cap) {
-        size_t cap = t->seq_cap ? 2 * t->seq_cap : 256;
-        task_id *n = realloc(t->seq_task, cap * sizeof *n);
-        if (!n) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
-        t->seq_task = n;
-        t->seq_cap = cap;
-    }
-    t->seq_task[t->seq] = id;
-    int gpu = fn.cuda && sp_exec_num_cuda() > 0;
-    uint32_t key = id.kind >= 0 ? t->footprint[id.stage * SP_NUM_TASK_KINDS + id.kind] : 0;
-    sp_exec_task task = { .name = name, .cpu = gpu ? NULL : fn.cpu, .cuda = gpu ? fn.cuda : NULL,
-                          .nbufs = nbufs, .bufs = bufs,
-                          .modes = modes, .args = args, .args_size = args_size,
-                          .codelet = cls,
-                          .footprint = key,
-                          .seq = t->seq++ };
-    return sp_exec_submit(&task);
-}
-
-sp_status sp_tr_submit_copy(sp_trainer *t, sp_exec_buf *dst, int64_t dst_off, sp_exec_buf *src,
-                            int64_t src_off, int64_t n, const char *name, task_id id)
-{
-    if (t->pool.dry) return SP_OK; /* dst may be a token */
-    sp_exec_buf *bufs[2] = { dst, src };
-    sp_access_mode modes[2] = { dst_off == 0 && (size_t)n == sp_exec_buf_count(dst) ? SP_ACCESS_W
-                                                                                 : SP_ACCESS_RW,
-                              SP_ACCESS_R };
-    sp_copy_task_args a = { .dst_off = dst_off, .src_off = src_off, .n = n };
-    return sp_tr_submit(t, name, SP_TR_FN(sp_copy_task), 2, bufs, modes, &a, sizeof a, id);
-}
-
 /* Submits stage s's program `kind` for microbatch mb. act_mb: the microbatch whose ACT
  * slot it uses (mb + m for a recomputing stage's backward: a buffer of its own). redo: the
  * recomputation of F inside the backward: its boundary outputs go to scratch buffers (the
@@ -134,7 +91,7 @@ static sp_status submit_program(sp_trainer *t, int s, sp_task_kind kind, int mb,
         if (t->fault.kind && !redo && !t->evaluating && t->fault.step == t->steps + 1 &&
             t->fault.stage == s && kind == SP_TASK_F && mb == 0)
             a.fault = t->fault.kind;
-        st = sp_tr_submit(t, name, SP_TR_FN(sp_stage_task), nb, bufs, modes, &a, sizeof a,
+        st = sp_tr_submit(t, name, sp_stage_task, nb, bufs, modes, &a, sizeof a,
                           (task_id){ kind, mb, s, redo ? -1 : instr });
     }
     for (int k = 0; k < nscratch; k++) sp_tr_pool_give(t, &scratch[k]);
@@ -171,22 +128,13 @@ static sp_status do_run(sp_trainer *t, const sp_task *task, int instr)
             sp_exec_buf *g = t->h_grads[s];
             sp_access_mode rw = SP_ACCESS_RW;
             sp_local_add_task_args la = { .prog = t->p, .stage = s };
-            st = sp_tr_submit(t, "local add", SP_TR_FN(sp_local_add_task), 1, &g, &rw, &la,
+            st = sp_tr_submit(t, "local add", sp_local_add_task, 1, &g, &rw, &la,
                               sizeof la, (task_id){ -1, -1, s, -1 });
         }
     }
     if (bufs != stack_bufs) free(bufs);
     if (modes != stack_modes) free(modes);
     return st;
-}
-
-sp_status sp_tr_send(sp_trainer *t, sp_exec_buf *x, int peer, uint32_t msg)
-{
-    return t->pool.dry ? SP_OK : sp_exec_send(x, peer, msg);
-}
-sp_status sp_tr_recv(sp_trainer *t, sp_exec_buf *x, int peer, uint32_t msg)
-{
-    return t->pool.dry ? SP_OK : sp_exec_recv(x, peer, msg);
 }
 
 static sp_status do_transfer(sp_trainer *t, const sp_instr *in)
@@ -248,37 +196,8 @@ static sp_status do_combine(sp_trainer *t, int k, int instr)
         }
         modes[nb++] = SP_ACCESS_R;
     }
-    return sp_tr_submit(t, "combine", SP_TR_FN(sp_combine_task), nb, bufs, modes, &a, sizeof a,
+    return sp_tr_submit(t, "combine", sp_combine_task, nb, bufs, modes, &a, sizeof a,
                   (task_id){ -1, -1, o, instr });
-}
-
-sp_status sp_tr_submit_nccl(sp_trainer *t, const char *name, const sp_tr_xfer *x, int n,
-                            task_id id)
-{
-    sp_exec_buf **bufs = malloc((size_t)(n + 1) * sizeof *bufs);
-    sp_access_mode *modes = malloc((size_t)(n + 1) * sizeof *modes);
-    sp_comm_nccl_group_args *a = calloc(1, SP_COMM_NCCL_GROUP_ARGS_SIZE(n));
-    sp_status st = SP_OK;
-    int nb = 0;
-    if (!bufs || !modes || !a) st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
-    for (int k = 0; k < n && st == SP_OK; k++) {
-        int b = 0; /* each buffer once in the task: a send may go to several peers */
-        while (b < nb && bufs[b] != x[k].buf) b++;
-        sp_access_mode m = x[k].is_send ? SP_ACCESS_R : SP_ACCESS_W;
-        if (!x[k].buf)
-            st = sp_set_error(SP_ERR_RUNTIME, "trainer: no buffer for NCCL");
-        else if (b < nb && modes[b] != m)
-            st = sp_set_error(SP_ERR_RUNTIME, "trainer: an NCCL group both sends and "
-                              "receives one buffer");
-        else if (b == nb)
-            bufs[nb] = x[k].buf, modes[nb++] = m;
-        a->call[a->n++] = (sp_comm_nccl_call){ x[k].is_send, x[k].peer, b };
-    }
-    if (st == SP_OK)
-        st = sp_tr_submit(t, name, (sp_tr_fn){ NULL, sp_comm_nccl_group }, nb, bufs, modes, a,
-                          SP_COMM_NCCL_GROUP_ARGS_SIZE(n), id);
-    free(bufs), free(modes), free(a);
-    return st;
 }
 
 /* One task for a whole NCCL group of the plan (sp_nccl_calls), at its first call. */
@@ -288,16 +207,16 @@ static sp_status do_nccl(sp_trainer *t, int call)
     if (call > 0 && t->ncalls[call - 1].group == c->group) return SP_OK; /* already issued */
     int n = 0;
     while (call + n < t->nncalls && t->ncalls[call + n].group == c->group) n++;
-    sp_tr_xfer *x = malloc((size_t)n * sizeof *x);
+    sp_exec_xfer *x = malloc((size_t)n * sizeof *x);
     if (!x) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
     for (int k = 0; k < n; k++) {
         const sp_instr *in = &t->plan->instr[t->actor][t->ncalls[call + k].instr];
-        x[k] = (sp_tr_xfer){ sp_tr_transfer_buf(t, &in->buf), in->op == SP_OP_SEND,
-                             peer_rank(t, in->peer) };
+        x[k] = (sp_exec_xfer){ sp_tr_transfer_buf(t, &in->buf), in->op == SP_OP_SEND,
+                               peer_rank(t, in->peer) };
     }
     char name[32];
     snprintf(name, sizeof name, "nccl group %d", c->group);
-    sp_status st = sp_tr_submit_nccl(t, name, x, n, (task_id){ -1, -1, -1, c->instr });
+    sp_status st = sp_tr_submit_group(t, name, x, n, (task_id){ -1, -1, -1, c->instr });
     free(x);
     return st;
 }
@@ -317,7 +236,7 @@ static sp_status do_optimizer(sp_trainer *t, int s, float scale)
     if (a.shard) sp_trainer_shard(t, s, &a.lo, &a.hi);
     char name[32];
     snprintf(name, sizeof name, "AdamW s%d", s);
-    sp_status st = sp_tr_submit(t, name, SP_TR_FN(sp_optim_task), 4, bufs, modes, &a, sizeof a,
+    sp_status st = sp_tr_submit(t, name, sp_optim_task, 4, bufs, modes, &a, sizeof a,
                           (task_id){ -1, -1, s, -1 });
     /* ZeRO-1: the other replicas' updated shards */
     if (st == SP_OK && t->rep && t->o.shard_optimizer) st = sp_tr_gather_params(t, s);
@@ -482,7 +401,7 @@ static sp_status walk_pipeline(sp_trainer *t)
     for (int s = 0; s < t->S && st == SP_OK; s++) {
         sp_access_mode w = SP_ACCESS_W;
         if (owns(t, s))
-            st = sp_tr_submit(t, "zero grads", SP_TR_FN(sp_zero_task), 1, &t->h_grads[s], &w,
+            st = sp_tr_submit(t, "zero grads", sp_zero_task, 1, &t->h_grads[s], &w,
                               NULL, 0, SP_TR_HELPER);
     }
     for (int i = 0; i < n && st == SP_OK; i++) {
@@ -513,7 +432,7 @@ static sp_status walk_pipeline(sp_trainer *t)
         sp_access_mode modes[2] = { SP_ACCESS_R, SP_ACCESS_W };
         sp_sumsq_task_args a = { .prog = t->p, .stage = s };
         sp_trainer_shard(t, s, &a.lo, &a.hi);
-        st = sp_tr_submit(t, "grad sumsq", SP_TR_FN(sp_sumsq_task), 2, bufs, modes, &a, sizeof a,
+        st = sp_tr_submit(t, "grad sumsq", sp_sumsq_task, 2, bufs, modes, &a, sizeof a,
                           SP_TR_HELPER);
     }
     /* whatever the plan left alive (nothing, for a well-formed plan) returns too */
@@ -798,7 +717,7 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
     t->m = sched->nmicro;
     t->nin = sp_program_num_inputs(p);
     t->nshared = model->nshared;
-    sp_env env; /* STARPIPE_FAULT, STARPIPE_NCCL_THRESHOLD */
+    sp_env env; /* STARPIPE_FAULT */
     if ((st = sp_env_read(&env))) goto out;
     if (env.fault.kind == SP_FAULT_FAIL || env.fault.kind == SP_FAULT_HANG)
         t->fault.kind = env.fault.kind, t->fault.step = env.fault.step,
@@ -827,10 +746,10 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
         goto out;
     }
     for (int64_t q = 0; q < t->plan->nmessages; q++) t->msg_instr[q] = -1;
-    /* large boundary tensors between GPU actors go through NCCL when it can start */
-    if ((st = sp_exec_nccl_init(t->notice, sizeof t->notice))) goto out;
-    if (sp_exec_nccl_active()) {
-        size_t threshold = env.nccl_threshold >= 0 ? (size_t)env.nccl_threshold : 65536;
+    /* large boundary tensors between GPU actors go in groups (NCCL) when it can start */
+    if ((st = sp_exec_groups_init(t->notice, sizeof t->notice))) goto out;
+    if (sp_exec_groups_active()) {
+        size_t threshold = sp_exec_group_threshold();
         if ((st = sp_nccl_calls(t->plan, t->actor, threshold, &t->ncalls, &t->nncalls)))
             goto out;
         if (!(t->nccl_of = malloc(sizeof(int) * (size_t)(t->plan->ninstr[t->actor] + 1)))) {
@@ -853,7 +772,7 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
         }
         for (int c = 0; c < R; c++) /* the replicas' collectives (replicas.c) */
             if (c != t->replica) peers[np++] = sp_layout_rank(&t->layout, c, t->actor);
-        st = sp_exec_nccl_connect(peers, np);
+        st = sp_exec_groups_connect(peers, np);
         free(peers);
         if (st) goto out;
         snprintf(t->notice, sizeof t->notice, "NCCL carries boundary tensors of %zu bytes "

@@ -1,6 +1,7 @@
 /* The trainer's state and the helpers its files share (runtime/train.c: steps and
- * creation; buffers.c: the per-microbatch pool and the slabs; host.c: host access,
- * traces). Private to runtime/. */
+ * creation; submit.c: tasks, groups and messages into the executor; buffers.c: the
+ * per-microbatch pool and the slabs; host.c: host access, traces; replicas.c: the
+ * replicas' reductions). Private to runtime/. */
 #ifndef STARPIPE_TRAIN_IMPL_H
 #define STARPIPE_TRAIN_IMPL_H
 
@@ -109,35 +110,24 @@ static inline int peer_rank(const sp_trainer *t, int actor)
     return sp_layout_rank(&t->layout, t->replica, actor);
 }
 
-/* ---- train.c ---- */
-/* A task function for each place a task can run: on a rank with CUDA workers every task
- * runs there (one device, data stays on it); else on the CPU. */
-typedef struct {
-    sp_exec_cpu_fn cpu;
-    sp_exec_cuda_fn cuda;
-} sp_tr_fn;
-#ifdef STARPIPE_HAVE_CUDA
-#define SP_TR_FN(name) ((sp_tr_fn){ name##_cpu, name##_cuda })
-#else
-#define SP_TR_FN(name) ((sp_tr_fn){ name##_cpu, NULL })
-#endif
-/* Submits a task as the next of this rank's order (id: what the trace calls it). */
-sp_status sp_tr_submit(sp_trainer *t, const char *name, sp_tr_fn fn, int nbufs,
+/* ---- submit.c: the walks' way to the executor ---- */
+/* Submits a task as the next of this rank's order (id: what the trace calls it), on the
+ * rank's device: every task on its GPU when it has one (the data stays there), else on
+ * its CPU. */
+sp_status sp_tr_submit(sp_trainer *t, const char *name, sp_task_fn fn, int nbufs,
                        sp_exec_buf *const *bufs, const sp_access_mode *modes, const void *args,
                        size_t args_size, task_id id);
 /* dst[dst_off..+n) = src[src_off..+n) as a task. */
 sp_status sp_tr_submit_copy(sp_trainer *t, sp_exec_buf *dst, int64_t dst_off, sp_exec_buf *src,
                             int64_t src_off, int64_t n, const char *name, task_id id);
 
-/* One transfer of a group: buf sent to (is_send) or received from rank peer. */
-typedef struct {
-    sp_exec_buf *buf;
-    int is_send, peer;
-} sp_tr_xfer;
-/* The n transfers as one NCCL group task on NCCL's own stream (comm/nccl.c), the next
- * of this rank's order: every rank must submit its groups in one global order. */
-sp_status sp_tr_submit_nccl(sp_trainer *t, const char *name, const sp_tr_xfer *x, int n,
-                            task_id id);
+/* The n transfers as one group task (the group transport, NCCL), the next of this rank's
+ * order: every rank must submit its groups in one global order. */
+sp_status sp_tr_submit_group(sp_trainer *t, const char *name, const sp_exec_xfer *x, int n,
+                             task_id id);
+/* A send or receive of the plan or the replicas (none in a dry walk). */
+sp_status sp_tr_send(sp_trainer *t, sp_exec_buf *x, int peer, uint32_t msg);
+sp_status sp_tr_recv(sp_trainer *t, sp_exec_buf *x, int peer, uint32_t msg);
 
 /* ---- replicas.c: the gradient all-reduce over replicas and the sharded optimizer ----
  * Messages use numbers past the plan's (nmessages + 3 s + phase), so they never share a
@@ -174,9 +164,6 @@ void sp_tr_pool_begin(sp_trainer *t, int walk);
  * takes hand out tokens) for w < nwalks, then packs the takes into slots. */
 sp_status sp_tr_pool_plan(sp_trainer *t, sp_status (*walk)(sp_trainer *, int), int nwalks);
 void sp_tr_pool_free(sp_trainer *t);
-/* A send or receive of the plan or the replicas (none in a dry walk). */
-sp_status sp_tr_send(sp_trainer *t, sp_exec_buf *x, int peer, uint32_t msg);
-sp_status sp_tr_recv(sp_trainer *t, sp_exec_buf *x, int peer, uint32_t msg);
 void sp_tr_free_buf(sp_trainer *t, const sp_buf *b);
 /* The buffer a SEND or RECV of the plan moves (boundary tensors, tied parameters). */
 sp_exec_buf *sp_tr_transfer_buf(sp_trainer *t, const sp_buf *b);

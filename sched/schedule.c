@@ -1,6 +1,5 @@
-/* Schedules as data: the C API that builds them, the built-in schedules (each written
- * after its published definition), and the STARPIPE_SCHEDULE / _MICROBATCHES / _CHUNKS
- * selection. */
+/* Schedules as data: the C API that builds them and the built-in schedules (each written
+ * after its published definition). Choosing one by name is select.c's. */
 #include "sched/sched_impl.h"
 
 #include <ctype.h>
@@ -9,8 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "base/env.h"
 
 /* A step of more (microbatch, stage) pairs is no pipeline anyone runs, and a header of a
  * few bytes must not make the parser allocate gigabytes. */
@@ -134,12 +131,6 @@ int sp_schedule_total_tasks(const sp_schedule *s)
     int n = 0;
     for (int a = 0; a < s->nactors; a++) n += s->ntasks[a];
     return n;
-}
-
-const char *sp_task_kind_name(sp_task_kind k)
-{
-    static const char *names[] = { "F", "B", "W", "BW" };
-    return (unsigned)k < SP_NUM_TASK_KINDS ? names[k] : "?";
 }
 
 char *sp_task_format(sp_task t, char *buf, size_t n)
@@ -518,46 +509,4 @@ sp_status sp_schedule_builtin(const char *name, int p, int m, int v, sp_schedule
     }
     *out = s;
     return SP_OK;
-}
-
-/* ------------------------------------------------------------------ environment */
-
-sp_status sp_schedule_from_env(const char *name, int p, int m, int v, sp_schedule **out)
-{
-    *out = NULL;
-    sp_env env; /* STARPIPE_SCHEDULE, STARPIPE_MICROBATCHES, STARPIPE_CHUNKS */
-    sp_status st = sp_env_read(&env);
-    if (st) return st;
-    if (!name) name = env.schedule ? env.schedule : "1f1b";
-    if (!strcmp(name, "help"))
-        return sp_set_error(SP_ERR_ARG, "schedules (STARPIPE_SCHEDULE):\n%s",
-                            sp_schedule_help());
-    if (m <= 0) m = env.microbatches;
-    int v_from_env = 0;
-    if (v <= 0) {
-        v = env.chunks;
-        v_from_env = v > 0;
-    }
-    if (!strncmp(name, "file:", 5)) {
-        sp_schedule *s;
-        st = sp_schedule_load(name + 5, &s);
-        if (st) return st;
-        if (s->nactors != p || (m > 0 && s->nmicro != m)) {
-            st = sp_set_error(SP_ERR_ARG, "%s: the file has %d actors and %d microbatches, "
-                              "but %d actors and %d microbatches were asked for", name + 5,
-                              s->nactors, s->nmicro, p, m > 0 ? m : s->nmicro);
-            sp_schedule_free(s);
-            return st;
-        }
-        *out = s;
-        return SP_OK;
-    }
-    if (m <= 0) m = 2 * p;
-    st = sp_schedule_builtin(name, p, m, v, out);
-    if (st && v_from_env) {
-        char msg[768];
-        snprintf(msg, sizeof msg, "%s", sp_last_error());
-        sp_set_error(st, "%s (STARPIPE_CHUNKS=%d)", msg, v);
-    }
-    return st;
 }

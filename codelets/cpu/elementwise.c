@@ -33,6 +33,24 @@ void sp_bias_add_backward_bias(float *restrict dbias, const float *restrict dout
     }
 }
 
+void sp_reduce_replicas(float *dst, const float *const *others, int R, int own, int64_t n)
+{
+    /* x_q is dst's own values at q == own, else the next other replica's; blocks of a
+     * stack buffer so that each pass is a plain vectorisable loop */
+    enum { BLOCK = 1024 };
+    float acc[BLOCK];
+    for (int64_t i0 = 0; i0 < n; i0 += BLOCK) {
+        int64_t nb = n - i0 < BLOCK ? n - i0 : BLOCK;
+        for (int q = 0, j = 0; q < R; q++) {
+            const float *x = q == own ? dst + i0 : others[j++] + i0;
+            if (q == 0) memcpy(acc, x, (size_t)nb * sizeof(float));
+            else
+                for (int64_t i = 0; i < nb; i++) acc[i] += x[i];
+        }
+        memcpy(dst + i0, acc, (size_t)nb * sizeof(float));
+    }
+}
+
 void sp_add_forward(float *out, const float *a, const float *b, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)

@@ -44,6 +44,10 @@ void sp_add_forward(float *out, const float *a, const float *b, int64_t n);
 void sp_scale_forward(float *out, const float *x, float s, int64_t n);
 /* dx (n) = s * dout (acc: +=). s = 1 is the plain copy used by add and bias_add. */
 void sp_scale_backward(float *dx, const float *dout, float s, int64_t n, int acc);
+/* The replicas' sum of one gradient shard: dst (n) = ((x0 + x1) + x2) + ... over R
+ * replicas in replica order, where x_own is dst's own values and others[] the R - 1 other
+ * replicas' values in order (without own). */
+void sp_reduce_replicas(float *dst, const float *const *others, int R, int own, int64_t n);
 
 /* GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
 void sp_gelu_forward(float *out, const float *x, int64_t n);

@@ -14,6 +14,7 @@
 #ifndef STARPIPE_BACKEND_H
 #define STARPIPE_BACKEND_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -99,6 +100,12 @@ typedef struct sp_backend {
     /* *out (one double in the backend's memory) = the sum of squares of x, in double: the
      * global norm's per-parameter terms */
     int (*sum_squares)(void *ctx, double *out, const float *x, int64_t n);
+    /* the trainer's helpers: out (n) = x bitwise (a parameter or gradient moved between
+     * buffers); dst (n) = ((x0 + x1) + x2) + ... over R replicas in replica order, x_own
+     * dst's own values and others[] the R - 1 others' (sp_reduce_replicas) */
+    int (*copy)(void *ctx, float *out, const float *x, int64_t n);
+    int (*reduce_replicas)(void *ctx, float *dst, const float *const *others, int R, int own,
+                           int64_t n);
     /* A name for a code an entry returned. Never NULL. */
     const char *(*status_string)(int code);
 } sp_backend;
@@ -114,11 +121,40 @@ typedef struct sp_backend {
     .layernorm_dx = layernorm_dx, .layernorm_dparams = layernorm_dparams,                  \
     .embed_dparams = embed_dparams, .attention_dx = attention_dx,                          \
     .cross_entropy_dx = cross_entropy_dx, .sum_dx = sum_dx, .set = set, .zero = zero,      \
-    .to_bf16 = to_bf16, .adamw = adamw, .sum_squares = sum_squares
+    .to_bf16 = to_bf16, .adamw = adamw, .sum_squares = sum_squares, .copy = copy,          \
+    .reduce_replicas = reduce_replicas
 
 /* The CPU kernels (codelets/cpu) on host memory; ctx is unused (pass NULL). What
  * sp_program_run and sp_optim_update run on. */
 const sp_backend *sp_backend_cpu(void);
+
+/* The device a task runs on, as the executor hands it to every task function: the kernel
+ * table of the worker's device and that table's state. A task function is written once
+ * against it (codelets/tasks.h); a new device is one table (a folder of kernels) and one
+ * case in the executor. */
+typedef enum { SP_DEVICE_CPU = 0, SP_DEVICE_CUDA = 1 } sp_device_type;
+typedef struct sp_device {
+    sp_device_type type;
+    const sp_backend *be;
+    void *ctx;    /* be's state: NULL on the CPU, the worker's stream and cuBLAS handle on
+                     CUDA (codelets/cuda/backend.h) */
+    void *stream; /* CUDA: the worker's cudaStream_t, for what runs beside the table (NCCL);
+                     NULL on the CPU */
+} sp_device;
+/* A task's work, written once for every device: dev is the worker's, bufs[i] points to
+ * counts[i] elements of buffer i in the device's memory (launch asynchronously on a GPU's
+ * stream), args is the task's argument struct. Returns 0, or a non-zero code that fails
+ * the task. The executor runs these (include/starpipe/exec.h); the trainer's are
+ * codelets/tasks.h. */
+typedef int (*sp_task_fn)(const sp_device *dev, void *const *bufs, const size_t *counts,
+                          int nbufs, const void *args);
+
+/* The CPU's: sp_backend_cpu() with no state. */
+static inline sp_device sp_device_cpu(void)
+{
+    sp_device d = { SP_DEVICE_CPU, sp_backend_cpu(), NULL, NULL };
+    return d;
+}
 
 #ifdef __cplusplus
 }

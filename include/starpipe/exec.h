@@ -1,14 +1,13 @@
 /* The low-level executor: one MPI rank = one pipeline actor, running its tasks on
- * StarPU in the order the plan gives, with MPI moving buffers between ranks (requests
- * posted and tested by the rank's own workers; StarPU-MPI with
- * STARPIPE_TRANSPORT=starpu-mpi).
+ * StarPU in the order the plan gives, with a transport moving buffers between ranks
+ * (StarPU-MPI by default; comm/transport.h).
  *
  *   sp_exec_init(&argc, &argv, NULL);
  *   sp_exec_buf *x; sp_exec_buf_register(&x, host, n, sizeof(float));
  *   for (each step) {
  *       sp_exec_begin_step();
  *       if (rank > 0) sp_exec_recv(x, rank - 1, msg);          // before its reader
- *       sp_exec_submit(&(sp_exec_task){ .name = "F0", .cpu = fwd, .nbufs = 1,
+ *       sp_exec_submit(&(sp_exec_task){ .name = "F0", .fn = fwd, .nbufs = 1,
  *                      .bufs = &x, .modes = &rw, .seq = 0 });
  *       if (rank + 1 < size) sp_exec_send(x, rank + 1, msg);
  *       st = sp_exec_end_step();                               // same status on all ranks
@@ -26,7 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "starpipe/stages.h" /* sp_access_mode */
+#include "starpipe/backend.h" /* sp_device */
+#include "starpipe/stages.h"  /* sp_access_mode */
 #include "starpipe/status.h"
 
 #ifdef __cplusplus
@@ -52,8 +52,6 @@ int sp_exec_rank(void);
 int sp_exec_size(void);
 /* CUDA workers of this rank (0 without a GPU, with STARPU_NCUDA=0, or a CPU-only StarPU). */
 int sp_exec_num_cuda(void);
-/* The cuBLAS handle of the calling CUDA worker, bound to its stream (NULL elsewhere). */
-void *sp_exec_cublas_handle(void);
 
 /* Prints "starpipe: rank R: message" on stderr and makes every rank exit with a non-zero
  * code promptly (MPI_Abort). For the application, never called by the library: for an
@@ -113,56 +111,75 @@ sp_status sp_exec_end_step(void);
 void sp_exec_cancel_step(void);
 int sp_exec_usable(void);
 
-/* ---- transfers (comm/) ----
+/* ---- transfers (comm/: the transports behind one table) ----
+ * A rank's messages go through its host transport, chosen by STARPIPE_TRANSPORT:
+ * StarPU-MPI's detached transfers (starpu-mpi, the default) or plain MPI requests driven
+ * by the rank's own workers (direct); the same bits either way. Between GPU ranks, large
+ * messages can go instead through the group transport (NCCL), in groups that each run as
+ * a task of the rank's order.
+ *
  * msg: the plan's message number, unique within a step for this (src, dst) pair or
- * globally; both sides pass the same number (at most MPI_TAG_UB with the default
- * transport). Sends and receives are detached: they start when the buffer's earlier
- * tasks are done and hold the buffer until complete, so a later writer cannot overwrite
- * data in flight. Both ends register the same count and element size: a mismatch fails
- * the step on every rank. */
+ * globally; both sides pass the same number (at most MPI_TAG_UB with direct). Sends and
+ * receives are detached: they start when the buffer's earlier tasks are done and hold
+ * the buffer until complete, so a later writer cannot overwrite data in flight. Both ends
+ * register the same count and element size: a mismatch fails the step on every rank. */
 sp_status sp_exec_send(sp_exec_buf *b, int dst, uint32_t msg);
 sp_status sp_exec_recv(sp_exec_buf *b, int src, uint32_t msg);
 
-/* What this rank's transfers did since init, with the default (direct) transport: sends
- * and receives; those cut into eager pieces (large, within a node); and sends posted by
- * the task that wrote their data as it returned, rather than when StarPU ended it. */
+/* What this rank's host transport did since init: its name ("starpu-mpi", "direct"),
+ * sends and receives posted and their bytes; with direct, those cut into eager pieces
+ * (large, within a node) and the sends posted by the task that wrote their data as it
+ * returned, rather than when StarPU ended it. And what groups carried. */
 typedef struct {
-    unsigned long long sends, recvs, pieced, by_producer;
+    const char *transport;
+    unsigned long long sends, recvs, pieced, by_producer, bytes_sent, bytes_received;
+    unsigned long long group_sends, group_recvs; /* messages in groups (NCCL) */
 } sp_exec_transfers;
 sp_exec_transfers sp_exec_transfer_counts(void);
+/* Host memory held for messages in flight (copies of sends), at its peak. */
+size_t sp_exec_staging_bytes(void);
 
-/* ---- NCCL (comm/nccl.c) ----
- * Large GPU-to-GPU messages can go through NCCL instead of MPI (which stages
- * them through host memory), on a stream of their own beside the compute stream; an
- * asynchronous NCCL error fails sp_exec_end_step on that rank at once and leaves the
- * executor unusable (sp_exec_usable). */
+/* ---- groups (the group transport: NCCL between GPU ranks, comm/nccl.c) ----
+ * Large GPU-to-GPU messages go through NCCL instead of MPI (which stages them through host
+ * memory), on a stream of their own beside the compute stream; an asynchronous NCCL error
+ * fails sp_exec_end_step on that rank at once and leaves the executor unusable. */
 
-/* Collective, after init. Makes one communicator over all ranks when every rank has one
- * CUDA worker on its own GPU and NCCL starts; else leaves NCCL off and writes the
- * reason into notice (one line, the same on every rank). */
-sp_status sp_exec_nccl_init(char *notice, size_t len);
-int sp_exec_nccl_active(void);
-void sp_exec_nccl_shutdown(void);
-/* Collective among the peers listed (ranks this rank exchanges NCCL messages with; the
+/* Collective, after init. Starts the group transport when every rank has one CUDA worker
+ * on its own GPU and NCCL starts; else leaves it off and writes the reason into notice
+ * (one line, the same on every rank). */
+sp_status sp_exec_groups_init(char *notice, size_t len);
+int sp_exec_groups_active(void);
+/* Messages of this many bytes or more between GPU ranks go in groups
+ * (STARPIPE_NCCL_THRESHOLD, 65536 by default). */
+size_t sp_exec_group_threshold(void);
+/* Collective among the peers listed (ranks this rank exchanges grouped messages with; the
  * lists must be symmetric): connects now rather than inside the first transfer. */
-sp_status sp_exec_nccl_connect(const int *peers, int n);
-
+sp_status sp_exec_groups_connect(const int *peers, int n);
+/* One message of a group: buf to (is_send) or from world rank peer. */
+typedef struct {
+    sp_exec_buf *buf;
+    int is_send, peer;
+} sp_exec_xfer;
+/* The n messages as one task at position seq of this rank's order (as sp_exec_submit:
+ * every rank submits its groups in one global order, so NCCL's ordered channels pair
+ * them); a buffer may be sent to several peers in one group. */
+sp_status sp_exec_group(const sp_exec_xfer *x, int n, const char *name, uint32_t seq);
 
 /* ---- tasks ---- */
 
-/* A task's work. bufs[i] points to counts[i] elements of buffer i. Returns 0, or a
- * non-zero code that fails the step (the message names the task and the code). */
-typedef int (*sp_exec_cpu_fn)(void *const *bufs, const size_t *counts, int nbufs,
-                              const void *args);
-/* The CUDA slot: same, plus the worker's cudaStream_t (as void *); launch asynchronously
- * on it. Used only when StarPU is built with CUDA. */
-typedef int (*sp_exec_cuda_fn)(void *const *bufs, const size_t *counts, int nbufs,
-                               const void *args, void *stream);
+/* A task's work: an sp_task_fn (starpipe/backend.h), written once for every device; the
+ * executor hands it the worker's device (the CPU's, or a CUDA worker's stream and cuBLAS
+ * handle). A non-zero return fails the step (the message names the task and the code). */
+
+/* Where a task may run (sp_exec_task.where): */
+#define SP_EXEC_ON_CPU 1u
+#define SP_EXEC_ON_CUDA 2u
 
 typedef struct sp_exec_task {
     const char *name;           /* copied (first 31 bytes); in traces and errors */
-    sp_exec_cpu_fn cpu;         /* at least one of cpu, cuda */
-    sp_exec_cuda_fn cuda;
+    sp_task_fn fn;
+    unsigned where;             /* SP_EXEC_ON_CPU | SP_EXEC_ON_CUDA: the workers that may
+                                   run it; 0: any */
     int nbufs;                  /* any number; the same buffer may appear once */
     sp_exec_buf *const *bufs;
     const sp_access_mode *modes;

@@ -132,7 +132,6 @@ sp_status sp_schedule_write(const sp_schedule *s, FILE *f);
 sp_status sp_schedule_save(const sp_schedule *s, const char *path);
 
 /* "F(3,1)", "BW(0,7)": the notation of messages and of the text format. */
-const char *sp_task_kind_name(sp_task_kind k);
 char *sp_task_format(sp_task t, char *buf, size_t n);
 
 /* Validity (docs/planner.md): every task of the unrolled step exactly once, on the

@@ -100,8 +100,11 @@ sp_status sp_program_check_inputs(const sp_program *p, const void *const *inputs
  * bits. The adds of a stage: *adds holds (dst, src, floats) triples of GRADS offsets.
  * Returns their count (0 for most stages). */
 int sp_program_local_adds(const sp_program *p, int stage, const int64_t **adds);
-/* Performs them on a stage's GRADS slab. */
+/* Performs them on a stage's GRADS slab; _on: on any kernel backend (its scale, += 1 x,
+ * which is exact), failing with a message when a kernel does. */
 void sp_program_local_add_run(const sp_program *p, int stage, float *grads);
+sp_status sp_program_local_add_run_on(const sp_program *p, int stage, float *grads,
+                                       const sp_backend *be, void *ctx);
 
 /* Where parameter `param` lives in SP_BUF_PARAMS/GRADS of `stage`: its float offset, or
  * -1 when the stage does not use it. A parameter used by several stages has a copy in

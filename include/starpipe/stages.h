@@ -15,6 +15,8 @@ extern "C" {
  * fused. A schedule uses either BW, or B and W, for each (microbatch, stage). */
 typedef enum { SP_TASK_F = 0, SP_TASK_B = 1, SP_TASK_W = 2, SP_TASK_BW = 3 } sp_task_kind;
 #define SP_NUM_TASK_KINDS 4
+/* "F", "B", "W", "BW"; "?" for anything else. */
+const char *sp_task_kind_name(sp_task_kind k);
 
 /* What a buffer holds: one enum for the stage programs' slabs (program.h), the plan's
  * buffers (plan.h) and the trainer. Per step: PARAMS, GRADS (index = stage), OPT

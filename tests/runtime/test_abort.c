@@ -24,7 +24,8 @@
 #define N 23
 #define NL 65536 /* floats: 256 KB, two full eager pieces and an empty one */
 
-static int work(void *const *bufs, const size_t *counts, int nbufs, const void *args)
+static int work(const sp_device *dev, void *const *bufs,
+                const size_t *counts, int nbufs, const void *args)
 {
     float *x = bufs[0];
     for (size_t i = 0; i < counts[0]; i++)
@@ -32,7 +33,8 @@ static int work(void *const *bufs, const size_t *counts, int nbufs, const void *
     return *(const int *)args; /* the failure code asked for */
 }
 
-static int hang(void *const *bufs, const size_t *counts, int nbufs, const void *args)
+static int hang(const sp_device *dev, void *const *bufs,
+                const size_t *counts, int nbufs, const void *args)
 {
     nanosleep(&(struct timespec){ 60, 0 }, NULL);
     return 0;
@@ -41,7 +43,7 @@ static int hang(void *const *bufs, const size_t *counts, int nbufs, const void *
 static void run_task(sp_exec_buf *b, int code, uint32_t seq)
 {
     sp_access_mode m = SP_ACCESS_RW;
-    RT_OK(sp_exec_submit(&(sp_exec_task){.name = "work", .cpu = work, .nbufs = 1, .bufs = &b,
+    RT_OK(sp_exec_submit(&(sp_exec_task){.name = "work", .fn = work, .nbufs = 1, .bufs = &b,
                                          .modes = &m, .args = &code, .args_size = sizeof code,
                                          .seq = seq}));
 }
@@ -121,7 +123,7 @@ int main(int argc, char **argv)
         sp_access_mode m = SP_ACCESS_RW;
         if (rank > 0)
             RT_OK(sp_exec_recv(b, rank - 1, 0));
-        RT_OK(sp_exec_submit(&(sp_exec_task){ .name = "maybe hang", .cpu = rank == 1 ? hang : work,
+        RT_OK(sp_exec_submit(&(sp_exec_task){ .name = "maybe hang", .fn = rank == 1 ? hang : work,
                                               .nbufs = 1, .bufs = &b, .modes = &m,
                                               .args = &(int){ 0 }, .args_size = sizeof(int) }));
         if (rank + 1 < sp_exec_size())

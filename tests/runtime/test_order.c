@@ -14,7 +14,8 @@ static uint32_t ran[NT];
 
 struct order_args { uint32_t seq; };
 
-static int record(void *const *bufs, const size_t *counts, int nbufs, const void *args)
+static int record(const sp_device *dev, void *const *bufs,
+                  const size_t *counts, int nbufs, const void *args)
 {
     const struct order_args *a = args;
     int i = atomic_fetch_add(&ran_n, 1);
@@ -48,7 +49,7 @@ static void submit_record(uint32_t seq, int nbufs, sp_exec_buf *const *bufs,
     char name[32];
     snprintf(name, sizeof name, "t%u", seq);
     struct order_args a = {seq};
-    RT_OK(sp_exec_submit(&(sp_exec_task){.name = name, .cpu = record, .nbufs = nbufs,
+    RT_OK(sp_exec_submit(&(sp_exec_task){.name = name, .fn = record, .nbufs = nbufs,
                                          .bufs = bufs, .modes = modes, .args = &a,
                                          .args_size = sizeof a, .seq = seq}));
 }
@@ -115,7 +116,8 @@ static void held_behind_dependency(void)
 /* 3. 20 buffers in one task (Debian's StarPU has 8 slots) plus a scratch. */
 #define NB 20
 #define NE 37
-static int sum_bufs(void *const *bufs, const size_t *counts, int nbufs, const void *args)
+static int sum_bufs(const sp_device *dev, void *const *bufs,
+                    const size_t *counts, int nbufs, const void *args)
 {
     float *out = bufs[0], *tmp = bufs[nbufs - 1];
     if (nbufs != NB + 2 || counts[0] != NE || counts[nbufs - 1] != NE)
@@ -144,7 +146,7 @@ static void many_buffers(void)
     modes[NB + 1] = SP_ACCESS_SCRATCH;
     float bias = 0.5f;
     RT_OK(sp_exec_begin_step());
-    RT_OK(sp_exec_submit(&(sp_exec_task){.name = "sum20", .cpu = sum_bufs, .nbufs = NB + 2,
+    RT_OK(sp_exec_submit(&(sp_exec_task){.name = "sum20", .fn = sum_bufs, .nbufs = NB + 2,
                                          .bufs = bufs, .modes = modes, .args = &bias,
                                          .args_size = sizeof bias, .seq = 0}));
     RT_OK(sp_exec_end_step());
@@ -162,7 +164,8 @@ static void many_buffers(void)
 }
 
 /* 4. a failing task fails the step (not the process); the next step is clean. */
-static int fail_if_seq3(void *const *bufs, const size_t *counts, int nbufs, const void *args)
+static int fail_if_seq3(const sp_device *dev, void *const *bufs,
+                        const size_t *counts, int nbufs, const void *args)
 {
     return ((const struct order_args *)args)->seq == 3 ? 17 : 0;
 }
@@ -172,7 +175,7 @@ static void failing_task(void)
     RT_OK(sp_exec_begin_step());
     for (uint32_t s = 0; s < 6; s++) {
         struct order_args a = {s};
-        RT_OK(sp_exec_submit(&(sp_exec_task){.name = "maybe", .cpu = fail_if_seq3,
+        RT_OK(sp_exec_submit(&(sp_exec_task){.name = "maybe", .fn = fail_if_seq3,
                                              .args = &a, .args_size = sizeof a, .seq = s}));
     }
     sp_status st = sp_exec_end_step();
@@ -193,7 +196,7 @@ static void bad_seqs(void)
     RT_OK(sp_exec_begin_step());
     submit_record(0, 0, NULL, NULL);
     struct order_args a = {0};
-    sp_status st = sp_exec_submit(&(sp_exec_task){.name = "dup", .cpu = record, .args = &a,
+    sp_status st = sp_exec_submit(&(sp_exec_task){.name = "dup", .fn = record, .args = &a,
                                                   .args_size = sizeof a, .seq = 0});
     RT_CHECK(st == SP_ERR_ARG, "duplicate seq gave %s", sp_status_name(st));
     submit_record(2, 0, NULL, NULL); /* seq 1 never comes */

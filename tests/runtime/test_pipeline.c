@@ -23,7 +23,8 @@ static float expected(int last_rank, int step, int mb, int i)
     return (float)v;
 }
 
-static int stage(void *const *bufs, const size_t *counts, int nbufs, const void *args)
+static int stage(const sp_device *dev, void *const *bufs,
+                 const size_t *counts, int nbufs, const void *args)
 {
     const struct stage_args *a = args;
     float *act = bufs[0];
@@ -66,7 +67,7 @@ int main(int argc, char **argv)
             char name[32];
             snprintf(name, sizeof name, "F%d.%d", m, rank);
             struct stage_args a = {rank, s, m, spin_us};
-            RT_OK(sp_exec_submit(&(sp_exec_task){.name = name, .cpu = stage,
+            RT_OK(sp_exec_submit(&(sp_exec_task){.name = name, .fn = stage,
                                                  .nbufs = last ? 2 : 1, .bufs = bufs,
                                                  .modes = modes, .args = &a,
                                                  .args_size = sizeof a, .seq = (uint32_t)m}));

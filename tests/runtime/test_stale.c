@@ -12,7 +12,8 @@
 
 struct fill_args { float v; };
 
-static int fill(void *const *bufs, const size_t *counts, int nbufs, const void *args)
+static int fill(const sp_device *dev, void *const *bufs,
+                const size_t *counts, int nbufs, const void *args)
 {
     for (size_t i = 0; i < counts[0]; i++)
         ((float *)bufs[0])[i] = ((const struct fill_args *)args)->v + (float)i;
@@ -20,7 +21,8 @@ static int fill(void *const *bufs, const size_t *counts, int nbufs, const void *
 }
 
 /* Returns the number of wrong elements as the task's error code. */
-static int check(void *const *bufs, const size_t *counts, int nbufs, const void *args)
+static int check(const sp_device *dev, void *const *bufs,
+                 const size_t *counts, int nbufs, const void *args)
 {
     int wrong = 0;
     for (size_t i = 0; i < counts[0]; i++)
@@ -28,11 +30,11 @@ static int check(void *const *bufs, const size_t *counts, int nbufs, const void 
     return wrong;
 }
 
-static void task(const char *name, sp_exec_cpu_fn fn, sp_exec_buf *b, sp_access_mode mode,
+static void task(const char *name, sp_task_fn fn, sp_exec_buf *b, sp_access_mode mode,
                  float v, uint32_t seq)
 {
     struct fill_args a = {v};
-    RT_OK(sp_exec_submit(&(sp_exec_task){.name = name, .cpu = fn, .nbufs = 1, .bufs = &b,
+    RT_OK(sp_exec_submit(&(sp_exec_task){.name = name, .fn = fn, .nbufs = 1, .bufs = &b,
                                          .modes = &mode, .args = &a, .args_size = sizeof a,
                                          .seq = seq}));
 }

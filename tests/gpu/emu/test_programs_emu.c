@@ -1,10 +1,10 @@
 /* Training steps with the GPU code on the CPU emulation, against the CPU reference: the
- * stage programs (codelets/cuda/program_cuda.c) and the trainer's CUDA tasks
- * (codelets/cuda/stage_cuda.c: stage, local add, combine, copy, AdamW) inside the
- * reference interpreter itself (graph/interp.c), whose calls of sp_program_run,
+ * trainer's task functions (codelets/tasks.c: stage, local add, combine, copy, AdamW, the
+ * same the CPU workers run) on the emulated CUDA device (codelets/cuda/backend.c) inside
+ * the reference interpreter itself (graph/interp.c), whose calls of sp_program_run,
  * sp_program_local_add_run, sp_optim_combine, sp_optim_copy_shared and sp_optim_update
- * are linked to the __wrap_ functions here (ld --wrap); they run the CUDA task while
- * on_gpu is set and the CPU code otherwise.
+ * are linked to the __wrap_ functions here (ld --wrap); they run the task on the CUDA
+ * device while on_gpu is set and the CPU code otherwise.
  *
  * Models: the GPT on 1 stage (the tied embedding's two uses meet in a local add) and on 2
  * (they meet in a combine, the owner's values go back by copy; BW runs as B then W, as
@@ -29,7 +29,8 @@
 #include <cuda_runtime.h>
 
 #include "codelets/cuda/kernels_cuda.h"
-#include "codelets/stage.h"
+#include "codelets/cuda/backend.h"
+#include "codelets/tasks.h"
 #include "starpipe/data.h"
 #include "starpipe/exec.h"
 #include "starpipe/models.h"
@@ -47,9 +48,8 @@ static const char *hook_name[NHOOKS] = { "stage", "local add", "combine", "copy"
 static long hook_ran[NHOOKS];
 static cudaStream_t stream;
 static cublasHandle_t blas;
-
-/* stage_cuda.c asks the layer that runs it for its worker's handle */
-void *sp_stage_cublas_handle(void) { return blas; }
+static sp_cuda_ctx cuda_ctx;
+static sp_device gpu; /* what the executor hands a CUDA worker's task: stream and handle */
 
 /* ---- the hooks ------------------------------------------------------------------- */
 
@@ -94,7 +94,7 @@ static sp_status run_task(const sp_program *p, int stage, sp_task_kind kind, voi
         return SP_OK; /* the trainer submits no task */
     poison(p, stage, kind, bufs);
     sp_stage_task_args a = { .prog = p, .stage = stage, .kind = kind, .dloss = dloss };
-    int rc = sp_stage_task_cuda(bufs, NULL, sp_program_num_bufs(p, stage, kind), &a, stream);
+    int rc = sp_stage_task(&gpu, bufs, NULL, sp_program_num_bufs(p, stage, kind), &a);
     gpu_tasks++;
     hook_ran[H_STAGE]++;
     return rc ? sp_set_error(SP_ERR_RUNTIME, "stage %d task failed on the emulated GPU: %d",
@@ -143,7 +143,7 @@ void __wrap_sp_program_local_add_run(const sp_program *p, int stage, float *grad
     sp_local_add_task_args a = { .prog = p, .stage = stage };
     void *bufs[1] = { grads };
     if (sp_program_local_adds(p, stage, NULL))
-        task_ok(H_LOCAL_ADD, stage, sp_local_add_task_cuda(bufs, NULL, 1, &a, stream));
+        task_ok(H_LOCAL_ADD, stage, sp_local_add_task(&gpu, bufs, NULL, 1, &a));
 }
 
 /* The parameters stages owner and other share, as the trainer's combine and copies see
@@ -176,7 +176,7 @@ void __wrap_sp_optim_combine(const sp_program *p, int owner, float *owner_grads,
     for (int k = 0, n = shared_params(p, owner, other, sh, 16); k < n; k++) {
         sp_combine_task_args a = { .dst_off = sh[k][0], .n = sh[k][2] };
         a.src_off[1] = sh[k][1];
-        task_ok(H_COMBINE, owner, sp_combine_task_cuda(bufs, NULL, 2, &a, stream));
+        task_ok(H_COMBINE, owner, sp_combine_task(&gpu, bufs, NULL, 2, &a));
     }
 }
 
@@ -191,7 +191,7 @@ void __wrap_sp_optim_copy_shared(const sp_program *p, int owner, const float *ow
     void *bufs[2] = { other_params, (void *)owner_params };
     for (int k = 0, n = shared_params(p, owner, other, sh, 16); k < n; k++) {
         sp_copy_task_args a = { .dst_off = sh[k][1], .src_off = sh[k][0], .n = sh[k][2] };
-        task_ok(H_COPY, other, sp_copy_task_cuda(bufs, NULL, 2, &a, stream));
+        task_ok(H_COPY, other, sp_copy_task(&gpu, bufs, NULL, 2, &a));
     }
 }
 
@@ -206,7 +206,7 @@ void __wrap_sp_optim_update(const sp_program *p, int s, float *params, const flo
     sp_optim_task_args a = { .prog = p, .stage = s, .opt = *cfg, .grad_scale = grad_scale,
                              .t = t };
     void *bufs[4] = { params, (void *)grads, m, v };
-    task_ok(H_ADAMW, s, sp_optim_task_cuda(bufs, NULL, 4, &a, stream));
+    task_ok(H_ADAMW, s, sp_optim_task(&gpu, bufs, NULL, 4, &a));
 }
 
 /* ---- the comparison --------------------------------------------------------------- */
@@ -394,6 +394,7 @@ int main(void)
     REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess &&
                 cublasCreate(&blas) == CUBLAS_STATUS_SUCCESS && !sp_cuda_kernels_init(blas),
             "emulated CUDA setup");
+    gpu = sp_device_cuda(&cuda_ctx, stream, blas);
     sp_status st;
     for (int stages = 1; stages <= 2; stages++) {
         sp_gpt_config c = { .vocab = 256, .context = 64, .layers = 2, .heads = 4, .channels = 64,

@@ -103,8 +103,10 @@ add_compile_definitions(STARPIPE_HAVE_CUDA=1)
 # toolkit's. Linked into C programs: the C++ runtime comes along. ---
 include(${_sp_emu}/Cu2cpp.cmake)
 sp_cu2cpp(_sp_fake_cpp ${STARPIPE_FAKE_GPU_DIR}/cu)
-add_library(starpipe_cuda_kernels STATIC ${_sp_fake_cpp})
-target_include_directories(starpipe_cuda_kernels BEFORE PRIVATE ${_sp_emu}/include ${_sp_emu})
+add_library(starpipe_cuda_kernels STATIC ${_sp_fake_cpp} ${CMAKE_SOURCE_DIR}/codelets/cuda/backend.c)
+# (the kernels only: the table, backend.c, is C against the toolkit's headers)
+target_include_directories(starpipe_cuda_kernels BEFORE PRIVATE
+                           $<$<COMPILE_LANGUAGE:CXX>:${_sp_emu}/include> $<$<COMPILE_LANGUAGE:CXX>:${_sp_emu}>)
 target_include_directories(starpipe_cuda_kernels PUBLIC ${CMAKE_SOURCE_DIR}/include
                            ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/codelets/cuda)
 target_compile_definitions(starpipe_cuda_kernels PRIVATE SP_EW_MAX_BLOCKS=64)

@@ -82,8 +82,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "trainer: %s\n", sp_last_error());
         return 1;
     }
-    if (nccl != sp_exec_nccl_active())
-        FAIL("NCCL is %s, the test expects it %s (%s)", sp_exec_nccl_active() ? "on" : "off",
+    if (nccl != sp_exec_groups_active())
+        FAIL("NCCL is %s, the test expects it %s (%s)", sp_exec_groups_active() ? "on" : "off",
              nccl ? "on" : "off", sp_trainer_notice(t));
     /* the plan's messages of this rank in a step: on NCCL, and the rest (StarPU-MPI) */
     const sp_plan *pl = sp_trainer_plan(t);
@@ -98,7 +98,7 @@ int main(int argc, char **argv)
     }
     sp_nccl_call *calls = NULL;
     int ncalls = 0;
-    if (sp_exec_nccl_active() && sp_nccl_calls(pl, actor, 1, &calls, &ncalls) != SP_OK) {
+    if (sp_exec_groups_active() && sp_nccl_calls(pl, actor, 1, &calls, &ncalls) != SP_OK) {
         fprintf(stderr, "sp_nccl_calls: %s\n", sp_last_error());
         return 1;
     }

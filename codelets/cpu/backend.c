@@ -205,6 +205,19 @@ static int sum_squares(void *c, double *out, const float *x, int64_t n)
     return 0;
 }
 
+static int copy(void *c, float *out, const float *x, int64_t n)
+{
+    memcpy(out, x, (size_t)n * sizeof(float));
+    return 0;
+}
+
+static int reduce_replicas(void *c, float *dst, const float *const *others, int R, int own,
+                           int64_t n)
+{
+    sp_reduce_replicas(dst, others, R, own, n);
+    return 0;
+}
+
 static const char *status_string(int code)
 {
     return code == SP_BACKEND_BAD_INDEX ? "an index outside its range (a token or a target)"

@@ -1,10 +1,12 @@
 /* The CUDA backend (include/starpipe/backend.h): each entry enqueues its kernel of
  * codelets/cuda/kernels_cuda.h on the context's stream, with its cuBLAS handle; the
- * interpreter that walks a stage program and the optimizer's parameter loop are graph's,
- * the same the CPU runs. Nothing here synchronizes: StarPU's CUDA worker waits for the
+ * interpreter that walks a stage program, the optimizer's parameter loop and the task
+ * functions (codelets/tasks.c) are the same the CPU runs. Nothing here synchronizes: StarPU's CUDA worker waits for the
  * stream when the task ends (STARPU_CUDA_ASYNC). Integer inputs were range-checked on the
  * host before the step (sp_program_check_inputs): embed cannot check them here. */
-#include "codelets/cuda/program_cuda.h"
+#include "codelets/cuda/backend.h"
+
+#include <cuda_runtime_api.h>
 
 #include "codelets/cuda/kernels_cuda.h"
 
@@ -182,24 +184,20 @@ static int sum_squares(void *c, double *out, const float *x, int64_t n)
     return sp_cuda_sum_squares(out, x, n, STREAM(c));
 }
 
+static int copy(void *c, float *out, const float *x, int64_t n)
+{
+    cudaError_t e = cudaMemcpyAsync(out, x, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                    (cudaStream_t)STREAM(c));
+    return e == cudaSuccess ? 0 : (int)e;
+}
+
+static int reduce_replicas(void *c, float *dst, const float *const *others, int R, int own,
+                           int64_t n)
+{
+    return sp_cuda_reduce_replicas(dst, others, R, own, n, STREAM(c));
+}
+
 static const sp_backend cuda = { .name = "cuda", SP_BACKEND_ENTRIES,
                                  .status_string = sp_cuda_status_string };
 
 const sp_backend *sp_backend_cuda(void) { return &cuda; }
-
-sp_status sp_program_run_cuda(const sp_program *p, int stage, sp_task_kind kind,
-                              void *const *bufs, const sp_run_args *args, void *stream,
-                              void *cublas)
-{
-    sp_cuda_ctx c = { stream, cublas };
-    return sp_program_run_on(p, stage, kind, bufs, args, &cuda, &c);
-}
-
-sp_status sp_optim_update_cuda(const sp_program *p, int s, float *params, const float *grads,
-                               float *m, float *v, const sp_adamw_config *cfg, float grad_scale,
-                               int t, void *stream)
-{
-    sp_cuda_ctx c = { stream, NULL };
-    return sp_optim_update_range_on(p, s, 0, INT64_MAX, params, grads, m, v, cfg, grad_scale, t,
-                                    &cuda, &c);
-}

@@ -1,0 +1,48 @@
+/* Choosing a schedule: by name (a built-in, `file:PATH` of the text format, `help`), with
+ * STARPIPE_SCHEDULE, STARPIPE_MICROBATCHES and STARPIPE_CHUNKS for what the caller leaves
+ * unset (include/starpipe/plan.h, sp_schedule_from_env). */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/env.h"
+#include "sched/sched_impl.h"
+
+sp_status sp_schedule_from_env(const char *name, int p, int m, int v, sp_schedule **out)
+{
+    *out = NULL;
+    sp_env env; /* STARPIPE_SCHEDULE, STARPIPE_MICROBATCHES, STARPIPE_CHUNKS */
+    sp_status st = sp_env_read(&env);
+    if (st) return st;
+    if (!name) name = env.schedule ? env.schedule : "1f1b";
+    if (!strcmp(name, "help"))
+        return sp_set_error(SP_ERR_ARG, "schedules (STARPIPE_SCHEDULE):\n%s",
+                            sp_schedule_help());
+    if (m <= 0) m = env.microbatches;
+    int v_from_env = 0;
+    if (v <= 0) {
+        v = env.chunks;
+        v_from_env = v > 0;
+    }
+    if (!strncmp(name, "file:", 5)) {
+        sp_schedule *s;
+        st = sp_schedule_load(name + 5, &s);
+        if (st) return st;
+        if (s->nactors != p || (m > 0 && s->nmicro != m)) {
+            st = sp_set_error(SP_ERR_ARG, "%s: the file has %d actors and %d microbatches, "
+                              "but %d actors and %d microbatches were asked for", name + 5,
+                              s->nactors, s->nmicro, p, m > 0 ? m : s->nmicro);
+            sp_schedule_free(s);
+            return st;
+        }
+        *out = s;
+        return SP_OK;
+    }
+    if (m <= 0) m = 2 * p;
+    st = sp_schedule_builtin(name, p, m, v, out);
+    if (st && v_from_env) {
+        char msg[768];
+        snprintf(msg, sizeof msg, "%s", sp_last_error());
+        sp_set_error(st, "%s (STARPIPE_CHUNKS=%d)", msg, v);
+    }
+    return st;
+}
