@@ -15,6 +15,7 @@
 
 #include "codelets/cuda/kernels_cuda.h"
 #include "codelets/cuda/backend.h"
+#include "starpipe/program.h"
 #include "starpipe/data.h"
 #include "starpipe/models.h"
 
