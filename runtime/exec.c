@@ -1019,7 +1019,7 @@ static sp_status check_sched_env(void)
 }
 
 /* The transport when STARPIPE_TRANSPORT says nothing (comm/README.md). */
-#define SP_DEFAULT_TRANSPORT "direct"
+#define SP_DEFAULT_TRANSPORT "starpu-mpi"
 
 /* STARPIPE_TRANSPORT: how messages travel (comm/README.md), decided before MPI starts. */
 static sp_env env;

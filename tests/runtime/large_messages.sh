@@ -1,7 +1,8 @@
 #!/bin/sh
 # large_messages.sh MPIEXEC APP: boundary tensors above the transport's eager limit (256 KB
-# here, over 128 KB). Between ranks of one node they go as eager pieces (comm/direct.c:
-# the default, each rank having a core here), and with STARPIPE_SHM_PIECES=0 as one
+# here, over 128 KB). Over StarPU-MPI (the default transport) as StarPU-MPI sends them.
+# With STARPIPE_TRANSPORT=direct, between ranks of one node as eager pieces (comm/direct.c:
+# its default, each rank having a core here), and with STARPIPE_SHM_PIECES=0 as one
 # message each, as between nodes; either way every
 # send leaves from a private copy so that the sender's buffer is free at once, most are
 # posted by the task that wrote them. The pieces also run with ranks unbound
@@ -18,6 +19,16 @@ flags="--layers 4 --channels 64 --heads 2 --context 128 --batch 8 --schedule int
   $flags >"$dir/log" 2>&1 || fail "the reference run failed"
 # one field of the two ranks' verbose lines: the number before TEXT
 field() { sed -n "s/.* \([0-9.]*\) $1.*/\1/p" "$dir/log"; }
+# over StarPU-MPI: its bytes, every rank naming it
+# shellcheck disable=SC2086
+STARPIPE_VERBOSE=1 "$mpiexec" -np 2 "$app" --steps 2 --dump-grads "$dir/p.grads" \
+  --save "$dir/p.ckpt" $flags >"$dir/log" 2>&1 || fail "the pipelined run over StarPU-MPI failed"
+cmp "$dir/ref.grads" "$dir/p.grads" || fail "gradients differ from the reference (StarPU-MPI)"
+cmp "$dir/ref.ckpt" "$dir/p.ckpt" || fail "checkpoint differs from the reference (StarPU-MPI)"
+[ "$(grep -c 'transfers over starpu-mpi: [1-9]' "$dir/log")" -eq 2 ] ||
+  fail "the two ranks did not both send over StarPU-MPI"
+echo "ok: StarPU-MPI: the reference's bytes"
+export STARPIPE_TRANSPORT=direct
 for run in default default:--bind-to:none 0; do
   pieces=${run%%:*}; bind=$(echo "${run#"$pieces"}" | tr ':' ' ')
   if [ "$pieces" = default ]; then unset STARPIPE_SHM_PIECES; else export STARPIPE_SHM_PIECES=$pieces; fi

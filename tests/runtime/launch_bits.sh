@@ -5,10 +5,37 @@
 # --bind-to none, and (NP > 2) bound with several ranks per core, must be byte-identical
 # files to those of a --reference run. No --check: nothing in the pipelined processes may
 # set state (such as the kernel library's thread count) that the reference would set.
+# Each pipelined run must also have moved its messages over the transport asked for
+# (STARPIPE_TRANSPORT, else the default): every rank names it, and the ranks' sends add
+# up to the plan's messages per step x steps, each received once with the same bytes.
 set -e
 mpiexec=$1; app=$2; np=$3; shift 3
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
 fail() { cat "$dir/log"; echo "FAIL: $*"; exit 1; }
+want=${STARPIPE_TRANSPORT:-starpu-mpi}
+# the transfers of the run in $dir/log (STARPIPE_VERBOSE=1), against the plan's messages
+check_transport() {
+  python3 - "$dir/log" "$np" "$want" <<'PY' || fail "np $np, bind $mode: $(cat "$dir/why")"
+import re, sys
+log, np, want = open(sys.argv[1]).read(), int(sys.argv[2]), sys.argv[3]
+msgs = re.search(r"plan: \d+ tasks, (\d+) messages per step", log)
+rows = re.findall(r"rank (\d+): transfers over (\S+): (\d+) sends \((\d+) bytes\), (\d+) "
+                  r"receives \((\d+) bytes\)", log)
+why = None
+if len(rows) != np:
+    why = f"{len(rows)} ranks said what carried their transfers, not {np}"
+elif any(r[1] != want for r in rows):
+    why = f"transfers went over {sorted(set(r[1] for r in rows))}, not {want}"
+else:
+    sends, sent, recvs, got = (sum(int(r[k]) for r in rows) for k in (2, 3, 4, 5))
+    expect = 2 * int(msgs.group(1)) if msgs else -1
+    if sends != expect or recvs != expect or sent != got or (np > 1 and sent == 0):
+        why = (f"{sends} sends ({sent} bytes) and {recvs} receives ({got} bytes) over {want}; "
+               f"the plan moves {expect} messages in 2 steps")
+open(sys.argv[1].rsplit("/", 1)[0] + "/why", "w").write(why or "")
+sys.exit(1 if why else 0)
+PY
+}
 "$app" --reference --actors "$np" --steps 2 --dump-grads "$dir/ref.grads" --save "$dir/ref.ckpt" \
   "$@" >"$dir/log" 2>&1 || fail "the reference run failed"
 modes="default none"
@@ -21,9 +48,11 @@ for mode in $modes; do
   esac
   rm -f "$dir/p.grads" "$dir/p.ckpt"
   # shellcheck disable=SC2086
-  "$mpiexec" -np "$np" $bind "$app" --steps 2 --dump-grads "$dir/p.grads" --save "$dir/p.ckpt" \
-    "$@" >"$dir/log" 2>&1 || fail "np $np, bind $mode: the run failed"
+  STARPIPE_VERBOSE=1 "$mpiexec" -np "$np" $bind -x STARPIPE_VERBOSE "$app" --steps 2 \
+    --dump-grads "$dir/p.grads" --save "$dir/p.ckpt" "$@" >"$dir/log" 2>&1 ||
+    fail "np $np, bind $mode: the run failed"
+  check_transport
   cmp "$dir/ref.grads" "$dir/p.grads" || fail "np $np, bind $mode: gradients differ from the reference"
   cmp "$dir/ref.ckpt" "$dir/p.ckpt" || fail "np $np, bind $mode: checkpoint differs from the reference"
 done
-echo "ok: $(basename "$app") on $np ranks ($modes) writes the reference's bytes"
+echo "ok: $(basename "$app") on $np ranks ($modes) writes the reference's bytes, its messages over $want"
