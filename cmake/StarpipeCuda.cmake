@@ -16,11 +16,19 @@
 # and starpipe_cuda_tests().
 
 set(STARPIPE_STARPU_PREFIX "" CACHE PATH
-    "Install folder of a StarPU 1.3 built with CUDA (scripts/build-starpu-cuda); implies STARPIPE_CUDA")
+    "Install folder of the StarPU to build with: a StarPU 1.3 built with CUDA (scripts/build-starpu-cuda; implies STARPIPE_CUDA) or a CPU-only StarPU 1.4 (scripts/build-starpu-1.4; cmake/StarpipeStarpu.cmake)")
+set(_sp_cuda_default OFF)
 if(STARPIPE_STARPU_PREFIX)
+  # a prefix implies CUDA unless its StarPU says it has none (scripts/build-starpu-1.4's)
   set(_sp_cuda_default ON)
-else()
-  set(_sp_cuda_default OFF)
+  file(GLOB _sp_cfgs "${STARPIPE_STARPU_PREFIX}/include/starpu/*/starpu_config.h")
+  if(_sp_cfgs)
+    list(GET _sp_cfgs 0 _sp_cfg)
+    file(STRINGS ${_sp_cfg} _sp_use_cuda REGEX "^#define STARPU_USE_CUDA 1")
+    if(NOT _sp_use_cuda)
+      set(_sp_cuda_default OFF)
+    endif()
+  endif()
 endif()
 option(STARPIPE_CUDA "Build with CUDA: the CUDA StarPU, the .cu kernels, cuBLAS, NCCL" ${_sp_cuda_default})
 option(STARPIPE_NCCL "With STARPIPE_CUDA: link NCCL (found in the CUDA toolkit or NCCL_HOME)" ON)

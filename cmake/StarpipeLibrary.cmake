@@ -81,6 +81,11 @@ elseif(STARPIPE_CUDA)
   target_link_options(starpipe INTERFACE
     $<INSTALL_INTERFACE:LINKER:--disable-new-dtags>
     $<INSTALL_INTERFACE:LINKER:-rpath,${STARPIPE_STARPU_LIBDIR}>)
+elseif(STARPIPE_STARPU_LIBDIR AND TARGET starpipe_runtime)
+  # a CPU StarPU from a prefix (scripts/build-starpu-1.4): not on the loader's path either
+  target_link_options(starpipe INTERFACE
+    $<INSTALL_INTERFACE:LINKER:--disable-new-dtags>
+    $<INSTALL_INTERFACE:LINKER:-rpath,${STARPIPE_STARPU_LIBDIR}>)
 endif()
 
 # --- install: library, headers, CMake package, pkg-config file ---
@@ -121,14 +126,16 @@ install(FILES ${PROJECT_BINARY_DIR}/starpipeConfig.cmake
 set(STARPIPE_PC_REQUIRES_PRIVATE "openblas jansson zlib")
 set(STARPIPE_PC_LIBS_PRIVATE "-lm")
 if(STARPIPE_HAVE_RUNTIME)
-  if(STARPIPE_CUDA)
-    # the CUDA StarPU is not on the user's pkg-config path: name its files directly
+  set(_sp_v ${STARPIPE_STARPU_VERSION})
+  if(STARPIPE_STARPU_LIBDIR)
+    # a StarPU from a prefix (CUDA, or 1.4) is not on the user's pkg-config path: name its
+    # files directly
     set(_sp_dir ${STARPIPE_STARPU_LIBDIR})
     string(PREPEND STARPIPE_PC_LIBS_PRIVATE
-           "-L${_sp_dir} -Wl,-rpath,${_sp_dir} -lstarpumpi-1.3 -lstarpu-1.3 ")
+           "-L${_sp_dir} -Wl,-rpath,${_sp_dir} -lstarpumpi-${_sp_v} -lstarpu-${_sp_v} ")
     string(APPEND STARPIPE_PC_REQUIRES_PRIVATE " hwloc")
   else()
-    string(APPEND STARPIPE_PC_REQUIRES_PRIVATE " starpumpi-1.3 starpu-1.3 hwloc")
+    string(APPEND STARPIPE_PC_REQUIRES_PRIVATE " starpumpi-${_sp_v} starpu-${_sp_v} hwloc")
   endif()
   string(APPEND STARPIPE_PC_REQUIRES_PRIVATE " mpi-c")
 endif()

@@ -108,6 +108,12 @@ void sp_binding_apply(const sp_binding *b)
     char v[16 * SP_BINDING_MAXW];
     snprintf(v, sizeof v, "%d", b->nworkers);
     setenv("STARPU_NCPU", v, 0);
+    /* The plan keeps to the launcher's binding already. StarPU 1.4 reads that binding
+     * too (STARPU_WORKERS_GETBIND: default 1 in 1.4, 0 in 1.3) and then warns on every
+     * start when it is one core, as with mpirun's default for 2 ranks on 2 cores. The ids
+     * of STARPU_WORKERS_CPUID are the host's logical PUs either way (1.4: topology.c,
+     * _starpu_initialize_workers_bindid), so only the warning goes. */
+    setenv("STARPU_WORKERS_GETBIND", "0", 0);
     if (b->nobind) {
         setenv("STARPU_WORKERS_NOBIND", "1", 0);
         setenv("STARPU_MPI_NOBIND", "1", 0);
@@ -118,6 +124,16 @@ void sp_binding_apply(const sp_binding *b)
         len += snprintf(v + len, sizeof v - (size_t)len, "%s%d", i ? " " : "", b->worker_cpus[i]);
     if (b->cuda_cpu >= 0) /* the CUDA worker comes after the CPU workers */
         len += snprintf(v + len, sizeof v - (size_t)len, " %d", b->cuda_cpu);
+#if STARPU_MAJOR_VERSION > 1 || STARPU_MINOR_VERSION >= 4
+    /* StarPU 1.4 reserves the progress thread's PU out of this list before it binds any
+     * worker (topology.c, _starpu_init_machine_config, "Reserve thread for MPI"). One not
+     * in the list takes the list's first entry instead, with a warning on every start, and
+     * each worker then gets the PU planned for the next one (the CUDA worker another
+     * core than the one near its GPU). Listed last, it takes its own; 1.3 has no such
+     * step, and there the extra entry would be unused. */
+    if (b->mpi_cpu >= 0)
+        len += snprintf(v + len, sizeof v - (size_t)len, " %d", b->mpi_cpu);
+#endif
     setenv("STARPU_WORKERS_CPUID", v, 0);
     if (b->mpi_cpu < 0) {
         setenv("STARPU_MPI_NOBIND", "1", 0);

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -815,10 +816,11 @@ sp_status sp_exec_end_step(void)
                   X.nsubmitted, X.max_seq, hole);
     }
 
-    /* All tasks here, then the rest of the step's messages (StarPU-MPI: all its requests
-     * everywhere, a barrier; direct: this rank's, and the agreement below is the barrier).
-     * A rank whose watchdog fired returns at once: its peers' barrier then waits for a
-     * process that is about to end, and the launcher ends them with it. */
+    /* All tasks here, then the rest of the step's messages (StarPU-MPI: all its requests,
+     * a barrier too in StarPU 1.3, this rank's only in 1.4, mpi/src/starpu_mpi.c; direct:
+     * this rank's), and the agreement below is the barrier. A rank whose watchdog fired
+     * returns at once: its peers' barrier then waits for a process that is about to end,
+     * and the launcher ends them with it. */
     sp_status st = wait_tasks();
     if (st)
         return st; /* tasks may still hold their arguments: kept, the executor is broken */
@@ -1059,11 +1061,28 @@ static void bus_unlock(unsigned ctx)
     }
 }
 
+/* Creates the folders of path (not its last component), as StarPU would: mode 0700. */
+static void make_dirs(char *path)
+{
+    for (char *c = path + 1; *c; c++)
+        if (*c == '/') {
+            *c = 0;
+            mkdir(path, 0700); /* EEXIST and the rest: open() below tells */
+            *c = '/';
+        }
+}
+
 /* The bus files' folder as StarPU itself names it (its path rules: STARPU_PERF_MODEL_DIR,
- * XDG_CACHE_HOME, STARPU_HOME, HOME, STARPU_HOSTNAME); "" when it cannot be read. */
+ * XDG_CACHE_HOME, STARPU_HOME, HOME, STARPU_HOSTNAME); "" when it cannot be read.
+ * StarPU 1.4 names a folder only once some model folder holds a bus config: before that
+ * (a fresh home) it prints "INVALID_LOCATION/<host>.affinity", and measures the bus into
+ * its first model folder (perfmodel_bus.c, _starpu_bus_force_sampling: location 0), the
+ * first that starpu_perfmodel_directory prints ("<folder>codelets/<n>/"); the lock is then
+ * made there, where the later processes of the home find it once the config is written. */
 static void bus_lock_path(char *path, size_t n)
 {
-    char *text = NULL;
+    static const char invalid[] = "INVALID_LOCATION/";
+    char *text = NULL, *dirs = NULL;
     size_t len = 0;
     path[0] = 0;
     FILE *f = open_memstream(&text, &len);
@@ -1075,7 +1094,26 @@ static void bus_lock_path(char *path, size_t n)
     const char *e = a ? strstr(a, ".affinity>") : NULL;
     if (e) {
         a += strlen("affinity: <");
-        snprintf(path, n, "%.*s.starpipe-lock", (int)(e - a), a);
+        if (strncmp(a, invalid, strlen(invalid)) != 0) {
+            snprintf(path, n, "%.*s.starpipe-lock", (int)(e - a), a);
+        } else if ((f = open_memstream(&dirs, &len))) {
+            a += strlen(invalid); /* the host */
+            starpu_perfmodel_directory(f);
+            fclose(f);
+            const char *d = dirs ? strstr(dirs, "directory: <") : NULL;
+            const char *end = d ? strstr(d, "/>\n") : NULL, *c = NULL;
+            if (end) { /* the last "codelets/" before the line's end */
+                d += strlen("directory: <");
+                for (const char *p = d; (p = strstr(p, "codelets/")) && p < end; p++)
+                    c = p;
+            }
+            if (c) {
+                snprintf(path, n, "%.*sbus/%.*s.starpipe-lock", (int)(c - d), d,
+                         (int)(e - a), a);
+                make_dirs(path);
+            }
+            free(dirs);
+        }
     }
     free(text);
 }
@@ -1242,7 +1280,11 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     struct starpu_conf conf;
     SP_STARPU_CHECK(starpu_conf_init(&conf));
     conf.sched_policy = &sp_policy;
+#if STARPU_MAJOR_VERSION > 1 || STARPU_MINOR_VERSION >= 4
+    conf.sched_policy_callback = bus_unlock; /* 1.4's name of sched_policy_init */
+#else
     conf.sched_policy_init = bus_unlock;
+#endif
     bus_lock();
     int rc = starpu_mpi_init_conf(argc, argv, 0, MPI_COMM_WORLD, &conf);
     bus_unlock(0); /* in case starpu_init failed before creating the context */

@@ -66,7 +66,11 @@ static void init_sched(unsigned ctx)
     main_ctx = ctx;
     /* the starter's hook (starpu_conf.sched_policy_init): runtime/exec.c releases its
      * lock on StarPU's bus files here, as StarPU has loaded them by now */
+#if STARPU_MAJOR_VERSION > 1 || STARPU_MINOR_VERSION >= 4
+    void (*hook)(unsigned) = starpu_sched_ctx_get_sched_policy_callback(ctx);
+#else
     void (*hook)(unsigned) = starpu_sched_ctx_get_sched_policy_init(ctx);
+#endif
     if (hook)
         hook(ctx);
 }
