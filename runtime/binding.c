@@ -10,6 +10,7 @@
 #include <hwloc.h>
 
 #include "runtime/binding_impl.h"
+#include "runtime/checks.h"
 #include "runtime/gpumap.h"
 
 /* StarPU's binding ids are hwloc logical PU indexes, the kernel's are OS indexes. */

@@ -4,7 +4,9 @@
 
 #include <sched.h> /* cpu_set_t: the including file defines _GNU_SOURCE first */
 
-#include "runtime/exec_impl.h"
+#include <mpi.h>
+
+#include "starpipe/status.h"
 
 #define SP_BINDING_MAXW 64
 

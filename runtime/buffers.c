@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "runtime/train_impl.h"
+#include "runtime/trainer_impl.h"
 
 static size_t floats_of(const sp_trainer *t, sp_buf_class c, int idx)
 {

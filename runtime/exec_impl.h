@@ -1,5 +1,5 @@
-/* Internals of the executor (runtime/exec.c, runtime/binding.c): the error-check macros
- * and the buffer struct. comm/ and sched/policy.c sit below and never include it. */
+/* Internals of the executor (runtime/exec.c): the buffer struct and the step counter.
+ * comm/ and sched/policy.c sit below and never include it. */
 #ifndef STARPIPE_EXEC_IMPL_H
 #define STARPIPE_EXEC_IMPL_H
 
@@ -10,25 +10,8 @@
 #include <mpi.h>
 #include <starpu.h>
 
-#include "comm/transport.h" /* sp_comm_mpi_error */
+#include "runtime/checks.h"
 #include "starpipe/exec.h"
-
-/* Every StarPU call that can fail goes through these: the message names the call and
- * where it was made, the function returns SP_ERR_RUNTIME. StarPU returns -errno. */
-#define SP_STARPU_CHECK(call)                                                          \
-    do {                                                                               \
-        int sp_rc_ = (call);                                                           \
-        if (sp_rc_ < 0)                                                                \
-            return sp_set_error(SP_ERR_RUNTIME, "%s:%d: %s failed: %s", __FILE__,      \
-                                __LINE__, #call, strerror(-sp_rc_));                   \
-    } while (0)
-
-#define SP_MPI_CHECK(call)                                                             \
-    do {                                                                               \
-        int sp_rc_ = (call);                                                           \
-        if (sp_rc_ != MPI_SUCCESS)                                                     \
-            return sp_comm_mpi_error(__FILE__, __LINE__, #call, sp_rc_);               \
-    } while (0)
 
 struct sp_exec_buf {
     starpu_data_handle_t handle;

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/train_impl.h"
+#include "runtime/trainer_impl.h"
 
 const char *sp_trainer_notice(const sp_trainer *t) { return t ? t->notice : ""; }
 

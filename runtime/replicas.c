@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "codelets/tasks.h"
-#include "runtime/train_impl.h"
+#include "runtime/trainer_impl.h"
 
 enum { PH_REDUCE = 0, PH_GATHER_GRADS = 1, PH_GATHER_PARAMS = 2 };
 #define COLL(s) ((task_id){ SP_TR_COLLECTIVE, -1, (s), -1 })

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "codelets/tasks.h"
-#include "runtime/train_impl.h"
+#include "runtime/trainer_impl.h"
 
 /* The next place of this rank's order, for id; -1 when out of memory. */
 static int64_t next_seq(sp_trainer *t, task_id id)

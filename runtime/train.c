@@ -14,7 +14,7 @@
 #include <time.h>
 
 #include "codelets/tasks.h"
-#include "runtime/train_impl.h"
+#include "runtime/trainer_impl.h"
 #include "starpipe/data.h"
 #include "base/env.h"
 

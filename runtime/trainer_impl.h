@@ -2,8 +2,8 @@
  * creation; submit.c: tasks, groups and messages into the executor; buffers.c: the
  * per-microbatch pool and the slabs; host.c: host access, traces; replicas.c: the
  * replicas' reductions). Private to runtime/. */
-#ifndef STARPIPE_TRAIN_IMPL_H
-#define STARPIPE_TRAIN_IMPL_H
+#ifndef STARPIPE_TRAINER_IMPL_H
+#define STARPIPE_TRAINER_IMPL_H
 
 #include <stdint.h>
 
