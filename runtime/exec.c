@@ -32,6 +32,7 @@
 #include "runtime/binding_impl.h"
 #include "runtime/exec_impl.h"
 #include "runtime/gpumap.h"
+#include "runtime/launch.h"
 #include "sched/policy.h"
 
 int sp_exec_rank_ = 0, sp_exec_size_ = 1;
@@ -1205,6 +1206,9 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
         snprintf(eager, sizeof eager, "%d", SP_COMM_EAGER_LIMIT);
         setenv("OMPI_MCA_btl_vader_eager_limit", eager, 0);
         setenv("OMPI_MCA_btl_vader_max_send_size", eager, 0);
+        /* srun without PMIx: Open MPI would abort in MPI_Init with its own text */
+        if ((st = sp_launch_before_mpi()))
+            return st;
         /* StarPU-MPI needs SERIALIZED (its progress thread and ours call MPI); MULTIPLE
          * also covers our agreement collectives while its thread is parked. */
         SP_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &level));
@@ -1226,6 +1230,8 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     }
     SP_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &sp_exec_rank_));
     SP_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &sp_exec_size_));
+    if ((st = sp_launch_after_mpi(sp_exec_size_))) /* P tasks, fewer ranks: say why */
+        return st;
     SP_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &X.comm));
 
     MPI_Comm node;
