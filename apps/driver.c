@@ -16,11 +16,13 @@
 #include "apps/options.h"
 #include "base/env.h"
 #include "base/files.h"
+#include "starpipe/data.h"
 #include "starpipe/exec.h"
 #include "starpipe/plan.h"
 #include "starpipe/program.h"
 #include "starpipe/reference.h"
 #include "starpipe/sample.h"
+#include "starpipe/tokens.h"
 #include "starpipe/train.h"
 
 /* ---- the STARPIPE_* variables, read once before any work, as strictly as the flags
@@ -188,6 +190,11 @@ static void settings_of(const sp_app_model *m, const sp_app_opts *o, int nmicro,
         k += snprintf(buf + k, len - (size_t)k, "--eval-every %d\n", o->eval_every);
     if (k > 0 && (size_t)k < len && o->eval_every && o->eval_batches)
         k += snprintf(buf + k, len - (size_t)k, "--eval-batches %d\n", o->eval_batches);
+    /* how the data is read: a resume must accept the data the run trained on */
+    if (k > 0 && (size_t)k < len &&
+        (o->data_format != SP_APP_DATA_AUTO || sp_app_given(m, o, "--data-format")))
+        k += snprintf(buf + k, len - (size_t)k, "--data-format %s\n",
+                      sp_app_data_format_name(o->data_format));
     if (m->settings && k > 0 && (size_t)k < len) m->settings(m->cfg, buf + k, len - k);
 }
 
@@ -238,6 +245,78 @@ static char *resume_settings(const sp_app_model *m, sp_app_opts *o, int *bad)
         fflush(stdout);
     }
     return stored;
+}
+
+/* ---- the data file, as --data-format says it is read ---- */
+
+/* The offset of the first byte that is not UTF-8 text (a NUL, or an invalid sequence), n
+ * when there is none; *what says which. */
+static size_t first_non_text(const unsigned char *b, size_t n, const char **what)
+{
+    for (size_t i = 0; i < n;) {
+        size_t k = b[i] ? sp_utf8_seq(b + i, n - i) : 0;
+        if (!k) {
+            *what = b[i] ? "invalid UTF-8" : "a NUL byte";
+            return i;
+        }
+        i += k;
+    }
+    return n;
+}
+
+/* The model's data file (its --data, as its settings name it) against --data-format,
+ * before prepare loads it. sp_text_load reads a pattern (a list, a glob) or a file that
+ * begins with the shard magic as token shards, and anything else as bytes: auto lets
+ * bytes through only when they are UTF-8 text (a damaged shard, binary data are refused,
+ * naming the file), text and shard insist on one, raw skips the text check. A file that
+ * cannot be read is left to prepare, which says why. SP_ERR_FORMAT when refused. */
+static sp_status check_data(const sp_app_model *m, const sp_app_opts *o)
+{
+    char set[2 * PATH_MAX + 1024], path[PATH_MAX];
+    if (!m->settings) return SP_OK;
+    m->settings(m->cfg, set, sizeof set);
+    setting_value(set, "--data", path, sizeof path); /* none: a model without a file */
+    if (!path[0]) return SP_OK;
+    int fmt = o->data_format;
+    const char *name = sp_app_data_format_name(fmt);
+    int pattern = strpbrk(path, "*?,") != NULL, shard = !pattern && sp_tokens_is_shard(path);
+    if (pattern || shard) {
+        if (fmt != SP_APP_DATA_TEXT && fmt != SP_APP_DATA_RAW) return SP_OK; /* the shards' own checks */
+        return sp_set_error(SP_ERR_FORMAT, "--data-format %s: '%s' is %s, read as tokens: use "
+                            "--data-format shard or auto", name, path,
+                            pattern ? "a list or glob of token shards" : "a token shard");
+    }
+    if (fmt == SP_APP_DATA_SHARD) { /* the shard reader's own words on what is wrong */
+        sp_tokens *t = NULL;
+        char why[512] = "not a token shard";
+        if (sp_tokens_open_pattern(path, &t) != SP_OK) snprintf(why, sizeof why, "%s", sp_last_error());
+        sp_tokens_close(t);
+        return sp_set_error(SP_ERR_FORMAT, "--data-format shard: %s", why);
+    }
+    if (fmt == SP_APP_DATA_RAW) return SP_OK;
+    char *bytes = NULL;
+    size_t n = 0;
+    if (sp_file_read(path, "data file", SP_TEXT_MAX_BYTES, &bytes, &n) != SP_OK) return SP_OK;
+    const unsigned char *b = (const unsigned char *)bytes;
+    const char *what = "";
+    size_t at = first_non_text(b, n, &what);
+    sp_status st = SP_OK;
+    if (at < n && fmt == SP_APP_DATA_TEXT)
+        st = sp_set_error(SP_ERR_FORMAT, "--data-format text: data file '%s' is not UTF-8 text "
+                          "(byte %zu: %s)", path, at, what);
+    else if (at < n) {
+        char head[128] = "";
+        if (n >= 4)
+            snprintf(head, sizeof head, "; a token shard begins with the magic %d, this file "
+                     "with %u", SP_TOKENS_MAGIC,
+                     (unsigned)b[0] | (unsigned)b[1] << 8 | (unsigned)b[2] << 16 |
+                         (unsigned)b[3] << 24);
+        st = sp_set_error(SP_ERR_FORMAT, "data file '%s' is neither UTF-8 text nor a token "
+                          "shard (byte %zu: %s%s): --data-format raw trains on its bytes",
+                          path, at, what, head);
+    }
+    free(bytes);
+    return st;
 }
 
 static const char *fmt_bytes(double b, char *buf, size_t len)
@@ -561,10 +640,11 @@ static const char *loss_range(char *buf, size_t len, int steps, float first, flo
 }
 
 /* The head of a step's line, "step 3 loss 5.1  lr 1.00e-03  1234 tok/s  MFU 3.1%  12.0 ms",
- * into line, and its --log line (stats NULL: the reference, no bubble). */
-static sp_status report_step(run_report *rr, const sp_app_model *m, int step, float loss,
-                             float lr, double step_s, double grad_norm,
-                             const sp_step_stats *stats, int skipped, char *line, size_t len)
+ * into line, and its --log line into x (stats NULL: the reference, no bubble), written by
+ * app_log_write once the step's evaluation, if it has one, has given its eval_loss. */
+static void report_step(run_report *rr, const sp_app_model *m, int step, float loss, float lr,
+                        double step_s, double grad_norm, const sp_step_stats *stats,
+                        int skipped, char *line, size_t len, app_log_line *x)
 {
     double rate = rr->samples / step_s, fps = rr->step_flops / step_s;
     double mfu = rr->peak_total > 0 ? fps / rr->peak_total : -1;
@@ -579,11 +659,10 @@ static sp_status report_step(run_report *rr, const sp_app_model *m, int step, fl
     }
     snprintf(line, len, "step %d loss %.6f  lr %.2e  %.0f %s/s%s%s  %.1f ms", step, loss,
              (double)lr, rate, m->sample_unit, mfus, low, 1e3 * step_s);
-    app_log_line x = { .step = step, .loss = loss, .lr = lr, .step_s = step_s,
-                       .grad_norm = grad_norm, .rate_key = rr->rate_key, .rate = rate,
-                       .flops_per_s = fps, .mfu = mfu, .bubble = stats ? stats->bubble : -1,
-                       .plan_bubble = stats ? stats->plan_bubble : -1, .skipped = skipped };
-    return app_log_write(&rr->log, &x);
+    *x = (app_log_line){ .step = step, .loss = loss, .lr = lr, .step_s = step_s,
+                         .grad_norm = grad_norm, .rate_key = rr->rate_key, .rate = rate,
+                         .flops_per_s = fps, .mfu = mfu, .bubble = stats ? stats->bubble : -1,
+                         .plan_bubble = stats ? stats->plan_bubble : -1, .skipped = skipped };
 }
 
 /* ---- evaluation (--eval-every) and sampling (--sample), shared by both runs ---- */
@@ -613,10 +692,9 @@ static void free_inputs(void **in, int n, const sp_program *p)
 
 /* Evaluations come every N steps (counted from the first step of the run that a resume
  * continues) and after the last step; with --steps 0, once, of the loaded state. */
-static int eval_due(const sp_app_opts *o, int step) { return o->eval_every && step % o->eval_every == 0; }
-static int eval_at_end(const sp_app_opts *o, int last)
+static int eval_due(const sp_app_opts *o, int step, int last)
 {
-    return o->eval_every && (o->steps == 0 || last % o->eval_every != 0);
+    return o->eval_every && (step % o->eval_every == 0 || step == last);
 }
 
 /* "eval step 10 loss 2.5123458 (8 held-out microbatches)": the loss with the digits that
@@ -719,16 +797,17 @@ static int sample_text(sp_app_model *m, const sp_app_opts *o, const sp_graph *g,
 
 /* ---- the reference interpreter alone ---- */
 
-/* One evaluation of the reference run, printed. 1 on failure (message printed). */
-static int eval_reference(sp_app_model *m, sp_reference *r, void **in, int K, int step)
+/* One evaluation of the reference run, printed; its loss into *loss. 1 on failure
+ * (message printed). */
+static int eval_reference(sp_app_model *m, sp_reference *r, void **in, int K, int step,
+                          float *loss)
 {
-    float loss = 0;
-    if (sp_reference_eval(r, K, (const void *const *)in, &loss) != SP_OK) {
+    if (sp_reference_eval(r, K, (const void *const *)in, loss) != SP_OK) {
         fprintf(stderr, "%s: error in the evaluation after step %d: %s\n", m->name, step,
                 sp_last_error());
         return 1;
     }
-    print_eval(step, loss, K, "");
+    print_eval(step, *loss, K, "");
     return 0;
 }
 
@@ -745,6 +824,10 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
                              &sch) != SP_OK) {
         fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
         return 2;
+    }
+    if (check_data(m, o) != SP_OK) {
+        fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
+        return 1;
     }
     if (m->prepare(m->cfg, &samples, msg, sizeof msg) || hold_out(m, o, msg, sizeof msg)) {
         fprintf(stderr, "%s: error: %s\n", m->name, msg);
@@ -829,10 +912,16 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
         last = loss;
         char line[256];
         int skipped = sp_reference_last_skipped(r);
-        sp_status cst = report_step(&rr, m, step, loss, lr, dt, sp_reference_grad_norm(r), NULL,
-                                    skipped, line, sizeof line);
+        app_log_line x;
+        report_step(&rr, m, step, loss, lr, dt, sp_reference_grad_norm(r), NULL, skipped, line,
+                    sizeof line, &x);
         printf("%s%s\n", line, skipped ? "  update skipped: non-finite loss or gradients" : "");
         fflush(stdout);
+        if (eval_due(o, step, start + o->steps) &&
+            eval_reference(m, r, ev, K, step, &x.eval_loss))
+            return 1;
+        x.has_eval_loss = eval_due(o, step, start + o->steps);
+        sp_status cst = app_log_write(&rr.log, &x);
         if (cst == SP_OK && o->dump_grads && step == start + 1)
             cst = ckpt_dump_grads(o->dump_grads, g, sig, step, &io);
         if (cst == SP_OK && o->save && (step == start + o->steps ||
@@ -842,9 +931,9 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
             fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
             return 1;
         }
-        if (eval_due(o, step) && eval_reference(m, r, ev, K, step)) return 1;
     }
-    if (eval_at_end(o, start + o->steps) && eval_reference(m, r, ev, K, start + o->steps)) return 1;
+    float eval_loss; /* --steps 0: the loaded state's, once (no step, no log line) */
+    if (o->steps == 0 && o->eval_every && eval_reference(m, r, ev, K, start, &eval_loss)) return 1;
     char range[64];
     printf("done: %d steps in %.1f s%s\n", o->steps, now() - t_start,
            loss_range(range, sizeof range, o->steps, first, last));
@@ -951,9 +1040,10 @@ static int any_failed(int bad, const char *name, const char *msg)
 }
 
 /* One evaluation of the pipelined run: forward only through the pipeline, checked against
- * the reference's under --check; rank 0 prints. Collective; 1 on failure (every rank). */
+ * the reference's under --check; rank 0 prints; its loss into *out. Collective; 1 on
+ * failure (every rank). */
 static int eval_pipelined(sp_app_model *m, sp_trainer *t, sp_reference *ref, double tol,
-                          void **in, int K, int step)
+                          void **in, int K, int step, float *out)
 {
     float loss = 0, want = 0;
     if (sp_trainer_eval(t, (const void *const *)in, &loss) != SP_OK) {
@@ -979,6 +1069,7 @@ static int eval_pipelined(sp_app_model *m, sp_trainer *t, sp_reference *ref, dou
     if (sp_exec_rank() == 0)
         print_eval(step, loss, K, !ref || mismatch ? "" : tol > 0 ? "  (~ reference)"
                                                                : "  (= reference)");
+    *out = loss;
     return ref ? any_failed(mismatch, m->name, msg) : 0;
 }
 
@@ -1039,6 +1130,10 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         bad = 1;
     }
     double samples = 0;
+    if (!bad && check_data(m, o) != SP_OK) {
+        snprintf(msg, sizeof msg, "%s", sp_last_error());
+        bad = 1;
+    }
     if (!bad && (m->prepare(m->cfg, &samples, msg, sizeof msg) || hold_out(m, o, msg, sizeof msg)))
         bad = 1;
     sp_status st = SP_OK;
@@ -1192,24 +1287,31 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
                 snprintf(msg, sizeof msg, "step %d differs from the reference: %s", step, where);
             }
         }
-        st = SP_OK;
+        app_log_line x = { 0 };
         if (me == 0) {
             char line[256];
-            st = report_step(&rr, m, step, stats.loss, lr, stats.step_s, stats.grad_norm, &stats,
-                             stats.skipped, line, sizeof line);
+            report_step(&rr, m, step, stats.loss, lr, stats.step_s, stats.grad_norm, &stats,
+                        stats.skipped, line, sizeof line, &x);
             printf("%s  bubble %.1f%% (plan %.1f%%)%s%s\n", line, 100 * stats.bubble,
                    100 * stats.plan_bubble,
                    ref && !mismatch ? (tol > 0 ? "  (~ reference)" : "  (= reference)") : "",
                    stats.skipped ? "  update skipped: non-finite loss or gradients" : "");
             fflush(stdout);
         }
-        /* a --log write that failed (rank 0) stops every rank */
-        if ((o->log && any_failed(st != SP_OK, m->name, sp_last_error())) ||
-            (ref && any_failed(mismatch > 0, m->name, msg))) {
+        if (ref && any_failed(mismatch > 0, m->name, msg)) {
             code = 1;
             goto out;
         }
-        if (eval_due(o, step) && eval_pipelined(m, t, ref, tol, ev, K, step)) {
+        /* the step's log line waits for its evaluation, whose loss it carries */
+        x.has_eval_loss = eval_due(o, step, start + o->steps);
+        if (x.has_eval_loss &&
+            eval_pipelined(m, t, ref, tol, ev, K, step, &x.eval_loss)) {
+            code = 1;
+            goto out;
+        }
+        /* a --log write that failed (rank 0) stops every rank */
+        st = me == 0 ? app_log_write(&rr.log, &x) : SP_OK;
+        if (o->log && any_failed(st != SP_OK, m->name, sp_last_error())) {
             code = 1;
             goto out;
         }
@@ -1224,8 +1326,9 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
             goto out;
         }
     }
-    if (eval_at_end(o, start + o->steps) &&
-        eval_pipelined(m, t, ref, tol, ev, K, start + o->steps)) {
+    float eval_loss; /* --steps 0: the loaded state's, once (no step, no log line) */
+    if (o->steps == 0 && o->eval_every &&
+        eval_pipelined(m, t, ref, tol, ev, K, start, &eval_loss)) {
         code = 1;
         goto out;
     }
@@ -1310,6 +1413,28 @@ static int refused(int code)
     return code;
 }
 
+/* A decay whose horizon comes before the warmup's end would never run (the rate would
+ * fall from the peak to the floor in one step): refused, on rank 0's word, after a resume
+ * has filled in the stored schedule. The horizon of a resume without a stored one counts
+ * from the checkpoint's step, unknown here: that run is not checked. 1 when refused. */
+static int warmup_past_horizon(const sp_app_model *m, const sp_app_opts *o)
+{
+    if (o->lr_decay == SP_LR_DECAY_NONE || o->warmup <= 0) return 0;
+    if (!o->decay_steps && (o->load || o->steps == 0)) return 0;
+    int horizon = horizon_of(o, 0);
+    if (o->warmup <= horizon) return 0;
+    if (sp_app_launcher_rank() == 0) {
+        char what[64];
+        if (o->decay_steps) snprintf(what, sizeof what, "--decay-steps");
+        else snprintf(what, sizeof what, "the run's last step, --steps %d", o->steps);
+        fprintf(stderr, "%s: error: --warmup %d ends after the decay's horizon, step %d (%s): "
+                "the %s decay would never run; give a --warmup of at most %d or a later "
+                "--decay-steps\n", m->name, o->warmup, horizon, what,
+                sp_lr_decay_name(o->lr_decay), horizon);
+    }
+    return 1;
+}
+
 static int app_main(int argc, char **argv, sp_app_model *m);
 
 int sp_app_main(int argc, char **argv, sp_app_model *m) { return refused(app_main(argc, argv, m)); }
@@ -1337,6 +1462,7 @@ static int app_main(int argc, char **argv, sp_app_model *m)
                     "must not exceed its peak\n", m->name, (double)o.lr_min, (double)o.lr);
         bad = 1;
     }
+    if (!bad && warmup_past_horizon(m, &o)) bad = 1;
     if (bad) {
         free(resumed);
         return 2;

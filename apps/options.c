@@ -47,10 +47,20 @@ int sp_app_launcher_local_rank(void)
     return launcher_var(vars, sp_app_launcher_rank());
 }
 
+static const char *const data_formats[] = { "auto", "text", "shard", "raw" };
+
+const char *sp_app_data_format_name(int format)
+{
+    return format >= SP_APP_DATA_AUTO && format <= SP_APP_DATA_RAW ? data_formats[format] : "?";
+}
+
+/* Whether the model reads a --data file (its own flag, not a common one). */
+static int reads_data(const sp_app_model *m);
+
 static void usage(const sp_app_model *m, FILE *f)
 {
     fprintf(f,
-            "usage: [mpirun -np P] %s [options]\n%s"
+            "usage: [mpirun -np P] %s [options]\n%s%s"
             "training:\n"
             "  --steps N           optimizer steps (50)\n"
             "  --microbatches N    microbatches per step, m (STARPIPE_MICROBATCHES; 2 per\n"
@@ -125,7 +135,13 @@ static void usage(const sp_app_model *m, FILE *f)
             "  STARPIPE_FAULT=K@STEP[:STAGE]  fault injection for tests: nan@STEP (a NaN in\n"
             "                      the first float input), fail@STEP:STAGE, hang@STEP:STAGE\n"
             "  --help              this text\n",
-            m->name, m->defaults);
+            m->name, m->defaults,
+            !reads_data(m) ? "" :
+            "  --data-format F     how --data is read: auto (default) takes UTF-8 text as\n"
+            "                      bytes and token shards with a valid header, and refuses\n"
+            "                      anything else (a damaged shard, binary data) naming the\n"
+            "                      file; text or shard insist on one; raw trains on the\n"
+            "                      bytes of a file that is neither (stored in checkpoints)\n");
 }
 
 static const char *const common[] = { "--steps", "--microbatches", "--chunks", "--actors",
@@ -136,7 +152,7 @@ static const char *const common[] = { "--steps", "--microbatches", "--chunks", "
                                       "--precision", "--recompute-stages", "--eval-every",
                                       "--eval-batches", "--sample",
                                       "--prompt", "--temperature", "--top-k", "--sample-seed",
-                                      NULL };
+                                      "--data-format", NULL };
 
 /* The bit of a flag that takes a value in sp_app_opts.given: common flags first, then
  * the model's; -1 for none. */
@@ -152,6 +168,8 @@ static int flag_bit(const sp_app_model *m, const char *a)
 }
 
 static int takes_value(const sp_app_model *m, const char *a) { return flag_bit(m, a) >= 0; }
+
+static int reads_data(const sp_app_model *m) { return flag_bit(m, "--data") >= 32; }
 
 int sp_app_given(const sp_app_model *m, const sp_app_opts *o, const char *flag)
 {
@@ -211,6 +229,13 @@ static int apply(const sp_app_model *m, sp_app_opts *o, const char *a, const cha
         if (ok) o->prompt = v;
         else fprintf(stderr, "error: --prompt needs at least one byte\n");
     }
+    else if (!strcmp(a, "--data-format")) {
+        int d = SP_APP_DATA_RAW;
+        while (d >= 0 && strcmp(v, data_formats[d])) d--;
+        ok = d >= 0;
+        if (ok) o->data_format = d;
+        else fprintf(stderr, "error: --data-format '%s': use auto, text, shard or raw\n", v);
+    }
     else if (!strcmp(a, "--rank-order")) {
         ok = !strcmp(v, "pipeline") || !strcmp(v, "replica");
         if (ok) o->rank_order = v;
@@ -261,6 +286,10 @@ static int check_eval_sample(const sp_app_model *m, const sp_app_opts *o, FILE *
     }
     if (o->eval_every && !m->eval_batch) {
         fprintf(err, "%s: error: --eval-every: this model has no held-out data\n", m->name);
+        return -1;
+    }
+    if (sp_app_given(m, o, "--data-format") && !reads_data(m)) {
+        fprintf(err, "%s: error: --data-format: %s reads no data file\n", m->name, m->name);
         return -1;
     }
     if (o->sample && !m->build_sampler) {

@@ -24,8 +24,16 @@ typedef struct {
     int sample, top_k, sample_seed;
     float temperature;
     const char *prompt;
+    /* --data-format: how a model's --data file is read (SP_APP_DATA_*) */
+    int data_format;
     unsigned long long given; /* which flags the command line gave (sp_app_given) */
 } sp_app_opts;
+
+/* --data-format: auto reads UTF-8 text as bytes or token shards with a valid header and
+ * refuses anything else; text and shard insist on one of them; raw trains on the bytes
+ * of a file that is neither (data the user says are bytes). */
+enum { SP_APP_DATA_AUTO, SP_APP_DATA_TEXT, SP_APP_DATA_SHARD, SP_APP_DATA_RAW };
+const char *sp_app_data_format_name(int format);
 
 /* What the launcher tells, before MPI is up: this process's rank (0 when not under
  * mpirun), the number of ranks (1), the ranks on this machine and the rank among them. */

@@ -137,16 +137,26 @@ sp_status sp_tokens_open_pattern(const char *pattern, sp_tokens **out)
     char *copy = strdup(pattern ? pattern : "");
     if (!copy) return sp_set_error(SP_ERR_NOMEM, "out of memory");
     glob_t g = { 0 };
-    int flags = 0, bad = 0;
-    char *save = NULL;
-    for (char *part = strtok_r(copy, ",", &save); part && !bad; part = strtok_r(NULL, ",", &save)) {
+    int flags = 0, bad = 0, entry = 0, empty = 0;
+    /* entries split by hand: strtok would pass over an empty one (a stray comma) in silence */
+    for (char *part = copy, *next; part && !bad && !empty; part = next) {
+        if ((next = strchr(part, ','))) *next++ = 0;
+        entry++;
+        if (!*part) {
+            empty = entry;
+            break;
+        }
         int rc = glob(part, flags | GLOB_NOCHECK, NULL, &g); /* no match: the name itself */
         bad = rc != 0;
         flags = GLOB_APPEND;
     }
     free(copy);
     sp_status st;
-    if (bad || g.gl_pathc == 0)
+    if (empty)
+        st = sp_set_error(SP_ERR_ARG, "token shards '%s': entry %d is empty (a comma-separated "
+                          "list of paths or globs, nothing between or around the commas)",
+                          pattern, empty);
+    else if (bad || g.gl_pathc == 0)
         st = sp_set_error(SP_ERR_ARG, "token shards '%s': no file", pattern ? pattern : "");
     else if (g.gl_pathc > SP_TOKENS_MAX_SHARDS)
         st = sp_set_error(SP_ERR_ARG, "token shards '%s': %zu files, at most %d", pattern,

@@ -140,9 +140,14 @@ sp_status sp_sim_write_svg(const sp_plan *plan, const sp_sim_result *r, const ch
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
             "font-family=\"sans-serif\" font-size=\"11\">\n", left + width + 20, height);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    /* a measured step (a run's timeline: seconds) in ms, like every other output of a run;
+     * a simulated one in the cost units starpipe-plan prints it in */
+    char span[48];
+    if (r->async_transfers) snprintf(span, sizeof span, "%.4g ms", 1e3 * r->step_time);
+    else snprintf(span, sizeof span, "%.4g", r->step_time);
     fprintf(f, "<text x=\"%.0f\" y=\"20\" font-size=\"14\">%d actors, %d stages, %d "
-            "microbatches: step %.4g, bubble %.1f%%</text>\n", left, p, S, plan->nmicro,
-            r->step_time, 100 * r->bubble_fraction);
+            "microbatches: step %s, bubble %.1f%%</text>\n", left, p, S, plan->nmicro, span,
+            100 * r->bubble_fraction);
     for (int a = 0; a < p; a++) {
         double y = top + a * row;
         fprintf(f, "<text x=\"8\" y=\"%.1f\">actor %d</text>\n", y + row * 0.65, a);

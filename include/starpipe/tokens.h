@@ -29,7 +29,8 @@ int sp_tokens_is_shard(const char *path);
  * that the file size matches exactly, no trailing bytes): a bad shard fails with
  * SP_ERR_FORMAT naming the file and what is wrong. */
 sp_status sp_tokens_open(const char *const *paths, int n, sp_tokens **out);
-/* The same for a pattern: a comma-separated list of paths, each may be a glob (sorted). */
+/* The same for a pattern: a comma-separated list of paths, each may be a glob (sorted).
+ * An empty entry ("a.bin,,", ",a.bin") is refused (SP_ERR_ARG, naming the entry). */
 sp_status sp_tokens_open_pattern(const char *pattern, sp_tokens **out);
 void sp_tokens_close(sp_tokens *s);
 int64_t sp_tokens_count(const sp_tokens *s);

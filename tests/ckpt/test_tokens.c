@@ -111,6 +111,18 @@ int main(int argc, char **argv)
     }
     snprintf(pattern, sizeof pattern, "%s/none_*.bin", dir);
     CHECK(sp_tokens_open_pattern(pattern, &s) != SP_OK, "a pattern with no file accepted");
+    /* a list with an empty entry (a stray comma) is refused, naming the entry */
+    const char *const holes[][2] = { { "%s,,", "entry 2 is empty" }, { ",%s", "entry 1 is empty" },
+                                     { "%s,", "entry 2 is empty" }, { ",", "entry 1 is empty" } };
+    for (size_t k = 0; k < sizeof holes / sizeof *holes; k++) {
+        snprintf(list, sizeof list, holes[k][0], paths[0]);
+        s = NULL;
+        sp_status st = sp_tokens_open_pattern(list, &s);
+        CHECK(st == SP_ERR_ARG && !s && strstr(sp_last_error(), holes[k][1]) &&
+                  strstr(sp_last_error(), list), "list '%s': status %d, '%s'", list, st,
+              st ? sp_last_error() : "");
+        sp_tokens_close(s);
+    }
     for (int k = 0; k < 3; k++) unlink(paths[k]);
     rmdir(dir);
     free(all), free(got);

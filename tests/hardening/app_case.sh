@@ -112,5 +112,73 @@ case $case in
     grep -q "2 actors.*resumed\|resumed from" "$dir/out" || fail "nothing was loaded"
     cmp "$dir/special.st" "$dir/back.st" || fail "-0.0, denormals or FLT_MAX changed through load and save"
     echo "ok: -0.0, denormals and FLT_MAX survive a 2-rank load and save" ;;
+  # 9. defects of issue 27
+  log_eval)
+    # the eval loss of a step is in its --log line, as printed; no other line has one
+    for how in pipelined reference; do
+      if [ $how = pipelined ]; then cmd="$run2 $gpt"; else cmd="$gpt --reference"; fi
+      $cmd $small --steps 5 --eval-every 2 --log "$dir/log.jsonl" >"$dir/out" 2>&1 || fail "$how run"
+      for s in 1 2 3 4 5; do
+        printed=$(sed -n "s/^eval step $s loss \([^ ]*\) .*/\1/p" "$dir/out")
+        line=$(grep "^{\"step\":$s," "$dir/log.jsonl") || fail "$how: no log line of step $s"
+        logged=$(echo "$line" | sed -n 's/.*"eval_loss":\([^,}]*\).*/\1/p')
+        case $s in 2|4|5) [ -n "$printed" ] || fail "$how: no eval printed at step $s" ;;
+                   *) [ -z "$printed" ] || fail "$how: an eval printed at step $s" ;; esac
+        [ "$printed" = "$logged" ] || fail "$how: step $s: eval loss printed '$printed', logged '$logged'"
+      done
+    done
+    echo "ok: eval_loss logged on the steps of an evaluation, as printed, and on no other" ;;
+  data_format)
+    # a shard of 2000 tokens 'a' whose magic is damaged (20240520 is 88 d8 34 01 in hex, little-endian)
+    { printf '\210\331\064\001\001\000\000\000\320\007\000\000'; head -c 1012 /dev/zero
+      yes a | head -n 2000 | tr '\n' '\000'; } >"$dir/bad.bin"
+    refused 20 "data file '$dir/bad.bin' is neither UTF-8 text nor a token shard .*magic 20240520" \
+      $run2 "$gpt" $small --steps 1 --data "$dir/bad.bin"
+    head -c 5000 /dev/urandom >"$dir/rand.bin"
+    refused 20 "'$dir/rand.bin' is neither UTF-8 text nor a token shard" \
+      "$gpt" $small --reference --steps 1 --data "$dir/rand.bin"
+    # said to be raw bytes, it trains on them
+    "$gpt" $small --reference --steps 1 --data-format raw --data "$dir/bad.bin" >"$dir/out" 2>&1 ||
+      fail "--data-format raw refused the file"
+    grep -q "^step 1 " "$dir/out" && grep -q "(5024 bytes)" "$dir/out" || fail "--data-format raw did not train on the bytes"
+    # text and shard say which one is meant
+    refused 20 "--data-format shard: .*GPL-3.* magic" $run2 "$gpt" $small --steps 1 --data-format shard
+    { printf '\210\330\064\001'; dd if="$dir/bad.bin" bs=4 skip=1 status=none; } >"$dir/good.bin"
+    refused 20 "--data-format text: .*good.bin' is a token shard" \
+      $run2 "$gpt" $small --steps 1 --data-format text --data "$dir/good.bin"
+    refused 20 "--data-format raw: .*good.bin' is a token shard" \
+      "$gpt" $small --reference --steps 1 --data-format raw --data "$dir/good.bin"
+    refused 20 "--data-format: starpipe-mlp reads no data file" "$mlp" --reference --data-format raw
+    refused 20 "--data-format 'bytes': use auto, text, shard or raw" $run2 "$gpt" --data-format bytes
+    "$gpt" $small --reference --steps 1 --data "$dir/good.bin" >"$dir/out" 2>&1 && grep -q "2000 tokens in 1 shard" "$dir/out" ||
+      fail "the repaired shard does not train"
+    echo "ok: a damaged shard or binary data refused naming the file; --data-format raw trains on the bytes" ;;
+  data_empty_entry)
+    { printf '\210\330\064\001\001\000\000\000\320\007\000\000'; head -c 1012 /dev/zero
+      yes a | head -n 2000 | tr '\n' '\000'; } >"$dir/a.bin"
+    refused 20 "token shards '$dir/a.bin,,': entry 2 is empty" $run2 "$gpt" $small --steps 1 --data "$dir/a.bin,,"
+    refused 20 "token shards ',$dir/a.bin': entry 1 is empty" "$gpt" $small --reference --steps 1 --data ",$dir/a.bin"
+    echo "ok: a shard list with an empty entry is refused" ;;
+  warmup_horizon)
+    refused 20 "--warmup 10 ends after the decay's horizon, step 5 \(--decay-steps\)" \
+      $run2 "$mlp" --steps 1 --warmup 10 --lr-decay cosine --decay-steps 5
+    refused 20 "--warmup 10 ends after the decay's horizon, step 5 \(the run's last step" \
+      "$mlp" --reference --steps 5 --warmup 10 --lr-decay linear
+    "$mlp" --reference --steps 1 --warmup 5 --lr-decay cosine --decay-steps 5 >"$dir/out" 2>&1 ||
+      fail "a warmup that ends at the horizon refused"
+    "$mlp" --reference --steps 1 --warmup 10 >"$dir/out" 2>&1 || fail "a warmup without decay refused"
+    echo "ok: a warmup past the decay's horizon is refused" ;;
+  trace_svg_ms)
+    export STARPIPE_TRACE="$dir/t.json"
+    $run2 -x STARPIPE_TRACE "$mlp" --steps 2 >"$dir/out" 2>&1 || fail "the traced run failed"
+    title=$(grep -o 'microbatches: step [^<]*' "$dir/t.json.svg") || fail "no title in the picture"
+    echo "$title" | grep -Eq '^microbatches: step [0-9.]+ ms, bubble [0-9.]+%$' || fail "title '$title' has no ms"
+    ms=$(echo "$title" | sed 's/.*step \([0-9.]*\) ms.*/\1/')
+    # the same span as the trace's last event ends (its times in microseconds)
+    end=$(grep -o '"ts":[0-9.e+-]*,"dur":[0-9.e+-]*' "$dir/t.json" | tr ':,' '  ' |
+          awk '{ if ($2 + $4 > m) m = $2 + $4 } END { printf "%.6f", m / 1000 }')
+    awk -v a="$ms" -v b="$end" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= 1e-3 * b) }' ||
+      fail "the picture's step of $ms ms is not the trace's $end ms"
+    echo "ok: the picture's title says $ms ms (the trace ends at $end ms)" ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac
