@@ -619,6 +619,8 @@ static sp_status direct_drain(void)
 
 static void direct_begin_step(uint64_t step) { (void)step; /* tags are message numbers */ }
 
+static int64_t direct_tag(uint32_t msg) { return (int)msg; } /* as posted above */
+
 const sp_transport sp_transport_direct = {
     .name = "direct",
     .init = direct_init,
@@ -633,5 +635,6 @@ const sp_transport sp_transport_direct = {
     .drain = direct_drain,
     .renew = direct_renew,
     .counts = direct_counts,
+    .tag = direct_tag,
     .staging_bytes = direct_staging_bytes,
 };

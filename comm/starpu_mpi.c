@@ -120,6 +120,8 @@ static void smpi_counts(sp_xfer_counts *out)
                              .bytes_received = atomic_load(&M.bytes_received) };
 }
 
+static int64_t smpi_tag(uint32_t msg) { return tag_of(M.step, msg); }
+
 const sp_transport sp_transport_starpu_mpi = {
     .name = "starpu-mpi",
     .init = smpi_init,
@@ -129,4 +131,5 @@ const sp_transport sp_transport_starpu_mpi = {
     .pending = smpi_pending,
     .drain = smpi_drain,
     .counts = smpi_counts,
+    .tag = smpi_tag,
 };

@@ -118,6 +118,9 @@ typedef struct sp_transport {
     sp_status (*renew)(void);
 
     void (*counts)(sp_xfer_counts *out);
+    /* Optional: the tag message msg of this step travels under (StarPU-MPI's tag, or
+     * MPI's), for a report on a stalled step. */
+    int64_t (*tag)(uint32_t msg);
     /* Optional: bytes of host memory held for messages in flight (copies of sends). */
     size_t (*staging_bytes)(void);
 } sp_transport;

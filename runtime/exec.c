@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -60,14 +61,23 @@ static struct {
      * producer may still reach the producer's (send_early). */
     struct task_args **args;
     size_t nargs, args_cap;
+    unsigned long posted; /* tasks and messages submitted since init (their order) */
     int pieces;           /* large transfers within a node as eager pieces (direct):
                              1 always, 0 never, -1 where ranks have cores of their own */
 } X;
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
 
 /* ---- failure of a task: first one wins, later tasks of the step skip their work ---- */
 static atomic_int step_failed;
 static atomic_ulong tasks_done; /* tasks and transfers finished since init: the watchdog's
                                    progress */
+static atomic_uint last_done;   /* seq + 1 of the step's task that finished last, or 0 */
 static starpu_pthread_mutex_t fail_lock = STARPU_PTHREAD_MUTEX_INITIALIZER;
 static char fail_msg[512];
 
@@ -162,9 +172,17 @@ struct task_args {
     int on_cuda;  /* ran on a CUDA worker: traced from start to the completion callback */
     int unrun;    /* failed, or drained after a failure: its time is not the stage's */
     double t0;
+    atomic_int state;      /* TASK_QUEUED, TASK_RUNNING, TASK_DONE: for a stall report */
+    double started;        /* seconds_now() when it began running */
+    int nbufs;
+    starpu_data_handle_t *handles; /* its buffers, in the same block after the payload */
+    unsigned char *writes;         /* per buffer: 1 if the task writes it */
+    unsigned long order;           /* submitted after this many tasks and messages */
     _Atomic(struct early_send *) early; /* sends of its outputs, or EARLY_CLOSED */
     _Alignas(max_align_t) unsigned char payload[];
 };
+
+enum { TASK_QUEUED, TASK_RUNNING, TASK_DONE };
 
 /* Up to this many buffers the wrapper keeps its pointer arrays on the stack. */
 #define SP_STACK_BUFS 32
@@ -240,8 +258,11 @@ static void run_task(void *descr[], struct task_args *a)
     if (atomic_load(&step_failed)) {
         send_early(task, a, NULL, 0); /* left to StarPU's grant */
         a->unrun = 1;
+        atomic_store(&a->state, TASK_DONE);
         return; /* the step is lost already: drain quickly, keep transfers flowing */
     }
+    a->started = seconds_now();
+    atomic_store(&a->state, TASK_RUNNING);
     int n = (int)STARPU_TASK_GET_NBUFFERS(task);
     void *ptr_stack[SP_STACK_BUFS], **ptrs = ptr_stack;
     size_t count_stack[SP_STACK_BUFS], *counts = count_stack;
@@ -254,6 +275,7 @@ static void run_task(void *descr[], struct task_args *a)
             fail_step("task '%s' (seq %u): out of memory for %d buffers", a->name, a->seq, n);
             a->unrun = 1;
             send_early(task, a, NULL, 0);
+            atomic_store(&a->state, TASK_DONE);
             return;
         }
     }
@@ -281,6 +303,8 @@ static void run_task(void *descr[], struct task_args *a)
         fail_step("rank %d: task '%s' (seq %u) failed with code %d", sp_exec_rank_, a->name,
                   a->seq, rc);
     }
+    atomic_store(&a->state, TASK_DONE);
+    atomic_store(&last_done, a->seq + 1);
     atomic_fetch_add(&tasks_done, 1);
     if (ptrs != ptr_stack) {
         free(ptrs);
@@ -435,15 +459,15 @@ static sp_status claim_seq(uint32_t seq, const char *name)
     return SP_OK;
 }
 
-/* Room for one more of the step's task arguments; 0 when out of memory. */
-static int grow_args(void)
+/* Doubles the capacity of the array *a of *cap elements; 0 when out of memory. */
+static int grow_array(void **a, size_t *cap, size_t elem)
 {
-    size_t cap = X.args_cap ? 2 * X.args_cap : 256;
-    struct task_args **g = realloc(X.args, cap * sizeof *g);
+    size_t n = *cap ? 2 * *cap : 256;
+    void *g = realloc(*a, n * elem);
     if (!g)
         return 0;
-    X.args = g;
-    X.args_cap = cap;
+    *a = g;
+    *cap = n;
     return 1;
 }
 
@@ -480,7 +504,10 @@ sp_status sp_exec_submit(const sp_exec_task *t)
     if (st)
         return st;
 
-    struct task_args *a = malloc(sizeof *a + t->args_size);
+    /* the payload, then the task's handles and what it writes (for a stall report) */
+    size_t hoff = (t->args_size + sizeof(void *) - 1) / sizeof(void *) * sizeof(void *);
+    size_t tail = hoff + (size_t)t->nbufs * (sizeof(starpu_data_handle_t) + 1);
+    struct task_args *a = malloc(sizeof *a + tail);
     struct starpu_task *task = starpu_task_create();
     if (!a || !task) {
         free(a);
@@ -500,12 +527,22 @@ sp_status sp_exec_submit(const sp_exec_task *t)
     task->cl_arg = a;
     a->on_cuda = 0;
     a->unrun = 0;
+    atomic_init(&a->state, TASK_QUEUED);
+    a->started = 0;
+    a->nbufs = t->nbufs;
+    a->handles = (starpu_data_handle_t *)(void *)(a->payload + hoff);
+    a->writes = (unsigned char *)(a->handles + t->nbufs);
+    for (int i = 0; i < t->nbufs; i++) {
+        a->handles[i] = t->bufs[i]->handle;
+        a->writes[i] = t->modes[i] != SP_ACCESS_R;
+    }
+    a->order = X.posted++;
     atomic_init(&a->early, NULL);
     if (a->where & SP_EXEC_ON_CUDA) {
         task->callback_func = cuda_task_done;
         task->callback_arg = a;
     }
-    task->cl_arg_size = sizeof *a + t->args_size;
+    task->cl_arg_size = sizeof *a + tail;
     task->cl_arg_free = 1;
     task->name = a->name;
     task->nbuffers = t->nbufs;
@@ -530,7 +567,7 @@ sp_status sp_exec_submit(const sp_exec_task *t)
     }
     sp_policy_set_seq(task, t->seq);
     /* Ours to free at the end of the step (send_early); StarPU's if the list is full. */
-    int keep = X.nargs < X.args_cap || grow_args();
+    int keep = X.nargs < X.args_cap || grow_array((void **)&X.args, &X.args_cap, sizeof *X.args);
     task->cl_arg_free = !keep;
     int rc = starpu_task_submit(task);
     if (rc < 0) {
@@ -555,11 +592,25 @@ sp_status sp_exec_submit(const sp_exec_task *t)
 
 /* ---- transfers (comm/ moves the data; the executor tags and traces them) ---- */
 
+/* Every message of the step, kept until the next step begins: its completion for a
+ * stall report, and its trace record. */
 typedef struct {
     int is_send, peer;
     uint32_t msg;
     double posted;
+    starpu_data_handle_t h;
+    unsigned long order; /* posted after this many tasks and messages */
+    atomic_int done;
 } transfer_info;
+static transfer_info **xfers;
+static size_t nxfers, xfers_cap;
+
+static void free_transfers(void)
+{
+    for (size_t i = 0; i < nxfers; i++)
+        free(xfers[i]);
+    nxfers = 0;
+}
 
 /* Completion of a transfer: a failed one fails the step (StarPU-MPI has no error path:
  * the direct transport's failures); with tracing on, its record from posting to
@@ -572,11 +623,13 @@ static void transfer_finish(void *arg, const char *err)
     atomic_fetch_add(&tasks_done, 1); /* progress, for the watchdog */
     if (!t)
         return;
+    atomic_store(&t->done, 1);
+    if (!X.opts.trace)
+        return;
     char name[32];
     snprintf(name, sizeof name, "%s #%u %s %d", t->is_send ? "send" : "recv", t->msg,
              t->is_send ? "to" : "from", t->peer);
     trace_add(name, t->msg, t->posted, starpu_timing_now(), t->is_send ? 1 : 2, t->peer);
-    free(t);
 }
 
 static sp_status post(sp_exec_buf *b, int peer, uint32_t msg, int is_send)
@@ -589,17 +642,23 @@ static sp_status post(sp_exec_buf *b, int peer, uint32_t msg, int is_send)
     if (peer < 0 || peer >= sp_exec_size_ || peer == sp_exec_rank_)
         return sp_set_error(SP_ERR_ARG, "%s: rank %d cannot exchange with rank %d of %d",
                             what, sp_exec_rank_, peer, sp_exec_size_);
+    /* not kept (out of memory): the message goes untraced and unreported */
     transfer_info *info = NULL;
-    if (X.opts.trace && (info = malloc(sizeof *info)))
-        *info = (transfer_info){ is_send, peer, msg, starpu_timing_now() };
+    if (nxfers < xfers_cap || grow_array((void **)&xfers, &xfers_cap, sizeof *xfers)) {
+        if ((info = malloc(sizeof *info))) {
+            *info = (transfer_info){ is_send, peer, msg, X.opts.trace ? starpu_timing_now() : 0,
+                                     b->handle, X.posted++, 0 };
+            xfers[nxfers++] = info;
+        }
+    }
     /* a send of data a task of this step writes: that task may post it (send_early) */
     struct task_args *producer = is_send && b->writer_step == sp_exec_step_ ? b->writer : NULL;
     sp_xfer_req *held = NULL;
     sp_xfer x = { b->handle, b->count, b->elemsize, peer, is_send, msg };
     sp_status st = X.host->post(&x, transfer_finish, info,
                                 producer && X.host->send_from ? &held : NULL);
-    if (st)
-        free(info);
+    if (st && info)
+        free(xfers[--nxfers]);
     if (held) {
         attach_early(producer, held, b->handle);
         X.host->drop(held);
@@ -712,17 +771,182 @@ void sp_exec_cancel_step(void)
     }
 }
 
-static double seconds_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 /* Messages posted and not yet done, of every transport. */
 static int transfers_pending(void)
 {
     return X.host->pending() + (X.group ? X.group->pending() : 0);
+}
+
+/* ---- a stalled step: what each rank last did and waits for (STARPIPE_STEP_TIMEOUT) ----
+ * The rank whose watchdog fires first prints its line and asks every other rank for
+ * theirs (a message on X.comm; point-to-point, it never meets the agreement
+ * collectives there), then waits a little for their answers before it gives up the
+ * step: the process is about to end, and the launcher takes the others with it. A rank
+ * asked prints its line, answers everyone, and gives up too. */
+enum { TAG_STALLED = 0x57a1, TAG_REPORTED = 0x57a2 };
+
+static struct task_args *args_of(uint32_t seq)
+{
+    for (size_t i = 0; i < X.nargs; i++)
+        if (X.args[i]->seq == seq)
+            return X.args[i];
+    return NULL;
+}
+
+static void put(char *b, size_t len, size_t *k, const char *fmt, ...)
+{
+    if (*k >= len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b + *k, len - *k, fmt, ap);
+    va_end(ap);
+    *k = n < 0 ? len : *k + (size_t)n;
+}
+
+/* "receive #7 from rank 1 (tag 0x200000007)" */
+static void put_message(char *b, size_t len, size_t *k, const transfer_info *t)
+{
+    put(b, len, k, "%s #%u %s rank %d", t->is_send ? "send" : "receive", t->msg,
+        t->is_send ? "to" : "from", t->peer);
+    if (X.host->tag)
+        put(b, len, k, " (tag %#" PRIx64 ")", (uint64_t)X.host->tag(t->msg));
+}
+
+/* One line: the step, the last task done, the tasks running, the next task of the order
+ * and the message it waits for, then the messages pending. Tasks are named with their
+ * place in the rank's order (#seq) and messages with the plan's number. */
+static void report_stall(void)
+{
+    char b[1024];
+    size_t k = 0, len = sizeof b;
+    double now = seconds_now();
+    /* (no step number: callers number their steps themselves) */
+    put(b, len, &k, "starpipe: rank %d: stalled: ", sp_exec_rank_);
+    unsigned last = atomic_load(&last_done);
+    struct task_args *a = last ? args_of(last - 1) : NULL;
+    if (a)
+        put(b, len, &k, "last task done '%s' (#%u)", a->name, a->seq);
+    else
+        put(b, len, &k, "no task of the step done");
+    int running = 0;
+    for (size_t i = 0; i < X.nargs; i++) {
+        a = X.args[i];
+        if (atomic_load(&a->state) == TASK_RUNNING)
+            put(b, len, &k, "; running '%s' (#%u) for %.1f s", a->name, a->seq,
+                now - a->started), running++;
+    }
+    uint32_t next;
+    int ready;
+    sp_policy_position(&next, &ready);
+    a = args_of(next);
+    if (!a) {
+        put(b, len, &k, "; next in order #%u %s", next,
+            next >= X.nsubmitted ? "(none: all submitted ran)" : "not submitted");
+    } else if (atomic_load(&a->state) == TASK_QUEUED) {
+        put(b, len, &k, "; next in order '%s' (#%u) ", a->name, a->seq);
+        /* per buffer, the last message on it submitted before the task, if not done: a
+         * receive it reads or overwrites, or a send of what it overwrites (StarPU's
+         * sequential consistency orders them by submission) */
+        int waits = 0;
+        for (int j = 0; j < a->nbufs; j++) {
+            const transfer_info *last = NULL;
+            for (size_t i = 0; i < nxfers; i++)
+                if (xfers[i]->h == a->handles[j] && xfers[i]->order < a->order)
+                    last = xfers[i];
+            if (last && !atomic_load(&last->done) && (!last->is_send || a->writes[j])) {
+                put(b, len, &k, waits++ ? ", " : "waits for ");
+                put_message(b, len, &k, last);
+            }
+        }
+        if (!waits)
+            put(b, len, &k, ready ? "is ready, no worker free" : "waits for its inputs");
+    }
+    int pending = 0;
+    for (size_t i = 0; i < nxfers; i++) {
+        const transfer_info *t = xfers[i];
+        if (atomic_load(&t->done))
+            continue;
+        if (pending++ < 4) {
+            put(b, len, &k, pending == 1 ? "; pending: " : ", ");
+            put_message(b, len, &k, t);
+        }
+    }
+    if (pending > 4)
+        put(b, len, &k, " and %d more", pending - 4);
+    else if (!pending)
+        put(b, len, &k, "; no message pending");
+    if (k >= len) /* cut: end it visibly */
+        memcpy(b + len - 5, "...", 4);
+    fprintf(stderr, "%s\n", b);
+    fflush(stderr);
+}
+
+/* Sends tag to every other rank (not waited for: the sends are eager, and the process
+ * ends soon). */
+static void tell_all(int tag)
+{
+    for (int r = 0; r < sp_exec_size_; r++) {
+        if (r == sp_exec_rank_)
+            continue;
+        MPI_Request q;
+        if (MPI_Isend(&sp_exec_rank_, 1, MPI_INT, r, tag, X.comm, &q) == MPI_SUCCESS)
+            MPI_Request_free(&q);
+    }
+}
+
+/* The rank that asked for reports, if one has; -1 if none. */
+static int report_asked(void)
+{
+    int flag = 0, who = -1;
+    MPI_Status stat;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_STALLED, X.comm, &flag, &stat) != MPI_SUCCESS || !flag)
+        return -1;
+    MPI_Recv(&who, 1, MPI_INT, stat.MPI_SOURCE, TAG_STALLED, X.comm, MPI_STATUS_IGNORE);
+    return stat.MPI_SOURCE;
+}
+
+/* Waits up to grace seconds for every other rank's report (its answer, or its own
+ * request: it reported first); writes the ranks that did not answer to missing. */
+static void await_reports(double grace, char *missing, size_t len)
+{
+    unsigned char *seen = calloc((size_t)sp_exec_size_, 1);
+    if (!seen) {
+        snprintf(missing, len, "(out of memory)");
+        return;
+    }
+    int left = sp_exec_size_ - 1;
+    double until = seconds_now() + grace;
+    while (left > 0 && seconds_now() < until) {
+        int flag = 0, who;
+        MPI_Status stat;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, X.comm, &flag, &stat) != MPI_SUCCESS)
+            break;
+        if (!flag) {
+            nanosleep(&(struct timespec){ 0, 2000000 }, NULL);
+            continue;
+        }
+        if (stat.MPI_TAG != TAG_STALLED && stat.MPI_TAG != TAG_REPORTED)
+            continue; /* not ours: cannot be, between agreement collectives */
+        MPI_Recv(&who, 1, MPI_INT, stat.MPI_SOURCE, stat.MPI_TAG, X.comm, MPI_STATUS_IGNORE);
+        if (!seen[stat.MPI_SOURCE]) {
+            seen[stat.MPI_SOURCE] = 1;
+            left--;
+        }
+    }
+    size_t k = 0;
+    missing[0] = '\0';
+    for (int r = 0; r < sp_exec_size_ && left > 0; r++)
+        if (r != sp_exec_rank_ && !seen[r])
+            put(missing, len, &k, "%s%d", k ? ", " : "", r);
+    free(seen);
+}
+
+/* Whether this MPI lets the main thread call it beside StarPU-MPI's thread. */
+static int mpi_multiple(void)
+{
+    int level = 0;
+    return MPI_Query_thread(&level) == MPI_SUCCESS && level >= MPI_THREAD_MULTIPLE;
 }
 
 /* Waits for this rank's tasks of the step. With a watchdog, gives up when tasks are
@@ -739,6 +963,8 @@ static sp_status wait_tasks(void)
     }
     unsigned long seen = atomic_load(&tasks_done);
     double quiet_since = seconds_now();
+    /* with a watchdog: a stalled rank may ask this one for its report */
+    int asking = X.opts.watchdog_s > 0 && sp_exec_size_ > 1 && mpi_multiple(), asker;
     int pending;
     while ((pending = starpu_task_nsubmitted() + transfers_pending()) > 0) {
         /* once the tasks are done, the last messages may still be in flight: the main
@@ -759,11 +985,29 @@ static sp_status wait_tasks(void)
         } else if (done != seen) {
             seen = done;
             quiet_since = seconds_now();
+        } else if (asking && (asker = report_asked()) >= 0) {
+            report_stall();
+            tell_all(TAG_REPORTED);
+            X.broken = 1;
+            return sp_set_error(SP_ERR_TIMEOUT, "rank %d: rank %d saw no task finished for "
+                                "more than %.1f s (STARPIPE_STEP_TIMEOUT): the step is lost; "
+                                "each rank's state is above", sp_exec_rank_, asker,
+                                X.opts.watchdog_s);
         } else if (seconds_now() - quiet_since > X.opts.watchdog_s) {
             X.broken = 1;
+            report_stall();
+            char missing[256] = "";
+            if (asking) {
+                tell_all(TAG_STALLED);
+                double grace = X.opts.watchdog_s < 5 ? X.opts.watchdog_s : 5;
+                await_reports(grace, missing, sizeof missing);
+            }
             return sp_set_error(SP_ERR_TIMEOUT, "rank %d: no task finished for %.1f s while %d "
                                 "are pending: a message that never arrives, a hung task, or a "
-                                "peer that died", sp_exec_rank_, X.opts.watchdog_s, pending);
+                                "peer that died (each rank's state is above%s%s%s)",
+                                sp_exec_rank_, X.opts.watchdog_s, pending,
+                                missing[0] ? "; no report from rank " : "", missing,
+                                missing[0] ? ", busy outside the step's wait or gone" : "");
         }
     }
     SP_STARPU_CHECK(starpu_task_wait_for_all());
@@ -789,6 +1033,8 @@ sp_status sp_exec_begin_step(void)
         memset(X.seen, 0, X.seen_cap);
     X.nsubmitted = 0;
     X.max_seq = 0;
+    free_transfers(); /* the last step's, all done: it drained */
+    atomic_store(&last_done, 0);
     STARPU_PTHREAD_MUTEX_LOCK(&trace_lock);
     trace_n = 0;
     trace_dropped = 0;
@@ -1354,6 +1600,10 @@ sp_status sp_exec_shutdown(void)
     free(X.args);
     X.args = NULL;
     X.args_cap = 0;
+    free_transfers();
+    free(xfers);
+    xfers = NULL;
+    xfers_cap = 0;
     free(trace_recs);
     trace_recs = NULL;
     trace_n = trace_cap = 0;

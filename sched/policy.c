@@ -291,6 +291,21 @@ sp_status sp_policy_begin_step(void)
     return SP_OK;
 }
 
+void sp_policy_position(uint32_t *next, int *next_ready)
+{
+    struct sp_policy_data *d = policy_data(main_ctx);
+    pthread_mutex_lock(&d->lock);
+    *next = d->next;
+    *next_ready = 0;
+    for (struct starpu_task *t = starpu_task_list_begin(&d->ready);
+         t != starpu_task_list_end(&d->ready); t = starpu_task_list_next(t))
+        if (task_seq(t) == d->next) {
+            *next_ready = 1;
+            break;
+        }
+    pthread_mutex_unlock(&d->lock);
+}
+
 void sp_policy_drain(void)
 {
     struct sp_policy_data *d = policy_data(main_ctx);

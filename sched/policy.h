@@ -15,6 +15,9 @@ extern struct starpu_sched_policy sp_policy;
 void sp_policy_set_seq(struct starpu_task *t, uint32_t seq);
 /* Restart the order at seq 0. Fails if tasks of the previous step are still held. */
 sp_status sp_policy_begin_step(void);
+/* Where the order stands (for a report on a stalled step): the seq that may be popped
+ * next, and whether a task with that seq is ready (held only for a worker to take it). */
+void sp_policy_position(uint32_t *next, int *next_ready);
 /* Stop holding tasks: hand the held ones out in seq order despite gaps. Used when the
  * submitted seqs of a step are not 0..n-1, so the step drains instead of hanging. */
 void sp_policy_drain(void);

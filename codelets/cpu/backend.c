@@ -11,10 +11,9 @@ static int matmul(void *c, float *out, const void *a, const void *b, int M, int 
                   int ta, int tb, int acc, int prec)
 {
     if (prec & SP_PREC_BF16)
-        sp_matmul_forward_bf16(out, a, b, M, Nc, K, ta, tb, acc, !!(prec & SP_PREC_A16),
-                               !!(prec & SP_PREC_B16));
-    else
-        sp_matmul_forward(out, a, b, M, Nc, K, ta, tb, acc);
+        return sp_matmul_forward_bf16(out, a, b, M, Nc, K, ta, tb, acc, !!(prec & SP_PREC_A16),
+                                      !!(prec & SP_PREC_B16));
+    sp_matmul_forward(out, a, b, M, Nc, K, ta, tb, acc);
     return 0;
 }
 
@@ -91,9 +90,9 @@ static int matmul_da(void *c, float *da, const float *dout, const void *b, int M
                      int ta, int tb, int acc, int prec)
 {
     if (prec & SP_PREC_BF16)
-        sp_matmul_backward_a_bf16(da, dout, b, M, Nc, K, ta, tb, acc, !!(prec & SP_PREC_B16));
-    else
-        sp_matmul_backward_a(da, dout, b, M, Nc, K, ta, tb, acc);
+        return sp_matmul_backward_a_bf16(da, dout, b, M, Nc, K, ta, tb, acc,
+                                         !!(prec & SP_PREC_B16));
+    sp_matmul_backward_a(da, dout, b, M, Nc, K, ta, tb, acc);
     return 0;
 }
 
@@ -101,9 +100,9 @@ static int matmul_db(void *c, float *db, const float *dout, const void *a, int M
                      int ta, int tb, int acc, int prec)
 {
     if (prec & SP_PREC_BF16)
-        sp_matmul_backward_b_bf16(db, dout, a, M, Nc, K, ta, tb, acc, !!(prec & SP_PREC_A16));
-    else
-        sp_matmul_backward_b(db, dout, a, M, Nc, K, ta, tb, acc);
+        return sp_matmul_backward_b_bf16(db, dout, a, M, Nc, K, ta, tb, acc,
+                                         !!(prec & SP_PREC_A16));
+    sp_matmul_backward_b(db, dout, a, M, Nc, K, ta, tb, acc);
     return 0;
 }
 
@@ -221,7 +220,8 @@ static int reduce_replicas(void *c, float *dst, const float *const *others, int 
 static const char *status_string(int code)
 {
     return code == SP_BACKEND_BAD_INDEX ? "an index outside its range (a token or a target)"
-                                        : "unknown CPU status";
+           : code == SP_KERNEL_NOMEM ? "out of memory for the bf16 rounding of an operand"
+                                     : "unknown CPU status";
 }
 
 static const sp_backend cpu = { .name = "cpu", SP_BACKEND_ENTRIES,

@@ -142,12 +142,16 @@ double sp_sum_squares(const float *x, int64_t n);
  * instead of rounded, so the product has the bits it has from the fp32 operand. */
 void sp_round_bf16(float *dst, const float *src, int64_t n);
 void sp_to_bf16(uint16_t *dst, const float *src, int64_t n);
-void sp_matmul_forward_bf16(float *out, const void *a, const void *b, int M, int Nc, int K,
-                            int ta, int tb, int acc, int a16, int b16);
-void sp_matmul_backward_a_bf16(float *da, const float *dout, const void *b, int M, int Nc,
-                               int K, int ta, int tb, int acc, int b16);
-void sp_matmul_backward_b_bf16(float *db, const float *dout, const void *a, int M, int Nc,
-                               int K, int ta, int tb, int acc, int a16);
+int sp_matmul_forward_bf16(float *out, const void *a, const void *b, int M, int Nc, int K,
+                           int ta, int tb, int acc, int a16, int b16);
+int sp_matmul_backward_a_bf16(float *da, const float *dout, const void *b, int M, int Nc,
+                              int K, int ta, int tb, int acc, int b16);
+int sp_matmul_backward_b_bf16(float *db, const float *dout, const void *a, int M, int Nc,
+                              int K, int ta, int tb, int acc, int a16);
+/* What the _bf16 products return when their rounded operands find no memory (each
+ * worker thread keeps two buffers, grown to the largest operand): the product is not
+ * computed, never quietly in fp32. 0 otherwise. */
+#define SP_KERNEL_NOMEM (-3)
 
 /* Sets OpenBLAS to one thread (the kernels do not use it, but a program may link it; the
  * runtime owns the cores). Idempotent. */

@@ -92,17 +92,18 @@ static void bf16_free(void *v)
 static void bf16_key_init(void) { pthread_key_create(&bf16_key, bf16_free); }
 
 /* Operand k (0 or 1) as the fp32 values of its bfloat16 rounding, n of them: x rounded,
- * or, when is16, x's bf16 storage widened (exact). Aborts when memory runs out rather
- * than computing in the wrong precision. */
+ * or, when is16, x's bf16 storage widened (exact). NULL when memory runs out: the caller
+ * fails rather than compute in the wrong precision. */
 static const float *rounded(int k, const void *x, int is16, int64_t n)
 {
     pthread_once(&bf16_once, bf16_key_init);
     bf16_bufs *b = pthread_getspecific(bf16_key);
     if (!b && (b = calloc(1, sizeof *b))) pthread_setspecific(bf16_key, b);
-    if (!b) abort();
+    if (!b) return NULL;
     if (b->cap[k] < n) {
-        float *q = realloc(b->p[k], (size_t)(n > 0 ? n : 1) * sizeof(float));
-        if (!q) abort(); /* no quiet fallback to fp32 */
+        size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
+        float *q = (uint64_t)n <= SIZE_MAX / sizeof(float) ? realloc(b->p[k], bytes) : NULL;
+        if (!q) return NULL;
         b->p[k] = q;
         b->cap[k] = n;
     }
@@ -118,25 +119,31 @@ static const float *rounded(int k, const void *x, int is16, int64_t n)
     return b->p[k];
 }
 
-void sp_matmul_forward_bf16(float *out, const void *a, const void *b, int M, int Nc, int K,
-                            int ta, int tb, int acc, int a16, int b16)
+int sp_matmul_forward_bf16(float *out, const void *a, const void *b, int M, int Nc, int K,
+                           int ta, int tb, int acc, int a16, int b16)
 {
-    sp_matmul_forward(out, rounded(0, a, a16, (int64_t)M * K),
-                      rounded(1, b, b16, (int64_t)K * Nc), M, Nc, K, ta, tb, acc);
+    const float *ra = rounded(0, a, a16, (int64_t)M * K), *rb;
+    if (!ra || !(rb = rounded(1, b, b16, (int64_t)K * Nc))) return SP_KERNEL_NOMEM;
+    sp_matmul_forward(out, ra, rb, M, Nc, K, ta, tb, acc);
+    return 0;
 }
 
-void sp_matmul_backward_a_bf16(float *da, const float *dout, const void *b, int M, int Nc,
-                               int K, int ta, int tb, int acc, int b16)
+int sp_matmul_backward_a_bf16(float *da, const float *dout, const void *b, int M, int Nc,
+                              int K, int ta, int tb, int acc, int b16)
 {
-    sp_matmul_backward_a(da, rounded(0, dout, 0, (int64_t)M * Nc),
-                         rounded(1, b, b16, (int64_t)K * Nc), M, Nc, K, ta, tb, acc);
+    const float *rd = rounded(0, dout, 0, (int64_t)M * Nc), *rb;
+    if (!rd || !(rb = rounded(1, b, b16, (int64_t)K * Nc))) return SP_KERNEL_NOMEM;
+    sp_matmul_backward_a(da, rd, rb, M, Nc, K, ta, tb, acc);
+    return 0;
 }
 
-void sp_matmul_backward_b_bf16(float *db, const float *dout, const void *a, int M, int Nc,
-                               int K, int ta, int tb, int acc, int a16)
+int sp_matmul_backward_b_bf16(float *db, const float *dout, const void *a, int M, int Nc,
+                              int K, int ta, int tb, int acc, int a16)
 {
-    sp_matmul_backward_b(db, rounded(0, dout, 0, (int64_t)M * Nc),
-                         rounded(1, a, a16, (int64_t)M * K), M, Nc, K, ta, tb, acc);
+    const float *rd = rounded(0, dout, 0, (int64_t)M * Nc), *ra;
+    if (!rd || !(ra = rounded(1, a, a16, (int64_t)M * K))) return SP_KERNEL_NOMEM;
+    sp_matmul_backward_b(db, rd, ra, M, Nc, K, ta, tb, acc);
+    return 0;
 }
 
 /* The kernels no longer call OpenBLAS, but a program linking it (benchmarks, the CUDA

@@ -4,8 +4,13 @@
  * sp_to_bf16 (bf16 storage) against the same independent rounding; the three _bf16
  * products against float64 products of the rounded operands, which they must match to
  * fp32 accumulation error while differing from the fp32 products; and each product with
- * its operands given in bf16 storage, bitwise equal to the product of the fp32 ones. */
+ * its operands given in bf16 storage, bitwise equal to the product of the fp32 ones. And
+ * an operand too large for memory: each product and the CPU table's entries return
+ * SP_KERNEL_NOMEM with its message, and the process goes on (it used to abort). */
+#include <string.h>
+
 #include "codelets/cpu/kernels.h"
+#include "starpipe/backend.h"
 #include "tests/kernels/kcheck.h"
 
 /* The bf16 value nearest to x, ties to even: from the two bf16 neighbours, in double. */
@@ -203,10 +208,39 @@ static void products(void)
     free(db), free(bt), free(want), free(wa), free(wb);
 }
 
+/* 2^40 floats (4 TiB) for the rounded copy of one operand: no machine here has that much,
+ * so the allocation fails before any operand is read (they are a few floats here: the
+ * first operand each product rounds is the large one). The output must be left as it
+ * was. */
+static void out_of_memory(void)
+{
+    const int big = 1 << 20;
+    float x[4] = { 1, 2, 3, 4 }, out[4] = { 7, 7, 7, 7 };
+    kc_expect(sp_matmul_forward_bf16(out, x, x, big, 1, big, 0, 0, 0, 0, 0) == SP_KERNEL_NOMEM,
+              "forward bf16: an operand too large for memory returns SP_KERNEL_NOMEM");
+    kc_expect(sp_matmul_backward_a_bf16(out, x, x, big, big, 1, 0, 0, 0, 0) == SP_KERNEL_NOMEM,
+              "backward a bf16: out of memory returns SP_KERNEL_NOMEM");
+    kc_expect(sp_matmul_backward_b_bf16(out, x, x, big, big, 1, 0, 0, 0, 0) == SP_KERNEL_NOMEM,
+              "backward b bf16: out of memory returns SP_KERNEL_NOMEM");
+    kc_expect(out[0] == 7 && out[3] == 7, "out of memory: the output is untouched");
+    const sp_backend *be = sp_backend_cpu();
+    int rc = be->matmul(NULL, out, x, x, big, 1, big, 0, 0, 0, SP_PREC_BF16);
+    kc_expect(rc == SP_KERNEL_NOMEM, "CPU table: matmul bf16 out of memory fails");
+    kc_expect(rc && strstr(be->status_string(rc), "out of memory") != NULL,
+              "CPU table: its status string says out of memory");
+    kc_expect(be->matmul_da(NULL, out, x, x, big, big, 1, 0, 0, 0, SP_PREC_BF16) != 0 &&
+              be->matmul_db(NULL, out, x, x, big, big, 1, 0, 0, 0, SP_PREC_BF16) != 0,
+              "CPU table: matmul_da / matmul_db bf16 out of memory fail");
+    /* and the next product, of a size that fits, still works */
+    kc_expect(sp_matmul_forward_bf16(out, x, x, 2, 2, 2, 0, 0, 0, 0, 0) == 0 && out[0] == 7.0f,
+              "after out of memory: a small product works (1*1 + 2*3 = 7)");
+}
+
 int main(void)
 {
     kc_start();
     rounding();
     products();
+    out_of_memory();
     return kc_finish("test_bf16");
 }

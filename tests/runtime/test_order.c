@@ -1,5 +1,7 @@
 /* The ordered policy on one rank: shuffled submission, tasks held behind a blocked one,
- * more buffers than STARPU_NMAXBUFS, a failing task, duplicate and missing seqs. */
+ * more buffers than STARPU_NMAXBUFS, a failing task, duplicate and missing seqs; and the
+ * codelets as StarPU's tools see them (names that resolve to their functions). */
+#include <dlfcn.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -205,6 +207,38 @@ static void bad_seqs(void)
              "gap gave %s: %s", sp_status_name(st), sp_last_error());
 }
 
+/* 6. StarPU's tools find a codelet's functions by name (cpu_funcs_name, looked up with
+ * dlsym in the process: this test, like the apps, exports its symbols). Checked from
+ * inside a task, on the codelet StarPU runs it with. */
+static char names_err[256];
+
+static int check_names(const sp_device *dev, void *const *bufs, const size_t *counts,
+                       int nbufs, const void *args)
+{
+    (void)dev, (void)bufs, (void)counts, (void)nbufs, (void)args;
+    const struct starpu_codelet *cl = starpu_task_get_current()->cl;
+    const char *fn = cl->cpu_funcs_name[0];
+    void *sym = fn ? dlsym(RTLD_DEFAULT, fn) : NULL;
+    if (!fn)
+        snprintf(names_err, sizeof names_err, "codelet '%s' has no cpu_funcs_name", cl->name);
+    else if (sym != (void *)cl->cpu_funcs[0])
+        snprintf(names_err, sizeof names_err, "codelet '%s': cpu_funcs_name '%s' resolves to "
+                 "%p, its function is %p", cl->name, fn, sym, (void *)cl->cpu_funcs[0]);
+    else if (!cl->name || strcmp(cl->name, "W"))
+        snprintf(names_err, sizeof names_err, "codelet named '%s', not its class 'W'",
+                 cl->name ? cl->name : "(null)");
+    return 0;
+}
+
+static void codelet_names(void)
+{
+    RT_OK(sp_exec_begin_step());
+    RT_OK(sp_exec_submit(&(sp_exec_task){.name = "names", .fn = check_names, .codelet = "W",
+                                         .seq = 0}));
+    RT_OK(sp_exec_end_step());
+    RT_CHECK(!names_err[0], "%s", names_err);
+}
+
 int main(int argc, char **argv)
 {
     double t0 = rt_now_s();
@@ -214,6 +248,7 @@ int main(int argc, char **argv)
     many_buffers();
     failing_task();
     bad_seqs();
+    codelet_names();
     RT_OK(sp_exec_shutdown());
     printf("test_order: ok (%.2f s)\n", rt_now_s() - t0);
     return 0;

@@ -3,7 +3,12 @@
  * A send that did not hold H until delivered would ship poison; a receive skipped or
  * served from StarPU-MPI's cache would leave poison (or message k-1) for the check.
  * RT_STALE_SKIP=1 drops message 2 on both sides, as a cache hit would: the test must
- * then fail (ctest runtime_stale_detects_skip), which shows it can see stale data. */
+ * then fail (ctest runtime_stale_detects_skip), which shows it can see stale data.
+ * StarPU-MPI's cache is off after sp_exec_init whatever the environment says
+ * (runtime_stale_cache_env sets STARPU_MPI_CACHE=1): it serves only task_insert's
+ * implicit transfers, which starpipe never makes, so the switch is what can be checked. */
+#include <starpu_mpi.h>
+
 #include "rt_check.h"
 
 #define N 19
@@ -44,6 +49,8 @@ int main(int argc, char **argv)
     RT_OK(sp_exec_init(&argc, &argv, &(sp_exec_opts){.watchdog_s = 20}));
     int rank = sp_exec_rank();
     RT_CHECK(sp_exec_size() == 2, "needs 2 ranks, got %d", sp_exec_size());
+    RT_CHECK(starpu_mpi_cache_is_enabled() == 0, "StarPU-MPI's cache is on after sp_exec_init "
+             "(STARPU_MPI_CACHE=%s)", getenv("STARPU_MPI_CACHE") ? getenv("STARPU_MPI_CACHE") : "");
     float mem[N];
     sp_exec_buf *h;
     RT_OK(sp_exec_buf_register(&h, mem, N, sizeof(float)));
