@@ -23,28 +23,65 @@ static int launcher_var(const char *const *vars, int def)
 }
 
 /* The rank as the launcher tells it, before MPI is up: only rank 0 prints. */
+/* srun started this task (SLURM_STEP_ID; unset in a batch script itself, whose
+ * SLURM_NTASKS is the allocation's, not a launch): Slurm's variables describe the launch
+ * when Open MPI's do not (srun --mpi=pmix sets PMIX_RANK but no size). */
+static int srun_task(void) { return getenv("SLURM_STEP_ID") || getenv("SLURM_STEPID"); }
+
 int sp_app_launcher_rank(void)
 {
     static const char *const vars[] = { "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", NULL };
-    return launcher_var(vars, 0);
+    static const char *const slurm[] = { "SLURM_PROCID", NULL };
+    return launcher_var(vars, srun_task() ? launcher_var(slurm, 0) : 0);
 }
 
 int sp_app_launcher_size(void)
 {
     static const char *const vars[] = { "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", NULL };
-    return launcher_var(vars, 1);
+    static const char *const slurm[] = { "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", NULL };
+    return launcher_var(vars, srun_task() ? launcher_var(slurm, 1) : 1);
+}
+
+int sp_app_slurm_tasks_on_node(const char *spec, int node)
+{
+    /* "2(x3),1": 2 tasks on each of nodes 0-2, 1 on node 3 (SLURM_STEP_TASKS_PER_NODE) */
+    for (const char *p = spec; p && *p && node >= 0;) {
+        char *end;
+        long n = strtol(p, &end, 10), times = 1;
+        if (end == p || n < 0) return -1;
+        if (strncmp(end, "(x", 2) == 0) {
+            const char *q = end + 2;
+            times = strtol(q, &end, 10);
+            if (end == q || *end != ')' || times < 1) return -1;
+            end++;
+        }
+        if (node < times) return (int)n;
+        node -= (int)times;
+        if (*end != ',' && *end) return -1;
+        p = *end ? end + 1 : end;
+    }
+    return -1;
 }
 
 int sp_app_launcher_local_size(void)
 {
     static const char *const vars[] = { "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", NULL };
-    return launcher_var(vars, sp_app_launcher_size());
+    static const char *const node[] = { "SLURM_NODEID", NULL };
+    int def = sp_app_launcher_size();
+    if (srun_task()) {
+        int n = sp_app_slurm_tasks_on_node(getenv("SLURM_STEP_TASKS_PER_NODE"),
+                                           launcher_var(node, 0));
+        if (n > 0) def = n;
+    }
+    return launcher_var(vars, def);
 }
 
 int sp_app_launcher_local_rank(void)
 {
     static const char *const vars[] = { "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", NULL };
-    return launcher_var(vars, sp_app_launcher_rank());
+    static const char *const slurm[] = { "SLURM_LOCALID", NULL };
+    int def = sp_app_launcher_rank();
+    return launcher_var(vars, srun_task() ? launcher_var(slurm, def) : def);
 }
 
 static const char *const data_formats[] = { "auto", "text", "shard", "raw" };

@@ -36,11 +36,16 @@ enum { SP_APP_DATA_AUTO, SP_APP_DATA_TEXT, SP_APP_DATA_SHARD, SP_APP_DATA_RAW };
 const char *sp_app_data_format_name(int format);
 
 /* What the launcher tells, before MPI is up: this process's rank (0 when not under
- * mpirun), the number of ranks (1), the ranks on this machine and the rank among them. */
+ * mpirun), the number of ranks (1), the ranks on this machine and the rank among them.
+ * Open MPI's variables, PMI's, and under srun Slurm's (SLURM_PROCID, SLURM_STEP_NUM_TASKS,
+ * SLURM_LOCALID, SLURM_STEP_TASKS_PER_NODE at SLURM_NODEID). */
 int sp_app_launcher_rank(void);
 int sp_app_launcher_size(void);
 int sp_app_launcher_local_size(void);
 int sp_app_launcher_local_rank(void);
+/* Tasks on node (0-based) of a Slurm task count list such as "2(x3),1"; -1 if the list
+ * is malformed or has no such node. */
+int sp_app_slurm_tasks_on_node(const char *spec, int node);
 
 /* Parses argv into o and the model's configuration. 1: run; 0: exit 0 (--help printed);
  * -1: a bad command line (one message printed on rank 0). */

@@ -990,8 +990,8 @@ static sp_status wait_tasks(void)
             tell_all(TAG_REPORTED);
             X.broken = 1;
             return sp_set_error(SP_ERR_TIMEOUT, "rank %d: rank %d saw no task finished for "
-                                "more than %.1f s (STARPIPE_STEP_TIMEOUT): the step is lost; "
-                                "each rank's state is above", sp_exec_rank_, asker,
+                                "%.1f s (STARPIPE_STEP_TIMEOUT) and asked for each rank's "
+                                "state (above): the step is lost", sp_exec_rank_, asker,
                                 X.opts.watchdog_s);
         } else if (seconds_now() - quiet_since > X.opts.watchdog_s) {
             X.broken = 1;
