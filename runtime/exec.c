@@ -592,8 +592,9 @@ sp_status sp_exec_submit(const sp_exec_task *t)
 
 /* ---- transfers (comm/ moves the data; the executor tags and traces them) ---- */
 
-/* Every message of the step, kept until the next step begins: its completion for a
- * stall report, and its trace record. */
+/* Every message of the step: its completion for a stall report, and its trace record.
+ * Held by the step's list (until the next step begins) and by the message's completion,
+ * which a transport may run after its drain has returned: the last of the two frees it. */
 typedef struct {
     int is_send, peer;
     uint32_t msg;
@@ -601,14 +602,21 @@ typedef struct {
     starpu_data_handle_t h;
     unsigned long order; /* posted after this many tasks and messages */
     atomic_int done;
+    atomic_int refs;     /* the list's and the completion's */
 } transfer_info;
 static transfer_info **xfers;
 static size_t nxfers, xfers_cap;
 
+static void release_transfer(transfer_info *t)
+{
+    if (atomic_fetch_sub(&t->refs, 1) == 1)
+        free(t);
+}
+
 static void free_transfers(void)
 {
     for (size_t i = 0; i < nxfers; i++)
-        free(xfers[i]);
+        release_transfer(xfers[i]);
     nxfers = 0;
 }
 
@@ -624,12 +632,13 @@ static void transfer_finish(void *arg, const char *err)
     if (!t)
         return;
     atomic_store(&t->done, 1);
-    if (!X.opts.trace)
-        return;
-    char name[32];
-    snprintf(name, sizeof name, "%s #%u %s %d", t->is_send ? "send" : "recv", t->msg,
-             t->is_send ? "to" : "from", t->peer);
-    trace_add(name, t->msg, t->posted, starpu_timing_now(), t->is_send ? 1 : 2, t->peer);
+    if (X.opts.trace) {
+        char name[32];
+        snprintf(name, sizeof name, "%s #%u %s %d", t->is_send ? "send" : "recv", t->msg,
+                 t->is_send ? "to" : "from", t->peer);
+        trace_add(name, t->msg, t->posted, starpu_timing_now(), t->is_send ? 1 : 2, t->peer);
+    }
+    release_transfer(t);
 }
 
 static sp_status post(sp_exec_buf *b, int peer, uint32_t msg, int is_send)
@@ -647,7 +656,7 @@ static sp_status post(sp_exec_buf *b, int peer, uint32_t msg, int is_send)
     if (nxfers < xfers_cap || grow_array((void **)&xfers, &xfers_cap, sizeof *xfers)) {
         if ((info = malloc(sizeof *info))) {
             *info = (transfer_info){ is_send, peer, msg, X.opts.trace ? starpu_timing_now() : 0,
-                                     b->handle, X.posted++, 0 };
+                                     b->handle, X.posted++, 0, 2 };
             xfers[nxfers++] = info;
         }
     }
