@@ -119,31 +119,41 @@ static const float *rounded(int k, const void *x, int is16, int64_t n)
     return b->p[k];
 }
 
+/* Both operands of a product rounded (x, then y);
+ * 0, or SP_KERNEL_NOMEM. */
+static int round_both(const void *x, int x16, int64_t nx, const void *y, int y16, int64_t ny,
+                      const float **rx, const float **ry)
+{
+    *rx = rounded(0, x, x16, nx);
+    *ry = *rx ? rounded(1, y, y16, ny) : NULL;
+    return *ry ? 0 : SP_KERNEL_NOMEM;
+}
+
 int sp_matmul_forward_bf16(float *out, const void *a, const void *b, int M, int Nc, int K,
                            int ta, int tb, int acc, int a16, int b16)
 {
-    const float *ra = rounded(0, a, a16, (int64_t)M * K), *rb;
-    if (!ra || !(rb = rounded(1, b, b16, (int64_t)K * Nc))) return SP_KERNEL_NOMEM;
-    sp_matmul_forward(out, ra, rb, M, Nc, K, ta, tb, acc);
-    return 0;
+    const float *ra, *rb;
+    int rc = round_both(a, a16, (int64_t)M * K, b, b16, (int64_t)K * Nc, &ra, &rb);
+    if (!rc) sp_matmul_forward(out, ra, rb, M, Nc, K, ta, tb, acc);
+    return rc;
 }
 
 int sp_matmul_backward_a_bf16(float *da, const float *dout, const void *b, int M, int Nc,
                               int K, int ta, int tb, int acc, int b16)
 {
-    const float *rd = rounded(0, dout, 0, (int64_t)M * Nc), *rb;
-    if (!rd || !(rb = rounded(1, b, b16, (int64_t)K * Nc))) return SP_KERNEL_NOMEM;
-    sp_matmul_backward_a(da, rd, rb, M, Nc, K, ta, tb, acc);
-    return 0;
+    const float *rd, *rb;
+    int rc = round_both(dout, 0, (int64_t)M * Nc, b, b16, (int64_t)K * Nc, &rd, &rb);
+    if (!rc) sp_matmul_backward_a(da, rd, rb, M, Nc, K, ta, tb, acc);
+    return rc;
 }
 
 int sp_matmul_backward_b_bf16(float *db, const float *dout, const void *a, int M, int Nc,
                               int K, int ta, int tb, int acc, int a16)
 {
-    const float *rd = rounded(0, dout, 0, (int64_t)M * Nc), *ra;
-    if (!rd || !(ra = rounded(1, a, a16, (int64_t)M * K))) return SP_KERNEL_NOMEM;
-    sp_matmul_backward_b(db, rd, ra, M, Nc, K, ta, tb, acc);
-    return 0;
+    const float *rd, *ra;
+    int rc = round_both(dout, 0, (int64_t)M * Nc, a, a16, (int64_t)M * K, &rd, &ra);
+    if (!rc) sp_matmul_backward_b(db, rd, ra, M, Nc, K, ta, tb, acc);
+    return rc;
 }
 
 /* The kernels no longer call OpenBLAS, but a program linking it (benchmarks, the CUDA
