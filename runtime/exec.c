@@ -1437,7 +1437,15 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
 
     int up = 0, level = 0;
     SP_MPI_CHECK(MPI_Initialized(&up));
-    if (!up) {
+    /* The library found at run time, not the headers' (Open MPI 4 and 5 share
+     * libmpi.so.40): its parameters' names differ (runtime/launch.c), and another MPI,
+     * or an Open MPI whose names we do not know, is left as it is. */
+    sp_mpi_library mpi;
+    sp_ompi_tuning tune;
+    sp_launch_mpi_library(&mpi);
+    int tuned = !up && sp_launch_ompi_tuning(&mpi, &tune);
+    char mpi_line[160];
+    if (tuned) {
         /* OpenMPI's polling never yields the core unless the node is oversubscribed, and
          * StarPU-MPI's progress thread polls while any request is pending: on a rank with
          * one core it took half of it from the worker (runtime/README.md). Yielding costs
@@ -1447,7 +1455,7 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
          * polls by itself. Only ours to set before MPI starts; a user's own choice
          * (mpirun --mca, the environment) wins. */
         if (!X.host->progress)
-            setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+            setenv(tune.yield_when_idle, "1", 0);
         /* A pipeline message is written by the task just before its send, and its
          * receiver is often busy when it arrives. Above OpenMPI's 4 KB shared-memory eager
          * limit the receiver pulls it when it next polls (CMA, a system call pinning
@@ -1459,8 +1467,19 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
          * of data. */
         char eager[32];
         snprintf(eager, sizeof eager, "%d", SP_COMM_EAGER_LIMIT);
-        setenv("OMPI_MCA_btl_vader_eager_limit", eager, 0);
-        setenv("OMPI_MCA_btl_vader_max_send_size", eager, 0);
+        if (!tune.eager_alias || !getenv(tune.eager_alias))
+            setenv(tune.eager_limit, eager, 0);
+        if (!tune.max_send_alias || !getenv(tune.max_send_alias))
+            setenv(tune.max_send_size, eager, 0);
+        const char *lim = getenv(tune.eager_limit);
+        if (!lim && tune.eager_alias) lim = getenv(tune.eager_alias);
+        snprintf(mpi_line, sizeof mpi_line, "%s tuned (%s eager limit %s B)", mpi.name,
+                 tune.btl, lim ? lim : "?");
+    } else {
+        snprintf(mpi_line, sizeof mpi_line, "%s left as it is (%s)", mpi.name,
+                 up ? "started before starpipe" : "not Open MPI 4 or 5");
+    }
+    if (!up) {
         /* srun without PMIx: Open MPI would abort in MPI_Init with its own text */
         if ((st = sp_launch_before_mpi()))
             return st;
@@ -1519,15 +1538,15 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     if (X.opts.verbose) {
         const char *y = getenv("OMPI_MCA_mpi_yield_when_idle");
         fprintf(stderr, "starpipe: rank %d (local %d of %d): %s; %d CPU worker(s), %s; "
-                "messages %s; StarPU-MPI thread %s%s\n", sp_exec_rank_, b.local_rank,
-                b.local_size, gpu.line, b.nworkers, b.desc,
+                "messages %s; StarPU-MPI thread %s%s; MPI: %s\n", sp_exec_rank_,
+                b.local_rank, b.local_size, gpu.line, b.nworkers, b.desc,
                 X.host == &sp_transport_starpu_mpi
                     ? "over StarPU-MPI (detached transfers, its progress thread)"
                 : X.pieces ? "direct (MPI requests tested by idle workers; large ones within "
                              "the node in eager pieces)"
                            : "direct (MPI requests tested by idle workers)",
                 getenv("STARPU_MPI_NOBIND") ? "unbound" : "on its own core",
-                y && strcmp(y, "0") ? ", yields when idle" : "");
+                y && strcmp(y, "0") ? ", yields when idle" : "", mpi_line);
     }
 
 

@@ -1,12 +1,14 @@
 /* A wrong launch, named: srun without PMIx, or a launcher whose task count MPI does not
  * see, ends the run with one line naming the likely cause instead of Open MPI's raw
  * abort text or P copies of a one-rank run. The launcher's variables are its own (SLURM_,
- * PMIX_, PMI_, OMPI_), read here directly; no STARPIPE_* variable is involved. */
+ * PMIX_, PMI_, OMPI_), read here directly; no STARPIPE_* variable is involved. And the
+ * MPI library found at run time, with the names of the Open MPI parameters we tune. */
 #include "runtime/launch.h"
 
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* A launcher's count: a whole number 1..2^24, else 0 (unset or not a number: these come
  * from the launcher, and a value we cannot read is no evidence). */
@@ -135,4 +137,62 @@ sp_status sp_launch_after_mpi(int world)
     sp_launch_env_read(&e);
     sp_status st = sp_launch_check_world(&e, world, MPI_NAME, msg, sizeof msg);
     return st ? sp_set_error(st, "%s", msg) : SP_OK;
+}
+
+/* ---- the MPI library at run time ---- */
+
+void sp_launch_parse_mpi(const char *v, sp_mpi_library *lib)
+{
+    memset(lib, 0, sizeof *lib);
+    if (!v)
+        v = "";
+    static const char ompi[] = "Open MPI v", mpich[] = "MPICH Version:";
+    int maj = 0, min = 0, rel = 0;
+    if (!strncmp(v, ompi, sizeof ompi - 1) &&
+        sscanf(v + sizeof ompi - 1, "%d.%d.%d", &maj, &min, &rel) >= 2 && maj > 0) {
+        lib->open_mpi = 1, lib->major = maj, lib->minor = min, lib->release = rel;
+        snprintf(lib->name, sizeof lib->name, "Open MPI %d.%d.%d", maj, min, rel);
+        return;
+    }
+    if (!strncmp(v, mpich, sizeof mpich - 1)) {
+        const char *s = v + sizeof mpich - 1;
+        s += strspn(s, " \t");
+        snprintf(lib->name, sizeof lib->name, "MPICH %.*s", (int)strcspn(s, " \t\r\n"), s);
+        return;
+    }
+    int n = (int)strcspn(v, "\r\n");
+    while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t')) n--;
+    if (n)
+        snprintf(lib->name, sizeof lib->name, "%.*s", n, v);
+    else
+        snprintf(lib->name, sizeof lib->name, "an unknown MPI");
+}
+
+/* Open MPI 4 names its shared-memory BTL vader; 5.0 renamed it sm (vader is an alias there,
+ * "a legacy transition device" that "will likely disappear": docs/tuning-apps/networking/
+ * shared-memory.rst of v5.0.x; opal/mca/btl/base/btl_base_frame.c registers it).
+ * mpi_yield_when_idle is registered under that name by both (ompi_mpi_params.c). */
+int sp_launch_ompi_tuning(const sp_mpi_library *lib, sp_ompi_tuning *t)
+{
+    memset(t, 0, sizeof *t);
+    if (!lib->open_mpi || (lib->major != 4 && lib->major != 5))
+        return 0;
+    int five = lib->major == 5;
+    t->yield_when_idle = "OMPI_MCA_mpi_yield_when_idle";
+    t->eager_limit = five ? "OMPI_MCA_btl_sm_eager_limit" : "OMPI_MCA_btl_vader_eager_limit";
+    t->max_send_size = five ? "OMPI_MCA_btl_sm_max_send_size" : "OMPI_MCA_btl_vader_max_send_size";
+    t->btl = five ? "sm" : "vader";
+    t->eager_alias = five ? "OMPI_MCA_btl_vader_eager_limit" : NULL;
+    t->max_send_alias = five ? "OMPI_MCA_btl_vader_max_send_size" : NULL;
+    return 1;
+}
+
+void sp_launch_mpi_library(sp_mpi_library *lib)
+{
+    char v[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+    int n = 0;
+    if (MPI_Get_library_version(v, &n) != MPI_SUCCESS)
+        v[0] = '\0';
+    v[sizeof v - 1] = '\0';
+    sp_launch_parse_mpi(v, lib);
 }

@@ -178,9 +178,21 @@ export OPAL_PREFIX=$R/main/usr OPAL_SYSCONFDIR=$R/main/etc/openmpi
 # PMIx (Debian's prefix /usr/lib/x86_64-linux-gnu/pmix2) needs each folder named
 export PMIX_PREFIX=$lib/pmix2 PMIX_LIBDIR=$lib/pmix2/lib PMIX_PKGLIBDIR=$lib/pmix2/lib/pmix \
        PMIX_DATADIR=$lib/pmix2/share PMIX_PKGDATADIR=$lib/pmix2/share/pmix
-# one host: launch locally (no ssh), shared memory between ranks, no UCX/OFI probing
-export OMPI_MCA_plm=isolated OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader \
-       OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 \
+# one host: launch locally (no ssh), shared memory between ranks, no UCX/OFI probing.
+# Open MPI 4 calls its shared-memory BTL vader and picks single copy with
+# btl_vader_single_copy_mechanism; 5 renamed it sm (vader an alias, to be dropped) and
+# moved single copy to the smsc framework (excluding its components: two copies). The
+# version: the openmpi-bin .deb that phase 1 unpacks (after this block), else the
+# ompi_info on PATH (mpirun --version says the same), else 4.
+ompi_major=$({ ls "$deps"/debs 2>/dev/null | sed -n 's/^openmpi-bin_\([0-9][0-9]*\)\..*/Open MPI v\1./p'
+               ompi_info --version 2>/dev/null | head -1
+             } | sed -n 's/^Open MPI v\([0-9][0-9]*\)\..*/\1/p' | head -1 || true)
+if [ "${ompi_major:-4}" -ge 5 ]; then
+  export OMPI_MCA_btl=self,sm OMPI_MCA_smsc=^cma,knem,xpmem
+else
+  export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+fi
+export OMPI_MCA_plm=isolated OMPI_MCA_pml=ob1 OMPI_MCA_rmaps_base_oversubscribe=1 \
        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export STARPU_HOME=$B/starpu-home   # StarPU's bus calibration, done once
 mkdir -p "$STARPU_HOME"

@@ -2,7 +2,9 @@
  * pmix, pmi2 and no plugin), a batch script, Open MPI's mpirun (alone, inside an
  * allocation, across nodes) and a PMI launcher set, as measured under Slurm 22.05 and
  * Open MPI 4.1, against what must start and what must end with one line naming the
- * cause; then the wrappers on the process's own environment. */
+ * cause; then the wrappers on the process's own environment. And the MPI library read from
+ * MPI_Get_library_version's string (Open MPI 4 and 5, MPICH, Intel MPI, as they print it),
+ * with the Open MPI parameter names the executor sets for it. */
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,10 +177,92 @@ static void environment(void)
     CHECK(sp_launch_after_mpi(2) == SP_OK, "2 tasks, 2 ranks: %s", sp_last_error());
 }
 
+/* MPI_Get_library_version's strings: Debian 12's Open MPI 4.1.4 (this machine, before
+ * MPI_Init); Open MPI 5.0.x's format (ompi/mpi/c/get_library_version.c: "Open MPI
+ * v%d.%d.%d", the greek suffix, ", package: ", ", ident: ", ", repo rev: ", ", date");
+ * MPICH's (MPIR_Get_library_version_impl: "MPICH Version:      %s\n" and more lines);
+ * Intel MPI's one line. */
+static const char *ompi414 = "Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4, repo "
+                             "rev: v4.1.4, May 26, 2022";
+static const char *ompi503 = "Open MPI v5.0.3, package: Open MPI builder@host Distribution, "
+                             "ident: 5.0.3, repo rev: v5.0.3, Apr 08, 2024";
+static const char *ompi5rc = "Open MPI v5.0.0rc12, package: Open MPI user@node Distribution, "
+                             "ident: 5.0.0rc12, repo rev: v5.0.0rc12, Jun 14, 2023";
+static const char *ompi3 = "Open MPI v3.1.6, package: Debian OpenMPI, ident: 3.1.6, repo rev: "
+                           "v3.1.6, Mar 18, 2020";
+static const char *ompi6 = "Open MPI v6.0.0a1, package: Open MPI user@node Distribution, ident: "
+                           "6.0.0a1, repo rev: v2.x-dev-12345-gabcdef, Unreleased developer copy";
+static const char *mpich = "MPICH Version:      4.1.2\nMPICH Release date: Wed Jun  7 15:22:45 "
+                           "CDT 2023\nMPICH ABI:          15:1:3\nMPICH Device:       ch4:ofi\n"
+                           "MPICH configure:    --prefix=/usr\nMPICH CC:           gcc -O2\n";
+static const char *impi = "Intel(R) MPI Library 2021.10 for Linux* OS\n";
+
+static void library(void)
+{
+    sp_mpi_library lib;
+    sp_ompi_tuning t;
+    sp_launch_parse_mpi(ompi414, &lib);
+    CHECK(lib.open_mpi && lib.major == 4 && lib.minor == 1 && lib.release == 4 &&
+              !strcmp(lib.name, "Open MPI 4.1.4"), "4.1.4: %d %d.%d.%d '%s'", lib.open_mpi,
+          lib.major, lib.minor, lib.release, lib.name);
+    CHECK(sp_launch_ompi_tuning(&lib, &t) == 1 &&
+              !strcmp(t.yield_when_idle, "OMPI_MCA_mpi_yield_when_idle") &&
+              !strcmp(t.eager_limit, "OMPI_MCA_btl_vader_eager_limit") &&
+              !strcmp(t.max_send_size, "OMPI_MCA_btl_vader_max_send_size") &&
+              !strcmp(t.btl, "vader") && !t.eager_alias && !t.max_send_alias,
+          "4.x: vader's names");
+
+    sp_launch_parse_mpi(ompi503, &lib);
+    CHECK(lib.open_mpi && lib.major == 5 && lib.minor == 0 && lib.release == 3 &&
+              !strcmp(lib.name, "Open MPI 5.0.3"), "5.0.3: '%s'", lib.name);
+    CHECK(sp_launch_ompi_tuning(&lib, &t) == 1 &&
+              !strcmp(t.yield_when_idle, "OMPI_MCA_mpi_yield_when_idle") &&
+              !strcmp(t.eager_limit, "OMPI_MCA_btl_sm_eager_limit") &&
+              !strcmp(t.max_send_size, "OMPI_MCA_btl_sm_max_send_size") &&
+              !strcmp(t.btl, "sm") && !strcmp(t.eager_alias, "OMPI_MCA_btl_vader_eager_limit") &&
+              !strcmp(t.max_send_alias, "OMPI_MCA_btl_vader_max_send_size"),
+          "5.x: sm's names, vader's as the aliases a user may have set");
+    sp_launch_parse_mpi(ompi5rc, &lib);
+    CHECK(lib.open_mpi && lib.major == 5 && lib.release == 0 && sp_launch_ompi_tuning(&lib, &t),
+          "5.0.0rc12: '%s'", lib.name);
+
+    /* an Open MPI whose names we do not know, and other MPIs: nothing set */
+    sp_launch_parse_mpi(ompi3, &lib);
+    CHECK(lib.open_mpi && lib.major == 3 && sp_launch_ompi_tuning(&lib, &t) == 0 &&
+              !t.eager_limit && !t.yield_when_idle, "3.1.6 tuned");
+    sp_launch_parse_mpi(ompi6, &lib);
+    CHECK(lib.open_mpi && lib.major == 6 && sp_launch_ompi_tuning(&lib, &t) == 0, "6.0 tuned");
+    sp_launch_parse_mpi(mpich, &lib);
+    CHECK(!lib.open_mpi && !lib.major && !strcmp(lib.name, "MPICH 4.1.2") &&
+              sp_launch_ompi_tuning(&lib, &t) == 0 && !t.btl, "MPICH: '%s'", lib.name);
+    sp_launch_parse_mpi(impi, &lib);
+    CHECK(!lib.open_mpi && !strcmp(lib.name, "Intel(R) MPI Library 2021.10 for Linux* OS") &&
+              sp_launch_ompi_tuning(&lib, &t) == 0, "Intel MPI: '%s'", lib.name);
+    const char *odd[] = { "", "Open MPI", "Open MPI vX", "Open MPI v0.1.2", "open mpi v4.1.4" };
+    for (size_t k = 0; k < sizeof odd / sizeof *odd; k++) {
+        sp_launch_parse_mpi(odd[k], &lib);
+        CHECK(!lib.open_mpi && lib.name[0] && sp_launch_ompi_tuning(&lib, &t) == 0,
+              "'%s' taken for Open MPI 4 or 5", odd[k]);
+    }
+    sp_launch_parse_mpi(NULL, &lib);
+    CHECK(!lib.open_mpi && !strcmp(lib.name, "an unknown MPI"), "NULL: '%s'", lib.name);
+
+    /* this process, before MPI_Init (MPI-3 allows it): the library it runs on */
+    int up = 1;
+    MPI_Initialized(&up);
+    sp_launch_mpi_library(&lib);
+    CHECK(!up && lib.name[0], "MPI_Get_library_version before MPI_Init: '%s'", lib.name);
+#if defined(OPEN_MPI) && OPEN_MPI
+    CHECK(lib.open_mpi && lib.major == OMPI_MAJOR_VERSION && lib.minor == OMPI_MINOR_VERSION,
+          "this Open MPI read as '%s'", lib.name);
+#endif
+}
+
 int main(void)
 {
     before_mpi();
     after_mpi();
     environment();
+    library();
     return check_summary("test_launch");
 }
