@@ -16,8 +16,9 @@
  * communicator, releases the waiting tasks and is reported by the error entry, which
  * the executor's wait loop turns into a failed, unusable executor within milliseconds.
  * Connections are made at start-up (the connect entry), not inside the first group.
- * Without NCCL, a GPU, or with two ranks on one GPU (NCCL refuses that), every message
- * stays on the host transport and init says why. */
+ * Without NCCL, a GPU, or with two ranks on one GPU of one host (NCCL refuses that; ranks
+ * on two hosts are told apart as NCCL tells them, nccl_peers.c), every message stays on
+ * the host transport and init says why. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,12 +31,15 @@
 static sp_xfer_counts carried;
 
 #if defined(STARPU_USE_CUDA) && defined(STARPIPE_HAVE_NCCL)
+#include <ctype.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+
+#include "comm/nccl_peers.h"
 
 static ncclComm_t comm;
 static int active, tried, my_rank, device;
@@ -166,27 +170,42 @@ static sp_status nccl_start(int ncuda, char *notice, size_t len)
     }
     int worker = starpu_worker_get_by_type(STARPU_CUDA_WORKER, 0);
     int dev = starpu_worker_get_devid(worker);
-    char bus[32] = "", *all = me == 0 ? calloc((size_t)P, sizeof bus) : NULL;
-    int bad = cudaDeviceGetPCIBusId(bus, sizeof bus, dev) != cudaSuccess || (me == 0 && !all);
-    if (MPI_Gather(bus, (int)sizeof bus, MPI_BYTE, all, (int)sizeof bus, MPI_BYTE, 0, mpi) !=
-        MPI_SUCCESS) {
-        free(all);
-        return mpi_failed("MPI_Gather");
-    }
-    int shared = 0;
-    for (int a = 0; me == 0 && all && a < P; a++)
-        for (int b = a + 1; b < P; b++)
-            shared |= strcmp(all + a * sizeof bus, all + b * sizeof bus) == 0;
-    free(all);
-    if (MPI_Bcast(&shared, 1, MPI_INT, 0, mpi) != MPI_SUCCESS)
-        return mpi_failed("MPI_Bcast");
+    /* each rank's (host, bus id) as NCCL keys them (comm/nccl_peers.c): only two ranks of
+     * one host on one GPU are refused, never two nodes whose GPUs share bus ids */
+    char bus[32] = "";
+    int bad = cudaDeviceGetPCIBusId(bus, sizeof bus, dev) != cudaSuccess;
+    sp_nccl_peer *mine = malloc(sizeof *mine);
+    sp_nccl_peer *all = me == 0 ? calloc((size_t)P, sizeof *all) : NULL;
+    if (mine)
+        sp_nccl_peer_local(bus, mine);
+    bad |= !mine || (me == 0 && !all);
     if (anyone(bad)) {
+        free(mine), free(all);
         snprintf(notice, len, "cannot identify the GPUs: GPU transfers go through host memory");
         return SP_OK;
     }
-    if (shared) {
-        snprintf(notice, len, "two ranks share one GPU (NCCL refuses that): GPU transfers go "
-                 "through host memory");
+    int rc = MPI_Gather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *mine, MPI_BYTE, 0,
+                        mpi);
+    free(mine);
+    if (rc != MPI_SUCCESS) {
+        free(all);
+        return mpi_failed("MPI_Gather");
+    }
+    struct {
+        int shared, a, b;
+        char host[sizeof all->host], bus[sizeof all->bus];
+    } dup = { 0 };
+    if (me == 0 && (dup.shared = sp_nccl_duplicate(all, P, &dup.a, &dup.b))) {
+        snprintf(dup.host, sizeof dup.host, "%s", all[dup.a].host);
+        snprintf(dup.bus, sizeof dup.bus, "%s", all[dup.a].bus);
+    }
+    free(all);
+    if (MPI_Bcast(&dup, (int)sizeof dup, MPI_BYTE, 0, mpi) != MPI_SUCCESS)
+        return mpi_failed("MPI_Bcast");
+    if (dup.shared) {
+        for (char *c = dup.bus; *c; c++) *c = (char)tolower((unsigned char)*c);
+        snprintf(notice, len, "ranks %d and %d share GPU %s on host %s (NCCL refuses that): "
+                 "GPU transfers go through host memory", dup.a, dup.b, dup.bus, dup.host);
         return SP_OK;
     }
     ncclUniqueId id;

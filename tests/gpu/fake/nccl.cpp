@@ -7,11 +7,17 @@
  * messages between two ranks, as NCCL's channels do.
  * Only what starpipe uses: communicators from ncclCommInitRank (collective over every
  * rank of MPI_COMM_WORLD, which must be initialised with MPI_THREAD_MULTIPLE), groups,
- * ncclSend and ncclRecv; no collectives. */
+ * ncclSend and ncclRecv; no collectives. ncclCommInitRank refuses two ranks on one GPU
+ * of one host as NCCL 2.28 does, host and GPU identified as NCCL identifies them (written
+ * here from NCCL's sources, apart from comm/nccl_peers.c, so that a wrong decision of
+ * starpipe's fails here). */
+#include <ctype.h>
 #include <mpi.h>
 #include <nccl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -198,6 +204,77 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
     return ncclSuccess;
 }
 
+/* NCCL's host string (src/misc/utils.cc, getHostHashOnce): NCCL_HOSTID when set, else the
+ * whole hostname (getHostName's delimiter is '\0') and the first word of the boot id. The
+ * fake reads NCCL_HOSTID from the environment only (NCCL also reads its nccl.conf files). */
+static void host_string(char *s, size_t len)
+{
+    if (gethostname(s, len) != 0)
+        snprintf(s, len, "unknown");
+    s[len - 1] = '\0';
+    if (const char *id = getenv("NCCL_HOSTID")) {
+        snprintf(s, len, "%s", id);
+        return;
+    }
+    if (FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r")) {
+        char word[128];
+        size_t n = strlen(s);
+        if (fscanf(f, "%127s", word) == 1)
+            snprintf(s + n, len - n, "%s", word);
+        fclose(f);
+    }
+}
+
+/* NCCL's busIdToInt64: the hex digits, ':' and '.' skipped. */
+static int64_t bus_number(const char *bus)
+{
+    char hex[17];
+    int n = 0;
+    for (const char *c = bus; *c && n < 16; c++) {
+        if (*c == ':' || *c == '.')
+            continue;
+        if (!isxdigit((unsigned char)*c))
+            break;
+        hex[n++] = *c;
+    }
+    hex[n] = '\0';
+    return strtoll(hex, NULL, 16);
+}
+
+/* NCCL's check after its first allgather (src/init.cc, initTransportsRank): a rank that
+ * shares its host and bus id with another fails with ncclInvalidUsage. The fake's ranks
+ * all answer the same (an allreduce): NCCL's others would wait in the next collective. */
+static ncclResult_t duplicate_gpu(MPI_Comm c, int rank, int size, int dev)
+{
+    struct peer {
+        char host[1024];
+        int64_t bus;
+    } me{};
+    char bus[32] = "";
+    host_string(me.host, sizeof me.host);
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, dev) != cudaSuccess)
+        return fail(ncclUnhandledCudaError, "ncclCommInitRank: no bus id for device %d", dev);
+    me.bus = bus_number(bus);
+    std::vector<peer> all((size_t)size);
+    if (MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all.data(), (int)sizeof me, MPI_BYTE, c) !=
+        MPI_SUCCESS)
+        return fail(ncclSystemError, "ncclCommInitRank: MPI_Allgather failed");
+    int other = -1;
+    for (int i = 0; i < size && other < 0; i++)
+        if (i != rank && all[i].bus == me.bus && !strcmp(all[i].host, me.host))
+            other = i;
+    int bad = other >= 0, any = 0;
+    if (MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, c) != MPI_SUCCESS)
+        return fail(ncclSystemError, "ncclCommInitRank: MPI_Allreduce failed");
+    if (bad)
+        return fail(ncclInvalidUsage, "Duplicate GPU detected : rank %d and rank %d both on "
+                    "CUDA device %lx", rank, other, (long)me.bus);
+    if (any)
+        return fail(ncclInvalidUsage, "ncclCommInitRank: another rank shares its GPU (the "
+                    "fake's stand-in for NCCL's hang in its next bootstrap collective)");
+    return ncclSuccess;
+}
+
 /* Collective over MPI_COMM_WORLD: the ranks holding the same id form the communicator. */
 ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank)
 {
@@ -227,6 +304,10 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
         return fail(ncclInvalidUsage, "ncclCommInitRank: rank %d of %d, but %d MPI ranks hold "
                     "this id and this one is their rank %d (every rank of MPI_COMM_WORLD must "
                     "call it, each with its own rank)", rank, nranks, size, me);
+    }
+    if (ncclResult_t r = duplicate_gpu(c, rank, nranks, dev)) {
+        MPI_Comm_free(&c);
+        return r;
     }
     *out = new ncclComm{ c, rank, nranks, dev, 0, ncclSuccess };
     return ncclSuccess;
