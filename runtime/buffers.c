@@ -13,10 +13,20 @@ static size_t floats_of(const sp_trainer *t, sp_buf_class c, int idx)
     return b ? b : 1; /* StarPU wants non-empty buffers */
 }
 
-/* A per-microbatch buffer, registered on first use. It gets zeroed host memory rather
- * than StarPU's lazy allocation: StarPU refuses to read a never-written buffer, and a
- * program may accumulate (read) into a buffer whose first writer it is. */
+/* A buffer of the tasks, created on first use where they run (sp_exec_buf_create: device
+ * memory on a GPU rank, with no host copy), zeroed rather than left to StarPU's lazy
+ * allocation: StarPU refuses to read a never-written buffer, and a program may
+ * accumulate (read) into a buffer whose first writer it is. */
 static sp_exec_buf *lazy_buf(sp_trainer *t, sp_exec_buf **slot, size_t floats)
+{
+    if (*slot) return *slot;
+    if (sp_exec_buf_create(slot, floats, sizeof(float)) != SP_OK) return NULL;
+    if (!sp_exec_buf_on_device(*slot)) t->host_mem += floats * sizeof(float);
+    return *slot;
+}
+
+/* The same in host memory, for what the host reads every step (the losses). */
+static sp_exec_buf *lazy_host_buf(sp_trainer *t, sp_exec_buf **slot, size_t floats)
 {
     void *mem;
     if (*slot) return *slot;
@@ -158,7 +168,7 @@ sp_exec_buf *sp_tr_slab_buf(sp_trainer *t, sp_buf_class c, int idx, int mb)
     case SP_BUF_EDGE_FWD:
     case SP_BUF_EDGE_GRAD: return pool_take(t, sp_tr_mb_slot(t, c, idx, mb), floats_of(t, c, idx), 1);
     case SP_BUF_INPUT: return t->h_input[mb * t->nin + idx];
-    case SP_BUF_LOSS: return lazy_buf(t, &t->h_loss[mb], 1);
+    case SP_BUF_LOSS: return lazy_host_buf(t, &t->h_loss[mb], 1);
     default: return NULL;
     }
 }
@@ -226,6 +236,7 @@ sp_status sp_tr_register_mem(sp_trainer *t, sp_exec_buf **h, void **host, size_t
         return st;
     }
     t->host[t->nhost++] = (struct sp_tr_alloc){ *host, bytes };
+    t->host_mem += bytes;
     return SP_OK;
 }
 
@@ -239,3 +250,11 @@ sp_status sp_tr_register_host(sp_trainer *t, sp_exec_buf **h, float **host, size
     return st;
 }
 
+sp_status sp_tr_create_slab(sp_trainer *t, sp_exec_buf **h, size_t bytes)
+{
+    size_t n = bytes / 4 ? bytes / 4 : 1;
+    sp_status st = sp_exec_buf_create(h, n, sizeof(float));
+    if (st == SP_OK) t->persistent_bytes += n * sizeof(float);
+    if (st == SP_OK && !sp_exec_buf_on_device(*h)) t->host_mem += n * sizeof(float);
+    return st;
+}

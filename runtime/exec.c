@@ -698,25 +698,34 @@ size_t sp_exec_staging_bytes(void)
 
 /* ---- buffers ---- */
 
-sp_status sp_exec_buf_register(sp_exec_buf **out, void *ptr, size_t count, size_t elemsize)
+static sp_status wrap_handle(sp_exec_buf **out, int node, void *ptr, size_t count,
+                             size_t elemsize)
 {
-    if (!X.started)
-        return sp_set_error(SP_ERR_ARG, "sp_exec_buf_register: sp_exec_init first");
-    if (!out || count == 0 || elemsize == 0 || count > UINT32_MAX)
-        return sp_set_error(SP_ERR_ARG, "sp_exec_buf_register: bad arguments (count %zu, "
-                            "elemsize %zu)", count, elemsize);
     sp_exec_buf *b = malloc(sizeof *b);
     if (!b)
         return sp_set_error(SP_ERR_NOMEM, "%s:%d: out of memory", __FILE__, __LINE__);
-    b->count = count;
-    b->elemsize = elemsize;
-    b->writer = NULL;
-    b->writer_step = 0;
-    /* home node -1: no host copy until someone needs one. */
-    starpu_vector_data_register(&b->handle, ptr ? STARPU_MAIN_RAM : -1, (uintptr_t)ptr,
-                                (uint32_t)count, elemsize);
+    *b = (sp_exec_buf){ .count = count, .elemsize = elemsize, .node = STARPU_MAIN_RAM };
+    /* home node -1: no copy anywhere until someone needs one */
+    starpu_vector_data_register(&b->handle, ptr ? node : -1, (uintptr_t)ptr, (uint32_t)count,
+                                elemsize);
     *out = b;
     return SP_OK;
+}
+
+static sp_status check_buf_args(const char *who, sp_exec_buf **out, size_t count, size_t elemsize)
+{
+    if (!X.started)
+        return sp_set_error(SP_ERR_ARG, "%s: sp_exec_init first", who);
+    if (!out || count == 0 || elemsize == 0 || count > UINT32_MAX)
+        return sp_set_error(SP_ERR_ARG, "%s: bad arguments (count %zu, elemsize %zu)", who,
+                            count, elemsize);
+    return SP_OK;
+}
+
+sp_status sp_exec_buf_register(sp_exec_buf **out, void *ptr, size_t count, size_t elemsize)
+{
+    sp_status st = check_buf_args("sp_exec_buf_register", out, count, elemsize);
+    return st ? st : wrap_handle(out, STARPU_MAIN_RAM, ptr, count, elemsize);
 }
 
 void *sp_exec_host_alloc(size_t bytes)
@@ -732,6 +741,145 @@ void sp_exec_host_free(void *ptr, size_t bytes)
     if (ptr) starpu_free_flags(ptr, bytes ? bytes : 1, STARPU_MALLOC_PINNED);
 }
 
+/* Device memory on the main thread: zeroing and the host's bounded copies go on a
+ * stream of their own (non-blocking: it never waits for the workers' kernels, nor they
+ * for it), synchronised before the call returns. */
+#if defined(STARPU_USE_CUDA) && defined(STARPIPE_HAVE_CUDA)
+static cudaStream_t host_stream;
+static int host_stream_dev = -1;
+
+/* The CUDA worker's memory node, -1 on a rank without one. */
+static int device_node(int *devid)
+{
+    if (starpu_cuda_worker_get_count() == 0)
+        return -1;
+    int w = starpu_worker_get_by_type(STARPU_CUDA_WORKER, 0);
+    *devid = starpu_worker_get_devid(w);
+    return (int)starpu_worker_get_memory_node((unsigned)w);
+}
+
+static sp_status device_stream(int devid)
+{
+    if (cudaSetDevice(devid) != cudaSuccess)
+        return sp_set_error(SP_ERR_RUNTIME, "%s:%d: cudaSetDevice(%d) failed", __FILE__, __LINE__,
+                            devid);
+    if (host_stream_dev == devid)
+        return SP_OK;
+    if (cudaStreamCreateWithFlags(&host_stream, cudaStreamNonBlocking) != cudaSuccess)
+        return sp_set_error(SP_ERR_RUNTIME, "%s:%d: no CUDA stream for host copies", __FILE__,
+                            __LINE__);
+    host_stream_dev = devid;
+    return SP_OK;
+}
+
+static sp_status device_done(const char *what, cudaError_t e)
+{
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(host_stream);
+    return e == cudaSuccess ? SP_OK
+                            : sp_set_error(SP_ERR_RUNTIME, "%s on the rank's GPU failed: %s", what,
+                                           cudaGetErrorString(e));
+}
+
+static void device_shutdown(void)
+{
+    if (host_stream_dev >= 0) cudaStreamDestroy(host_stream);
+    host_stream_dev = -1;
+}
+#else
+static int device_node(int *devid) { *devid = -1; return -1; }
+static void device_shutdown(void) {}
+#endif
+
+/* Pieces of host copies of device buffers: a checkpoint of a large stage never needs
+ * the whole slab on the host (the copy functions stage nothing themselves; the caller's
+ * destination is the only host memory). */
+#define SP_EXEC_COPY_PIECE ((size_t)64 << 20)
+
+sp_status sp_exec_buf_create(sp_exec_buf **out, size_t count, size_t elemsize)
+{
+    sp_status st = check_buf_args("sp_exec_buf_create", out, count, elemsize);
+    if (st)
+        return st;
+    size_t bytes = count * elemsize;
+    int devid, node = device_node(&devid);
+    void *mem = NULL;
+    if (node < 0) {
+        if (!(mem = sp_exec_host_alloc(bytes)))
+            return sp_set_error(SP_ERR_NOMEM, "out of host memory (a buffer of %zu bytes)", bytes);
+        node = STARPU_MAIN_RAM;
+    } else {
+#if defined(STARPU_USE_CUDA) && defined(STARPIPE_HAVE_CUDA)
+        if ((st = device_stream(devid)))
+            return st;
+        mem = (void *)starpu_malloc_on_node((unsigned)node, bytes);
+        if (!mem)
+            return sp_set_error(SP_ERR_NOMEM, "out of GPU memory on device %d (a buffer of %zu "
+                                "bytes)", devid, bytes);
+        if ((st = device_done("zeroing a buffer", cudaMemsetAsync(mem, 0, bytes, host_stream)))) {
+            starpu_free_on_node((unsigned)node, (uintptr_t)mem, bytes);
+            return st;
+        }
+#endif
+    }
+    if ((st = wrap_handle(out, node, mem, count, elemsize))) {
+        if (node == STARPU_MAIN_RAM) sp_exec_host_free(mem, bytes);
+#ifdef STARPU_USE_CUDA
+        else starpu_free_on_node((unsigned)node, (uintptr_t)mem, bytes);
+#endif
+        return st;
+    }
+    (*out)->node = node;
+    (*out)->mem = mem;
+    return SP_OK;
+}
+
+int sp_exec_buf_on_device(const sp_exec_buf *b) { return b && b->node != STARPU_MAIN_RAM; }
+
+/* Bytes [off, off + len) between the buffer's home memory and the host, after the
+ * tasks submitted before (sequential consistency); to_host: which way. */
+static sp_status buf_copy(const char *who, sp_exec_buf *b, size_t off, size_t len, void *host,
+                          int to_host)
+{
+    if (!b || !host || off > b->count * b->elemsize || len > b->count * b->elemsize - off)
+        return sp_set_error(SP_ERR_ARG, "%s: bad arguments (bytes %zu..%zu)", who, off, off + len);
+    if (X.broken)
+        return broken_error(who);
+    int node = b->node;
+    SP_STARPU_CHECK(starpu_data_acquire_on_node(b->handle, node, to_host ? STARPU_R : STARPU_RW));
+    char *home = (char *)starpu_data_handle_to_pointer(b->handle, (unsigned)node);
+    sp_status st = SP_OK;
+    if (node == STARPU_MAIN_RAM) {
+        if (to_host) memcpy(host, home + off, len);
+        else memcpy(home + off, host, len);
+    }
+#if defined(STARPU_USE_CUDA) && defined(STARPIPE_HAVE_CUDA)
+    else if (!(st = device_stream(starpu_memory_node_get_devid((unsigned)node)))) {
+        for (size_t done = 0; done < len && !st; done += SP_EXEC_COPY_PIECE) {
+            size_t n = len - done < SP_EXEC_COPY_PIECE ? len - done : SP_EXEC_COPY_PIECE;
+            char *h = (char *)host + done, *d = home + off + done;
+            st = device_done(to_host ? "a copy to the host" : "a copy from the host",
+                             cudaMemcpyAsync(to_host ? h : d, to_host ? d : h, n,
+                                             to_host ? cudaMemcpyDeviceToHost
+                                                     : cudaMemcpyHostToDevice, host_stream));
+        }
+    }
+#endif
+    starpu_data_release_on_node(b->handle, node);
+    if (!to_host) b->writer = NULL; /* the caller wrote it: a send of it waits for the release */
+    return st;
+}
+
+sp_status sp_exec_buf_read(sp_exec_buf *b, size_t off, size_t len, void *dst)
+{
+    return buf_copy("sp_exec_buf_read", b, off, len, dst, 1);
+}
+
+sp_status sp_exec_buf_write(sp_exec_buf *b, size_t off, size_t len, const void *src)
+{
+    return buf_copy("sp_exec_buf_write", b, off, len, (void *)src, 0);
+}
+
 sp_status sp_exec_buf_unregister(sp_exec_buf *b)
 {
     if (!b)
@@ -741,6 +889,12 @@ sp_status sp_exec_buf_unregister(sp_exec_buf *b)
         return broken_error("sp_exec_buf_unregister");
     }
     starpu_data_unregister(b->handle);
+    if (b->mem && b->node == STARPU_MAIN_RAM)
+        sp_exec_host_free(b->mem, b->count * b->elemsize);
+#ifdef STARPU_USE_CUDA
+    else if (b->mem)
+        starpu_free_on_node((unsigned)b->node, (uintptr_t)b->mem, b->count * b->elemsize);
+#endif
     free(b);
     return SP_OK;
 }
@@ -1617,6 +1771,7 @@ sp_status sp_exec_shutdown(void)
 #ifdef STARPU_USE_CUDA
     starpu_cublas_shutdown();
 #endif
+    device_shutdown();
     /* every request ended with its step */
     sp_policy_set_idle_poll(NULL);
     X.host->shutdown();

@@ -20,6 +20,11 @@ struct sp_exec_buf {
      * it is posted by that task's wrapper when its data is ready (exec.c, send_early). */
     struct task_args *writer;
     uint64_t writer_step;
+    /* sp_exec_buf_create's: the memory node it lives on and the memory the executor
+     * allocated there (freed at unregister); node STARPU_MAIN_RAM and mem NULL for a
+     * buffer on the caller's memory */
+    int node;
+    void *mem;
 };
 
 /* Set by sp_exec_init. */

@@ -17,23 +17,31 @@ sp_train_memory sp_trainer_memory(const sp_trainer *t)
     m.persistent = t->persistent_bytes;
     m.optimizer = t->optimizer_bytes;
     m.staging = sp_exec_staging_bytes();
+    m.host = t->host_mem;
     return m;
 }
 
 /* ---- host access ------------------------------------------------------------------- */
 
+static sp_exec_buf *slab_buf(const sp_trainer *t, int which, int stage)
+{
+    return which == 0 ? t->h_params[stage] : which == 1 ? t->h_grads[stage]
+         : which == 2 ? t->h_m[stage] : t->h_v[stage];
+}
+
+/* A host copy of a slab (the slab itself lives where the tasks run), kept for the
+ * trainer's life: only checks ask for whole slabs; checkpoints go tensor by tensor. */
 static float *host_slab(sp_trainer *t, int which, int stage)
 {
     if (!t || stage < 0 || stage >= t->S || !owns(t, stage)) return NULL;
-    sp_exec_buf *h = which == 0 ? t->h_params[stage] : which == 1 ? t->h_grads[stage]
-                   : which == 2 ? t->h_m[stage] : t->h_v[stage];
-    float *host = which == 0 ? t->params[stage] : which == 1 ? t->grads[stage]
-                : which == 2 ? t->mom_m[stage] : t->mom_v[stage];
-    void *ptr;
-    /* brings the data home; the host copy stays valid until tasks touch it again */
-    if (sp_exec_buf_acquire(h, SP_ACCESS_R, &ptr) != SP_OK) return NULL;
-    sp_exec_buf_release(h);
-    return host;
+    sp_exec_buf *h = slab_buf(t, which, stage);
+    size_t bytes = sp_exec_buf_count(h) * sizeof(float);
+    float **view = &t->view[4 * stage + which];
+    if (!*view && !(*view = malloc(bytes))) {
+        sp_set_error(SP_ERR_NOMEM, "trainer: out of memory (a host copy of %zu bytes)", bytes);
+        return NULL;
+    }
+    return sp_exec_buf_read(h, 0, bytes, *view) == SP_OK ? *view : NULL;
 }
 
 const float *sp_trainer_slab(sp_trainer *t, sp_buf_class cls, int stage)
@@ -70,12 +78,12 @@ sp_status sp_trainer_fetch(sp_trainer *t, sp_tensor param, int what, float *dst)
     int c = holder_replica(t, o, off, what);
     int root = sp_layout_rank(&t->layout, c, t->plan->stage_actor[o]);
     if (t->rank == root) {
-        const float *src = host_slab(t, what, o);
-        if (!src) return sp_set_error(SP_ERR_RUNTIME, "sp_trainer_fetch: %s", sp_last_error());
         int64_t lo, hi; /* sharded moments hold floats lo.. only */
         sp_trainer_shard(t, o, &lo, &hi);
         int64_t base = what >= 2 && t->o.shard_optimizer ? lo : 0;
-        memcpy(dst, src + off - base, (size_t)n * sizeof(float));
+        sp_status st = sp_exec_buf_read(slab_buf(t, what, o), 4 * (size_t)(off - base),
+                                        4 * (size_t)n, dst);
+        if (st) return st;
     }
     /* a broadcast from the holder, not a sum with the others' zeros: -0.0 + 0.0 is +0.0,
      * and the bits must not depend on how many ranks there are */
@@ -95,12 +103,9 @@ sp_status sp_trainer_store(sp_trainer *t, sp_tensor param, int what, const float
             if (off < lo || off >= hi) continue;
             off -= lo;
         }
-        sp_exec_buf *h = what == 0 ? t->h_params[s] : what == 2 ? t->h_m[s] : t->h_v[s];
-        void *ptr;
-        sp_status st = sp_exec_buf_acquire(h, SP_ACCESS_RW, &ptr);
+        sp_status st = sp_exec_buf_write(slab_buf(t, what, s), 4 * (size_t)off,
+                                         4 * (size_t)n, src);
         if (st) return st;
-        memcpy((float *)ptr + off, src, (size_t)n * sizeof(float));
-        if ((st = sp_exec_buf_release(h))) return st;
     }
     return SP_OK;
 }

@@ -66,20 +66,16 @@ sp_status sp_tr_replicas_create(sp_trainer *t)
             return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
         sp_optim_shards(t->p, s, t->R, r->bounds);
         sp_status st;
-        float *host; /* the trainer owns the memory (its registry frees it) */
         for (int c = 0; c < t->R; c++) {
             if (c == t->replica) continue;
             /* shard c: this replica's part of it goes to replica c, and in the gathers
              * replica c's result comes back in the same buffer; what replica c sends of
              * this rank's own shard arrives in recv[c] */
-            if ((st = sp_tr_register_host(t, &r->send[c], &host,
-                                          4 * (size_t)shard_n(t, s, c))) ||
-                (st = sp_tr_register_host(t, &r->recv[c], &host,
-                                          4 * (size_t)shard_n(t, s, t->replica))))
+            if ((st = sp_tr_create_slab(t, &r->send[c], 4 * (size_t)shard_n(t, s, c))) ||
+                (st = sp_tr_create_slab(t, &r->recv[c], 4 * (size_t)shard_n(t, s, t->replica))))
                 return st;
         }
-        if ((st = sp_tr_register_host(t, &r->mine, &host,
-                                      4 * (size_t)shard_n(t, s, t->replica))))
+        if ((st = sp_tr_create_slab(t, &r->mine, 4 * (size_t)shard_n(t, s, t->replica))))
             return st;
     }
     return SP_OK;

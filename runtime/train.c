@@ -624,13 +624,35 @@ sp_status sp_trainer_eval(sp_trainer *t, const void *const *inputs, float *loss)
 
 /* ---- creation ---------------------------------------------------------------------- */
 
+/* Stage s's initial parameters, one tensor at a time through the host (the slab lives
+ * where the tasks run: on a GPU rank the host never holds more than one tensor). */
+static sp_status init_params(sp_trainer *t, int s, uint64_t seed)
+{
+    int64_t most = 0;
+    for (int i = 0; i < sp_graph_num_params(t->g); i++) {
+        sp_tensor x = sp_graph_param(t->g, i);
+        if (sp_program_param_offset(t->p, s, x) >= 0 && sp_tensor_numel(t->g, x) > most)
+            most = sp_tensor_numel(t->g, x);
+    }
+    float *tmp = malloc(sizeof(float) * (size_t)(most > 0 ? most : 1));
+    sp_status st = tmp ? SP_OK : sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    for (int i = 0; i < sp_graph_num_params(t->g) && st == SP_OK; i++) {
+        sp_tensor x = sp_graph_param(t->g, i);
+        int64_t off = sp_program_param_offset(t->p, s, x), n = sp_tensor_numel(t->g, x);
+        if (off >= 0 && !(st = sp_param_init_values(t->g, x, seed, tmp)))
+            st = sp_exec_buf_write(t->h_params[s], 4 * (size_t)off, 4 * (size_t)n, tmp);
+    }
+    free(tmp);
+    return st;
+}
+
 static sp_status alloc_arrays(sp_trainer *t)
 {
     int S = t->S, E = t->E, m = t->mcap;
 #define ALLOC(field, count)                                                              \
     if (!(t->field = calloc((size_t)(count) + 1, sizeof *t->field)))                      \
         return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
-    ALLOC(params, S) ALLOC(grads, S) ALLOC(mom_m, S) ALLOC(mom_v, S)
+    ALLOC(view, 4 * S)
     ALLOC(h_params, S) ALLOC(h_grads, S) ALLOC(h_m, S) ALLOC(h_v, S) ALLOC(h_scratch, S)
     ALLOC(h_act, 2 * m * S) ALLOC(h_bgrad, m * S) /* ACT: m more for recomputation */ ALLOC(h_efwd, m * E) ALLOC(h_egrad, m * E)
     ALLOC(h_input, m * t->nin) ALLOC(input_host, m * t->nin) ALLOC(h_loss, m)
@@ -799,11 +821,10 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
         int64_t lo, hi; /* the moments of this rank's shard (sharded), else of all */
         sp_trainer_shard(t, s, &lo, &hi);
         size_t mb = opts->shard_optimizer ? 4 * (size_t)(hi - lo) : pb;
-        if ((st = sp_tr_register_host(t, &t->h_params[s], &t->params[s], pb)) ||
-            (st = sp_tr_register_host(t, &t->h_grads[s], &t->grads[s],
-                                sp_program_buf_bytes(p, SP_BUF_GRADS, s))) ||
-            (st = sp_tr_register_host(t, &t->h_m[s], &t->mom_m[s], mb)) ||
-            (st = sp_tr_register_host(t, &t->h_v[s], &t->mom_v[s], mb)))
+        if ((st = sp_tr_create_slab(t, &t->h_params[s], pb)) ||
+            (st = sp_tr_create_slab(t, &t->h_grads[s], sp_program_buf_bytes(p, SP_BUF_GRADS, s))) ||
+            (st = sp_tr_create_slab(t, &t->h_m[s], mb)) ||
+            (st = sp_tr_create_slab(t, &t->h_v[s], mb)))
             goto out;
         t->optimizer_bytes += 2 * mb;
         void *mem;
@@ -811,12 +832,7 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
         if ((st = sp_tr_register_mem(t, &t->h_sumsq[s], &mem, (size_t)(np > 0 ? np : 1),
                                      sizeof(double))))
             goto out;
-        for (int i = 0; i < sp_graph_num_params(t->g); i++) {
-            sp_tensor x = sp_graph_param(t->g, i);
-            int64_t off = sp_program_param_offset(p, s, x);
-            if (off >= 0 && (st = sp_param_init_values(t->g, x, opts->seed, t->params[s] + off)))
-                goto out;
-        }
+        if ((st = init_params(t, s, opts->seed))) goto out;
     }
     for (int i = 0; i < t->mcap * t->nin; i++)
         if ((st = sp_tr_register_host(t, &t->h_input[i], (float **)&t->input_host[i],
@@ -850,7 +866,8 @@ void sp_trainer_free(sp_trainer *t)
     /* the memory behind every buffer, once none is registered any more */
     for (size_t i = 0; i < t->nhost; i++) sp_exec_host_free(t->host[i].p, t->host[i].bytes);
     free(t->host);
-    free(t->params), free(t->grads), free(t->mom_m), free(t->mom_v);
+    for (int i = 0; t->view && i < 4 * t->S; i++) free(t->view[i]);
+    free(t->view);
     free(t->h_params), free(t->h_grads), free(t->h_m), free(t->h_v), free(t->h_scratch);
     free(t->h_sumsq);
     free(t->h_act), free(t->h_bgrad), free(t->h_efwd), free(t->h_egrad), free(t->h_input);

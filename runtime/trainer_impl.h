@@ -56,12 +56,14 @@ struct sp_trainer {
     uint32_t *footprint;       /* [S * SP_NUM_TASK_KINDS]: stage programs' perfmodel keys */
     int *unpack;               /* deferred unpacks of the step: (stage, replica) pairs */
     int nunpack;
-    size_t persistent_bytes;   /* every buffer sp_tr_register_host made */
+    size_t persistent_bytes;   /* every slab sp_tr_register_host and _create_slab made */
     sp_exec_buf **h_sumsq;     /* [S]: the norm's per-parameter terms of each owned stage */
     size_t host_bytes;         /* this step's host reads and writes of trainer buffers */
+    size_t host_mem;           /* of all the trainer's buffers, the bytes in host memory */
     size_t optimizer_bytes;    /* of which the AdamW moments */
-    /* persistent per-stage slabs (owned stages only) */
-    float **params, **grads, **mom_m, **mom_v;
+    /* persistent per-stage slabs (owned stages only), where the tasks run; host copies
+     * made on request (sp_trainer_slab: [4 * S], parameters, gradients, m, v) */
+    float **view;
     sp_exec_buf **h_params, **h_grads, **h_m, **h_v, **h_scratch;
     /* per-microbatch buffers, created on first use: [mb * count + index], mb < mcap */
     sp_exec_buf **h_act, **h_bgrad, **h_efwd, **h_egrad, **h_input, **h_loss;
@@ -171,8 +173,11 @@ sp_exec_buf *sp_tr_transfer_buf(sp_trainer *t, const sp_buf *b);
  * (sp_exec_host_alloc: pinned on a GPU rank), which the trainer frees at the end. */
 sp_status sp_tr_register_mem(sp_trainer *t, sp_exec_buf **h, void **host, size_t count,
                              size_t elemsize);
-/* A persistent float slab of bytes (at least one float), counted in t->persistent_bytes. */
+/* A persistent float slab of bytes (at least one float), counted in t->persistent_bytes:
+ * on zeroed host memory the host writes (_register_host: the inputs), or where the
+ * tasks run (_create_slab: device memory on a GPU rank, sp_exec_buf_create). */
 sp_status sp_tr_register_host(sp_trainer *t, sp_exec_buf **h, float **host, size_t bytes);
+sp_status sp_tr_create_slab(sp_trainer *t, sp_exec_buf **h, size_t bytes);
 /* Tied parameter k: its offset in stage's slab, its size, its owner stage. */
 int64_t sp_tr_shared_off(const sp_trainer *t, int k, int stage);
 int64_t sp_tr_shared_numel(const sp_trainer *t, int k);

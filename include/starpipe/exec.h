@@ -80,7 +80,21 @@ sp_status sp_exec_buf_register(sp_exec_buf **out, void *ptr, size_t count, size_
 void *sp_exec_host_alloc(size_t bytes);
 void sp_exec_host_free(void *ptr, size_t bytes);
 
-/* Waits for the tasks and transfers using the buffer, brings the data back into ptr. */
+/* A zeroed buffer where the rank's tasks run: in its GPU's memory when it has a CUDA
+ * worker (allocated by StarPU there, with no host copy: the host reaches it through
+ * sp_exec_buf_read and _write, or StarPU makes one for a host transfer), else in host
+ * memory. The executor owns the memory; unregister frees it. */
+sp_status sp_exec_buf_create(sp_exec_buf **out, size_t count, size_t elemsize);
+/* 1 when b lives in device memory (sp_exec_buf_create on a GPU rank). */
+int sp_exec_buf_on_device(const sp_exec_buf *b);
+/* Copies bytes [off, off + len) of b to dst, or from src into b, once the tasks and
+ * transfers submitted before have ended, straight between the buffer's own memory and
+ * the caller's (no whole host copy of a device buffer; pieces of 64 MiB). */
+sp_status sp_exec_buf_read(sp_exec_buf *b, size_t off, size_t len, void *dst);
+sp_status sp_exec_buf_write(sp_exec_buf *b, size_t off, size_t len, const void *src);
+
+/* Waits for the tasks and transfers using the buffer, brings the data back into ptr
+ * (frees what sp_exec_buf_create allocated). */
 sp_status sp_exec_buf_unregister(sp_exec_buf *b);
 size_t sp_exec_buf_count(const sp_exec_buf *b);
 

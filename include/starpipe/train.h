@@ -143,6 +143,9 @@ typedef struct {
     size_t optimizer; /* of persistent: the AdamW moments (1/R of them when sharded) */
     size_t staging;   /* outside the plan: copies of sends still in flight (with the
                          default transport), at their high-water mark */
+    size_t host;      /* of transient + persistent, what is in host memory: all of it on
+                         a CPU rank; on a GPU rank only what the host reads or writes
+                         (inputs, losses, the norm's terms), the rest is device memory */
 } sp_train_memory;
 sp_train_memory sp_trainer_memory(const sp_trainer *t);
 

@@ -680,6 +680,21 @@ static std::map<uintptr_t, size_t> &registered(void)
 }
 static bool peer_on[MAX_DEVICES][MAX_DEVICES];
 
+/* host bytes pinned now (blocks and registered ranges), and the most at once */
+static unsigned long long pinned_peak;
+static unsigned long long pinned_now(void)
+{
+    unsigned long long n = 0;
+    for (auto &b : pinned()) n += b.second;
+    for (auto &r : registered()) n += r.second;
+    return n;
+}
+static void pinned_grew(void)
+{
+    unsigned long long n = pinned_now();
+    if (n > pinned_peak) pinned_peak = n;
+}
+
 static int in_ranges(std::map<uintptr_t, size_t> &m, const void *p)
 {
     auto it = m.upper_bound((uintptr_t)p);
@@ -722,6 +737,23 @@ int starpipe_fake_gpu_stats(int dev, unsigned long long out[7])
     static_assert(SP_EMU_NCOUNTS == 7, "starpipe_fake_gpu_stats gives 7 counters");
     for (int i = 0; i < SP_EMU_NCOUNTS; i++)
         out[i] = counts[dev][i];
+    return 0;
+}
+
+/* What tests/gpu/fake reads (dlsym): the process's pinned host bytes now and at most
+ * since it started (cudaHostAlloc'ed blocks and cudaHostRegister'ed ranges), and how
+ * many of the bytes now are in blocks of exactly `chunk` bytes (an allocator's chunks,
+ * such as StarPU's 32 MiB ones for small buffers). */
+int starpipe_fake_gpu_pinned(unsigned long long chunk, unsigned long long out[3])
+{
+    sp_emu_guard g(sp_emu_mutex());
+    if (!out)
+        return -1;
+    out[0] = pinned_now();
+    out[1] = pinned_peak;
+    out[2] = 0;
+    for (auto &b : pinned())
+        if (b.second == chunk) out[2] += b.second;
     return 0;
 }
 
@@ -949,6 +981,7 @@ cudaError_t cudaHostAlloc(void **ptr, size_t bytes, unsigned flags)
     if (!*ptr)
         return cudaErrorMemoryAllocation;
     pinned()[(uintptr_t)*ptr] = bytes;
+    pinned_grew();
     return cudaSuccess;
 }
 
@@ -986,6 +1019,7 @@ cudaError_t cudaHostRegister(void *ptr, size_t bytes, unsigned flags)
     if (side(ptr, 0) != HOST)
         return cudaErrorInvalidValue;
     registered()[(uintptr_t)ptr] = bytes;
+    pinned_grew();
     return cudaSuccess;
 }
 

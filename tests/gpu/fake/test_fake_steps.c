@@ -32,6 +32,7 @@
 
 enum { H2D, D2H, D2D, NCCL_SENT, NCCL_RECV, KERNELS, GEMMS, NCOUNTS };
 typedef int (*stats_fn)(int dev, unsigned long long out[NCOUNTS]);
+typedef int (*pinned_fn)(unsigned long long chunk, unsigned long long out[3]);
 
 static int bad; /* FAIL (train_check.h) counts here */
 
@@ -50,12 +51,13 @@ int main(int argc, char **argv)
               sharded = argc > 1 && !strcmp(argv[1], "replicas-sharded"),
               nccl = replicated || (argc > 1 && !strcmp(argv[1], "nccl")), R = 1 + replicated;
     stats_fn stats_of = (stats_fn)dlsym(RTLD_DEFAULT, "starpipe_fake_gpu_stats");
+    pinned_fn pinned_of = (pinned_fn)dlsym(RTLD_DEFAULT, "starpipe_fake_gpu_pinned");
     if (sp_exec_init(&argc, &argv, &(sp_exec_opts){ 0 }) != SP_OK) {
         fprintf(stderr, "init: %s\n", sp_last_error());
         return 1;
     }
     const int P = sp_exec_size() / R, me = sp_exec_rank(), m = 2 * P, steps = 6, warm = 3;
-    if (!stats_of || sp_exec_num_cuda() != 1) {
+    if (!stats_of || !pinned_of || sp_exec_num_cuda() != 1) {
         if (me == 0)
             printf("SKIP: %s\n", !stats_of ? "not on the fake device (starpipe_fake_gpu_stats)"
                                           : "no CUDA worker");
@@ -63,17 +65,25 @@ int main(int argc, char **argv)
         return 77;
     }
     sp_status st;
-    sp_gpt_config c = { .vocab = 256, .context = 16, .layers = 2 * P, .heads = 2,
-                        .channels = 16, .batch = 2, .stages = P };
-    sp_graph *g = sp_model_gpt(&c, &st);
+    const char *name = argc > 2 ? argv[2] : "1f1b";
+    const int v = !strcmp(name, "interleaved-1f1b") || !strcmp(name, "zb-v") ||
+                  !strcmp(name, "dualpipe-v") ? 2 : 1, nstages = sp_schedule_builtin_stages(name, P, v);
+    sp_gpt_config c = { .vocab = 256, .context = 16, .layers = 2 * nstages, .heads = 2,
+                        .channels = 16, .batch = 2, .stages = nstages };
+    sp_graph *g = nstages > 0 ? sp_model_gpt(&c, &st) : NULL;
     sp_program *p = g ? sp_program_build(g, &st) : NULL;
     sp_schedule *sch = NULL;
-    if (!p || sp_schedule_builtin("1f1b", P, m, 1, &sch) != SP_OK) {
+    if (!p || sp_schedule_builtin(name, P, m, v, &sch) != SP_OK) {
         fprintf(stderr, "setup: %s\n", sp_last_error());
         return 1;
     }
     sp_adamw_config opt;
     sp_adamw_defaults(&opt);
+    /* StarPU 1.3 takes host copies of 4 MiB or less in 16 KiB blocks from pinned chunks
+     * of 32 MiB (datawizard/malloc.c: CHUNK_SIZE, CHUNK_ALLOC_MAX, CHUNK_ALLOC_MIN) */
+    const unsigned long long chunk = 32ull << 20, chunk_max = chunk / 8, block = 16384;
+    unsigned long long pin0[3]; /* before the trainer: what StarPU and MPI pinned */
+    pinned_of(chunk, pin0);
     sp_trainer *t = sp_trainer_create(p, sch,
                                       &(sp_train_opts){ .opt = opt, .seed = 5, .replicas = R,
                                                         .shard_optimizer = sharded },
@@ -102,6 +112,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "sp_nccl_calls: %s\n", sp_last_error());
         return 1;
     }
+    /* the most host memory StarPU's copies of what StarPU-MPI moves can take: small ones
+     * in chunks, large ones on their own */
+    unsigned long long small = 0, large = 0;
+    for (int j = 0; j < pl->ninstr[actor]; j++) {
+        const sp_instr *in = &pl->instr[actor][j];
+        int on_nccl = 0;
+        for (int k = 0; k < ncalls; k++) on_nccl |= calls[k].instr == j;
+        if ((in->op == SP_OP_SEND || in->op == SP_OP_RECV) && !on_nccl)
+            *(in->bytes > chunk_max ? &large : &small) +=
+                in->bytes > chunk_max ? in->bytes : (in->bytes + block - 1) / block * block;
+    }
+    const unsigned long long in_chunks = (small + chunk - 1) / chunk * chunk;
     for (int k = 0; k < ncalls; k++) {
         const int send = calls[k].op == SP_OP_SEND;
         *(send ? &nccl_sent : &nccl_recv) += calls[k].bytes;
@@ -148,7 +170,7 @@ int main(int argc, char **argv)
         for (int k = 0; k < c.batch * c.context; k++)
             ((int32_t *)in[i])[k] = (int32_t)(sp_mix64((uint64_t)(i * 131 + k)) % 256);
     }
-    unsigned long long before[NCOUNTS] = { 0 }, after[NCOUNTS];
+    unsigned long long before[NCOUNTS] = { 0 }, after[NCOUNTS], pin[3];
     size_t host = 0;
     for (int step = 1; step <= steps && !bad; step++) {
         if (step == warm + 1) counters(stats_of, before);
@@ -163,6 +185,7 @@ int main(int argc, char **argv)
                  s.host_bytes, warm + 1);
     }
     counters(stats_of, after);
+    pinned_of(chunk, pin);
     const int n = steps - warm;
     unsigned long long d[NCOUNTS];
     for (int i = 0; i < NCOUNTS; i++) d[i] = (after[i] - before[i]) / (unsigned long long)n;
@@ -184,6 +207,32 @@ int main(int argc, char **argv)
         FAIL("NCCL carries none of the plan's messages");
     if (!d[KERNELS] || !d[GEMMS])
         FAIL("no kernels (%llu) or cuBLAS calls (%llu) ran on the device", d[KERNELS], d[GEMMS]);
+    /* Host memory: the buffers the host reads or writes (inputs, losses, the norm's
+     * terms) in full, the transport's staging, and at most one host copy of each buffer
+     * StarPU-MPI moved (StarPU's, `large` on their own and the small ones in chunks);
+     * never the parameters, gradients, moments or activations. */
+    unsigned long long host_min = 0;
+    for (int k = 0; k < nin; k++)
+        host_min += (unsigned long long)m * sp_program_buf_bytes(p, SP_BUF_INPUT, k);
+    for (int s = 0; s < S; s++)
+        if (sp_trainer_owns_stage(t, s))
+            host_min += (unsigned long long)np * sizeof(double) +
+                        (s == S - 1 ? (unsigned long long)m * sizeof(float) : 0);
+    const unsigned long long host_max = host_min + large + sp_trainer_memory(t).staging,
+                             own = (pin[0] - pin[2]) - (pin0[0] - pin0[2]),
+                             chunks = pin[2] - pin0[2];
+    printf("rank %d: pinned host memory: %llu bytes in blocks of their own (the host's buffers "
+           "%llu, with large StarPU-MPI copies and staging at most %llu), %llu in StarPU's "
+           "chunks (at most %llu); %llu before the trainer, peak %llu; the rank's slabs %zu\n",
+           me, own, host_min, host_max, chunks, in_chunks, pin0[0], pin[1],
+           (size_t)sp_trainer_memory(t).persistent);
+    if (sp_trainer_memory(t).host != host_min)
+        FAIL("the trainer says it holds %zu bytes of host memory, the host's buffers are %llu",
+             sp_trainer_memory(t).host, host_min);
+    if (own < host_min || own > host_max || chunks > in_chunks)
+        FAIL("host memory pinned for the trainer: %llu bytes in blocks of their own and %llu "
+             "in chunks, expected %llu to %llu and at most %llu", own, chunks, host_min,
+             host_max, in_chunks);
     if (host / n >= params / 4)
         FAIL("the host touches %zu bytes a step, a quarter of the parameters (%zu)", host / n,
              params);
