@@ -7,17 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <hwloc.h>
-
 #include "runtime/binding_impl.h"
 #include "runtime/checks.h"
 #include "runtime/gpumap.h"
+#include "runtime/topology.h"
 
-/* StarPU's binding ids are hwloc logical PU indexes, the kernel's are OS indexes. */
-static int to_logical(hwloc_topology_t topo, int os)
+void sp_binding_near(const char *busid, cpu_set_t *near, char *where, size_t len)
 {
-    hwloc_obj_t pu = hwloc_get_pu_obj_by_os_index(topo, (unsigned)os);
-    return pu ? (int)pu->logical_index : -1;
+    sp_topo *topo;
+    CPU_ZERO(near);
+    if (where && len) where[0] = '\0';
+    if (sp_topo_host(1, &topo) == SP_OK)
+        sp_topo_pci_cpus(topo, busid, near, where, len);
 }
 
 sp_status sp_binding_plan(MPI_Comm node, int want, const cpu_set_t *near, int gpus,
@@ -49,10 +50,20 @@ sp_status sp_binding_plan(MPI_Comm node, int want, const cpu_set_t *near, int gp
         return sp_comm_mpi_error(__FILE__, __LINE__, "MPI_Allgather", rc);
     }
     for (int i = 0; i < lsize; i++) masks[i] = all[2 * i], nears[i] = all[2 * i + 1];
-    /* The CPUs this rank may use, in OS numbering (runtime/gpumap.c). */
-    int cpus[CPU_SETSIZE];
-    int ncpus = sp_binding_split(masks, lsize, lrank, nears, cpus);
-    free(all), free(masks), free(nears);
+    /* The CPUs this rank may use, in OS numbering, one PU per physical core first
+     * (runtime/gpumap.c), from the host's cores, NUMA nodes and packages (hwloc: the
+     * ranks of a host see the same). StarPU's binding ids are hwloc logical PU indexes. */
+    sp_topo *topo = NULL;
+    sp_pu *pus = malloc(CPU_SETSIZE * sizeof *pus);
+    sp_status st = pus ? sp_topo_host(0, &topo)
+                       : sp_set_error(SP_ERR_NOMEM, "%s:%d: out of memory", __FILE__, __LINE__);
+    int cpus[CPU_SETSIZE], numa = -1, ncpus = 0;
+    if (!st)
+        ncpus = sp_binding_split(pus, sp_topo_pus(topo, pus, CPU_SETSIZE), masks, lsize, lrank,
+                                 nears, cpus, &numa);
+    free(all), free(masks), free(nears), free(pus);
+    if (st)
+        return st;
 
     b->nworkers = want < 1 ? 1 : want;
     if (ncpus == 0) {
@@ -75,26 +86,28 @@ sp_status sp_binding_plan(MPI_Comm node, int want, const cpu_set_t *near, int gp
     if (b->nworkers > SP_BINDING_MAXW)
         b->nworkers = SP_BINDING_MAXW;
 
-    hwloc_topology_t topo;
-    if (hwloc_topology_init(&topo) != 0 || hwloc_topology_load(topo) != 0)
-        return sp_set_error(SP_ERR_RUNTIME, "%s:%d: hwloc topology discovery failed",
-                            __FILE__, __LINE__);
     int len = snprintf(b->desc, sizeof b->desc, "cpus");
     for (int i = 0; i < b->nworkers; i++) {
-        b->worker_cpus[i] = to_logical(topo, cpus[i]);
+        b->worker_cpus[i] = sp_topo_logical(topo, cpus[i]);
         if (len < (int)sizeof b->desc)
             len += snprintf(b->desc + len, sizeof b->desc - (size_t)len, " %d", cpus[i]);
     }
-    b->cuda_cpu = cuda_at >= 0 ? to_logical(topo, cpus[cuda_at]) : -1;
+    b->cuda_cpu = cuda_at >= 0 ? sp_topo_logical(topo, cpus[cuda_at]) : -1;
     if (cuda_at >= 0 && len < (int)sizeof b->desc)
         len += snprintf(b->desc + len, sizeof b->desc - (size_t)len, ", CUDA worker cpu %d",
                         cpus[cuda_at]);
+    if (len < (int)sizeof b->desc) {
+        if (numa >= 0)
+            len += snprintf(b->desc + len, sizeof b->desc - (size_t)len, ", NUMA node %d", numa);
+        else
+            len += snprintf(b->desc + len, sizeof b->desc - (size_t)len,
+                            ", NUMA node unknown or several");
+    }
     /* The progress thread takes a spare core of this rank if there is one; else it is
      * left unbound (-1): as fast as sharing the worker's core (runtime/README.md), and
      * StarPU then does not warn on every start about binding two threads to one core. */
     int used = b->nworkers + (cuda_at >= b->nworkers ? 1 : 0);
-    b->mpi_cpu = used < ncpus ? to_logical(topo, cpus[used]) : -1;
-    hwloc_topology_destroy(topo);
+    b->mpi_cpu = used < ncpus ? sp_topo_logical(topo, cpus[used]) : -1;
     for (int i = 0; i < b->nworkers; i++)
         if (b->worker_cpus[i] < 0)
             return sp_set_error(SP_ERR_RUNTIME, "%s:%d: hwloc does not know CPU %d",

@@ -3,6 +3,7 @@
 #define STARPIPE_BINDING_IMPL_H
 
 #include <sched.h> /* cpu_set_t: the including file defines _GNU_SOURCE first */
+#include <stddef.h>
 
 #include <mpi.h>
 
@@ -26,6 +27,10 @@ typedef struct sp_binding {
  * spare. */
 sp_status sp_binding_plan(MPI_Comm node, int want, const cpu_set_t *near, int gpus,
                           sp_binding *b);
+/* The CPUs near the PCI device busid (as cudaDeviceGetPCIBusId writes it), from the
+ * host's hwloc topology (loaded once for the process, runtime/topology.c); empty when
+ * unknown. where: the hwloc object they belong to, e.g. "Package L#1" ("" when unknown). */
+void sp_binding_near(const char *busid, cpu_set_t *near, char *where, size_t len);
 /* Exports the plan as StarPU variables; ones the user already set are kept. */
 void sp_binding_apply(const sp_binding *b);
 

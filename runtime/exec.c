@@ -1542,7 +1542,7 @@ static void bus_lock(void)
 }
 
 /* This rank's GPU (runtime/gpumap.c) from what the CUDA runtime sees, and the CPUs near
- * it (sysfs, by the device's PCI address; empty when unknown). */
+ * it (hwloc, by the device's PCI address; empty when unknown). */
 static sp_status choose_gpu(MPI_Comm node, sp_gpu_choice *gpu, cpu_set_t *near)
 {
     int lrank, lsize, ngpus = 0;
@@ -1555,15 +1555,13 @@ static sp_status choose_gpu(MPI_Comm node, sp_gpu_choice *gpu, cpu_set_t *near)
     sp_status st = sp_gpu_choose(lrank, lsize, ngpus, env.gpu,
                                  getenv("CUDA_VISIBLE_DEVICES"), gpu);
 #ifdef STARPIPE_HAVE_CUDA
-    char bus[64], path[128], list[1024];
+    char bus[64], where[64];
     if (st == SP_OK && gpu->device >= 0 &&
         cudaDeviceGetPCIBusId(bus, sizeof bus, gpu->device) == cudaSuccess) {
-        for (char *c = bus; *c; c++) *c = (char)tolower((unsigned char)*c);
-        snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/local_cpulist", bus);
-        FILE *f = fopen(path, "r");
-        if (f && fgets(list, sizeof list, f) && sp_parse_cpulist(list, near) != SP_OK)
-            CPU_ZERO(near); /* unknown: the plain split */
-        if (f) fclose(f);
+        sp_binding_near(bus, near, where, sizeof where); /* empty: unknown, the plain split */
+        size_t k = strlen(gpu->line);
+        snprintf(gpu->line + k, sizeof gpu->line - k, ", PCI %s under %s", bus,
+                 where[0] ? where : "an unknown node (hwloc does not list it)");
     }
 #endif
     return st;

@@ -123,41 +123,139 @@ static int disjoint(const cpu_set_t *all, int n)
     return 1;
 }
 
-/* Entry k of `n` equal parts of set (in CPU order) into cpus; returns the count. */
-static int part_of(const cpu_set_t *set, int k, int n, int *cpus)
+/* The host as sp_binding_split sees it: the PUs given, in their order, then any CPU of
+ * the masks they miss, each as its own core with nothing known; at: OS index -> entry. */
+typedef struct {
+    sp_pu pu[CPU_SETSIZE];
+    int at[CPU_SETSIZE];
+    int n;
+} host;
+
+static void host_fill(host *h, const sp_pu *pus, int npus, const cpu_set_t *uni)
 {
-    int total = CPU_COUNT(set), per = n > 0 ? total / n : 0, seen = 0, got = 0;
-    for (int c = 0; c < CPU_SETSIZE && per > 0; c++)
-        if (CPU_ISSET(c, set)) {
-            if (seen >= k * per && seen < (k + 1) * per) cpus[got++] = c;
-            seen++;
+    h->n = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++) h->at[c] = -1;
+    for (int i = 0; i < npus && h->n < CPU_SETSIZE; i++)
+        if (pus[i].os >= 0 && pus[i].os < CPU_SETSIZE && h->at[pus[i].os] < 0) {
+            h->at[pus[i].os] = h->n;
+            h->pu[h->n++] = pus[i];
         }
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, uni) && h->at[c] < 0) {
+            h->at[c] = h->n;
+            h->pu[h->n++] = (sp_pu){ .os = c, .core = -1 - c, .numa = -1, .package = -1 };
+        }
+}
+
+/* The PUs of set in the order threads take them: the first PU of each physical core (in
+ * the host's order), then the cores' other hyperthreads. Returns the count; *ncores: how
+ * many of them come first, one per core. */
+static int ordered(const host *h, const cpu_set_t *set, int *cpus, int *ncores)
+{
+    int n = 0;
+    char taken[CPU_SETSIZE] = { 0 };
+    for (int i = 0; i < h->n; i++) {
+        if (!CPU_ISSET(h->pu[i].os, set)) continue;
+        int first = 1; /* no earlier PU of set on this core */
+        for (int j = 0; j < n && first; j++)
+            first = h->pu[h->at[cpus[j]]].core != h->pu[i].core;
+        if (first) {
+            taken[i] = 1;
+            cpus[n++] = h->pu[i].os;
+        }
+    }
+    *ncores = n;
+    for (int i = 0; i < h->n; i++)
+        if (!taken[i] && CPU_ISSET(h->pu[i].os, set)) cpus[n++] = h->pu[i].os;
+    return n;
+}
+
+/* The NUMA node (else the package) under which the CPUs near a GPU sit, as the set of
+ * that node's CPUs within uni; near itself when neither is known or it spans several. */
+static void domain_of(const host *h, const cpu_set_t *near, const cpu_set_t *uni, cpu_set_t *dom)
+{
+    for (int level = 0; level < 2; level++) {
+        int id = -2; /* -2: none seen yet; -1: unknown or several */
+        for (int i = 0; i < h->n; i++)
+            if (CPU_ISSET(h->pu[i].os, near)) {
+                int v = level == 0 ? h->pu[i].numa : h->pu[i].package;
+                id = id == -2 || id == v ? v : -1;
+            }
+        if (id < 0) continue;
+        CPU_ZERO(dom);
+        for (int i = 0; i < h->n; i++)
+            if ((level == 0 ? h->pu[i].numa : h->pu[i].package) == id && CPU_ISSET(h->pu[i].os, uni))
+                CPU_SET(h->pu[i].os, dom);
+        return;
+    }
+    CPU_AND(dom, near, uni);
+}
+
+/* Part k of n of set: an even share of its physical cores, with their hyperthreads; with
+ * more parts than cores, an even share of the hyperthreads (first ones first); else
+ * nothing. Remainders stay unused, so that every part has the same count. */
+static int part_of(const host *h, const cpu_set_t *set, int k, int n, int *cpus)
+{
+    int order[CPU_SETSIZE], ncores, total = ordered(h, set, order, &ncores);
+    if (n <= 0) return 0;
+    int per = ncores / n, got = 0;
+    if (per > 0) {
+        cpu_set_t mine;
+        CPU_ZERO(&mine);
+        for (int i = k * per; i < (k + 1) * per; i++)
+            for (int q = 0; q < h->n; q++)
+                if (h->pu[q].core == h->pu[h->at[order[i]]].core && CPU_ISSET(h->pu[q].os, set))
+                    CPU_SET(h->pu[q].os, &mine);
+        return ordered(h, &mine, cpus, &ncores);
+    }
+    per = total / n;
+    for (int i = k * per; i < (k + 1) * per; i++) cpus[got++] = order[i];
     return got;
 }
 
-int sp_binding_split(const cpu_set_t *all, int lsize, int lrank, const cpu_set_t *near,
-                     int *cpus)
+static int numa_of(const host *h, const int *cpus, int n)
 {
-    int n = 0;
-    if (disjoint(all, lsize)) { /* the launcher split them: each keeps its own */
-        for (int c = 0; c < CPU_SETSIZE; c++)
-            if (CPU_ISSET(c, &all[lrank])) cpus[n++] = c;
-        return n;
+    int id = -2;
+    for (int i = 0; i < n; i++) {
+        int v = h->pu[h->at[cpus[i]]].numa;
+        id = id == -2 || id == v ? v : -1;
     }
+    return id < 0 ? -1 : id;
+}
+
+int sp_binding_split(const sp_pu *pus, int npus, const cpu_set_t *masks, int lsize, int lrank,
+                     const cpu_set_t *near, int *cpus, int *numa)
+{
     cpu_set_t uni;
     CPU_ZERO(&uni);
-    for (int i = 0; i < lsize; i++) CPU_OR(&uni, &uni, &all[i]);
-    if (near && CPU_COUNT(&near[lrank])) {
-        /* the ranks whose GPUs are near the same CPUs share those CPUs */
-        cpu_set_t mine;
-        CPU_AND(&mine, &uni, &near[lrank]);
-        int group = 0, pos = 0;
-        for (int i = 0; i < lsize; i++)
-            if (CPU_EQUAL(&near[i], &near[lrank])) {
-                if (i < lrank) pos++;
-                group++;
+    for (int i = 0; i < lsize; i++) CPU_OR(&uni, &uni, &masks[i]);
+    host *h = malloc(sizeof *h);
+    if (!h) return 0;
+    host_fill(h, pus, npus, &uni);
+    int n = 0, ncores;
+    /* the launcher split them: each keeps its own (one rank: its GPU's node within it) */
+    if (lsize > 1 && disjoint(masks, lsize)) {
+        n = ordered(h, &masks[lrank], cpus, &ncores);
+    } else {
+        if (near && CPU_COUNT(&near[lrank])) {
+            /* the ranks whose GPUs sit under the same node share its cores */
+            cpu_set_t mine, other;
+            domain_of(h, &near[lrank], &uni, &mine);
+            int group = 0, pos = 0;
+            for (int i = 0; i < lsize; i++) {
+                if (!CPU_COUNT(&near[i])) continue;
+                domain_of(h, &near[i], &uni, &other);
+                if (CPU_EQUAL(&other, &mine)) {
+                    pos += i < lrank;
+                    group++;
+                }
             }
-        if (CPU_COUNT(&mine) >= group && (n = part_of(&mine, pos, group, cpus)) > 0) return n;
+            n = part_of(h, &mine, pos, group, cpus);
+        }
+        if (n == 0)
+            n = part_of(h, &uni, lrank, lsize, cpus);
     }
-    return part_of(&uni, lrank, lsize, cpus);
+    if (numa) *numa = numa_of(h, cpus, n);
+    free(h);
+    return n;
 }

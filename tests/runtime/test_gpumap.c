@@ -2,7 +2,7 @@
  * variables that make StarPU open only it, for nodes of 0, 1, 4 and 8 GPUs and 1..16
  * local ranks; STARPIPE_GPU overrides (none, a number, a list) and their refusals; the
  * physical name under CUDA_VISIBLE_DEVICES; and the cores each rank gets near its GPU on
- * a two-socket node (runtime/gpumap.c). */
+ * a two-socket node, by NUMA node, package and physical core (runtime/gpumap.c). */
 #define _GNU_SOURCE /* cpu_set_t */
 #include <stdlib.h>
 #include <string.h>
@@ -85,23 +85,67 @@ static void cores(void)
         near[r] = sock[r / 4];
     }
     for (int r = 0; r < L; r++) {
-        int cpus[CPU_SETSIZE], n = sp_binding_split(all, L, r, near, cpus);
+        int cpus[CPU_SETSIZE], n = sp_binding_split(NULL, 0, all, L, r, near, cpus, NULL);
         CHECK(n == 8 && cpus[0] == 8 * r && cpus[7] == 8 * r + 7, "rank %d: %d cpus from %d", r,
               n, n ? cpus[0] : -1);
     }
     /* GPUs of rank 0..3 on socket 1 instead: those ranks move there */
     for (int r = 0; r < L; r++) near[r] = sock[1 - r / 4];
-    int cpus[CPU_SETSIZE], n = sp_binding_split(all, L, 1, near, cpus);
+    int cpus[CPU_SETSIZE], n = sp_binding_split(NULL, 0, all, L, 1, near, cpus, NULL);
     CHECK(n == 8 && cpus[0] == 40, "rank 1 near socket 1: first cpu %d", n ? cpus[0] : -1);
     /* nothing known: an even split; launcher masks that are disjoint are kept */
-    n = sp_binding_split(all, L, 5, NULL, cpus);
+    n = sp_binding_split(NULL, 0, all, L, 5, NULL, cpus, NULL);
     CHECK(n == 8 && cpus[0] == 40, "even split: rank 5 first cpu %d", cpus[0]);
     for (int r = 0; r < L; r++) {
         CPU_ZERO(&all[r]);
         CPU_SET(63 - r, &all[r]);
     }
-    n = sp_binding_split(all, L, 2, near, cpus);
+    n = sp_binding_split(NULL, 0, all, L, 2, near, cpus, NULL);
     CHECK(n == 1 && cpus[0] == 61, "launcher's mask kept: %d", cpus[0]);
+}
+
+/* The node a GPU sits under, from a small PU table (tests/runtime/test_topology.c has real
+ * topologies): 2 packages of 2 NUMA nodes of 2 cores of 2 hyperthreads, PU p on core p/2,
+ * NUMA node p/4, package p/8. */
+static void nodes(void)
+{
+    enum { N = 16, L = 4 };
+    sp_pu pus[N];
+    cpu_set_t all[L], near[L];
+    for (int p = 0; p < N; p++) pus[p] = (sp_pu){ p, p / 2, p / 4, p / 8 };
+    for (int r = 0; r < L; r++) sp_parse_cpulist("0-15", &all[r]);
+    /* GPUs under NUMA node 0 (ranks 0, 1) and node 3 (ranks 2, 3): one core each */
+    sp_parse_cpulist("0-3", &near[0]), near[1] = near[0];
+    sp_parse_cpulist("12-15", &near[2]), near[3] = near[2];
+    int cpus[CPU_SETSIZE], numa, n = sp_binding_split(pus, N, all, L, 3, near, cpus, &numa);
+    CHECK(n == 2 && cpus[0] == 14 && cpus[1] == 15 && numa == 3, "NUMA node 3: %d cpus from %d, "
+          "node %d", n, cpus[0], numa);
+    /* a GPU under a package of two NUMA nodes (its CPUs: the package's): the ranks under
+     * it share the package, whole cores first */
+    sp_parse_cpulist("8-15", &near[2]), near[3] = near[2];
+    n = sp_binding_split(pus, N, all, L, 2, near, cpus, &numa);
+    CHECK(n == 4 && cpus[0] == 8 && cpus[1] == 10 && cpus[2] == 9 && numa == 2,
+          "package 1: %d cpus from %d %d, node %d", n, cpus[0], cpus[1], numa);
+    /* NUMA nodes unknown: by package */
+    for (int p = 0; p < N; p++) pus[p].numa = -1;
+    sp_parse_cpulist("12-13", &near[2]), near[3] = near[2];
+    n = sp_binding_split(pus, N, all, L, 3, near, cpus, &numa);
+    CHECK(n == 4 && cpus[0] == 12 && cpus[1] == 14 && numa == -1,
+          "package unknown NUMA: %d cpus from %d %d, node %d", n, cpus[0], cpus[1], numa);
+    /* more ranks than cores: the hyperthreads, one each, first ones first */
+    cpu_set_t few[L];
+    for (int r = 0; r < L; r++) sp_parse_cpulist("0-3", &few[r]);
+    const int spread[L] = { 0, 2, 1, 3 };
+    for (int r = 0; r < L; r++) {
+        n = sp_binding_split(pus, N, few, L, r, NULL, cpus, NULL);
+        CHECK(n == 1 && cpus[0] == spread[r], "4 ranks on 2 cores: rank %d has %d "
+              "cpus from %d", r, n, cpus[0]);
+    }
+    /* more ranks than PUs: none */
+    CHECK(sp_binding_split(pus, N, few, 3, 0, NULL, cpus, NULL) == 1, "3 ranks on 4 PUs");
+    cpu_set_t two[3];
+    for (int r = 0; r < 3; r++) sp_parse_cpulist("0-1", &two[r]);
+    CHECK(sp_binding_split(pus, N, two, 3, 0, NULL, cpus, NULL) == 0, "3 ranks on 2 PUs");
 }
 
 int main(void)
@@ -109,5 +153,6 @@ int main(void)
     automatic();
     overrides();
     cores();
+    nodes();
     return check_summary("test_gpumap");
 }
