@@ -135,7 +135,8 @@ static void wake(const char *mask)
  * there, and the copies overlap the task that runs meanwhile. Asked before the task is
  * in a list, so no worker can pop it yet, and without d->lock (the prefetch takes the
  * data's locks, under which StarPU may push). CPU workers read host memory in place:
- * nothing to prefetch for them. */
+ * nothing to prefetch for them. STARPU_PREFETCH=0 turns it off, as for StarPU's own
+ * policies (tests/gpu/check.sh measures a step both ways). */
 static void prefetch_for_device(unsigned ctx, struct starpu_task *task)
 {
     struct starpu_worker_collection *workers = starpu_sched_ctx_get_worker_collection(ctx);
@@ -156,7 +157,7 @@ static int push_task(struct starpu_task *task)
     unsigned ctx = task->sched_ctx;
     struct sp_policy_data *d = policy_data(ctx);
 
-    if (is_ordered(task) && starpu_cuda_worker_get_count() > 0)
+    if (is_ordered(task) && starpu_cuda_worker_get_count() > 0 && starpu_get_prefetch_flag())
         prefetch_for_device(ctx, task);
     starpu_worker_relax_on();
     pthread_mutex_lock(&d->lock);

@@ -7,7 +7,9 @@
 #   (a) the CUDA kernel checks (tests/gpu/test_cuda_kernels),
 #   (b) starpipe-gpt --check with 1 actor, and with 2 ranks sharing the GPU (MPI;
 #       with --eval-every 2: the forward-only evaluation checked too),
-#   (c) a larger GPT: step times and the TFLOP/s of the largest stage task.
+#   (c) a larger GPT: step times and the TFLOP/s of the largest stage task,
+#   (d) host memory per rank (buffers in device memory only), step time with the
+#       policy's prefetch off and on, and a 2-rank NCCL run where there are 2 GPUs.
 # Every phase has a banner and a time limit; the whole run stays under CHECK_BUDGET_S
 # (470 s). Log: $OUT/gpu-check.log when OUT is set, else BUILD/check-logs/. Exit 0 only
 # when every phase passed. See tests/gpu/README.md.
@@ -347,6 +349,65 @@ EOF
     record NOTICE "5. (c) bench_gpu_stage" "binary missing; TFLOP/s estimated"
   fi
   grep -hiE "tflop" "$logdir/kernels.log" 2>/dev/null | sed 's/^/sgemm: /' || true
+fi
+
+# ---------------------------------------------------------------- 6. (d) memory, prefetch, NCCL
+# peak_rss CMD...: runs CMD; prints the largest resident set (VmHWM: pinned pages count)
+# that each starpipe-gpt process reached, polled every 0.2 s
+peak_rss() {
+  "$@" &
+  local pid=$! p v rc exe
+  exe=$(readlink -f "$gpt")
+  declare -A hwm=()
+  while kill -0 "$pid" 2>/dev/null; do
+    for p in $(pgrep -f "$gpt" || true); do
+      [ "$(readlink "/proc/$p/exe" 2>/dev/null)" = "$exe" ] || continue # not mpirun, not bash
+      v=$(awk '/^VmHWM/ {print $2}' "/proc/$p/status" 2>/dev/null || true)
+      [ -n "$v" ] && ((v > ${hwm[$p]:-0})) && hwm[$p]=$v
+    done
+    sleep 0.2
+  done
+  wait "$pid" && rc=0 || rc=$?
+  for p in "${!hwm[@]}"; do echo "host memory: process $p peaked at $((hwm[$p] / 1024)) MiB resident"; done
+  return "$rc"
+}
+export -f peak_rss
+export gpt
+if ((built)); then
+  # Buffers live in device memory only (runtime/buffers.c): each rank's host memory stays
+  # near its inputs and code, far below its slabs (STARPIPE_VERBOSE prints them: the
+  # trainer's own count of host bytes next to the device's). Two ranks share the GPU, so
+  # the boundary tensors go through the host (StarPU's copies) and the policy's prefetch
+  # has copies to overlap: the same run with STARPU_PREFETCH=0, alternated, twice each.
+  # shellcheck disable=SC2086
+  run_phase "6. (d) host memory per rank (2 ranks on the GPU, $perf_args)" 120 mem \
+    bash -c 'peak_rss "$@"' _ mpirun -np 2 -x STARPU_NCUDA=$ncuda -x STARPIPE_VERBOSE=1 "$gpt" \
+      "${data[@]}" $perf_args --actors 2
+  if ((prc == 0)); then
+    record PASS "6. (d) host memory per rank" "$(grep -h '^host memory' "$logdir/mem.log" | sed 's/.*peaked at //' | paste -sd/) peak RSS"
+  else record FAIL "6. (d) host memory per rank" "rc $prc"; fi
+  pf=()
+  for k in 1 2; do
+    for v in 0 1; do
+      # shellcheck disable=SC2086
+      run_phase "6. (d) prefetch STARPU_PREFETCH=$v (run $k)" 90 "prefetch-$v-$k" \
+        mpirun -np 2 -x STARPU_NCUDA=$ncuda -x STARPU_PREFETCH=$v "$gpt" "${data[@]}" $perf_args --actors 2
+      ((prc == 0)) || { record FAIL "6. (d) prefetch runs" "rc $prc (STARPU_PREFETCH=$v)"; break 2; }
+      pf+=("$v=$(sed -n 's/^done:.*(\([0-9.]*\) ms per step).*/\1/p' "$logdir/prefetch-$v-$k.log")")
+    done
+  done
+  ((${#pf[@]} == 4)) && record PASS "6. (d) prefetch off/on ms per step" "${pf[*]}"
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  if ((${ngpu:-0} >= 2)); then
+    run_phase "6. (d) 2 ranks, a GPU each, NCCL carrying every boundary tensor" 120 nccl-2 \
+      mpirun -np 2 -x STARPU_NCUDA=$ncuda -x STARPIPE_NCCL_THRESHOLD=1 "$gpt" "${data[@]}" \
+        --actors 2 --steps 3 --check
+    if ((prc == 0)) && on_gpu nccl-2 && grep -q "NCCL carries" "$logdir/nccl-2.log"; then
+      record PASS "6. (d) 2-GPU NCCL --check" "${ptime}s"
+    else record FAIL "6. (d) 2-GPU NCCL --check" "rc $prc (or NCCL did not carry the tensors)"; fi
+  else
+    record SKIP "6. (d) 2-GPU NCCL --check" "${ngpu:-0} GPU(s) on this machine"
+  fi
 fi
 
 # ---------------------------------------------------------------- summary
