@@ -150,7 +150,8 @@ static sp_status nccl_init(const sp_transport_config *c, int *on, char *notice, 
         st = nccl_start(c->ncuda, why, sizeof why);
         tried = st == SP_OK;
     }
-    snprintf(notice, len, "%s", why);
+    snprintf(notice, len, "%s%s%s%s", why, !active && c->host ? " (" : "",
+             !active && c->host ? c->host : "", !active && c->host ? ")" : "");
     *on = active;
     return st;
 }
@@ -378,9 +379,9 @@ static sp_status build_group(const sp_xfer *x, int n, sp_xfer_group *g)
 
 static sp_status nccl_init(const sp_transport_config *c, int *on, char *notice, size_t len)
 {
-    (void)c;
     *on = 0;
-    snprintf(notice, len, "built without NCCL: GPU transfers are staged through host memory");
+    snprintf(notice, len, "built without NCCL: GPU transfers are staged through host memory%s%s%s",
+             c->host ? " (" : "", c->host ? c->host : "", c->host ? ")" : "");
     return SP_OK;
 }
 

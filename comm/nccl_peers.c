@@ -36,7 +36,9 @@ void sp_nccl_host_key(const char *hostname, const char *boot_id, const char *hos
     const char *b = boot_id ? boot_id : "";
     while (*b == ' ' || *b == '\t' || *b == '\n' || *b == '\r' || *b == '\v' || *b == '\f') b++;
     size_t w = strcspn(b, " \t\n\r\v\f"); /* fscanf's %ms: one word */
-    snprintf(key, len, "%s%.*s", hostname ? hostname : "", (int)w, b);
+    /* a key cut short only makes two hosts look alike: NCCL stays off, never wrongly on */
+    if (snprintf(key, len, "%s%.*s", hostname ? hostname : "", (int)w, b) >= (int)len)
+        key[len - 1] = '\0';
 }
 
 int64_t sp_nccl_bus_number(const char *bus)

@@ -69,6 +69,7 @@ typedef struct {
     int pieces;         /* direct: cut large transfers within a node into eager pieces */
     void (*poke)(void); /* wakes parked workers once a request is in flight (direct) */
     int ncuda;          /* CUDA workers of this rank (NCCL needs one on every rank) */
+    const char *host;   /* NCCL: the host transport's name, where GPU messages go without it */
 } sp_transport_config;
 
 typedef struct sp_transport {

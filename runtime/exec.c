@@ -1318,7 +1318,7 @@ sp_status sp_exec_groups_init(char *notice, size_t len)
     sp_status st = between_steps("sp_exec_groups_init");
     if (st)
         return st;
-    sp_transport_config c = { .world = X.comm, .ncuda = sp_exec_num_cuda() };
+    sp_transport_config c = { .world = X.comm, .ncuda = sp_exec_num_cuda(), .host = X.host->name };
     int active = 0;
     if ((st = sp_transport_nccl.init(&c, &active, notice, len)))
         return st;
