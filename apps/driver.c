@@ -18,6 +18,7 @@
 #include "base/files.h"
 #include "starpipe/data.h"
 #include "starpipe/exec.h"
+#include "starpipe/optim.h"
 #include "starpipe/plan.h"
 #include "starpipe/program.h"
 #include "starpipe/reference.h"
@@ -373,11 +374,61 @@ static double available_memory(void)
 
 /* What one actor holds at its peak, by part, in bytes. */
 enum { PART_PARAMS, PART_ACTS, PART_BOUNDARY, PART_SCRATCH, PART_INPUTS, PART_TASKS, PART_REF,
-       NPARTS };
+       PART_REPLICAS, NPARTS };
 static const char *const part_name[NPARTS] = {
     "parameters, gradients and AdamW moments", "saved activations", "boundary tensors",
     "task scratch space", "input batches", "bookkeeping of a step's tasks and transfers",
-    "reference interpreter (--check)" };
+    "reference interpreter (--check)", "replicas' gradient exchange buffers" };
+/* Where each part lives on a rank whose actor runs on a GPU: the device's memory, the
+ * host's, or both (the inputs: the host fills them, the tasks read a device copy). On a
+ * CPU rank everything is host memory. The host check before MPI (check_memory) still
+ * counts every part as host memory, GPU rank or not; once the buffers are device-resident
+ * (issue 25, item 1) it can count only the parts with PART_ON_HOST, per rank, as the
+ * device check (device_parts) counts those with PART_ON_DEVICE. */
+enum { PART_ON_HOST = 1, PART_ON_DEVICE = 2 };
+static const unsigned char part_where[NPARTS] = {
+    [PART_PARAMS] = PART_ON_DEVICE, [PART_ACTS] = PART_ON_DEVICE,
+    [PART_BOUNDARY] = PART_ON_DEVICE, [PART_SCRATCH] = PART_ON_DEVICE,
+    [PART_INPUTS] = PART_ON_HOST | PART_ON_DEVICE, [PART_TASKS] = PART_ON_HOST,
+    [PART_REF] = PART_ON_HOST, [PART_REPLICAS] = PART_ON_DEVICE };
+
+/* The largest part of na actors' parts (part[a][k] with part_where[k] & where): *wa, *wk. */
+static void largest_part(double (*part)[NPARTS], int na, unsigned where, int *wa, int *wk)
+{
+    *wa = 0, *wk = PART_PARAMS;
+    for (int a = 0; a < na; a++)
+        for (int k = 0; k < NPARTS; k++)
+            if ((part_where[k] & where) && part[a][k] > part[*wa][*wk]) *wa = a, *wk = k;
+}
+
+/* What lowers part k, in the flags' words: the host's memory (device 0) or a GPU's
+ * (device 1, where more stages and ZeRO-1 are the first levers). */
+static const char *part_remedy(const sp_app_model *m, const sp_app_opts *o, int k, int device,
+                               char *buf, size_t len)
+{
+    const char *params = m->param_flags ? m->param_flags : "the model's sizes";
+    const char *acts = m->act_flags ? m->act_flags : "the model's sizes";
+    if (!device)
+        return k == PART_PARAMS ? params
+             : k == PART_INPUTS ? "--microbatches or --batch"
+             : k == PART_TASKS ? "--microbatches"
+             : k == PART_REF ? "the model's sizes, or leave out --check"
+             : acts;
+    if (k == PART_PARAMS)
+        snprintf(buf, len, "more stages (--actors), %s, or a smaller %s",
+                 o->shard_optimizer ? "more replicas (--replicas, the AdamW shards shrink)"
+                                    : "--shard-optimizer (with --replicas)", params);
+    else if (k == PART_ACTS)
+        snprintf(buf, len, "more stages (--actors)%s, or a smaller %s",
+                 o->recompute ? "" : ", --recompute", acts);
+    else if (k == PART_REPLICAS)
+        snprintf(buf, len, "more stages (--actors), or a smaller %s", params);
+    else if (k == PART_INPUTS)
+        snprintf(buf, len, "--microbatches or --batch");
+    else
+        snprintf(buf, len, "%s", acts);
+    return buf;
+}
 /* What the runtime keeps per instruction of a step (its StarPU task, handles, plan
  * entry), measured: about 3.5 kB. */
 #define BYTES_PER_INSTR 4096.0
@@ -498,22 +549,15 @@ static int check_memory(const sp_app_model *m, const sp_app_opts *o, const sp_sc
     }
     int bad = total > avail;
     if (bad) {
-        int wa = 0, wk = 0;
-        for (int a = 0; a < na; a++)
-            for (int k = 0; k < NPARTS; k++)
-                if (part[a][k] > part[wa][wk]) wa = a, wk = k;
-        const char *lower = wk == PART_PARAMS ? m->param_flags
-                          : wk == PART_INPUTS ? "--microbatches or --batch"
-                          : wk == PART_TASKS ? "--microbatches"
-                          : wk == PART_REF ? "the model's sizes, or leave out --check"
-                          : m->act_flags;
-        char b1[32], b2[32], b3[32], who[32] = "";
+        int wa, wk;
+        largest_part(part, na, PART_ON_HOST | PART_ON_DEVICE, &wa, &wk);
+        char b1[32], b2[32], b3[32], who[32] = "", lower[256];
         if (!reference) snprintf(who, sizeof who, " of actor %d", wa);
         snprintf(msg, len, "this run needs %s%s of memory on this machine but %s is available "
                  "(MemAvailable); the largest part is the %s%s, %s: lower %s", atleast,
                  fmt_bytes(total, b1, sizeof b1), fmt_bytes(avail, b2, sizeof b2),
                  part_name[wk], who, fmt_bytes(part[wa][wk], b3, sizeof b3),
-                 lower ? lower : "the model's sizes");
+                 part_remedy(m, o, wk, 0, lower, sizeof lower));
     }
     sp_plan_free(pl);
     free(part);
@@ -1073,6 +1117,205 @@ static int eval_pipelined(sp_app_model *m, sp_trainer *t, sp_reference *ref, dou
     return ref ? any_failed(mismatch, m->name, msg) : 0;
 }
 
+/* ---- device memory, before step 1 ---- */
+
+/* What a GPU rank's device gives beside the buffers the plan accounts for (none of it is
+ * in use when the check reads the free memory, and StarPU's own 10% is out of the free
+ * figure already, sp_exec_device_memory), from the libraries' sources and defaults:
+ * - StarPU 1.3.10 suballocates every device buffer of 4 MiB or less from chunks of
+ *   32 MiB, in blocks of 16 KiB (src/datawizard/malloc.c, CHUNK_SIZE): the small
+ *   buffers take up to one chunk more than their bytes (measured on the fake device:
+ *   exactly one chunk beside the large buffers).
+ * - cuBLAS 12 and later allocates a workspace from the device at a handle's first
+ *   product, 32 MiB on Hopper and Blackwell (4 MiB on older GPUs), one handle per CUDA
+ *   worker (starpu_cublas_init); the modules of our kernels and cuBLAS's load on first
+ *   launch (a few MiB); bf16 products convert their operands into stream-ordered scratch
+ *   (cudaMallocAsync) freed after each product, which CUDA's pool may keep: 64 MiB.
+ * - NCCL, when it carries messages (every rank on a GPU of its own), allocates per peer
+ *   it connects to buffers of NCCL_BUFFSIZE (4 MiB) per protocol (Simple, LL128 about
+ *   4.5 MiB, LL 0.25 MiB), per channel (2 per peer by default) and per direction: about
+ *   36 MiB, counted as 40 MiB per peer. */
+#define STARPU_CHUNK_RESERVE (32.0 * 1048576)
+#define DEVICE_LIBS_RESERVE (64.0 * 1048576)
+#define NCCL_PEER_RESERVE (40.0 * 1048576)
+
+/* What actor a of replica c keeps in its GPU's memory at its peak, by part, from the
+ * plan pl (and the evaluation's plan epl, if any): the parts of check_memory with
+ * part_where & PART_ON_DEVICE, here exact rather than bounds. Parameters, gradients
+ * (accumulators of shared parameters included: the plan's own peaks) and the AdamW
+ * moments (of the replica's shard only under ZeRO-1), the norm's per-parameter terms;
+ * the per-microbatch pool as the runtime packs it (sp_plan_pool_bytes), shared by the
+ * step and the evaluation, spread over activations and boundary tensors by their own
+ * peaks; each owned stage's scratch (StarPU keeps a scratch buffer per handle); the
+ * inputs' device copies of every microbatch slot; the replicas' exchange buffers (a
+ * stage's shards for the others, and R shards of its own). */
+static void device_parts(double q[NPARTS], const sp_program *p, const sp_plan *pl,
+                         const sp_plan *epl, int a, int c, int R, int sharded, int mcap)
+{
+    const sp_stage_model *model = sp_program_stage_model(p);
+    const sp_mem_peak *pk = &pl->peak[a];
+    int S = sp_program_num_stages(p);
+    int64_t cut[R + 1];
+#define BB(cls, i) ((double)sp_program_buf_bytes(p, cls, i))
+    memset(q, 0, NPARTS * sizeof *q);
+    q[PART_PARAMS] = (double)pk->params + (double)pk->grads;
+    for (int s = 0; s < S; s++) {
+        if (pl->stage_actor[s] != a) continue;
+        double floats = BB(SP_BUF_PARAMS, s) / 4, shard = floats;
+        if (R > 1) {
+            sp_optim_shards(p, s, R, cut);
+            shard = (double)(cut[c + 1] - cut[c]);
+            q[PART_REPLICAS] += 4 * (floats + (R - 1) * shard);
+        }
+        q[PART_PARAMS] += 2 * 4 * (sharded ? shard : floats)
+                        + 8.0 * sp_graph_num_params(sp_program_graph(p));
+        q[PART_SCRATCH] += BB(SP_BUF_SCRATCH, s);
+    }
+    size_t pool = 0, epool = 0;
+    if (sp_plan_pool_bytes(pl, model, a, &pool) != SP_OK) pool = pk->transient;
+    if (epl && sp_plan_pool_bytes(epl, model, a, &epool) == SP_OK && epool > pool) pool = epool;
+    double live = (double)pk->acts + (double)pk->boundary;
+    if (live > 0) {
+        q[PART_ACTS] = (double)pool * (double)pk->acts / live;
+        q[PART_BOUNDARY] = (double)pool * (double)pk->boundary / live;
+    } else {
+        q[PART_ACTS] = (double)pool;
+    }
+    for (int k = 0; k < sp_program_num_inputs(p); k++)
+        q[PART_INPUTS] += mcap * BB(SP_BUF_INPUT, k);
+#undef BB
+}
+
+/* The ranks' GPUs, gathered: which share one, and whether NCCL can run (every rank with
+ * one CUDA worker on a GPU of its own, as sp_exec_groups_init asks). */
+typedef struct {
+    int ncuda, gpu; /* gpu: 0 without one */
+    uint64_t host;
+    int64_t bus;
+} gpu_key;
+
+static int same_gpu(const gpu_key *x, const gpu_key *y)
+{
+    return x->gpu && y->gpu && x->host == y->host && x->bus == y->bus;
+}
+
+static sp_status gpu_sharing(const sp_exec_devmem *dm, int *sharing, int *nccl)
+{
+    int P = sp_exec_size();
+    gpu_key mine;
+    memset(&mine, 0, sizeof mine); /* padding too: the bytes travel */
+    mine.ncuda = sp_exec_num_cuda(), mine.gpu = dm->device >= 0;
+    mine.host = dm->host, mine.bus = dm->bus;
+    gpu_key *all = calloc((size_t)P, sizeof *all);
+    if (!all) return sp_set_error(SP_ERR_NOMEM, "out of memory");
+    sp_status st = sp_exec_gather(&mine, sizeof mine, all, 0);
+    if (st == SP_OK) st = sp_exec_bcast(all, (size_t)P * sizeof *all, 0);
+    *sharing = 0, *nccl = 1;
+    for (int r = 0; st == SP_OK && r < P; r++) {
+        if (all[r].ncuda != 1) *nccl = 0;
+        for (int q = r + 1; q < P; q++)
+            if (same_gpu(&all[r], &all[q])) *nccl = 0;
+        if (same_gpu(&all[r], &mine)) ++*sharing;
+    }
+    free(all);
+    return st;
+}
+
+/* The distinct ranks actor a exchanges messages with (its NCCL peers when NCCL runs). */
+static int plan_peers(const sp_plan *pl, int a, int R)
+{
+    int n = 0;
+    for (int b = 0; b < pl->nactors; b++) {
+        int talks = 0;
+        for (int i = 0; b != a && i < pl->ninstr[a] && !talks; i++)
+            talks = (pl->instr[a][i].op == SP_OP_SEND || pl->instr[a][i].op == SP_OP_RECV) &&
+                    pl->instr[a][i].peer == b;
+        n += talks;
+    }
+    return n + R - 1; /* and the same actor of the other replicas */
+}
+
+/* Before anything of the run is placed on the devices (before the trainer): on every
+ * rank whose actor runs on a GPU, its buffers at their peak (device_parts) and what
+ * cuBLAS and NCCL take beside them, against the device's free memory (shared by the
+ * ranks on one GPU). Collective: 1 on every rank when one rank is short, the lowest of
+ * them printing the one line. *buffers: this rank's estimate (0 without a GPU). */
+static int device_memory_short(const sp_app_model *m, const sp_app_opts *o,
+                               const sp_program *p, const sp_schedule *sch,
+                               const sp_layout *lay, int K, int verbose, double *buffers)
+{
+    int me = sp_exec_rank(), bad = 0, sharing = 0, nccl = 0;
+    char msg[1024] = "";
+    sp_exec_devmem dm;
+    *buffers = 0;
+    sp_status st = sp_exec_device_memory(&dm);
+    if (st != SP_OK) dm.device = -1;
+    /* collective from here on: every rank takes part, with a GPU or not */
+    if (gpu_sharing(&dm, &sharing, &nccl) != SP_OK) sp_exec_abort(1, "%s", sp_last_error());
+    sp_plan *pl = NULL, *epl = NULL;
+    sp_schedule *fs = NULL;
+    int R = lay->replicas, rep = 0, a = 0;
+    sp_layout_place(lay, me, &rep, &a);
+    if (st != SP_OK) {
+        snprintf(msg, sizeof msg, "%s", sp_last_error());
+        bad = 1;
+    } else if (dm.device >= 0 && p &&
+               sp_plan_build(sp_program_stage_model(p), sch, &pl) == SP_OK) {
+        /* the evaluation's plan, as the trainer builds it (a bad K is its to report) */
+        if (K > 0 && K % R == 0 && sp_schedule_forward(sch, K / R, &fs) == SP_OK &&
+            sp_plan_build(sp_program_stage_model(p), fs, &epl) != SP_OK)
+            epl = NULL;
+        int mcap = K / R > sch->nmicro ? K / R : sch->nmicro;
+        double q[NPARTS], need = 0;
+        device_parts(q, p, pl, epl, a, rep, R, o->shard_optimizer, mcap);
+        for (int k = 0; k < NPARTS; k++) need += q[k];
+        *buffers = need;
+        double reserve = STARPU_CHUNK_RESERVE + DEVICE_LIBS_RESERVE +
+                         (nccl ? NCCL_PEER_RESERVE * plan_peers(pl, a, R) : 0);
+        double free_b = (double)dm.free / (sharing > 1 ? sharing : 1);
+        need += reserve;
+        if (verbose >= 1)
+            fprintf(stderr, "starpipe: rank %d: device memory: actor %d needs %.0f bytes "
+                    "(buffers %.0f bytes, reserve %.0f bytes for StarPU, cuBLAS and NCCL) of "
+                    "%.0f bytes free on device %d (cudaMemGetInfo %zu of %zu bytes, StarPU's "
+                    "cap %zu, %d rank%s)\n",
+                    me, a, need, *buffers, reserve, free_b, dm.device, dm.cuda_free, dm.total,
+                    dm.starpu_cap, sharing, sharing > 1 ? "s on it" : "");
+        if (need > free_b) {
+            double (*one)[NPARTS] = &q;
+            int wa, wk;
+            largest_part(one, 1, PART_ON_DEVICE, &wa, &wk);
+            char b1[32], b2[32], b3[32], b4[32], b5[32], shared[96] = "", lower[256];
+            if (sharing > 1)
+                snprintf(shared, sizeof shared, " (its share of %s for %d ranks on that GPU)",
+                         fmt_bytes((double)dm.free, b5, sizeof b5), sharing);
+            snprintf(msg, sizeof msg, "actor %d needs %s of GPU memory (%s of buffers, %s for "
+                     "StarPU, cuBLAS and NCCL) but device %d has %s free%s; the largest part is "
+                     "the %s, %s: lower it with %s", a, fmt_bytes(need, b1, sizeof b1),
+                     fmt_bytes(*buffers, b2, sizeof b2), fmt_bytes(reserve, b3, sizeof b3),
+                     dm.device, fmt_bytes(free_b, b4, sizeof b4), shared, part_name[wk],
+                     fmt_bytes(q[wk], b5, sizeof b5),
+                     part_remedy(m, o, wk, 1, lower, sizeof lower));
+            bad = 1;
+        }
+    }
+    sp_plan_free(epl);
+    sp_plan_free(pl);
+    sp_schedule_free(fs);
+    return any_failed(bad, m->name, msg);
+}
+
+/* After the run (STARPIPE_VERBOSE=1): what the device holds now (StarPU keeps every
+ * buffer it placed there until the trainer ends), against the estimate before step 1. */
+static void device_memory_used(int step, double buffers)
+{
+    sp_exec_devmem dm;
+    if (sp_exec_device_memory(&dm) != SP_OK || dm.device < 0) return;
+    fprintf(stderr, "starpipe: rank %d: device memory: %zu bytes in use on device %d after step "
+            "%d (buffers estimated at %.0f bytes before step 1)\n", sp_exec_rank(),
+            dm.total - dm.cuda_free, dm.device, step, buffers);
+}
+
 static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_opts *o,
                          sp_adamw_config *opt)
 {
@@ -1143,7 +1386,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
     sp_reference *ref = NULL;
     void **in = NULL, **ev = NULL;
     int code = 0, K = 0; /* K: held-out microbatches of an evaluation */
-    double *bound_ratio = NULL;
+    double *bound_ratio = NULL, dev_buffers = 0;
     run_report rr = { .log = APP_LOG_NONE };
     /* creating the trainer is collective (the NCCL bootstrap): agree first, so that a
      * rank that found bad input does not leave the others in a collective of their own */
@@ -1158,6 +1401,10 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
                              .eval_microbatches = K };
         g = m->build(m->cfg, sch->nstages, &st);
         p = g ? program_of(g, o, 1, &st) : NULL;
+        if (device_memory_short(m, o, p, sch, &lay, K, verbose, &dev_buffers)) {
+            code = 1;
+            goto out;
+        }
         t = p ? sp_trainer_create(p, sch, &to, &st) : NULL;
         in = t ? alloc_inputs(p, R * sch->nmicro) : NULL;
         if (in && K && !(ev = eval_inputs(m, o, p, K))) in = (free_inputs(in, R * sch->nmicro, p), NULL);
@@ -1368,6 +1615,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         goto out;
     }
     if (verbose >= 1 && o->steps > 0) { /* measured against planned, per rank */
+        device_memory_used(start + o->steps, dev_buffers);
         sp_train_memory mem = sp_trainer_memory(t);
         const sp_plan *pl = sp_trainer_plan(t);
         int rep = 0, actor = 0; /* every replica of an actor runs the same plan */

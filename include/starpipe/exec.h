@@ -53,6 +53,24 @@ int sp_exec_size(void);
 /* CUDA workers of this rank (0 without a GPU, with STARPU_NCUDA=0, or a CPU-only StarPU). */
 int sp_exec_num_cuda(void);
 
+/* The memory of this rank's GPU (runtime/devmem.c), for a check before the first step. */
+typedef struct {
+    int device;         /* the CUDA device of the rank's CUDA worker; -1: no GPU (nothing
+                           else is filled) */
+    size_t free;        /* bytes StarPU can still place there, counting those it holds:
+                           cudaMemGetInfo's free, at most StarPU's cap */
+    size_t total;       /* the device's size */
+    size_t cuda_free;   /* cudaMemGetInfo's free (other processes' use taken out) */
+    size_t starpu_cap;  /* StarPU's cap of the node (90% of total unless STARPU_LIMIT_CUDA_MEM
+                           says otherwise); 0: none */
+    uint64_t host;      /* the host as NCCL tells hosts apart (a hash of its host string:
+                           hostname and boot id, or NCCL_HOSTID) */
+    int64_t bus;        /* the GPU's PCI bus id as a number: ranks with the same host and
+                           bus share the GPU (as NCCL decides it, comm/nccl_peers.c) */
+} sp_exec_devmem;
+/* After sp_exec_init; local (not collective). */
+sp_status sp_exec_device_memory(sp_exec_devmem *out);
+
 /* Prints "starpipe: rank R: message" on stderr and makes every rank exit with a non-zero
  * code promptly (MPI_Abort). For the application, never called by the library: for an
  * error one rank cannot recover from (bad input seen by one rank only, an executor that
