@@ -99,7 +99,15 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
         return (double)n->numel;
     case SP_OP_ADD:
     case SP_OP_RESHAPE:
+    case SP_OP_TP_SUM: /* each term's gradient is the sum's */
         return emit_scaled(kp, dx, dout, n->numel, 1.0f, acc, t);
+    case SP_OP_TP_COPY: /* every rank's part contributed to x's gradient: their sum */
+        I = sp_prog_emit(kp, SP_I_ALLREDUCE, t);
+        I->o[0] = dx;
+        I->i[0] = dout;
+        I->n[0] = n->numel;
+        I->acc = acc;
+        return (double)n->numel;
     case SP_OP_SCALE:
         return emit_scaled(kp, dx, dout, n->numel, n->s, acc, t);
     case SP_OP_GELU:

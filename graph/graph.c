@@ -12,6 +12,7 @@
 static const char *const op_names[SP_OP_COUNT] = {
     "input", "param", "matmul", "bias_add", "add", "scale", "gelu", "relu", "layernorm",
     "embed", "attention", "cross_entropy", "sum", "mean", "reshape", "pipeline_yield",
+    "tp_copy", "tp_sum",
 };
 
 const char *sp_opcode_name(sp_opcode op)
@@ -22,7 +23,7 @@ const char *sp_opcode_name(sp_opcode op)
 sp_graph *sp_graph_create(void)
 {
     sp_graph *g = calloc(1, sizeof *g);
-    if (g) g->loss = -1;
+    if (g) g->loss = -1, g->tp_size = 1;
     return g;
 }
 
@@ -57,6 +58,7 @@ static sp_tensor resolve(const sp_graph *g, sp_tensor t)
 
 static sp_tensor fail(sp_status code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+static int need_f32(const sp_graph *g, const char *op, sp_tensor t, const char *what);
 
 static sp_tensor fail(sp_status code, const char *fmt, ...)
 {
@@ -94,6 +96,7 @@ static sp_node *push(sp_graph *g, sp_opcode op, sp_dtype dt, int ndim, const int
     }
     n->stage = (op == SP_OP_INPUT || op == SP_OP_PARAM) ? -1 : g->cur_stage;
     n->in[0] = n->in[1] = n->in[2] = -1;
+    n->split = -1;
     return n;
 }
 
@@ -161,6 +164,78 @@ sp_tensor sp_param(sp_graph *g, const char *name, int ndim, const int64_t *shape
     }
     return t;
 }
+
+/* ---- tensor parallelism ---- */
+
+sp_status sp_graph_set_tensor(sp_graph *g, int size, int rank)
+{
+    if (!g) return sp_set_error(SP_ERR_ARG, "sp_graph_set_tensor: graph is NULL");
+    if (g->n)
+        return sp_set_error(SP_ERR_ARG, "sp_graph_set_tensor: set the tensor group before the "
+                            "first tensor");
+    if (size < 1 || size > SP_MAX_TENSOR || rank < 0 || rank >= size)
+        return sp_set_error(SP_ERR_ARG, "sp_graph_set_tensor: rank %d of a group of %d (1 to "
+                            "%d ranks)", rank, size, SP_MAX_TENSOR);
+    g->tp_size = size;
+    g->tp_rank = rank;
+    return SP_OK;
+}
+
+int sp_param_split_dim(const sp_graph *g, sp_tensor p)
+{
+    return sp_tensor_is_param(g, p) ? g->node[p].split : -1;
+}
+const int64_t *sp_param_full_shape(const sp_graph *g, sp_tensor p)
+{
+    if (!sp_tensor_is_param(g, p)) return NULL;
+    return g->node[p].split >= 0 ? g->node[p].full : g->node[p].shape;
+}
+
+int sp_graph_tensor_size(const sp_graph *g) { return g ? g->tp_size : 1; }
+int sp_graph_tensor_rank(const sp_graph *g) { return g ? g->tp_rank : 0; }
+
+sp_tensor sp_param_split(sp_graph *g, const char *name, int ndim, const int64_t *shape, int dim,
+                         sp_init init, float std)
+{
+    if (!g) return fail(SP_ERR_ARG, "sp_param_split: graph is NULL");
+    if (!check_shape_arg(ndim, shape) || dim < 0 || dim >= ndim)
+        return fail(SP_ERR_SHAPE, "sp_param_split '%s': a shape of 1..%d dims and a dimension "
+                    "of it to split (got %d)", name ? name : "", SP_MAX_DIMS, dim);
+    if (shape[dim] % g->tp_size)
+        return fail(SP_ERR_SHAPE, "sp_param_split '%s': tensor parallelism of %d does not "
+                    "divide dimension %d (%lld) of the parameter", name ? name : "", g->tp_size,
+                    dim, (long long)shape[dim]);
+    int64_t part[SP_MAX_DIMS];
+    for (int d = 0; d < ndim; d++) part[d] = shape[d];
+    part[dim] /= g->tp_size;
+    sp_tensor t = sp_param(g, name, ndim, part, init, std);
+    if (t >= 0 && g->tp_size > 1) {
+        g->node[t].split = dim;
+        for (int d = 0; d < ndim; d++) g->node[t].full[d] = shape[d];
+    }
+    return t;
+}
+
+/* The two conjugate operators of Megatron's tensor parallelism (f and g): T = 1 makes
+ * both the identity itself, with no node, so a model written for T builds at T = 1
+ * exactly the graph it always had. */
+static sp_tensor tp_op(sp_graph *g, sp_opcode op, const char *what, sp_tensor x)
+{
+    sp_tensor in[1] = { x };
+    int r = take_inputs(g, what, 1, in);
+    if (r) return r;
+    if (need_f32(g, what, in[0], "x")) return -(int)SP_ERR_SHAPE;
+    if (g->tp_size == 1) return in[0];
+    const sp_node *X = N(g, in[0]);
+    sp_node *n = push(g, op, SP_F32, X->ndim, X->shape);
+    if (!n) return fail(SP_ERR_NOMEM, "%s: out of memory", what);
+    n->nin = 1;
+    n->in[0] = in[0];
+    return g->n - 1;
+}
+
+sp_tensor sp_tp_copy(sp_graph *g, sp_tensor x) { return tp_op(g, SP_OP_TP_COPY, "sp_tp_copy", x); }
+sp_tensor sp_tp_sum(sp_graph *g, sp_tensor x) { return tp_op(g, SP_OP_TP_SUM, "sp_tp_sum", x); }
 
 static int need_f32(const sp_graph *g, const char *op, sp_tensor t, const char *what)
 {
@@ -560,6 +635,17 @@ static uint64_t fnv1a(const char *s)
     return h;
 }
 
+/* Element j of a NORMAL tensor: Box-Muller on the pair of uniforms in (0,1] drawn for
+ * elements j & ~1 and (j & ~1) + 1, the cosine for even j, the sine for odd. */
+static float normal_at(uint64_t key, int64_t j, float std)
+{
+    uint64_t j0 = (uint64_t)(j & ~(int64_t)1);
+    uint64_t r1 = splitmix64(key + j0), r2 = splitmix64(key + j0 + 1);
+    double u1 = ((r1 >> 11) + 1.0) * 0x1.0p-53, u2 = (r2 >> 11) * 0x1.0p-53;
+    double rad = sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
+    return (float)(std * rad * (j & 1 ? sin(th) : cos(th)));
+}
+
 sp_status sp_param_init_values(const sp_graph *g, sp_tensor p, uint64_t seed, float *dst)
 {
     if (!sp_tensor_is_param(g, p) || !dst)
@@ -571,14 +657,18 @@ sp_status sp_param_init_values(const sp_graph *g, sp_tensor p, uint64_t seed, fl
         return SP_OK;
     }
     uint64_t key = splitmix64(seed ^ fnv1a(n->name));
-    for (int64_t j = 0; j < n->numel; j += 2) {
-        /* Box-Muller on two uniforms in (0,1]. */
-        uint64_t r1 = splitmix64(key + (uint64_t)j), r2 = splitmix64(key + (uint64_t)j + 1);
-        double u1 = ((r1 >> 11) + 1.0) * 0x1.0p-53, u2 = (r2 >> 11) * 0x1.0p-53;
-        double rad = sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
-        dst[j] = (float)(n->init_std * rad * cos(th));
-        if (j + 1 < n->numel) dst[j + 1] = (float)(n->init_std * rad * sin(th));
+    if (n->split < 0) {
+        for (int64_t j = 0; j < n->numel; j++) dst[j] = normal_at(key, j, n->init_std);
+        return SP_OK;
     }
+    /* part tp_rank of the whole tensor's values: those of T = 1 */
+    int64_t outer = 1, inner = 1, part = n->shape[n->split];
+    for (int d = 0; d < n->split; d++) outer *= n->full[d];
+    for (int d = n->split + 1; d < n->ndim; d++) inner *= n->full[d];
+    for (int64_t o = 0, k = 0; o < outer; o++)
+        for (int64_t q = 0; q < part * inner; q++, k++)
+            dst[k] = normal_at(key, (o * n->full[n->split] + (int64_t)g->tp_rank * part) * inner + q,
+                               n->init_std);
     return SP_OK;
 }
 

@@ -23,6 +23,8 @@ typedef enum {
     SP_OP_MEAN,
     SP_OP_RESHAPE,
     SP_OP_YIELD,
+    SP_OP_TP_COPY,  /* tensor parallelism: identity; its transpose sums over the group */
+    SP_OP_TP_SUM,   /* the sum over the group; its transpose is the identity */
     SP_OP_COUNT
 } sp_opcode;
 
@@ -41,6 +43,10 @@ typedef struct {
     sp_init init;     /* params */
     float init_std;
     int64_t aux;      /* floats the forward saves besides the output (mean/rstd, lse, probs) */
+    /* a parameter split over the tensor group (sp_param_split): the dimension, or -1,
+     * and the whole tensor's shape, whose part tp_rank this one is */
+    int split;
+    int64_t full[SP_MAX_DIMS];
     char name[64];
 } sp_node;
 
@@ -49,6 +55,7 @@ struct sp_graph {
     int n, cap;
     int cur_stage;
     int loss;
+    int tp_size, tp_rank; /* the tensor group this graph is one member of (1, 0: none) */
 };
 
 const char *sp_opcode_name(sp_opcode op);

@@ -23,7 +23,13 @@ struct sp_reference {
     float **efwd, **egrad;
     float *losses;
     float **rgrads; /* with replicas: replica q >= 1's gradients, before the sum */
+    sp_tp_group *group; /* tensor parallelism: this member's group, or NULL */
 };
+
+void sp_reference_set_group(sp_reference *r, sp_tp_group *g)
+{
+    if (r) r->group = g;
+}
 
 static float *zalloc(size_t bytes) { return calloc(bytes ? bytes : 1, 1); }
 
@@ -131,7 +137,7 @@ static sp_status run_to(sp_reference *r, int s, sp_task_kind kind, int i,
         default: b[j] = NULL;
         }
     }
-    sp_run_args args = { .dloss = 1.0f / (float)(r->R * r->m) };
+    sp_run_args args = { .dloss = 1.0f / (float)(r->R * r->m), .group = r->group };
     sp_status st = sp_program_run(p, s, kind, b, &args);
     if (b != bufs) free(b);
     return st;
@@ -218,6 +224,10 @@ sp_status sp_reference_step(sp_reference *r, const void *const *inputs, float *l
     const sp_program *p = r->p;
     double sumsq[r->S];
     for (int s = 0; s < r->S; s++) sumsq[s] = sp_optim_sumsq(p, s, r->grads[s]);
+    if (sp_graph_tensor_size(p->g) > 1) /* split parameters' terms summed over the group */
+        for (int s = 0; s < r->S && st == SP_OK; s++)
+            st = sp_optim_group_sumsq(p, s, r->grads[s], r->group, &sumsq[s]);
+    if (st) return st;
     float scale = sp_optim_clip_scale(&r->opt, sumsq, r->S, &r->grad_norm);
     int bad = sp_optim_nonfinite_stage(sumsq, r->S, mean_loss);
     r->skipped = bad >= 0;

@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "codelets/cpu/kernels.h"
@@ -162,6 +163,40 @@ sp_status sp_optim_param_sumsq_on(const sp_program *p, int s, int64_t lo, int64_
         i++;
     }
     return SP_OK;
+}
+
+sp_status sp_optim_group_terms(const sp_program *p, int s, double *terms, sp_tp_group *grp)
+{
+    const sp_graph *g = p->g;
+    int np = sp_graph_num_params(g), nsplit = 0;
+    if (sp_graph_tensor_size(g) == 1) return SP_OK;
+    if (!grp) return sp_set_error(SP_ERR_ARG, "the gradient norm of a tensor-parallel stage "
+                                  "needs its group");
+    double *part = malloc(sizeof(double) * (size_t)(np > 0 ? np : 1));
+    if (!part) return sp_set_error(SP_ERR_NOMEM, "the gradient norm: out of memory");
+    for (int i = 0; i < np; i++) /* the stage's split parameters, in parameter order */
+        if (sp_param_split_dim(g, sp_graph_param(g, i)) >= 0) part[nsplit++] = terms[i];
+    (void)s;
+    int rc = nsplit ? grp->sum_f64(grp, part, nsplit) : 0;
+    for (int i = 0, k = 0; i < np && !rc; i++)
+        if (sp_param_split_dim(g, sp_graph_param(g, i)) >= 0) terms[i] = part[k++];
+    free(part);
+    return rc ? sp_set_error(SP_ERR_RUNTIME, "the gradient norm's sum over the tensor group "
+                             "failed: %s", grp->status_string(grp, rc))
+              : SP_OK;
+}
+
+sp_status sp_optim_group_sumsq(const sp_program *p, int s, const float *grads, sp_tp_group *grp,
+                               double *sumsq)
+{
+    int np = sp_graph_num_params(p->g);
+    double *terms = calloc((size_t)(np > 0 ? np : 1), sizeof(double));
+    if (!terms) return sp_set_error(SP_ERR_NOMEM, "the gradient norm: out of memory");
+    sp_optim_param_sumsq(p, s, 0, INT64_MAX, grads, terms);
+    sp_status st = sp_optim_group_terms(p, s, terms, grp);
+    if (st == SP_OK) *sumsq = sp_optim_fold_sumsq(p, s, terms);
+    free(terms);
+    return st;
 }
 
 double sp_optim_fold_sumsq(const sp_program *p, int s, const double *sumsq)

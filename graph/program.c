@@ -119,6 +119,14 @@ static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t, sp_loc 
         I->n[0] = A->numel;
         I->f = n->op == SP_OP_MEAN ? 1.0f / (float)A->numel : 1.0f;
         return (double)A->numel;
+    case SP_OP_TP_COPY: /* the identity: a copy */
+    case SP_OP_TP_SUM:
+        I = sp_prog_emit(kp, n->op == SP_OP_TP_SUM ? SP_I_ALLREDUCE : SP_I_SCALE, t);
+        I->o[0] = out;
+        I->i[0] = x0;
+        I->n[0] = n->numel;
+        I->f = 1.0f;
+        return (double)n->numel;
     default:
         return 0.0;
     }

@@ -25,6 +25,8 @@ typedef enum {
     SP_I_SUM_DX,       /* o0 = f * (*i0) broadcast */
     SP_I_SEED,         /* *o0 = dloss of the run */
     SP_I_ZERO,         /* o0 = 0 (n0 floats) */
+    /* both */
+    SP_I_ALLREDUCE,    /* o0 = (acc: +=) the sum of i0 over the tensor group (n0 floats) */
     SP_I_COUNT
 } sp_icode;
 

@@ -10,6 +10,7 @@ static const char *const icode_names[SP_I_COUNT] = {
     "matmul", "bias_add", "add", "gelu", "relu", "layernorm", "embed", "attention", "ce", "sum",
     "scale", "to_bf16", "matmul_da", "matmul_db", "bias_db", "gelu_dx", "relu_dx", "ln_dx",
     "ln_dparams", "embed_dparams", "attn_dqkv", "ce_dlogits", "sum_dx", "seed", "zero",
+    "allreduce",
 };
 
 #define F32(l) ((float *)bufs[(l).buf] + (l).off)
@@ -21,9 +22,10 @@ static const char *const icode_names[SP_I_COUNT] = {
 
 /* The one place that knows what each instruction's operands and sizes mean: every
  * backend sees only kernel calls. */
-static int run_instr(const sp_kinstr *I, void *const *bufs, float dloss, int bf16,
+static int run_instr(const sp_kinstr *I, void *const *bufs, const sp_run_args *args, int bf16,
                      const sp_backend *be, void *c)
 {
+    const float dloss = args ? args->dloss : 1.0f;
     const int64_t *n = I->n;
     const int M = (int)n[0], Nc = (int)n[1], K = (int)n[2], acc = I->acc;
     const int prec = bf16 ? SP_PREC_BF16 : 0;
@@ -91,6 +93,10 @@ static int run_instr(const sp_kinstr *I, void *const *bufs, float dloss, int bf1
         return be->sum_dx(c, F32(I->o[0]), F32(I->i[0]), I->f, n[0], acc);
     case SP_I_SEED:
         return be->set(c, F32(I->o[0]), dloss);
+    case SP_I_ALLREDUCE: /* the group is the caller's (the reference's, MPI, NCCL) */
+        return args && args->group ? args->group->allreduce(args->group, F32(I->o[0]),
+                                                            F32(I->i[0]), n[0], acc)
+                                   : SP_BACKEND_NO_GROUP;
     case SP_I_ZERO:
         return be->zero(c, F32(I->o[0]), n[0]);
     default: /* SP_I_COUNT: refused by the caller */
@@ -109,17 +115,20 @@ sp_status sp_program_run_on(const sp_program *p, int stage, sp_task_kind kind, v
     const sp_kprog *kp = sp_prog_of(p, stage, kind);
     if (!kp) return sp_set_error(SP_ERR_ARG, "sp_program_run (%s): no program %s of stage %d",
                                  be->name, sp_task_kind_name(kind), stage);
-    float dloss = args ? args->dloss : 1.0f;
     for (int j = 0; j < kp->nins; j++) {
         const sp_kinstr *I = &kp->ins[j];
         if ((unsigned)I->code >= SP_I_COUNT)
             return sp_set_error(SP_ERR_ARG, "sp_program_run: bad instruction %d", I->code);
-        int rc = run_instr(I, bufs, dloss, p->precision == SP_PRECISION_BF16, be, ctx);
+        int rc = run_instr(I, bufs, args, p->precision == SP_PRECISION_BF16, be, ctx);
         if (rc)
             return sp_set_error(rc == SP_BACKEND_BAD_INDEX ? SP_ERR_ARG : SP_ERR_RUNTIME,
                                 "stage %d %s, instruction %d (%s, node %d) failed on %s: %s",
                                 stage, sp_task_kind_name(kind), j, sp_icode_name(I->code), I->node,
-                                be->name, be->status_string(rc));
+                                be->name, rc == SP_BACKEND_NO_GROUP
+                                              ? "a tensor-parallel program run without its group"
+                                          : I->code == SP_I_ALLREDUCE && args->group->status_string
+                                              ? args->group->status_string(args->group, rc)
+                                              : be->status_string(rc));
     }
     return SP_OK;
 }

@@ -26,6 +26,8 @@ extern "C" {
  * failure (SP_ERR_RUNTIME). A backend that cannot check cheaply (a GPU) relies on
  * sp_program_check_inputs, which runs on the host before any task. */
 #define SP_BACKEND_BAD_INDEX (-2)
+/* A tensor-parallel program (an all-reduce over its group) run with no group given. */
+#define SP_BACKEND_NO_GROUP (-4)
 
 /* The `prec` of the matrix products. SP_PREC_BF16: both operands rounded to bfloat16
  * (round to nearest even, NaN kept quiet), products accumulated in fp32, as tensor cores

@@ -73,6 +73,40 @@ sp_tensor sp_reshape(sp_graph *g, sp_tensor x, int ndim, const int64_t *shape);
  * stage s. Ops added after it belong to the next stage. */
 sp_tensor sp_pipeline_yield(sp_graph *g, sp_tensor x);
 
+/* ---- Tensor parallelism inside an actor (Megatron-style) ----
+ * An actor may be a group of T ranks; each builds the same model as one member of the
+ * group (sp_graph_set_tensor first), with its part of the split parameters, and the
+ * group's ranks meet at the two conjugate operators below. A model is written once, for
+ * any T: at T = 1 both operators are the identity and add no node.
+ *
+ *   sp_tp_copy: the identity forward; its transpose sums the gradient over the group.
+ *     It opens a parallel region whose input every rank holds whole (Megatron's f):
+ *     each rank's part of the region contributes a partial gradient of x.
+ *   sp_tp_sum: the sum of x over the group forward (every rank gets the sum); its
+ *     transpose is the identity: the sum's gradient is each term's. It closes a
+ *     parallel region whose ranks hold partial sums (Megatron's g).
+ *
+ * The sum has one written order, ((x_0 + x_1) + x_2) + ... in float32 by tensor rank,
+ * on every path (the reference's in-process group, MPI, NCCL), so runs are bitwise
+ * reproducible for a given T. A column-parallel linear layer is sp_tp_copy, then a
+ * product with a parameter split along its columns (dim 1); a row-parallel one, a
+ * product with a parameter split along its rows (dim 0), then sp_tp_sum. */
+#define SP_MAX_TENSOR 64
+sp_status sp_graph_set_tensor(sp_graph *g, int size, int rank); /* before any tensor */
+int sp_graph_tensor_size(const sp_graph *g);
+int sp_graph_tensor_rank(const sp_graph *g);
+/* A parameter whose whole shape is `shape`, of which this rank holds part `rank` of
+ * `size` equal parts along dimension dim (a size not dividing shape[dim] is SP_ERR_SHAPE
+ * naming the parameter). Its initial values are that part of the whole tensor's, so
+ * every T starts from the model of T = 1. */
+sp_tensor sp_param_split(sp_graph *g, const char *name, int ndim, const int64_t *shape, int dim,
+                         sp_init init, float std);
+sp_tensor sp_tp_copy(sp_graph *g, sp_tensor x);
+sp_tensor sp_tp_sum(sp_graph *g, sp_tensor x);
+/* A split parameter's dimension (-1: whole on every rank) and its whole shape. */
+int sp_param_split_dim(const sp_graph *g, sp_tensor p);
+const int64_t *sp_param_full_shape(const sp_graph *g, sp_tensor p);
+
 /* The scalar the step minimises; its microbatch values are averaged over the step. */
 sp_status sp_graph_set_loss(sp_graph *g, sp_tensor loss);
 

@@ -82,6 +82,15 @@ sp_status sp_optim_param_sumsq_on(const sp_program *p, int s, int64_t lo, int64_
                                   const float *grads, double *sumsq, const sp_backend *be,
                                   void *ctx);
 
+/* Tensor parallelism: the norm counts each split parameter's gradient once, whole. terms
+ * (sp_optim_param_sumsq's, of stage s, np doubles): each split parameter's term becomes
+ * the sum over the group of its parts' terms, in rank order (sp_tp_group's sum_f64);
+ * the others, whole on every rank with the same bits, stay. _group_sumsq: a stage's sum
+ * of squares so, sp_optim_sumsq's over the group (grads: host memory). */
+sp_status sp_optim_group_terms(const sp_program *p, int s, double *terms, sp_tp_group *g);
+sp_status sp_optim_group_sumsq(const sp_program *p, int s, const float *grads, sp_tp_group *g,
+                               double *sumsq);
+
 /* Scale for the gradients given the per-stage sums of squares (in stage order):
  * min(1, clip / norm), 1 when clipping is off. *norm gets the global norm. */
 float sp_optim_clip_scale(const sp_adamw_config *cfg, const double *stage_sumsq, int nstages,

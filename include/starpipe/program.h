@@ -115,8 +115,23 @@ int sp_program_param_owner(const sp_program *p, sp_tensor param);
 /* Runs one program on buffers given in sp_program_buf order. dloss is the gradient that
  * seeds the backward at the loss (1/m to average m microbatches). Returns SP_OK, or an
  * error naming the op (an out-of-range token, say). */
+/* A tensor group (starpipe/graph.h, tensor parallelism) as a program sees it: allreduce
+ * sets dst (acc: adds into it) to the sum of every member's src, n floats, in the group's
+ * one order ((src_0 + src_1) + src_2) + ... in float32; dst may be src. Returns 0 or a
+ * code its status_string names. The reference's in-process group is sp_tp_local
+ * (starpipe/reference.h); the runtime's go over MPI or NCCL. */
+typedef struct sp_tp_group sp_tp_group;
+struct sp_tp_group {
+    int (*allreduce)(sp_tp_group *g, float *dst, const float *src, int64_t n, int acc);
+    /* x (n doubles, host memory) becomes the sum of every member's x, in rank order: the
+     * gradient norm's terms of split parameters (sp_optim_group_sumsq) */
+    int (*sum_f64)(sp_tp_group *g, double *x, int64_t n);
+    const char *(*status_string)(sp_tp_group *g, int code);
+};
+
 typedef struct {
     float dloss;
+    sp_tp_group *group; /* the rank's tensor group: needed by programs of T > 1 */
 } sp_run_args;
 sp_status sp_program_run(const sp_program *p, int stage, sp_task_kind kind, void *const *bufs,
                          const sp_run_args *args);

@@ -16,6 +16,20 @@ extern "C" {
 
 typedef struct sp_reference sp_reference;
 
+/* ---- Tensor parallelism: the reference of a group of T ranks in one process ----
+ * Each member's reference runs its own graph (sp_graph_set_tensor) in a thread of its
+ * own, joined to the others by an in-process group: every all-reduce meets there and
+ * sums in the group's order (program.h, sp_tp_group), so `--reference --tensor T` is the
+ * ground truth of a run at T. A member that fails calls sp_tp_local_abort so that the
+ * others leave their next all-reduce with an error instead of waiting. */
+typedef struct sp_tp_local sp_tp_local;
+sp_tp_local *sp_tp_local_create(int T);
+void sp_tp_local_free(sp_tp_local *l);
+sp_tp_group *sp_tp_local_member(sp_tp_local *l, int rank);
+void sp_tp_local_abort(sp_tp_local *l);
+/* The group the reference's programs and its gradient norm use (NULL: none, T = 1). */
+void sp_reference_set_group(sp_reference *r, sp_tp_group *g);
+
 /* Parameters are initialised from seed (sp_param_init_values). */
 sp_reference *sp_reference_create(const sp_program *p, int microbatches,
                                   const sp_adamw_config *opt, uint64_t seed, sp_status *status);

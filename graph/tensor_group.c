@@ -1,0 +1,157 @@
+/* The in-process tensor group (starpipe/reference.h, sp_tp_local): T members, one thread
+ * each, that meet at every all-reduce. The sum is the group's one order, member 0's
+ * values, then + member 1's, ... in float32 (doubles for sum_f64), whoever computes it,
+ * so each member gets the same bits as a run over MPI or NCCL that keeps that order. */
+#include "starpipe/reference.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TP_ABORTED 1 /* a member gave up (its error is its own): the others stop too */
+#define TP_NOMEM 2
+
+typedef struct {
+    sp_tp_group group; /* first: the member is its group entry */
+    struct sp_tp_local *l;
+    int rank;
+    void *tmp;         /* this member's copy of the sum */
+    size_t tmp_bytes;
+} member;
+
+struct sp_tp_local {
+    int T;
+    pthread_mutex_t lock;
+    pthread_cond_t turn;
+    int arrived;
+    unsigned long generation;
+    int aborted;
+    const void **src; /* [T]: what each member brings to the current sum */
+    member *m;
+};
+
+/* Waits for every member; 1 if the group was aborted meanwhile. */
+static int meet(sp_tp_local *l)
+{
+    pthread_mutex_lock(&l->lock);
+    unsigned long gen = l->generation;
+    if (++l->arrived == l->T) {
+        l->arrived = 0;
+        l->generation++;
+        pthread_cond_broadcast(&l->turn);
+    } else {
+        while (gen == l->generation && !l->aborted) pthread_cond_wait(&l->turn, &l->lock);
+    }
+    int aborted = l->aborted;
+    pthread_mutex_unlock(&l->lock);
+    return aborted;
+}
+
+static void *room(member *m, size_t bytes)
+{
+    if (m->tmp_bytes < bytes) {
+        void *t = realloc(m->tmp, bytes);
+        if (!t) return NULL;
+        m->tmp = t, m->tmp_bytes = bytes;
+    }
+    return m->tmp;
+}
+
+static int allreduce(sp_tp_group *g, float *dst, const float *src, int64_t n, int acc)
+{
+    member *m = (member *)g;
+    sp_tp_local *l = m->l;
+    float *sum = room(m, (size_t)n * sizeof(float));
+    if (!sum) {
+        sp_tp_local_abort(l);
+        return TP_NOMEM;
+    }
+    l->src[m->rank] = src;
+    if (meet(l)) return TP_ABORTED;
+    const float *s0 = l->src[0];
+    for (int64_t j = 0; j < n; j++) sum[j] = s0[j];
+    for (int r = 1; r < l->T; r++) {
+        const float *sr = l->src[r];
+        for (int64_t j = 0; j < n; j++) sum[j] += sr[j];
+    }
+    if (meet(l)) return TP_ABORTED; /* nobody reads a source any more */
+    if (acc)
+        for (int64_t j = 0; j < n; j++) dst[j] += sum[j];
+    else
+        memcpy(dst, sum, (size_t)n * sizeof(float));
+    return 0;
+}
+
+static int sum_f64(sp_tp_group *g, double *x, int64_t n)
+{
+    member *m = (member *)g;
+    sp_tp_local *l = m->l;
+    double *sum = room(m, (size_t)n * sizeof(double));
+    if (!sum) {
+        sp_tp_local_abort(l);
+        return TP_NOMEM;
+    }
+    l->src[m->rank] = x;
+    if (meet(l)) return TP_ABORTED;
+    for (int64_t j = 0; j < n; j++) {
+        double s = ((const double *)l->src[0])[j];
+        for (int r = 1; r < l->T; r++) s += ((const double *)l->src[r])[j];
+        sum[j] = s;
+    }
+    if (meet(l)) return TP_ABORTED;
+    memcpy(x, sum, (size_t)n * sizeof(double));
+    return 0;
+}
+
+static const char *status_string(sp_tp_group *g, int code)
+{
+    (void)g;
+    return code == TP_ABORTED ? "another member of the tensor group failed"
+         : code == TP_NOMEM ? "out of memory for the tensor group's sum" : "unknown error";
+}
+
+sp_tp_local *sp_tp_local_create(int T)
+{
+    if (T < 1 || T > SP_MAX_TENSOR) {
+        sp_set_error(SP_ERR_ARG, "sp_tp_local_create: %d members (1 to %d)", T, SP_MAX_TENSOR);
+        return NULL;
+    }
+    sp_tp_local *l = calloc(1, sizeof *l);
+    if (l) l->src = calloc((size_t)T, sizeof *l->src), l->m = calloc((size_t)T, sizeof *l->m);
+    if (!l || !l->src || !l->m) {
+        if (l) free(l->src), free(l->m);
+        free(l);
+        sp_set_error(SP_ERR_NOMEM, "sp_tp_local_create: out of memory");
+        return NULL;
+    }
+    l->T = T;
+    pthread_mutex_init(&l->lock, NULL);
+    pthread_cond_init(&l->turn, NULL);
+    for (int r = 0; r < T; r++)
+        l->m[r] = (member){ .group = { allreduce, sum_f64, status_string }, .l = l, .rank = r };
+    return l;
+}
+
+sp_tp_group *sp_tp_local_member(sp_tp_local *l, int rank)
+{
+    return l && rank >= 0 && rank < l->T ? &l->m[rank].group : NULL;
+}
+
+void sp_tp_local_abort(sp_tp_local *l)
+{
+    if (!l) return;
+    pthread_mutex_lock(&l->lock);
+    l->aborted = 1;
+    pthread_cond_broadcast(&l->turn);
+    pthread_mutex_unlock(&l->lock);
+}
+
+void sp_tp_local_free(sp_tp_local *l)
+{
+    if (!l) return;
+    for (int r = 0; r < l->T; r++) free(l->m[r].tmp);
+    pthread_mutex_destroy(&l->lock);
+    pthread_cond_destroy(&l->turn);
+    free(l->src), free(l->m);
+    free(l);
+}
