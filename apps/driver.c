@@ -37,13 +37,13 @@ static sp_status read_env(void)
     /* STARPIPE_RANK_ORDER's word, for any rank count */
     sp_layout l;
     int r = env.replicas > 0 ? env.replicas : 1;
-    return sp_layout_from_env(r, r, 1, NULL, &l);
+    return sp_layout_from_env(r, r, 1, 1, NULL, &l);
 }
 
 /* How the ranks are laid out: the flags, else STARPIPE_REPLICAS / STARPIPE_RANK_ORDER. */
 static sp_status layout_of(const sp_app_opts *o, int nranks, sp_layout *l)
 {
-    return sp_layout_from_env(nranks, o->replicas, o->actors, o->rank_order, l);
+    return sp_layout_from_env(nranks, o->replicas, o->actors, o->tensor, o->rank_order, l);
 }
 
 static int cmp_double(const void *a, const void *b)

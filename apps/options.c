@@ -147,6 +147,8 @@ static void usage(const sp_app_model *m, FILE *f)
             "  --replicas R        R copies of the pipeline on R x P ranks, each training on\n"
             "                      its own m microbatches; gradients summed over replicas in\n"
             "                      replica order (STARPIPE_REPLICAS; 1)\n"
+            "  --tensor T          tensor parallelism: each actor a group of T ranks holding\n"
+            "                      1/T of its stages' heads and MLP columns (STARPIPE_TENSOR; 1)\n"
             "  --rank-order O      pipeline: a pipeline's ranks consecutive (default, keeps\n"
             "                      its traffic in a node); replica: a stage's replicas\n"
             "                      consecutive (STARPIPE_RANK_ORDER)\n"
@@ -189,7 +191,7 @@ static const char *const common[] = { "--steps", "--microbatches", "--chunks", "
                                       "--precision", "--recompute-stages", "--eval-every",
                                       "--eval-batches", "--sample",
                                       "--prompt", "--temperature", "--top-k", "--sample-seed",
-                                      "--data-format", NULL };
+                                      "--data-format", "--tensor", NULL };
 
 /* The bit of a flag that takes a value in sp_app_opts.given: common flags first, then
  * the model's; -1 for none. */
@@ -232,6 +234,7 @@ static int apply(const sp_app_model *m, sp_app_opts *o, const char *a, const cha
     else if (!strcmp(a, "--dump-grads")) o->dump_grads = v;
     else if (!strcmp(a, "--save-every")) ok = app_parse_int(a, v, 1, 1 << 30, &o->save_every);
     else if (!strcmp(a, "--replicas")) ok = app_parse_int(a, v, 1, 1 << 16, &o->replicas);
+    else if (!strcmp(a, "--tensor")) ok = app_parse_int(a, v, 1, SP_MAX_TENSOR, &o->tensor);
     else if (!strcmp(a, "--recompute-stages"))
         ok = app_parse_int_list(a, v, 0, 1023, o->recompute_stages, 1024, &o->nrecompute);
     else if (!strcmp(a, "--precision")) {

@@ -7,6 +7,7 @@
 typedef struct {
     int steps, microbatches, chunks, actors, seed, reference, check, save_every, skip_nonfinite;
     int replicas, shard_optimizer;
+    int tensor; /* --tensor T: ranks per actor (tensor parallelism); 0: STARPIPE_TENSOR, 1 */
     int bf16; /* --precision bf16 */
     int recompute; /* --recompute: every stage */
     int recompute_stages[1024], nrecompute; /* --recompute-stages */

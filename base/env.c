@@ -77,12 +77,13 @@ sp_status sp_env_read(sp_env *e)
     static const sp_env none = { .nccl_threshold = -1, .shm_pieces = -1,
                                  .fault = { SP_FAULT_NONE, 0, -1 } };
     *e = none;
-    int64_t m = 0, v = 0, r = 0, verbose = 0, th = -1, tf32 = 0, pieces = -1;
+    int64_t m = 0, v = 0, r = 0, tp = 0, verbose = 0, th = -1, tf32 = 0, pieces = -1;
     sp_status st;
     if ((st = sp_env_string("STARPIPE_SCHEDULE", &e->schedule)) ||
         (st = sp_env_int("STARPIPE_MICROBATCHES", 1, SP_ENV_MAX_COUNT, &m)) ||
         (st = sp_env_int("STARPIPE_CHUNKS", 1, SP_ENV_MAX_CHUNKS, &v)) ||
         (st = sp_env_int("STARPIPE_REPLICAS", 1, 1 << 16, &r)) ||
+        (st = sp_env_int("STARPIPE_TENSOR", 1, 64, &tp)) ||
         (st = sp_env_string("STARPIPE_RANK_ORDER", &e->rank_order)) ||
         (st = sp_env_string("STARPIPE_TRACE", &e->trace)) ||
         (st = sp_env_double("STARPIPE_STEP_TIMEOUT", 0, 1e6, &e->step_timeout)) ||
@@ -105,6 +106,7 @@ sp_status sp_env_read(sp_env *e)
     e->microbatches = (int)m;
     e->chunks = (int)v;
     e->replicas = (int)r;
+    e->tensor = (int)tp;
     e->verbose = (int)verbose;
     e->nccl_threshold = th;
     e->tf32 = (int)tf32;

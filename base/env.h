@@ -35,6 +35,7 @@ typedef struct {
     int microbatches;       /* STARPIPE_MICROBATCHES, 1..SP_ENV_MAX_COUNT; 0 unset */
     int chunks;             /* STARPIPE_CHUNKS, 1..SP_ENV_MAX_CHUNKS; 0 unset */
     int replicas;           /* STARPIPE_REPLICAS, 1..65536; 0 unset */
+    int tensor;             /* STARPIPE_TENSOR, ranks per actor, 1..64; 0 unset */
     const char *rank_order; /* STARPIPE_RANK_ORDER, or NULL (its words: sched/layout.c) */
     const char *trace;      /* STARPIPE_TRACE: a path, or NULL */
     double step_timeout;    /* STARPIPE_STEP_TIMEOUT: seconds, 0 off */

@@ -115,22 +115,32 @@ sp_status sp_program_run_on(const sp_program *p, int stage, sp_task_kind kind, v
     const sp_kprog *kp = sp_prog_of(p, stage, kind);
     if (!kp) return sp_set_error(SP_ERR_ARG, "sp_program_run (%s): no program %s of stage %d",
                                  be->name, sp_task_kind_name(kind), stage);
+    sp_status st = SP_OK;
+    int meet_only = args && args->meet_only;
     for (int j = 0; j < kp->nins; j++) {
         const sp_kinstr *I = &kp->ins[j];
         if ((unsigned)I->code >= SP_I_COUNT)
             return sp_set_error(SP_ERR_ARG, "sp_program_run: bad instruction %d", I->code);
+        if (meet_only) { /* the group's members wait for this one: meet them, ignore it */
+            if (I->code == SP_I_ALLREDUCE && args->group)
+                args->group->allreduce(args->group, F32(I->o[0]), F32(I->o[0]), I->n[0], 0);
+            continue;
+        }
         int rc = run_instr(I, bufs, args, p->precision == SP_PRECISION_BF16, be, ctx);
-        if (rc)
-            return sp_set_error(rc == SP_BACKEND_BAD_INDEX ? SP_ERR_ARG : SP_ERR_RUNTIME,
-                                "stage %d %s, instruction %d (%s, node %d) failed on %s: %s",
-                                stage, sp_task_kind_name(kind), j, sp_icode_name(I->code), I->node,
-                                be->name, rc == SP_BACKEND_NO_GROUP
-                                              ? "a tensor-parallel program run without its group"
-                                          : I->code == SP_I_ALLREDUCE && args->group->status_string
-                                              ? args->group->status_string(args->group, rc)
-                                              : be->status_string(rc));
+        if (rc) {
+            st = sp_set_error(rc == SP_BACKEND_BAD_INDEX ? SP_ERR_ARG : SP_ERR_RUNTIME,
+                              "stage %d %s, instruction %d (%s, node %d) failed on %s: %s",
+                              stage, sp_task_kind_name(kind), j, sp_icode_name(I->code), I->node,
+                              be->name, rc == SP_BACKEND_NO_GROUP
+                                            ? "a tensor-parallel program run without its group"
+                                        : I->code == SP_I_ALLREDUCE && args->group->status_string
+                                            ? args->group->status_string(args->group, rc)
+                                            : be->status_string(rc));
+            meet_only = args && args->group; /* the rest: only meet the group */
+            if (!meet_only) return st;
+        }
     }
-    return SP_OK;
+    return st;
 }
 
 sp_status sp_program_run(const sp_program *p, int stage, sp_task_kind kind, void *const *bufs,

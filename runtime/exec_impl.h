@@ -12,6 +12,7 @@
 
 #include "runtime/checks.h"
 #include "starpipe/exec.h"
+#include "starpipe/program.h" /* sp_tp_group */
 
 struct sp_exec_buf {
     starpu_data_handle_t handle;
@@ -26,6 +27,18 @@ struct sp_exec_buf {
     int node;
     void *mem;
 };
+
+/* runtime/group.c: a task's view of its group (sp_tp_group with the task's seq, which
+ * tags its all-reduces), on the wrapper's stack while the task runs. */
+typedef struct {
+    struct sp_tp_group vt;
+    sp_exec_tensor_group *g;
+    uint32_t seq;
+    int k; /* all-reduces met so far */
+} sp_exec_task_group;
+struct sp_tp_group *sp_exec_tensor_group_of_task(sp_exec_tensor_group *g, uint32_t seq, sp_exec_task_group *tg);
+/* A tensor group on comm (split from the executor's; the group takes it over). */
+sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, sp_exec_tensor_group **out);
 
 /* Set by sp_exec_init. */
 extern int sp_exec_rank_, sp_exec_size_;

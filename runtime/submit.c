@@ -40,7 +40,9 @@ sp_status sp_tr_submit(sp_trainer *t, const char *name, sp_task_fn fn, int nbufs
     uint32_t key = id.kind >= 0 ? t->footprint[id.stage * SP_NUM_TASK_KINDS + id.kind] : 0;
     sp_exec_task task = { .name = name, .fn = fn, .where = where, .nbufs = nbufs, .bufs = bufs,
                           .modes = modes, .args = args, .args_size = args_size, .codelet = cls,
-                          .footprint = key, .seq = (uint32_t)seq };
+                          .footprint = key, .seq = (uint32_t)seq,
+                          /* stage programs of T > 1 meet their group inside the task */
+                          .group = id.kind >= 0 ? t->tgroup : NULL };
     return sp_exec_submit(&task);
 }
 

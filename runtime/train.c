@@ -313,8 +313,9 @@ static sp_status gather_times(sp_trainer *t)
         }
     }
     memset(t->tbuf, 0, all * sizeof *t->tbuf);
-    /* with replicas, replica 0 speaks for its actor (the others add zeros) */
-    if (t->replica != 0) return sp_exec_allreduce_sum(t->tbuf, all, 1);
+    /* with replicas, replica 0 speaks for its actor, and tensor rank 0 for its group (the
+     * others add zeros) */
+    if (t->replica != 0 || t->trank != 0) return sp_exec_allreduce_sum(t->tbuf, all, 1);
     double *ar = t->tbuf + 2 * cells; /* [2 s]: start, [2 s + 1]: end */
     double *mine = t->tstart[t->actor], *mine_end = t->tend[t->actor];
     for (int i = 0; i < pl->ninstr[t->actor]; i++) mine[i] = mine_end[i] = -1;
@@ -354,6 +355,12 @@ static sp_status stage_sumsq(sp_trainer *t, double *v)
             t->host_bytes += (size_t)np * sizeof(double);
             st = sp_exec_buf_release(t->h_sumsq[s]);
         }
+    /* tensor parallelism: a split parameter's terms summed over the group in its order,
+     * then tensor rank 0 speaks for the group (its members' terms are now the same) */
+    if (st == SP_OK && t->T > 1) {
+        st = sp_optim_group_terms(t->p, 0, each, sp_exec_tensor_group_host(t->tgroup));
+        if (t->trank != 0) memset(each, 0, sizeof *each * (size_t)np);
+    }
     if (st == SP_OK) st = sp_exec_allreduce_sum(each, (size_t)np, 1);
     for (int s = 0; s < t->S; s++) v[s] = sp_optim_fold_sumsq(t->p, s, each);
     free(each);
@@ -370,7 +377,7 @@ static sp_status step_loss(sp_trainer *t, float *loss)
     if (!each) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
     sp_status st = SP_OK;
     void *ptr;
-    if (owns(t, t->S - 1))
+    if (owns(t, t->S - 1) && t->trank == 0) /* one member speaks for the group */
         for (int i = 0; i < t->m && st == SP_OK; i++)
             if (!(st = sp_exec_buf_acquire(t->h_loss[i], SP_ACCESS_R, &ptr))) {
                 each[t->replica * t->m + i] = *(float *)ptr;
@@ -547,7 +554,7 @@ static sp_status eval_loss(sp_trainer *t, float *loss)
     if (!each) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
     sp_status st = SP_OK;
     void *ptr;
-    if (owns(t, t->S - 1))
+    if (owns(t, t->S - 1) && t->trank == 0) /* one member speaks for the group */
         for (int i = 0; i < km && st == SP_OK; i++)
             if (!(st = sp_exec_buf_acquire(t->h_loss[i], SP_ACCESS_R, &ptr))) {
                 each[t->replica * km + i] = *(float *)ptr;
@@ -706,8 +713,26 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
                           sched->name, sched->nstages, sp_program_num_stages(p));
         goto out;
     }
-    int R = opts->replicas > 1 ? opts->replicas : 1;
-    if (sched->nactors * R != sp_exec_size()) {
+    int R = opts->replicas > 1 ? opts->replicas : 1, T = opts->tensor > 1 ? opts->tensor : 1;
+    if (sp_graph_tensor_size(sp_program_graph(p)) != T) {
+        st = sp_set_error(SP_ERR_ARG, "the program was built for a tensor group of %d ranks, "
+                          "the trainer's is %d (sp_train_opts.tensor)",
+                          sp_graph_tensor_size(sp_program_graph(p)), T);
+        goto out;
+    }
+    if (T > 1 && sched->nactors * R * T != sp_exec_size()) {
+        st = sp_set_error(SP_ERR_ARG, "%d replica%s of schedule '%s' (%d actors) of %d ranks "
+                          "each (--tensor) need %d MPI ranks, but %d are running", R,
+                          R == 1 ? "" : "s", sched->name, sched->nactors, T,
+                          R * sched->nactors * T, sp_exec_size());
+        goto out;
+    }
+    if (T > 1 && sp_exec_num_cuda() > 0) {
+        st = sp_set_error(SP_ERR_ARG, "tensor parallelism runs on CPU ranks only for now (its "
+                          "all-reduces on GPU ranks need NCCL groups): STARPIPE_GPU=none");
+        goto out;
+    }
+    if (T == 1 && sched->nactors * R != sp_exec_size()) {
         if (R == 1)
             st = sp_set_error(SP_ERR_ARG, "schedule '%s' needs %d actors (MPI ranks), but %d "
                               "ranks are running: use mpirun -np %d", sched->name,
@@ -731,8 +756,20 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
     t->o = *opts;
     t->rank = sp_exec_rank();
     t->R = R;
-    t->layout = (sp_layout){ .replicas = R, .actors = sched->nactors, .order = opts->rank_order };
-    sp_layout_place(&t->layout, t->rank, &t->replica, &t->actor);
+    t->T = T;
+    t->layout = (sp_layout){ .replicas = R, .actors = sched->nactors, .order = opts->rank_order,
+                             .tensor = T };
+    sp_layout_place_t(&t->layout, t->rank, &t->replica, &t->actor, &t->trank);
+    if (T > 1 && sp_graph_tensor_rank(t->g) != t->trank) {
+        st = sp_set_error(SP_ERR_ARG, "rank %d is tensor rank %d of its actor, but its program "
+                          "was built for tensor rank %d", t->rank, t->trank,
+                          sp_graph_tensor_rank(t->g));
+        goto out;
+    }
+    /* the group of the actor's T ranks, colored by the group's first rank */
+    if (T > 1 && (st = sp_exec_tensor_group_create(sp_layout_rank(&t->layout, t->replica, t->actor),
+                                                   t->trank, T, &t->tgroup)))
+        goto out;
     t->S = sp_program_num_stages(p);
     const sp_stage_model *model = sp_program_stage_model(p);
     t->E = model->nedges;
@@ -793,7 +830,7 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
             if (!seen) peers[np++] = r;
         }
         for (int c = 0; c < R; c++) /* the replicas' collectives (replicas.c) */
-            if (c != t->replica) peers[np++] = sp_layout_rank(&t->layout, c, t->actor);
+            if (c != t->replica) peers[np++] = sp_layout_rank_t(&t->layout, c, t->actor, t->trank);
         st = sp_exec_groups_connect(peers, np);
         free(peers);
         if (st) goto out;
@@ -877,6 +914,7 @@ void sp_trainer_free(sp_trainer *t)
     free(t->tbuf), free(t->tstart), free(t->tend);
     sp_plan_free(t->plan);
     sp_plan_free(t->eval_plan);
+    sp_exec_tensor_group_free(t->tgroup);
     free(t);
 }
 

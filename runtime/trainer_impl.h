@@ -51,6 +51,9 @@ struct sp_trainer {
     /* replicas: this rank is actor `actor` of replica `replica` (layout) */
     sp_layout layout;
     int actor, replica, R;
+    /* tensor parallelism: this rank is member trank of its actor's group of T */
+    int T, trank;
+    sp_exec_tensor_group *tgroup; /* NULL when T = 1 */
     sp_tr_stage_replicas *rep; /* [S], for stages this rank holds; NULL without replicas */
     int *grads_last;           /* [S]: the last instruction of phase 1 writing GRADS[s] */
     uint32_t *footprint;       /* [S * SP_NUM_TASK_KINDS]: stage programs' perfmodel keys */
@@ -109,7 +112,7 @@ static inline int owns(const sp_trainer *t, int stage)
 /* The world rank of actor a in this rank's replica (plans name actors). */
 static inline int peer_rank(const sp_trainer *t, int actor)
 {
-    return sp_layout_rank(&t->layout, t->replica, actor);
+    return sp_layout_rank_t(&t->layout, t->replica, actor, t->trank);
 }
 
 /* ---- submit.c: the walks' way to the executor ---- */

@@ -20,7 +20,7 @@ static inline sp_device sp_device_cuda(sp_cuda_ctx *c, void *stream, void *cubla
 {
     c->stream = stream;
     c->cublas = cublas;
-    sp_device d = { SP_DEVICE_CUDA, sp_backend_cuda(), c, stream };
+    sp_device d = { SP_DEVICE_CUDA, sp_backend_cuda(), c, stream, NULL, 0 };
     return d;
 }
 

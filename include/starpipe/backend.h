@@ -142,6 +142,10 @@ typedef struct sp_device {
                      CUDA (codelets/cuda/backend.h) */
     void *stream; /* CUDA: the worker's cudaStream_t, for what runs beside the table (NCCL);
                      NULL on the CPU */
+    /* tensor parallelism: the task's group (program.h), NULL without one; meet_only: the
+     * step has failed already, the task only meets its group (sp_run_args.meet_only) */
+    struct sp_tp_group *group;
+    int meet_only;
 } sp_device;
 /* A task's work, written once for every device: dev is the worker's, bufs[i] points to
  * counts[i] elements of buffer i in the device's memory (launch asynchronously on a GPU's
@@ -154,7 +158,7 @@ typedef int (*sp_task_fn)(const sp_device *dev, void *const *bufs, const size_t 
 /* The CPU's: sp_backend_cpu() with no state. */
 static inline sp_device sp_device_cpu(void)
 {
-    sp_device d = { SP_DEVICE_CPU, sp_backend_cpu(), NULL, NULL };
+    sp_device d = { SP_DEVICE_CPU, sp_backend_cpu(), NULL, NULL, NULL, 0 };
     return d;
 }
 

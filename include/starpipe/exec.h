@@ -220,6 +220,8 @@ typedef struct sp_exec_task {
     uint32_t seq;               /* position in this rank's order within the step */
     const char *codelet;        /* the task's class, one StarPU codelet each ("F", "BW",
                                    "AdamW"; NULL: "starpipe"); at most 16 classes */
+    struct sp_exec_tensor_group *group; /* tensor parallelism: the group whose all-reduces its
+                                   program meets (sp_exec_tensor_group_create); NULL: none */
     uint32_t footprint;         /* > 0: keys the task's timings within its class in
                                    StarPU's history performance model (the trainer
                                    hashes the stage and its program's sizes: its buffers
@@ -227,6 +229,19 @@ typedef struct sp_exec_task {
 } sp_exec_task;
 
 sp_status sp_exec_submit(const sp_exec_task *t);
+
+/* ---- tensor parallelism: a group of ranks that meets inside tasks ----
+ * Collective over all ranks: the ranks passing the same color form a group of `size`,
+ * ordered by key. Its all-reduces (program.h, sp_tp_group) run inside the tasks given it
+ * (sp_exec_task.group): point to point on a communicator of the group's own, tagged by
+ * the task's seq and the all-reduce's place in the task, so that tasks running at once
+ * on several workers never cross, and summed in the group's order; CPU ranks only for
+ * now (host memory). sp_exec_tensor_group_host: the same group for the main thread between
+ * steps (the gradient norm's terms). */
+typedef struct sp_exec_tensor_group sp_exec_tensor_group;
+sp_status sp_exec_tensor_group_create(int color, int key, int size, sp_exec_tensor_group **out);
+void sp_exec_tensor_group_free(sp_exec_tensor_group *g);
+struct sp_tp_group *sp_exec_tensor_group_host(sp_exec_tensor_group *g);
 
 /* ---- small collectives, between steps (after end_step, before begin_step) ----
  * For what the plan does not move: the gradient norm of clipping, the loss for rank 0,

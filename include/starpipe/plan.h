@@ -105,17 +105,27 @@ sp_status sp_schedule_from_env(const char *name, int nactors, int nmicro, int nc
  * nodes. Replica-major: rank = a * R + r, the replicas of a stage are consecutive (the
  * all-reduce stays inside a node, the pipeline's messages cross). */
 typedef enum { SP_RANK_ORDER_PIPELINE = 0, SP_RANK_ORDER_REPLICA = 1 } sp_rank_order;
+/* Tensor parallelism (tensor = T > 1): each actor is a group of T consecutive ranks, the
+ * group innermost (so that it sits inside a node, where its all-reduces stay on NVLink):
+ * rank = (the rank above of (replica, actor)) x T + t, for tensor rank t. */
 typedef struct {
     int replicas, actors;
     sp_rank_order order;
+    int tensor; /* ranks per actor; 0 or 1: one */
 } sp_layout;
+/* The rank of tensor rank t of (replica, actor), and the converse. */
+int sp_layout_rank_t(const sp_layout *l, int replica, int actor, int t);
+void sp_layout_place_t(const sp_layout *l, int rank, int *replica, int *actor, int *t);
+/* The same for tensor rank 0 (the first rank of the actor's group); place ignores t. */
 int sp_layout_rank(const sp_layout *l, int replica, int actor);
 void sp_layout_place(const sp_layout *l, int rank, int *replica, int *actor);
+int sp_layout_tensor(const sp_layout *l); /* T, >= 1 */
 const char *sp_rank_order_name(sp_rank_order o);
-/* The layout of nranks ranks: replicas (<= 0: STARPIPE_REPLICAS, default 1), actors (<= 0:
- * nranks / replicas), order (NULL: STARPIPE_RANK_ORDER, "pipeline" or "replica"). A rank
- * count that replicas x actors does not match is SP_ERR_ARG with one message. */
-sp_status sp_layout_from_env(int nranks, int replicas, int actors, const char *order,
+/* The layout of nranks ranks: replicas (<= 0: STARPIPE_REPLICAS, default 1), tensor
+ * (<= 0: STARPIPE_TENSOR, default 1), actors (<= 0: nranks / (replicas x tensor)), order
+ * (NULL: STARPIPE_RANK_ORDER, "pipeline" or "replica"). A rank count that replicas x
+ * actors x tensor does not match is SP_ERR_ARG with one message. */
+sp_status sp_layout_from_env(int nranks, int replicas, int actors, int tensor, const char *order,
                              sp_layout *out);
 
 /* A random valid schedule for `model`: stages dealt to actors in a random order (every

@@ -132,6 +132,10 @@ struct sp_tp_group {
 typedef struct {
     float dloss;
     sp_tp_group *group; /* the rank's tensor group: needed by programs of T > 1 */
+    /* 1: run only the all-reduces, on whatever the buffers hold, results unused: a task
+     * of a failed step still meets its group, so that no member waits for it forever.
+     * A program whose kernel fails does the same for the rest of its all-reduces. */
+    int meet_only;
 } sp_run_args;
 sp_status sp_program_run(const sp_program *p, int stage, sp_task_kind kind, void *const *bufs,
                          const sp_run_args *args);

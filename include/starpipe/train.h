@@ -36,6 +36,12 @@ typedef struct {
      * with the same replicas (sp_reference_set_replicas) bit for bit. */
     int replicas;
     sp_rank_order rank_order;
+    /* Tensor parallelism (graph.h): each actor is a group of T ranks (0 or 1: one), the
+     * group innermost in the layout (plan.h); p must be this rank's member's program
+     * (built with sp_graph_set_tensor(g, T, its tensor rank)). Its all-reduces run inside
+     * the stage tasks over MPI, in the group's sum order: a run is bitwise the reference
+     * of T (sp_tp_local). CPU ranks only for now. */
+    int tensor;
     /* ZeRO-1: each of the R ranks of a stage keeps the AdamW moments of one shard of its
      * parameters (sp_optim_shards), updates that shard and sends it to the others.
      * Bitwise the same parameters as without it. */

@@ -29,14 +29,39 @@ static void layouts(void)
     sp_layout pm = { 2, 4, SP_RANK_ORDER_PIPELINE }, rm = { 2, 4, SP_RANK_ORDER_REPLICA };
     CHECK(sp_layout_rank(&pm, 1, 0) == 4 && sp_layout_rank(&rm, 1, 0) == 1, "orders");
     sp_layout l;
-    CHECK(sp_layout_from_env(6, 3, 0, NULL, &l) == SP_OK && l.actors == 2, "6 ranks, 3 replicas");
-    CHECK(sp_layout_from_env(6, 4, 0, NULL, &l) == SP_ERR_ARG &&
+    CHECK(sp_layout_from_env(6, 3, 0, 0, NULL, &l) == SP_OK && l.actors == 2, "6 ranks, 3 replicas");
+    CHECK(sp_layout_from_env(6, 4, 0, 0, NULL, &l) == SP_ERR_ARG &&
               strstr(sp_last_error(), "multiple of 4"), "6 ranks, 4 replicas: %s", sp_last_error());
-    CHECK(sp_layout_from_env(6, 2, 2, NULL, &l) == SP_ERR_ARG &&
+    CHECK(sp_layout_from_env(6, 2, 2, 0, NULL, &l) == SP_ERR_ARG &&
               strstr(sp_last_error(), "need 4 MPI ranks"), "2 x 2 on 6: %s", sp_last_error());
-    CHECK(sp_layout_from_env(4, 2, 0, "ring", &l) == SP_ERR_ARG, "bad order accepted");
-    CHECK(sp_layout_from_env(4, 2, 0, "replica", &l) == SP_OK &&
+    CHECK(sp_layout_from_env(4, 2, 0, 0, "ring", &l) == SP_ERR_ARG, "bad order accepted");
+    CHECK(sp_layout_from_env(4, 2, 0, 0, "replica", &l) == SP_OK &&
               l.order == SP_RANK_ORDER_REPLICA, "replica order");
+    /* tensor parallelism: an actor's T ranks consecutive, innermost, in both orders */
+    for (int order = 0; order < 2; order++)
+        for (int T = 1; T <= 3; T++) {
+            sp_layout t = { .replicas = 2, .actors = 3, .order = (sp_rank_order)order, .tensor = T };
+            char seen[64] = { 0 };
+            for (int r = 0; r < 2; r++)
+                for (int a = 0; a < 3; a++)
+                    for (int q = 0; q < T; q++) {
+                        int k = sp_layout_rank_t(&t, r, a, q), rr, aa, qq;
+                        CHECK(k >= 0 && k < 6 * T && !seen[k], "T %d: rank %d twice", T, k);
+                        seen[k] = 1;
+                        CHECK(k == sp_layout_rank(&t, r, a) + q, "T %d: the group of (%d, %d) is "
+                              "not consecutive", T, r, a);
+                        sp_layout_place_t(&t, k, &rr, &aa, &qq);
+                        CHECK(rr == r && aa == a && qq == q, "T %d: place(%d) = (%d, %d, %d)", T,
+                              k, rr, aa, qq);
+                    }
+        }
+    CHECK(sp_layout_from_env(8, 2, 0, 2, NULL, &l) == SP_OK && l.actors == 2 && l.tensor == 2,
+          "8 ranks, 2 replicas, T = 2: %d actors", l.actors);
+    CHECK(sp_layout_from_env(6, 1, 0, 4, NULL, &l) == SP_ERR_ARG &&
+              strstr(sp_last_error(), "multiple of 4"), "T = 4 on 6 ranks: %s", sp_last_error());
+    CHECK(sp_layout_from_env(8, 1, 2, 2, NULL, &l) == SP_ERR_ARG &&
+              strstr(sp_last_error(), "need 4 MPI ranks"), "2 actors x T 2 on 8: %s",
+          sp_last_error());
 }
 
 static void costs(void)

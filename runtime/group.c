@@ -1,0 +1,168 @@
+/* Tensor parallelism's groups over MPI (starpipe/exec.h, sp_exec_group): the all-reduces
+ * of a group's stage programs, met inside the tasks. Each member sends its values to
+ * every other one and receives theirs, point to point on the group's own communicator,
+ * then sums them in the group's one order (member 0's, + member 1's, ... in float32:
+ * program.h), so every member gets the bits the reference's in-process group gives
+ * (graph/tensor_group.c). Point to point, not MPI_Allreduce: the tasks of a rank may run
+ * at once on several workers, and a collective would need every member to enter the
+ * group's collectives in one order; a tag made of the task's seq and the all-reduce's
+ * place in its program pairs each message with its own whatever the order. A task of a
+ * failed step still meets its group (runtime/exec.c, meet_only), so no member waits for
+ * one that gave up. Host memory only (CPU ranks): GPU ranks need NCCL groups. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/exec_impl.h"
+#include "starpipe/program.h"
+
+/* tag = (seq mod 2^20) << 10 | k: 1024 all-reduces per task, 2^20 tasks of a step apart */
+#define SP_GROUP_K_BITS 10
+#define SP_GROUP_SEQ_MASK ((1u << 20) - 1)
+#define SP_GROUP_MAX_FLOATS ((int64_t)1 << 30) /* one message of at most 4 GiB */
+
+enum { GROUP_MPI = 1, GROUP_NOMEM, GROUP_TOO_MANY, GROUP_TOO_LARGE };
+
+struct sp_exec_tensor_group {
+    MPI_Comm comm;      /* the tasks' point-to-point messages */
+    MPI_Comm host_comm; /* the main thread's collectives */
+    int size, rank;
+    struct sp_tp_group host;
+};
+
+static const char *status_string(struct sp_tp_group *g, int code)
+{
+    (void)g;
+    return code == GROUP_MPI ? "an MPI call of the tensor group failed"
+         : code == GROUP_NOMEM ? "out of memory for the tensor group's sum"
+         : code == GROUP_TOO_MANY ? "more than 1024 tensor-parallel all-reduces in one task"
+         : code == GROUP_TOO_LARGE ? "a tensor-parallel all-reduce of more than 2^30 floats"
+                                   : "unknown error";
+}
+
+/* dst (=, or += with acc) the sum of `all`'s size rows of n floats, in row order */
+static void ordered_sum(float *dst, const float *all, int size, int64_t n, int acc)
+{
+    for (int64_t j = 0; j < n; j++) {
+        float s = all[j];
+        for (int r = 1; r < size; r++) s += all[(int64_t)r * n + j];
+        dst[j] = acc ? dst[j] + s : s;
+    }
+}
+
+static int task_allreduce(struct sp_tp_group *vt, float *dst, const float *src, int64_t n,
+                          int acc)
+{
+    sp_exec_task_group *tg = (sp_exec_task_group *)vt;
+    sp_exec_tensor_group *g = tg->g;
+    if (tg->k >= 1 << SP_GROUP_K_BITS) return GROUP_TOO_MANY;
+    if (n > SP_GROUP_MAX_FLOATS) return GROUP_TOO_LARGE;
+    int tag = (int)(((tg->seq & SP_GROUP_SEQ_MASK) << SP_GROUP_K_BITS) | (uint32_t)tg->k++);
+    float *all = malloc(sizeof(float) * (size_t)g->size * (size_t)(n > 0 ? n : 1));
+    MPI_Request *req = malloc(sizeof *req * 2 * (size_t)g->size);
+    if (!all || !req) {
+        free(all), free(req);
+        return GROUP_NOMEM;
+    }
+    memcpy(all + (int64_t)g->rank * n, src, sizeof(float) * (size_t)n);
+    int nr = 0, bad = 0;
+    for (int q = 0; q < g->size && !bad; q++) {
+        if (q == g->rank) continue;
+        bad |= MPI_Irecv(all + (int64_t)q * n, (int)n, MPI_FLOAT, q, tag, g->comm, &req[nr++]) !=
+               MPI_SUCCESS;
+        bad |= !bad && MPI_Isend(src, (int)n, MPI_FLOAT, q, tag, g->comm, &req[nr++]) != MPI_SUCCESS;
+    }
+    bad |= MPI_Waitall(nr, req, MPI_STATUSES_IGNORE) != MPI_SUCCESS;
+    if (!bad) ordered_sum(dst, all, g->size, n, acc);
+    free(all), free(req);
+    return bad ? GROUP_MPI : 0;
+}
+
+static int no_f64(struct sp_tp_group *vt, double *x, int64_t n)
+{
+    (void)vt, (void)x, (void)n;
+    return GROUP_MPI; /* a task never sums doubles: only the host does (the norm) */
+}
+
+struct sp_tp_group *sp_exec_tensor_group_of_task(sp_exec_tensor_group *g, uint32_t seq, sp_exec_task_group *tg)
+{
+    *tg = (sp_exec_task_group){ .vt = { task_allreduce, no_f64, status_string }, .g = g,
+                                .seq = seq, .k = 0 };
+    return &tg->vt;
+}
+
+/* ---- the main thread's view: collectives between steps ---- */
+
+static sp_exec_tensor_group *host_owner(struct sp_tp_group *vt)
+{
+    return (sp_exec_tensor_group *)((char *)vt - offsetof(sp_exec_tensor_group, host));
+}
+
+static int host_allreduce(struct sp_tp_group *vt, float *dst, const float *src, int64_t n, int acc)
+{
+    sp_exec_tensor_group *g = host_owner(vt);
+    if (n > SP_GROUP_MAX_FLOATS / g->size) return GROUP_TOO_LARGE;
+    float *all = malloc(sizeof(float) * (size_t)g->size * (size_t)(n > 0 ? n : 1));
+    if (!all) return GROUP_NOMEM;
+    int bad = MPI_Allgather(src, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, g->host_comm) !=
+              MPI_SUCCESS;
+    if (!bad) ordered_sum(dst, all, g->size, n, acc);
+    free(all);
+    return bad ? GROUP_MPI : 0;
+}
+
+static int host_sum_f64(struct sp_tp_group *vt, double *x, int64_t n)
+{
+    sp_exec_tensor_group *g = host_owner(vt);
+    if (n > SP_GROUP_MAX_FLOATS / g->size) return GROUP_TOO_LARGE;
+    double *all = malloc(sizeof(double) * (size_t)g->size * (size_t)(n > 0 ? n : 1));
+    if (!all) return GROUP_NOMEM;
+    int bad = MPI_Allgather(x, (int)n, MPI_DOUBLE, all, (int)n, MPI_DOUBLE, g->host_comm) !=
+              MPI_SUCCESS;
+    for (int64_t j = 0; j < n && !bad; j++) {
+        double s = all[j];
+        for (int r = 1; r < g->size; r++) s += all[(int64_t)r * n + j];
+        x[j] = s;
+    }
+    free(all);
+    return bad ? GROUP_MPI : 0;
+}
+
+sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, sp_exec_tensor_group **out)
+{
+    *out = NULL;
+    sp_exec_tensor_group *g = calloc(1, sizeof *g);
+    if (!g) {
+        MPI_Comm_free(&comm);
+        return sp_set_error(SP_ERR_NOMEM, "tensor group: out of memory");
+    }
+    g->comm = comm;
+    g->host_comm = MPI_COMM_NULL;
+    int rc = MPI_Comm_dup(g->comm, &g->host_comm);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(g->comm, &g->size);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(g->comm, &g->rank);
+    int *ub = NULL, flag = 0; /* MPI_TAG_UB is an attribute of the world communicator */
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    sp_status st = rc == MPI_SUCCESS ? SP_OK : sp_comm_mpi_error(__FILE__, __LINE__, "MPI_Comm_dup", rc);
+    if (st == SP_OK && g->size != size)
+        st = sp_set_error(SP_ERR_ARG, "a tensor group of %d ranks, expected %d", g->size, size);
+    if (st == SP_OK && (!flag || *ub < (int)((SP_GROUP_SEQ_MASK << SP_GROUP_K_BITS) | 1023u)))
+        st = sp_set_error(SP_ERR_RUNTIME, "this MPI's tags end at %d: the tensor group's need "
+                          "30 bits", flag ? *ub : -1);
+    if (st) {
+        sp_exec_tensor_group_free(g);
+        return st;
+    }
+    g->host = (struct sp_tp_group){ host_allreduce, host_sum_f64, status_string };
+    *out = g;
+    return SP_OK;
+}
+
+struct sp_tp_group *sp_exec_tensor_group_host(sp_exec_tensor_group *g) { return g ? &g->host : NULL; }
+
+void sp_exec_tensor_group_free(sp_exec_tensor_group *g)
+{
+    if (!g) return;
+    if (g->comm != MPI_COMM_NULL) MPI_Comm_free(&g->comm);
+    if (g->host_comm != MPI_COMM_NULL) MPI_Comm_free(&g->host_comm);
+    free(g);
+}
