@@ -190,30 +190,130 @@ const int64_t *sp_param_full_shape(const sp_graph *g, sp_tensor p)
     if (!sp_tensor_is_param(g, p)) return NULL;
     return g->node[p].split >= 0 ? g->node[p].full : g->node[p].shape;
 }
+const int64_t *sp_param_view(const sp_graph *g, sp_tensor p, int *ndim)
+{
+    int split = sp_tensor_is_param(g, p) && g->node[p].split >= 0;
+    if (ndim) *ndim = split ? g->node[p].vndim : 0;
+    return split ? g->node[p].view : NULL;
+}
+int64_t sp_param_whole_numel(const sp_graph *g, sp_tensor p)
+{
+    const int64_t *full = sp_param_full_shape(g, p);
+    int64_t n = full ? 1 : 0;
+    for (int d = 0; full && d < g->node[p].ndim; d++) n *= full[d];
+    return n;
+}
 
 int sp_graph_tensor_size(const sp_graph *g) { return g ? g->tp_size : 1; }
 int sp_graph_tensor_rank(const sp_graph *g) { return g ? g->tp_rank : 0; }
 
+/* sp_param_split and sp_param_split_view: checks that the view refines the whole shape
+ * (each whole dimension the product of consecutive view dimensions) and that T divides
+ * the view's dimension `dim`, then adds this rank's part. The part's shape is the whole
+ * one with the whole dimension holding `dim` divided by T. At T = 1 it is sp_param. */
+static sp_tensor add_split(sp_graph *g, const char *who, const char *name, int ndim,
+                           const int64_t *shape, int vndim, const int64_t *view, int dim,
+                           sp_init init, float std)
+{
+    const char *nm = name ? name : "";
+    if (!g) return fail(SP_ERR_ARG, "%s: graph is NULL", who);
+    if (!check_shape_arg(ndim, shape) || !check_shape_arg(vndim, view) || dim < 0 ||
+        dim >= vndim)
+        return fail(SP_ERR_SHAPE, "%s '%s': a shape of 1..%d dims and a dimension of it to "
+                    "split (got %d)", who, nm, SP_MAX_DIMS, dim);
+    int owner = -1, v = 0, refines = 1;
+    for (int e = 0; e < ndim; e++) {
+        int64_t prod = 1;
+        while (v < vndim && (prod < shape[e] || e == ndim - 1)) {
+            if (v == dim) owner = e;
+            prod *= view[v++];
+        }
+        refines &= prod == shape[e];
+    }
+    if (!refines || owner < 0 || v != vndim)
+        return fail(SP_ERR_SHAPE, "%s '%s': the view does not refine the parameter's shape "
+                    "(each dimension of the shape must be the product of consecutive "
+                    "dimensions of the view)", who, nm);
+    if (view[dim] % g->tp_size)
+        return fail(SP_ERR_SHAPE, "%s '%s': tensor parallelism of %d does not divide "
+                    "dimension %d (%lld) of the parameter%s", who, nm, g->tp_size, dim,
+                    (long long)view[dim], view == shape ? "" : "'s view");
+    int64_t part[SP_MAX_DIMS];
+    for (int d = 0; d < ndim; d++) part[d] = shape[d];
+    part[owner] /= g->tp_size;
+    sp_tensor t = sp_param(g, name, ndim, part, init, std);
+    if (t >= 0 && g->tp_size > 1) {
+        sp_node *n = &g->node[t];
+        n->split = dim;
+        for (int d = 0; d < ndim; d++) n->full[d] = shape[d];
+        n->vndim = vndim;
+        for (int d = 0; d < vndim; d++) n->view[d] = view[d];
+    }
+    return t;
+}
+
 sp_tensor sp_param_split(sp_graph *g, const char *name, int ndim, const int64_t *shape, int dim,
                          sp_init init, float std)
 {
-    if (!g) return fail(SP_ERR_ARG, "sp_param_split: graph is NULL");
-    if (!check_shape_arg(ndim, shape) || dim < 0 || dim >= ndim)
-        return fail(SP_ERR_SHAPE, "sp_param_split '%s': a shape of 1..%d dims and a dimension "
-                    "of it to split (got %d)", name ? name : "", SP_MAX_DIMS, dim);
-    if (shape[dim] % g->tp_size)
-        return fail(SP_ERR_SHAPE, "sp_param_split '%s': tensor parallelism of %d does not "
-                    "divide dimension %d (%lld) of the parameter", name ? name : "", g->tp_size,
-                    dim, (long long)shape[dim]);
-    int64_t part[SP_MAX_DIMS];
-    for (int d = 0; d < ndim; d++) part[d] = shape[d];
-    part[dim] /= g->tp_size;
-    sp_tensor t = sp_param(g, name, ndim, part, init, std);
-    if (t >= 0 && g->tp_size > 1) {
-        g->node[t].split = dim;
-        for (int d = 0; d < ndim; d++) g->node[t].full[d] = shape[d];
+    return add_split(g, "sp_param_split", name, ndim, shape, ndim, shape, dim, init, std);
+}
+
+sp_tensor sp_param_split_view(sp_graph *g, const char *name, int ndim, const int64_t *shape,
+                              int vndim, const int64_t *view, int dim, sp_init init, float std)
+{
+    return add_split(g, "sp_param_split_view", name, ndim, shape, vndim, view, dim, init, std);
+}
+
+/* Part `rank` of parameter n, in its order, is `outer` runs of `run` contiguous elements of
+ * the whole tensor, run o starting at element o * stride + offset: the view's dimensions
+ * before the split one make the runs, its share of the split one and those after it a
+ * run. A whole parameter is one run, the same for every rank. */
+static void part_runs(const sp_graph *g, const sp_node *n, int rank, int64_t *outer,
+                      int64_t *run, int64_t *stride, int64_t *offset)
+{
+    if (n->split < 0) {
+        *outer = 1, *run = *stride = n->numel, *offset = 0;
+        return;
     }
-    return t;
+    int64_t o = 1, inner = 1;
+    for (int d = 0; d < n->split; d++) o *= n->view[d];
+    for (int d = n->split + 1; d < n->vndim; d++) inner *= n->view[d];
+    *outer = o;
+    *run = n->view[n->split] / g->tp_size * inner;
+    *stride = n->view[n->split] * inner;
+    *offset = (int64_t)rank * *run;
+}
+
+/* Copies between part `rank` and the whole tensor: to_whole 1 scatters the part (src)
+ * into the whole tensor (dst), 0 gathers it from the whole (src) into the part (dst). */
+static sp_status part_copy(const sp_graph *g, sp_tensor p, int rank, const float *src,
+                           float *dst, int to_whole, const char *who)
+{
+    if (!sp_tensor_is_param(g, p))
+        return sp_set_error(SP_ERR_ARG, "%s: tensor %d is not a parameter", who, p);
+    if (!src || !dst) return sp_set_error(SP_ERR_ARG, "%s: a buffer is NULL", who);
+    if (rank < 0 || rank >= g->tp_size)
+        return sp_set_error(SP_ERR_ARG, "%s '%s': rank %d is not in the group of %d", who,
+                            N(g, p)->name, rank, g->tp_size);
+    int64_t outer, run, stride, offset;
+    part_runs(g, N(g, p), rank, &outer, &run, &stride, &offset);
+    for (int64_t o = 0; o < outer; o++) {
+        int64_t w = o * stride + offset, q = o * run;
+        memcpy(dst + (to_whole ? w : q), src + (to_whole ? q : w), sizeof(float) * (size_t)run);
+    }
+    return SP_OK;
+}
+
+sp_status sp_param_part_to_whole(const sp_graph *g, sp_tensor p, int rank, const float *part,
+                                 float *whole)
+{
+    return part_copy(g, p, rank, part, whole, 1, "sp_param_part_to_whole");
+}
+
+sp_status sp_param_whole_to_part(const sp_graph *g, sp_tensor p, int rank, const float *whole,
+                                 float *part)
+{
+    return part_copy(g, p, rank, whole, part, 0, "sp_param_whole_to_part");
 }
 
 /* The two conjugate operators of Megatron's tensor parallelism (f and g): T = 1 makes
@@ -657,18 +757,12 @@ sp_status sp_param_init_values(const sp_graph *g, sp_tensor p, uint64_t seed, fl
         return SP_OK;
     }
     uint64_t key = splitmix64(seed ^ fnv1a(n->name));
-    if (n->split < 0) {
-        for (int64_t j = 0; j < n->numel; j++) dst[j] = normal_at(key, j, n->init_std);
-        return SP_OK;
-    }
-    /* part tp_rank of the whole tensor's values: those of T = 1 */
-    int64_t outer = 1, inner = 1, part = n->shape[n->split];
-    for (int d = 0; d < n->split; d++) outer *= n->full[d];
-    for (int d = n->split + 1; d < n->ndim; d++) inner *= n->full[d];
+    /* a part holds the whole tensor's values at its elements (part_runs): those of T = 1 */
+    int64_t outer, run, stride, offset;
+    part_runs(g, n, g->tp_rank, &outer, &run, &stride, &offset);
     for (int64_t o = 0, k = 0; o < outer; o++)
-        for (int64_t q = 0; q < part * inner; q++, k++)
-            dst[k] = normal_at(key, (o * n->full[n->split] + (int64_t)g->tp_rank * part) * inner + q,
-                               n->init_std);
+        for (int64_t q = 0; q < run; q++, k++)
+            dst[k] = normal_at(key, o * stride + offset + q, n->init_std);
     return SP_OK;
 }
 

@@ -43,10 +43,14 @@ typedef struct {
     sp_init init;     /* params */
     float init_std;
     int64_t aux;      /* floats the forward saves besides the output (mean/rstd, lse, probs) */
-    /* a parameter split over the tensor group (sp_param_split): the dimension, or -1,
-     * and the whole tensor's shape, whose part tp_rank this one is */
+    /* a parameter split over the tensor group (sp_param_split, sp_param_split_view): the
+     * whole tensor's shape, whose part tp_rank this one is, the view of it that is split
+     * (vndim dims; the whole shape itself for sp_param_split) and the view's dimension
+     * split, or -1 (whole on every rank; vndim 0) */
     int split;
     int64_t full[SP_MAX_DIMS];
+    int vndim;
+    int64_t view[SP_MAX_DIMS];
     char name[64];
 } sp_node;
 

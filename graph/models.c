@@ -57,6 +57,26 @@ static sp_tensor param(sp_graph *g, const char *fmt, int l, int ndim, int64_t d0
     return sp_param(g, name, ndim, shape, init, std);
 }
 
+/* A parameter split over the tensor group: a matrix (d0, d1) when d1 > 0, else a vector
+ * (d0), along dimension dim (sp_param_split). */
+static sp_tensor split(sp_graph *g, const char *fmt, int l, int64_t d0, int64_t d1, int dim,
+                       sp_init init, float std)
+{
+    char name[64];
+    snprintf(name, sizeof name, fmt, l);
+    int64_t shape[2] = { d0, d1 };
+    return sp_param_split(g, name, d1 > 0 ? 2 : 1, shape, dim, init, std);
+}
+
+/* The same, split along dimension dim of a view of the shape (sp_param_split_view). */
+static sp_tensor split_view(sp_graph *g, const char *fmt, int l, int ndim, const int64_t *shape,
+                            int vndim, const int64_t *view, int dim, sp_init init, float std)
+{
+    char name[64];
+    snprintf(name, sizeof name, fmt, l);
+    return sp_param_split_view(g, name, ndim, shape, vndim, view, dim, init, std);
+}
+
 /* The loss, and the logits named "logits" for whoever samples or inspects them. */
 static sp_graph *finish(sp_graph *g, sp_tensor logits, sp_tensor loss, sp_status *status)
 {
@@ -70,69 +90,110 @@ static sp_graph *finish(sp_graph *g, sp_tensor logits, sp_tensor loss, sp_status
     return g;
 }
 
+/* The tensor group of a model: T (0 meaning 1) and this graph's rank in it, set on g. */
+static sp_status set_tensor(sp_graph *g, const char *who, int T, int rank)
+{
+    if (sp_graph_set_tensor(g, T ? T : 1, rank) == SP_OK) return SP_OK;
+    return sp_set_error(SP_ERR_ARG, "%s: tensor rank %d of a tensor parallelism of %d (1 to %d "
+                        "ranks, 0 meaning 1)", who, rank, T, SP_MAX_TENSOR);
+}
+
+/* A model is built as one rank of its tensor group (Megatron's layout): a column-parallel
+ * linear layer is sp_tp_copy, then the product with its weight split by columns and the
+ * bias split alike; a row-parallel one the product with its weight split by rows, then
+ * sp_tp_sum, then its whole bias, added once after the sum. At T = 1 the splits are plain
+ * parameters and both operators add no node: the graph is the one of a model without
+ * tensor parallelism, node for node. Parameters are created in the order the builders
+ * always had (the order of slabs and of the gradient norm's sum). */
 sp_graph *sp_model_gpt(const sp_gpt_config *c, sp_status *status)
 {
     sp_status st = SP_OK;
+    const int T = c && c->tensor > 0 ? c->tensor : 1;
     if (!c || c->vocab < 2 || c->context < 1 || c->layers < 1 || c->heads < 1 ||
         c->channels < 1 || c->batch < 1 || c->stages < 1)
         st = sp_set_error(SP_ERR_ARG, "sp_model_gpt: every size must be >= 1 (vocab >= 2)");
     else if (c->channels % c->heads)
         st = sp_set_error(SP_ERR_ARG, "sp_model_gpt: %d heads do not divide %d channels",
                           c->heads, c->channels);
+    else if (c->heads % T) /* then T divides C = heads x head_size and 4C too */
+        st = sp_set_error(SP_ERR_ARG, "sp_model_gpt: tensor parallelism of %d does not divide "
+                          "the %d heads", T, c->heads);
     else
         st = check_split("sp_model_gpt", c->layers, c->stages, c->stage_layers, 1);
     sp_graph *g = st ? NULL : sp_graph_create();
     if (!st && !g) st = sp_set_error(SP_ERR_NOMEM, "sp_model_gpt: out of memory");
+    if (!st) st = set_tensor(g, "sp_model_gpt", c->tensor, c->tensor_rank);
     if (st) {
+        sp_graph_free(g);
         if (status) *status = st;
         return NULL;
     }
-    const int64_t B = c->batch, T = c->context, C = c->channels, V = c->vocab;
+    const int64_t B = c->batch, Tc = c->context, C = c->channels, V = c->vocab;
+    const int64_t H = c->heads, hs = C / H;
     const float std = 0.02f, std_res = 0.02f / sqrtf(2.0f * c->layers);
-    sp_tensor tokens = sp_input_i32(g, "tokens", 2, (int64_t[]){ B, T });
-    sp_tensor targets = sp_input_i32(g, "targets", 2, (int64_t[]){ B, T });
+    sp_tensor tokens = sp_input_i32(g, "tokens", 2, (int64_t[]){ B, Tc });
+    sp_tensor targets = sp_input_i32(g, "targets", 2, (int64_t[]){ B, Tc });
     sp_tensor wte = param(g, "wte", 0, 2, V, C, SP_INIT_NORMAL, std);
-    sp_tensor wpe = param(g, "wpe", 0, 2, T, C, SP_INIT_NORMAL, std);
+    sp_tensor wpe = param(g, "wpe", 0, 2, Tc, C, SP_INIT_NORMAL, std);
     sp_tensor x = sp_embed(g, tokens, wte, wpe);
     int cur = 0;
     for (int l = 0; l < c->layers; l++) {
         x = yield_to(g, x, &cur, layer_stage(l, c->layers, c->stages, c->stage_layers));
-        sp_tensor h = sp_layernorm(g, x, param(g, "h%d.ln1.g", l, 1, C, 0, SP_INIT_ONES, 0),
-                                   param(g, "h%d.ln1.b", l, 1, C, 0, SP_INIT_ZEROS, 0));
-        h = sp_matmul(g, h, param(g, "h%d.attn.w", l, 2, C, 3 * C, SP_INIT_NORMAL, std), 0, 0);
-        h = sp_bias_add(g, h, param(g, "h%d.attn.b", l, 1, 3 * C, 0, SP_INIT_ZEROS, 0));
-        h = sp_attention(g, h, c->heads);
-        h = sp_matmul(g, h, param(g, "h%d.proj.w", l, 2, C, C, SP_INIT_NORMAL, std_res), 0, 0);
+        /* attention: heads split over the group; qkv's columns [q | k | v] by heads. The
+         * LayerNorms' b before g: the order their nested creation always gave them */
+        sp_tensor b = param(g, "h%d.ln1.b", l, 1, C, 0, SP_INIT_ZEROS, 0);
+        sp_tensor h = sp_layernorm(g, x, param(g, "h%d.ln1.g", l, 1, C, 0, SP_INIT_ONES, 0), b);
+        h = sp_tp_copy(g, h);
+        h = sp_matmul(g, h, split_view(g, "h%d.attn.w", l, 2, (int64_t[]){ C, 3 * C }, 4,
+                                       (int64_t[]){ C, 3, H, hs }, 2, SP_INIT_NORMAL, std), 0, 0);
+        h = sp_bias_add(g, h, split_view(g, "h%d.attn.b", l, 1, (int64_t[]){ 3 * C }, 3,
+                                         (int64_t[]){ 3, H, hs }, 1, SP_INIT_ZEROS, 0));
+        h = sp_attention(g, h, c->heads / T);
+        h = sp_matmul(g, h, split(g, "h%d.proj.w", l, C, C, 0, SP_INIT_NORMAL, std_res), 0, 0);
+        h = sp_tp_sum(g, h);
         h = sp_bias_add(g, h, param(g, "h%d.proj.b", l, 1, C, 0, SP_INIT_ZEROS, 0));
         x = sp_add(g, x, h);
-        h = sp_layernorm(g, x, param(g, "h%d.ln2.g", l, 1, C, 0, SP_INIT_ONES, 0),
-                         param(g, "h%d.ln2.b", l, 1, C, 0, SP_INIT_ZEROS, 0));
-        h = sp_matmul(g, h, param(g, "h%d.fc.w", l, 2, C, 4 * C, SP_INIT_NORMAL, std), 0, 0);
-        h = sp_bias_add(g, h, param(g, "h%d.fc.b", l, 1, 4 * C, 0, SP_INIT_ZEROS, 0));
+        /* MLP: fc split by columns, fcproj by rows */
+        b = param(g, "h%d.ln2.b", l, 1, C, 0, SP_INIT_ZEROS, 0);
+        h = sp_layernorm(g, x, param(g, "h%d.ln2.g", l, 1, C, 0, SP_INIT_ONES, 0), b);
+        h = sp_tp_copy(g, h);
+        h = sp_matmul(g, h, split(g, "h%d.fc.w", l, C, 4 * C, 1, SP_INIT_NORMAL, std), 0, 0);
+        h = sp_bias_add(g, h, split(g, "h%d.fc.b", l, 4 * C, 0, 0, SP_INIT_ZEROS, 0));
         h = sp_gelu(g, h);
-        h = sp_matmul(g, h, param(g, "h%d.fcproj.w", l, 2, 4 * C, C, SP_INIT_NORMAL, std_res),
+        h = sp_matmul(g, h, split(g, "h%d.fcproj.w", l, 4 * C, C, 0, SP_INIT_NORMAL, std_res),
                       0, 0);
+        h = sp_tp_sum(g, h);
         h = sp_bias_add(g, h, param(g, "h%d.fcproj.b", l, 1, C, 0, SP_INIT_ZEROS, 0));
         x = sp_add(g, x, h);
     }
     x = yield_to(g, x, &cur, c->stages - 1);
-    x = sp_layernorm(g, x, param(g, "lnf.g", 0, 1, C, 0, SP_INIT_ONES, 0),
-                     param(g, "lnf.b", 0, 1, C, 0, SP_INIT_ZEROS, 0));
+    sp_tensor lnf_b = param(g, "lnf.b", 0, 1, C, 0, SP_INIT_ZEROS, 0);
+    x = sp_layernorm(g, x, param(g, "lnf.g", 0, 1, C, 0, SP_INIT_ONES, 0), lnf_b);
     sp_tensor logits = sp_matmul(g, x, wte, 0, 1); /* tied: (B,T,C) x (V,C)^T */
     return finish(g, logits, sp_cross_entropy(g, logits, targets), status);
 }
 
+/* The MLP's hidden layers pair up, (0, 1), (2, 3), ...: the first of a pair is
+ * column-parallel, the second row-parallel (its ReLU after the sum and its whole bias);
+ * with an odd depth the last hidden layer is whole, as is the head. A pair may straddle
+ * a stage boundary: the activation handed over is then each rank's part. */
 sp_graph *sp_model_mlp(const sp_mlp_config *c, sp_status *status)
 {
     sp_status st = SP_OK;
+    const int T = c && c->tensor > 0 ? c->tensor : 1;
     if (!c || c->in_dim < 1 || c->width < 1 || c->depth < 1 || c->classes < 2 || c->batch < 1 ||
         c->stages < 1)
         st = sp_set_error(SP_ERR_ARG, "sp_model_mlp: every size must be >= 1 (classes >= 2)");
+    else if (c->depth >= 2 && c->width % T)
+        st = sp_set_error(SP_ERR_ARG, "sp_model_mlp: tensor parallelism of %d does not divide "
+                          "the width %d", T, c->width);
     else
         st = check_split("sp_model_mlp", c->depth, c->stages, c->stage_layers, 0);
     sp_graph *g = st ? NULL : sp_graph_create();
     if (!st && !g) st = sp_set_error(SP_ERR_NOMEM, "sp_model_mlp: out of memory");
+    if (!st) st = set_tensor(g, "sp_model_mlp", c->tensor, c->tensor_rank);
     if (st) {
+        sp_graph_free(g);
         if (status) *status = st;
         return NULL;
     }
@@ -142,17 +203,30 @@ sp_graph *sp_model_mlp(const sp_mlp_config *c, sp_status *status)
     int cur = 0;
     for (int l = 0; l < c->depth; l++) {
         h = yield_to(g, h, &cur, layer_stage(l, c->depth, c->stages, c->stage_layers));
-        sp_tensor w = param(g, "l%d.w", l, 2, fan_in, c->width, SP_INIT_NORMAL,
-                            sqrtf(2.0f / (float)fan_in));
-        h = sp_matmul(g, h, w, 0, 0);
-        h = sp_bias_add(g, h, param(g, "l%d.b", l, 1, c->width, 0, SP_INIT_ZEROS, 0));
+        float std = sqrtf(2.0f / (float)fan_in);
+        if (l % 2 == 0 && l + 1 < c->depth) { /* column-parallel */
+            if (l > 0) /* x, the input, has no gradient for tp_copy to sum: no copy of it */
+                h = sp_tp_copy(g, h);
+            h = sp_matmul(g, h, split(g, "l%d.w", l, fan_in, c->width, 1, SP_INIT_NORMAL, std),
+                          0, 0);
+            h = sp_bias_add(g, h, split(g, "l%d.b", l, c->width, 0, 0, SP_INIT_ZEROS, 0));
+        } else if (l % 2) { /* row-parallel */
+            h = sp_matmul(g, h, split(g, "l%d.w", l, fan_in, c->width, 0, SP_INIT_NORMAL, std),
+                          0, 0);
+            h = sp_tp_sum(g, h);
+            h = sp_bias_add(g, h, param(g, "l%d.b", l, 1, c->width, 0, SP_INIT_ZEROS, 0));
+        } else { /* the last of an odd depth: whole */
+            h = sp_matmul(g, h, param(g, "l%d.w", l, 2, fan_in, c->width, SP_INIT_NORMAL, std),
+                          0, 0);
+            h = sp_bias_add(g, h, param(g, "l%d.b", l, 1, c->width, 0, SP_INIT_ZEROS, 0));
+        }
         h = sp_relu(g, h);
         fan_in = c->width;
     }
     h = yield_to(g, h, &cur, c->stages - 1);
     sp_tensor w = param(g, "head.w", 0, 2, fan_in, c->classes, SP_INIT_NORMAL,
                         sqrtf(1.0f / (float)fan_in));
-    h = sp_bias_add(g, sp_matmul(g, h, w, 0, 0),
-                    param(g, "head.b", 0, 1, c->classes, 0, SP_INIT_ZEROS, 0));
+    sp_tensor head_b = param(g, "head.b", 0, 1, c->classes, 0, SP_INIT_ZEROS, 0);
+    h = sp_bias_add(g, sp_matmul(g, h, w, 0, 0), head_b);
     return finish(g, h, sp_cross_entropy(g, h, y), status);
 }

@@ -101,11 +101,37 @@ int sp_graph_tensor_rank(const sp_graph *g);
  * every T starts from the model of T = 1. */
 sp_tensor sp_param_split(sp_graph *g, const char *name, int ndim, const int64_t *shape, int dim,
                          sp_init init, float std);
+/* The same for a part that is not contiguous in the whole tensor: the whole `shape` seen
+ * as `view` (vndim dims, which refine the shape: each dimension of shape the product of
+ * consecutive ones of view) is split along view dimension dim, and the part holds its
+ * elements in the view's order. The part's shape is the whole one with the dimension
+ * that holds view dimension dim divided by T. GPT's qkv weight (C, 3C), columns
+ * [q | k | v] of heads x head_size each, split by heads: the view (C, 3, heads,
+ * head_size) along dim 2, the part (C, 3C/T) with row c = q, k, v of this rank's heads,
+ * sp_attention's layout for heads/T heads. sp_param_split is the view `shape` itself.
+ * The node keeps the whole shape (what a checkpoint holds); the initial values are the
+ * whole tensor's at the part's elements. */
+sp_tensor sp_param_split_view(sp_graph *g, const char *name, int ndim, const int64_t *shape,
+                              int vndim, const int64_t *view, int dim, sp_init init, float std);
 sp_tensor sp_tp_copy(sp_graph *g, sp_tensor x);
 sp_tensor sp_tp_sum(sp_graph *g, sp_tensor x);
-/* A split parameter's dimension (-1: whole on every rank) and its whole shape. */
+/* A split parameter's dimension of its view (sp_param_split: of its whole shape; -1:
+ * whole on every rank), its whole shape, and its view (NULL, *ndim 0 when not split).
+ * Index through the view, not the whole shape, or use the two copies below. */
 int sp_param_split_dim(const sp_graph *g, sp_tensor p);
 const int64_t *sp_param_full_shape(const sp_graph *g, sp_tensor p);
+const int64_t *sp_param_view(const sp_graph *g, sp_tensor p, int *ndim);
+/* Elements of the whole tensor (numel of sp_param_full_shape; 0: not a parameter). */
+int64_t sp_param_whole_numel(const sp_graph *g, sp_tensor p);
+/* Part `rank` (any member's, 0 <= rank < T, so one rank can assemble all of them) and
+ * the whole tensor (sp_param_whole_numel floats): part_to_whole writes the part's
+ * elements into their places in whole and leaves the others; whole_to_part reads them.
+ * A parameter that is not split is copied whole, for every rank. For checkpoints: the
+ * group's parts gathered into whole tensors, and scattered back at another T. */
+sp_status sp_param_part_to_whole(const sp_graph *g, sp_tensor p, int rank, const float *part,
+                                 float *whole);
+sp_status sp_param_whole_to_part(const sp_graph *g, sp_tensor p, int rank, const float *whole,
+                                 float *part);
 
 /* The scalar the step minimises; its microbatch values are averaged over the step. */
 sp_status sp_graph_set_loss(sp_graph *g, sp_tensor loss);

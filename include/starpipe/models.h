@@ -17,7 +17,19 @@ extern "C" {
  * Inputs: "tokens", "targets". Parameters: wte wpe h<l>.{ln1,attn,proj,ln2,fc,fcproj}.{w,b,g}
  * lnf.{g,b}; weights N(0, 0.02), residual projections N(0, 0.02/sqrt(2 layers)). The
  * logits (B,T,V) are named "logits" (sp_graph_find), for sampling: causal attention
- * makes the logits at position j depend on tokens 0..j only. */
+ * makes the logits at position j depend on tokens 0..j only.
+ * Tensor parallelism (`tensor` T > 1; graph.h): the graph is tensor rank `tensor_rank`'s,
+ * in Megatron's layout. Per block, ln1 (whole) -> sp_tp_copy -> qkv column-parallel by
+ * heads (h<l>.attn.w (C,3C) and h<l>.attn.b (3C) split with sp_param_split_view: the
+ * part (C,3C/T) holds the q, k and v columns of this rank's heads/T heads) -> attention
+ * over heads/T heads -> h<l>.proj.w row-parallel (split along dim 0: its heads' rows) ->
+ * sp_tp_sum -> + h<l>.proj.b (whole, once after the sum) -> residual; ln2 -> sp_tp_copy ->
+ * h<l>.fc.w (C,4C) and h<l>.fc.b split by columns -> GELU -> h<l>.fcproj.w (4C,C) split by
+ * rows -> sp_tp_sum -> + h<l>.fcproj.b (whole). The embedding, wpe, lnf and the tied head
+ * stay whole on every rank for now (the vocab-parallel embedding and cross-entropy are a
+ * later step). T must divide the heads (then also C and 4C): else SP_ERR_ARG naming the
+ * model, the heads and T. At T = 1 (tensor 0 or 1) the graph is the one without tensor
+ * parallelism, node for node. */
 typedef struct {
     int vocab;    /* 256 for bytes */
     int context;  /* T */
@@ -29,6 +41,8 @@ typedef struct {
     /* NULL: an even split. Else `stages` block counts summing to `layers`, for stages of
      * unequal cost: the first and the last may be 0 (embedding only, head only). */
     const int *stage_layers;
+    int tensor;      /* T, the tensor group's size; 0 means 1 */
+    int tensor_rank; /* this graph's rank in it, 0 .. T-1 */
 } sp_gpt_config;
 
 sp_graph *sp_model_gpt(const sp_gpt_config *cfg, sp_status *status);
@@ -36,7 +50,14 @@ sp_graph *sp_model_gpt(const sp_gpt_config *cfg, sp_status *status);
 /* MLP classifier: x (B,in) -> `depth` x [linear, relu] of `width` -> linear -> classes,
  * cross-entropy against y (B). Hidden layers split evenly over `stages` (depth >=
  * stages) or as `stage_layers` says; the head is in the last stage. He-initialised
- * weights. Inputs "x", "y"; the logits (B,classes) are named "logits". */
+ * weights. Inputs "x", "y"; the logits (B,classes) are named "logits".
+ * Tensor parallelism (`tensor` T > 1): the hidden layers pair up, (0,1), (2,3), ...; the
+ * first of a pair is column-parallel (sp_tp_copy, none before layer 0 since the input x has
+ * no gradient, then l<k>.w split by columns and l<k>.b alike), the second row-parallel (l<k>.w split by rows, sp_tp_sum, then its whole l<k>.b
+ * and the ReLU). With an odd depth the last hidden layer is whole, as is the head. A pair
+ * may straddle a stage boundary: the activation handed over is each rank's part. T must
+ * divide the width when depth >= 2 (else SP_ERR_ARG naming the model, the width and T).
+ * At T = 1 the graph is the one without tensor parallelism, node for node. */
 typedef struct {
     int in_dim;
     int width;
@@ -47,6 +68,8 @@ typedef struct {
     /* NULL: an even split. Else `stages` layer counts summing to `depth`; only the last
      * may be 0 (the head alone). */
     const int *stage_layers;
+    int tensor;      /* T, the tensor group's size; 0 means 1 */
+    int tensor_rank; /* this graph's rank in it, 0 .. T-1 */
 } sp_mlp_config;
 
 sp_graph *sp_model_mlp(const sp_mlp_config *cfg, sp_status *status);

@@ -18,13 +18,10 @@
  *   - a T that does not divide H refused naming the parameter; a program of T = 2 run
  *     without its group refused. */
 #include <math.h>
-#include <pthread.h>
 #include <string.h>
 
 #include "starpipe/graph.h"
-#include "starpipe/program.h"
-#include "starpipe/reference.h"
-#include "tests/check.h"
+#include "tests/graph/tp_group.h"
 
 enum { B = 4, D = 5, H = 12, V = 7, M = 2 };
 
@@ -53,110 +50,23 @@ static float xin[M][B * D];
 static int32_t yin[M][B];
 static const void *inputs[M * 2];
 
-/* ---- one member of a group, in a thread ---- */
-typedef struct {
-    int T, rank, steps;
-    sp_tp_local *local;
-    sp_graph *g;
-    sp_program *p;
-    sp_reference *r;
-    float loss;
-    sp_status st;
-    char err[256];
-} member;
-
-static void *run_member(void *arg)
+static sp_graph *build_member(int T, int rank, const void *ctx)
 {
-    member *m = arg;
-    sp_adamw_config opt;
-    sp_adamw_defaults(&opt);
-    opt.lr = 0.05f;
-    opt.grad_clip = 0.05f; /* below the norms here: every step clips */
-    m->r = sp_reference_create(m->p, M, &opt, 3, &m->st);
-    if (m->r) {
-        sp_reference_set_group(m->r, m->T > 1 ? sp_tp_local_member(m->local, m->rank) : NULL);
-        m->st = m->steps ? SP_OK : sp_reference_forward_backward(m->r, inputs, &m->loss);
-        for (int k = 0; k < m->steps && m->st == SP_OK; k++)
-            m->st = sp_reference_step(m->r, inputs, &m->loss);
-    }
-    if (m->st) {
-        snprintf(m->err, sizeof m->err, "%s", sp_last_error());
-        sp_tp_local_abort(m->local);
-    }
-    return NULL;
+    (void)ctx;
+    sp_status st;
+    sp_graph *g = build(T, rank, &st);
+    REQUIRE(st == SP_OK, "build T=%d: %s", T, sp_last_error());
+    return g;
 }
-
-typedef struct {
-    int T;
-    member m[3];
-    sp_tp_local *local;
-} group;
 
 /* T members' references after `steps` optimizer steps (0: one forward-backward). */
-static void run_group(group *G, int T, int steps)
+static void run_group(tp_group *G, int T, int steps)
 {
-    memset(G, 0, sizeof *G);
-    G->T = T;
-    G->local = sp_tp_local_create(T);
-    REQUIRE(G->local, "sp_tp_local_create: %s", sp_last_error());
-    pthread_t th[3];
-    for (int r = 0; r < T; r++) {
-        member *m = &G->m[r];
-        *m = (member){ .T = T, .rank = r, .steps = steps, .local = G->local };
-        sp_status st;
-        m->g = build(T, r, &st);
-        REQUIRE(st == SP_OK, "build T=%d: %s", T, sp_last_error());
-        m->p = sp_program_build(m->g, &st);
-        REQUIRE(m->p, "program T=%d: %s", T, sp_last_error());
-        REQUIRE(pthread_create(&th[r], NULL, run_member, m) == 0, "no thread");
-    }
-    for (int r = 0; r < T; r++) pthread_join(th[r], NULL);
-    for (int r = 0; r < T; r++)
-        REQUIRE(G->m[r].st == SP_OK, "T=%d member %d: %s", T, r, G->m[r].err);
-}
-
-static void free_group(group *G)
-{
-    for (int r = 0; r < G->T; r++) {
-        sp_reference_free(G->m[r].r);
-        sp_program_free(G->m[r].p);
-        sp_graph_free(G->m[r].g);
-    }
-    sp_tp_local_free(G->local);
-}
-
-/* Element j of parameter `name` of the whole model, from the group's parts (values:
- * grad 0, gradients: grad 1). */
-static float whole(const group *G, const char *name, int64_t j, int grad)
-{
-    const sp_graph *g0 = G->m[0].g;
-    sp_tensor t0 = sp_graph_find(g0, name);
-    int dim = sp_param_split_dim(g0, t0);
-    const int64_t *full = sp_param_full_shape(g0, t0);
-    int r = 0;
-    int64_t local = j;
-    if (dim >= 0) {
-        int nd = sp_tensor_ndim(g0, t0);
-        int64_t inner = 1;
-        for (int d = dim + 1; d < nd; d++) inner *= full[d];
-        int64_t part = full[dim] / G->T, o = j / (full[dim] * inner), q = j % (full[dim] * inner);
-        int64_t idx = q / inner;
-        r = (int)(idx / part);
-        local = (o * part + idx % part) * inner + q % inner;
-    }
-    const member *m = &G->m[r];
-    sp_tensor t = sp_graph_find(m->g, name);
-    const float *v = grad ? sp_reference_grad(m->r, t) : sp_reference_param(m->r, t);
-    return v[local];
-}
-
-static int64_t whole_numel(const group *G, const char *name)
-{
-    sp_tensor t = sp_graph_find(G->m[0].g, name);
-    const int64_t *full = sp_param_full_shape(G->m[0].g, t);
-    int64_t n = 1;
-    for (int d = 0; d < sp_tensor_ndim(G->m[0].g, t); d++) n *= full[d];
-    return n;
+    tp_run run = { .microbatches = M, .steps = steps, .inputs = inputs, .seed = 3 };
+    sp_adamw_defaults(&run.opt);
+    run.opt.lr = 0.05f;
+    run.opt.grad_clip = 0.05f; /* below the norms here: every step clips */
+    tp_run_group(G, T, build_member, NULL, &run);
 }
 
 /* ---- the whole model in float64, written here ---- */
@@ -198,12 +108,28 @@ static double loss64(double *const *P)
     return total / M;
 }
 
-static void check_against_whole(const group *G, const group *one, const char *what)
+/* The group's whole parameters (grad 0) or gradients (grad 1), one array per name. */
+static void wholes(const tp_group *G, int grad, float **out)
+{
+    for (int k = 0; k < NP; k++) {
+        REQUIRE(tp_whole_numel(G, names[k]) == sizes[k], "%s: whole size", names[k]);
+        out[k] = tp_whole(G, names[k], grad);
+    }
+}
+
+static void free_wholes(float **w)
+{
+    for (int k = 0; k < NP; k++) free(w[k]);
+}
+
+static void check_against_whole(const tp_group *G, const tp_group *one, const char *what)
 {
     double *P[NP];
+    float *val[NP], *grad[NP], *ref[NP];
+    wholes(G, 0, val), wholes(G, 1, grad), wholes(one, 1, ref);
     for (int k = 0; k < NP; k++) {
         P[k] = malloc(sizeof(double) * (size_t)sizes[k]);
-        for (int64_t j = 0; j < sizes[k]; j++) P[k][j] = whole(G, names[k], j, 0);
+        for (int64_t j = 0; j < sizes[k]; j++) P[k][j] = val[k][j];
     }
     double L = loss64(P);
     CHECK(fabs(G->m[0].loss - L) <= 1e-5 * (1 + fabs(L)), "%s: loss %.9g, float64 %.9g", what,
@@ -220,17 +146,17 @@ static void check_against_whole(const group *G, const group *one, const char *wh
             P[k][j] = keep - e;
             double down = loss64(P);
             P[k][j] = keep;
-            double fd = (up - down) / (2 * e), got = whole(G, names[k], j, 1),
-                   ref = whole(one, names[k], j, 1);
+            double fd = (up - down) / (2 * e), got = grad[k][j], r = ref[k][j];
             double err = fabs(got - fd) / (1e-3 + fabs(fd));
-            if (err > worst) worst = err, at = j;
-            CHECK(fabs(got - ref) <= 2e-5 * (1 + fabs(ref)), "%s: d%s[%lld] %.9g, T=1 %.9g", what,
-                  names[k], (long long)j, got, ref);
+            if (!(err <= worst)) worst = err, at = j;
+            CHECK(fabs(got - r) <= 2e-5 * (1 + fabs(r)), "%s: d%s[%lld] %.9g, T=1 %.9g", what,
+                  names[k], (long long)j, got, r);
         }
         CHECK(worst < 2e-3, "%s: d%s[%lld] off the float64 finite difference by %.2g", what,
               names[k], (long long)at, worst);
     }
     for (int k = 0; k < NP; k++) free(P[k]);
+    free_wholes(val), free_wholes(grad), free_wholes(ref);
 }
 
 int main(void)
@@ -241,54 +167,61 @@ int main(void)
         inputs[2 * i] = xin[i];
         inputs[2 * i + 1] = yin[i];
     }
-    group one, two, again, three;
+    tp_group one, two, again, three;
     run_group(&one, 1, 0);
     check_against_whole(&one, &one, "T=1"); /* the float64 model itself */
+    float *v1[NP];
+    wholes(&one, 0, v1);
     for (int T = 2; T <= 3; T++) {
-        group *G = T == 2 ? &two : &three;
+        tp_group *G = T == 2 ? &two : &three;
         run_group(G, T, 0);
         char what[32];
         snprintf(what, sizeof what, "T=%d", T);
         for (int r = 1; r < T; r++)
             CHECK(!memcmp(&G->m[r].loss, &G->m[0].loss, 4), "%s: member %d's loss %.9g, member "
                   "0's %.9g", what, r, G->m[r].loss, G->m[0].loss);
+        float *v[NP];
+        wholes(G, 0, v);
         for (int k = 0; k < NP; k++) /* initial values: the parts of T = 1's */
-            for (int64_t j = 0; j < sizes[k]; j++) {
-                float a = whole(G, names[k], j, 0), b = whole(&one, names[k], j, 0);
-                CHECK(!memcmp(&a, &b, 4), "%s: %s[%lld] starts at %.9g, T=1 at %.9g", what,
-                      names[k], (long long)j, a, b);
-            }
+            for (int64_t j = 0; j < sizes[k]; j++)
+                CHECK(!memcmp(&v[k][j], &v1[k][j], 4), "%s: %s[%lld] starts at %.9g, T=1 at %.9g",
+                      what, names[k], (long long)j, v[k][j], v1[k][j]);
+        free_wholes(v);
         check_against_whole(G, &one, what);
     }
+    free_wholes(v1);
     run_group(&again, 2, 0); /* the same bits run after run */
+    float *ga[NP], *g2[NP];
+    wholes(&again, 1, ga), wholes(&two, 1, g2);
     for (int k = 0; k < NP; k++)
-        for (int64_t j = 0; j < sizes[k]; j++) {
-            float a = whole(&again, names[k], j, 1), b = whole(&two, names[k], j, 1);
-            CHECK(!memcmp(&a, &b, 4), "T=2 twice: d%s[%lld] %.9g then %.9g", names[k],
-                  (long long)j, b, a);
-        }
-    free_group(&again), free_group(&three);
+        for (int64_t j = 0; j < sizes[k]; j++)
+            CHECK(!memcmp(&ga[k][j], &g2[k][j], 4), "T=2 twice: d%s[%lld] %.9g then %.9g",
+                  names[k], (long long)j, g2[k][j], ga[k][j]);
+    free_wholes(ga), free_wholes(g2);
+    tp_free_group(&again), tp_free_group(&three);
 
     /* optimizer steps with clipping: the parameters of T = 1 */
-    group s1, s2;
+    tp_group s1, s2;
     run_group(&s1, 1, 3);
     run_group(&s2, 2, 3);
     CHECK(fabs(sp_reference_grad_norm(s2.m[0].r) - sp_reference_grad_norm(s1.m[0].r)) <=
               1e-5 * sp_reference_grad_norm(s1.m[0].r), "T=2: gradient norm %.9g, T=1 %.9g",
           sp_reference_grad_norm(s2.m[0].r), sp_reference_grad_norm(s1.m[0].r));
+    float *p1[NP], *p2[NP];
+    wholes(&s1, 0, p1), wholes(&s2, 0, p2);
     for (int k = 0; k < NP; k++)
-        for (int64_t j = 0; j < whole_numel(&s2, names[k]); j++) {
-            float a = whole(&s2, names[k], j, 0), b = whole(&s1, names[k], j, 0);
-            CHECK(fabs(a - b) <= 1e-5 * (1 + fabs(b)), "3 steps: %s[%lld] %.9g, T=1 %.9g",
-                  names[k], (long long)j, a, b);
-        }
+        for (int64_t j = 0; j < sizes[k]; j++)
+            CHECK(fabs(p2[k][j] - p1[k][j]) <= 1e-5 * (1 + fabs(p1[k][j])),
+                  "3 steps: %s[%lld] %.9g, T=1 %.9g", names[k], (long long)j, p2[k][j],
+                  p1[k][j]);
+    free_wholes(p1), free_wholes(p2);
     for (int k = 0; k < NP; k++) { /* whole parameters: the same bits on every member */
         sp_tensor t0 = sp_graph_find(s2.m[0].g, names[k]), t1 = sp_graph_find(s2.m[1].g, names[k]);
         if (sp_param_split_dim(s2.m[0].g, t0) >= 0) continue;
         CHECK(!memcmp(sp_reference_param(s2.m[0].r, t0), sp_reference_param(s2.m[1].r, t1),
                       4 * (size_t)sizes[k]), "3 steps: %s differs between the members", names[k]);
     }
-    free_group(&s1), free_group(&s2);
+    tp_free_group(&s1), tp_free_group(&s2);
 
     /* refusals */
     sp_status st;
@@ -296,16 +229,16 @@ int main(void)
     CHECK(st != SP_OK && strstr(sp_last_error(), "tensor parallelism of 5 does not divide"),
           "T=5 with H=12: %s", sp_last_error());
     sp_graph_free(bad);
-    sp_program *p2 = two.m[0].p;
+    sp_program *p2prog = two.m[0].p;
     sp_adamw_config opt;
     sp_adamw_defaults(&opt);
-    sp_reference *lone = sp_reference_create(p2, M, &opt, 3, &st);
+    sp_reference *lone = sp_reference_create(p2prog, M, &opt, 3, &st);
     REQUIRE(lone, "reference: %s", sp_last_error());
     float l;
     st = sp_reference_forward_backward(lone, inputs, &l);
     CHECK(st != SP_OK && strstr(sp_last_error(), "without its group"),
           "T=2 without a group: %s", st ? sp_last_error() : "ran");
     sp_reference_free(lone);
-    free_group(&one), free_group(&two);
+    tp_free_group(&one), tp_free_group(&two);
     return check_summary("test_tensor_parallel");
 }
