@@ -27,14 +27,15 @@ static sp_status save(const char *path, const sp_graph *g, const char *sig,
         sp_tensor p = sp_graph_param(g, i);
         for (int w = 0; st == SP_OK && w < nwhat; w++) {
             int k = i * nwhat + w;
-            if (!(data[k] = malloc((size_t)sp_tensor_numel(g, p) * sizeof(float)))) {
+            /* whole tensors, whatever the tensor parallelism of the run */
+            if (!(data[k] = malloc((size_t)sp_param_whole_numel(g, p) * sizeof(float)))) {
                 st = sp_set_error(SP_ERR_NOMEM, "checkpoint: out of memory");
                 break;
             }
             st = io->get(io->ctx, p, whats[w], data[k]); /* collective on every rank */
             snprintf(names[k], sizeof names[k], "%s%s", sp_tensor_name(g, p),
                      whats[w] == 1 ? "" : suffix[whats[w]]);
-            memcpy(shapes[k], sp_tensor_shape(g, p), sizeof shapes[k]);
+            memcpy(shapes[k], sp_param_full_shape(g, p), sizeof shapes[k]);
             t[k] = (sp_st_tensor){ .name = names[k], .dtype = SP_ST_F32,
                                    .ndim = sp_tensor_ndim(g, p), .shape = shapes[k],
                                    .data = data[k] };
@@ -96,9 +97,9 @@ static void first_difference(const char *fsig, const char *sig, char *a, char *b
 
 static int same_shape(const sp_st_tensor *t, const sp_graph *g, sp_tensor p)
 {
-    if (t->ndim != sp_tensor_ndim(g, p)) return 0;
+    if (t->ndim != sp_tensor_ndim(g, p)) return 0; /* the whole tensor's shape */
     for (int d = 0; d < t->ndim; d++)
-        if (t->shape[d] != sp_tensor_shape(g, p)[d]) return 0;
+        if (t->shape[d] != sp_param_full_shape(g, p)[d]) return 0;
     return 1;
 }
 
@@ -153,7 +154,7 @@ sp_status ckpt_load(const char *path, const sp_graph *g, const char *sig, int *s
             }
             if (t->dtype != SP_ST_F32 || !same_shape(t, g, p)) {
                 shape_str(a, sizeof a, t->ndim, t->shape);
-                shape_str(b, sizeof b, sp_tensor_ndim(g, p), sp_tensor_shape(g, p));
+                shape_str(b, sizeof b, sp_tensor_ndim(g, p), sp_param_full_shape(g, p));
                 st = sp_set_error(SP_ERR_FORMAT, "%s: tensor '%s' is %s %s in the checkpoint, "
                                   "F32 %s in this model (checkpoint of '%s', this run is '%s')",
                                   path, name, sp_st_dtype_name(t->dtype), a, b, fsig, sig);

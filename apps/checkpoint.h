@@ -3,7 +3,9 @@
  * and metadata starpipe.format, starpipe.model (the model's signature), starpipe.step
  * and starpipe.settings (the flags a resume needs to continue the same run).
  * Parameters are stored by name, not by stage, so a run can resume under another
- * schedule or rank count. Loading checks everything before it sets anything. */
+ * schedule or rank count. Loading checks everything before it sets anything. Tensors are
+ * whole (sp_param_full_shape): a run of tensor parallelism T saves and loads the same
+ * files as T = 1, and resumes at any other T (ckpt_io moves whole tensors). */
 #ifndef STARPIPE_APP_CHECKPOINT_H
 #define STARPIPE_APP_CHECKPOINT_H
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "apps/checkpoint.h"
+#include "apps/reference.h"
 #include "apps/metrics.h"
 #include "apps/options.h"
 #include "base/env.h"
@@ -60,24 +61,6 @@ static double now(void)
 }
 
 /* Per-step inputs: [mb * ninputs + k], each sized by the program. */
-/* The stage programs of g as the options ask: precision, recomputation and, for a
- * trainer (trainer = 1), bf16 storage of the activations only matrix products read; the
- * reference interpreter keeps them in fp32. NULL with *st set on failure. */
-static sp_program *program_of(const sp_graph *g, const sp_app_opts *o, int trainer,
-                              sp_status *st)
-{
-    sp_program *p = sp_program_build(g, st);
-    if (!p) return NULL;
-    if ((*st = sp_program_set_precision(p, o->bf16 ? SP_PRECISION_BF16 : SP_PRECISION_FP32)) ||
-        (*st = sp_program_set_bf16_activations(p, trainer && o->bf16))) {
-        sp_program_free(p);
-        return NULL;
-    }
-    sp_program_set_recompute(p, -1, o->recompute);
-    for (int k = 0; k < o->nrecompute; k++) sp_program_set_recompute(p, o->recompute_stages[k], 1);
-    return p;
-}
-
 static void **alloc_inputs(const sp_program *p, int m)
 {
     int nin = sp_program_num_inputs(p);
@@ -102,19 +85,6 @@ static void fill_inputs(sp_app_model *m, const sp_app_opts *o, const sp_program 
 }
 
 /* ---- checkpoint access to the reference and to the trainer ---- */
-static sp_status ref_get(void *ctx, sp_tensor p, int what, float *dst)
-{
-    const sp_reference *r = ctx;
-    const float *src = what == 0 ? sp_reference_param(r, p) : what == 1 ? sp_reference_grad(r, p)
-                                 : sp_reference_param_moment(r, p, what - 2);
-    if (!src) return sp_set_error(SP_ERR_ARG, "reference: no such parameter");
-    memcpy(dst, src, (size_t)sp_tensor_numel(sp_program_graph(sp_reference_program(r)), p) * sizeof(float));
-    return SP_OK;
-}
-static sp_status ref_set(void *ctx, sp_tensor p, int what, const float *src)
-{
-    return sp_reference_store(ctx, p, what, src);
-}
 static sp_status tr_get(void *ctx, sp_tensor p, int what, float *dst)
 {
     return sp_trainer_fetch(ctx, p, what, dst);
@@ -568,7 +538,7 @@ static int check_memory(const sp_app_model *m, const sp_app_opts *o, const sp_sc
  * limits, and the memory the run will hold within what this machine has. 1 with a
  * message when the run cannot fit; 0 when it fits, or when something else is wrong (a
  * schedule, a data file, a cut), which the run reports the usual way. */
-static int preflight(sp_app_model *m, const sp_app_opts *o, int P, int R, int reference,
+static int preflight(sp_app_model *m, const sp_app_opts *o, int P, int R, int T, int reference,
                      char *msg, size_t len)
 {
     sp_schedule *sch = NULL;
@@ -580,9 +550,9 @@ static int preflight(sp_app_model *m, const sp_app_opts *o, int P, int R, int re
     int bad = 0;
     if (sp_schedule_from_env(o->schedule, P, o->microbatches, o->chunks, &sch) == SP_OK &&
         !m->prepare(m->cfg, &samples, pmsg, sizeof pmsg) &&
-        (g = m->build(m->cfg, sch->nstages, &st)) && !(bad = check_tensor_sizes(m, g, msg, len)) &&
-        (p = sp_program_build(g, &st)))
-        bad = check_memory(m, o, sch, p, P, reference ? 1 : R, reference, msg, len);
+        (g = m->build(m->cfg, sch->nstages, T, 0, &st)) && !(bad = check_tensor_sizes(m, g, msg, len)) &&
+        (p = sp_program_build(g, &st))) /* a member of each actor's group: T of them */
+        bad = check_memory(m, o, sch, p, P, (reference ? 1 : R) * T, reference, msg, len);
     sp_program_free(p);
     sp_graph_free(g);
     sp_schedule_free(sch);
@@ -843,10 +813,10 @@ static int sample_text(sp_app_model *m, const sp_app_opts *o, const sp_graph *g,
 
 /* One evaluation of the reference run, printed; its loss into *loss. 1 on failure
  * (message printed). */
-static int eval_reference(sp_app_model *m, sp_reference *r, void **in, int K, int step,
+static int eval_reference(sp_app_model *m, app_ref *r, void **in, int K, int step,
                           float *loss)
 {
-    if (sp_reference_eval(r, K, (const void *const *)in, loss) != SP_OK) {
+    if (app_ref_eval(r, K, (const void *const *)in, loss) != SP_OK) {
         fprintf(stderr, "%s: error in the evaluation after step %d: %s\n", m->name, step,
                 sp_last_error());
         return 1;
@@ -860,7 +830,8 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
     sp_schedule *sch = NULL;
     char msg[1024];
     double samples = 0;
-    if (preflight(m, o, o->actors ? o->actors : 1, 1, 1, msg, sizeof msg)) {
+    int T0 = o->tensor > 0 ? o->tensor : env.tensor > 0 ? env.tensor : 1;
+    if (preflight(m, o, o->actors ? o->actors : 1, 1, T0, 1, msg, sizeof msg)) {
         fprintf(stderr, "%s: error: %s\n", m->name, msg);
         return 2;
     }
@@ -879,19 +850,17 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
     }
     sp_status st;
     int nmb = sch->nmicro;
-    sp_layout lay; /* replicas: the same R x m microbatches a replicated run trains on */
-    if (layout_of(o, (o->actors ? o->actors : 1) * (o->replicas ? o->replicas : 1), &lay)) {
+    /* replicas: the same R x m microbatches a replicated run trains on; tensor
+     * parallelism: the T members of each actor's group, in threads */
+    sp_layout lay;
+    if (layout_of(o, (o->actors ? o->actors : 1) * (o->replicas ? o->replicas : 1) * T0, &lay)) {
         fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
         return 2;
     }
-    int R = lay.replicas;
-    sp_graph *g = m->build(m->cfg, sch->nstages, &st);
-    sp_program *p = g ? program_of(g, o, 0, &st) : NULL;
-    sp_reference *r = p ? sp_reference_create(p, nmb, opt, (uint64_t)o->seed, &st) : NULL;
-    if (r && (st = sp_reference_set_replicas(r, R))) {
-        sp_reference_free(r);
-        r = NULL;
-    }
+    int R = lay.replicas, T = sp_layout_tensor(&lay);
+    app_ref *r = app_ref_create(m, o, sch->nstages, T, nmb, R, opt, &st);
+    const sp_graph *g = r ? app_ref_graph(r, 0) : NULL;
+    const sp_program *p = r ? app_ref_program(r, 0) : NULL;
     void **in = p ? alloc_inputs(p, R * nmb) : NULL;
     int K = o->eval_batches ? o->eval_batches : R * nmb; /* held-out microbatches */
     void **ev = p && o->eval_every ? eval_inputs(m, o, p, K) : NULL;
@@ -901,7 +870,7 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
     }
     char sig[256], settings[4096];
     m->signature(m->cfg, sig, sizeof sig);
-    ckpt_io io = { .ctx = r, .get = ref_get, .set = ref_set, .writer = 1 };
+    ckpt_io io = app_ref_io(r, 1);
     int start = 0;
     if (check_outputs(o) != SP_OK) {
         fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
@@ -912,7 +881,7 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
             fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
             return 1;
         }
-        sp_reference_set_steps_done(r, start);
+        app_ref_set_steps_done(r, start);
     }
     settings_of(m, o, nmb, stored_horizon(o, start), settings, sizeof settings);
     run_report rr = report_of(m, o, p, sch, R, samples, start);
@@ -925,12 +894,14 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
         fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
         return 1;
     }
+    char group[64] = "";
+    if (T > 1) snprintf(group, sizeof group, ", a tensor group of %d in threads", T);
     if (R > 1)
-        printf("%s: reference interpreter, %d stages, %d replicas x %d microbatches%s\n", m->name,
-               sch->nstages, R, nmb, o->bf16 ? ", bf16 matmuls" : "");
+        printf("%s: reference interpreter, %d stages, %d replicas x %d microbatches%s%s\n",
+               m->name, sch->nstages, R, nmb, o->bf16 ? ", bf16 matmuls" : "", group);
     else
-        printf("%s: reference interpreter, %d stages, %d microbatches%s\n", m->name, sch->nstages,
-               nmb, o->bf16 ? ", bf16 matmuls" : "");
+        printf("%s: reference interpreter, %d stages, %d microbatches%s%s\n", m->name,
+               sch->nstages, nmb, o->bf16 ? ", bf16 matmuls" : "", group);
     if (m->describe) m->describe(m->cfg, stdout);
     describe_lr(&rr.lr);
     if (o->steps > 0) {
@@ -945,9 +916,9 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
     for (int step = start + 1; step <= start + o->steps; step++) {
         fill_inputs(m, o, p, R * nmb, step, in);
         float loss, lr = sp_lr_at(&rr.lr, step);
-        sp_reference_set_lr(r, lr);
+        app_ref_set_lr(r, lr);
         double t0 = now();
-        if (sp_reference_step(r, (const void *const *)in, &loss) != SP_OK) {
+        if (app_ref_step(r, (const void *const *)in, &loss) != SP_OK) {
             fprintf(stderr, "%s: error at step %d: %s\n", m->name, step, sp_last_error());
             return 1;
         }
@@ -955,9 +926,10 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
         if (step == start + 1) first = loss;
         last = loss;
         char line[256];
-        int skipped = sp_reference_last_skipped(r);
+        int skipped = sp_reference_last_skipped(app_ref_member(r, 0));
         app_log_line x;
-        report_step(&rr, m, step, loss, lr, dt, sp_reference_grad_norm(r), NULL, skipped, line,
+        report_step(&rr, m, step, loss, lr, dt, sp_reference_grad_norm(app_ref_member(r, 0)), NULL,
+                    skipped, line,
                     sizeof line, &x);
         printf("%s%s\n", line, skipped ? "  update skipped: non-finite loss or gradients" : "");
         fflush(stdout);
@@ -990,9 +962,7 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
     app_log_close(&rr.log);
     for (int i = 0; i < R * nmb * sp_program_num_inputs(p); i++) free(in[i]);
     free(in);
-    sp_reference_free(r);
-    sp_program_free(p);
-    sp_graph_free(g);
+    app_ref_free(r);
     sp_schedule_free(sch);
     return 0;
 }
@@ -1086,7 +1056,7 @@ static int any_failed(int bad, const char *name, const char *msg)
 /* One evaluation of the pipelined run: forward only through the pipeline, checked against
  * the reference's under --check; rank 0 prints; its loss into *out. Collective; 1 on
  * failure (every rank). */
-static int eval_pipelined(sp_app_model *m, sp_trainer *t, sp_reference *ref, double tol,
+static int eval_pipelined(sp_app_model *m, sp_trainer *t, app_ref *ref, double tol,
                           void **in, int K, int step, float *out)
 {
     float loss = 0, want = 0;
@@ -1101,7 +1071,7 @@ static int eval_pipelined(sp_app_model *m, sp_trainer *t, sp_reference *ref, dou
     }
     char msg[512] = "";
     int mismatch = 0;
-    if (ref && sp_reference_eval(ref, K, (const void *const *)in, &want) != SP_OK) {
+    if (ref && app_ref_eval(ref, K, (const void *const *)in, &want) != SP_OK) {
         snprintf(msg, sizeof msg, "reference: %s", sp_last_error());
         mismatch = 1;
     } else if (ref && (tol > 0 ? !(fabs(want - loss) <= tol * (1 + fabs(want)))
@@ -1328,7 +1298,8 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
      * agreement (a rank exiting first could take rank 0's message with it) */
     sp_layout lay;
     int fits = layout_of(o, sp_app_launcher_size(), &lay) == SP_OK;
-    if (fits && preflight(m, o, lay.actors, lay.replicas, 0, msg, sizeof msg)) {
+    if (fits && preflight(m, o, lay.actors, lay.replicas, sp_layout_tensor(&lay), 0, msg,
+                          sizeof msg)) {
         if (sp_app_launcher_local_rank() == 0) fprintf(stderr, "%s: error: %s\n", m->name, msg);
         return 2;
     }
@@ -1341,13 +1312,15 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         if (sp_app_launcher_rank() == 0) fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
         return 1;
     }
-    int me = sp_exec_rank(), P = sp_exec_size(), R = 1;
+    int me = sp_exec_rank(), P = sp_exec_size(), R = 1, T = 1, replica = 0, actor = 0, trank = 0;
     int bad = 0;
     sp_schedule *sch = NULL;
     if (layout_of(o, P, &lay) != SP_OK) {
         snprintf(msg, sizeof msg, "%s", sp_last_error());
         bad = 1;
-    } else if ((R = lay.replicas, P = lay.actors, o->shard_optimizer && R == 1)) {
+    } else if ((R = lay.replicas, P = lay.actors, T = sp_layout_tensor(&lay),
+                sp_layout_place_t(&lay, me, &replica, &actor, &trank),
+                o->shard_optimizer && R == 1)) {
         snprintf(msg, sizeof msg, "--shard-optimizer needs --replicas R > 1");
         bad = 1;
     } else if (sp_schedule_from_env(o->schedule, P, o->microbatches, o->chunks, &sch) != SP_OK) {
@@ -1381,9 +1354,9 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         bad = 1;
     sp_status st = SP_OK;
     sp_graph *g = NULL;
-    sp_program *p = NULL, *ref_p = NULL;
+    sp_program *p = NULL;
     sp_trainer *t = NULL;
-    sp_reference *ref = NULL;
+    app_ref *ref = NULL; /* --check: the reference of the run (its T members) */
     void **in = NULL, **ev = NULL;
     int code = 0, K = 0; /* K: held-out microbatches of an evaluation */
     double *bound_ratio = NULL, dev_buffers = 0;
@@ -1398,9 +1371,9 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         K = o->eval_every ? (o->eval_batches ? o->eval_batches : R * sch->nmicro) : 0;
         sp_train_opts to = { .opt = *opt, .seed = (uint64_t)o->seed, .trace = 1, .replicas = R,
                              .rank_order = lay.order, .shard_optimizer = o->shard_optimizer,
-                             .eval_microbatches = K };
-        g = m->build(m->cfg, sch->nstages, &st);
-        p = g ? program_of(g, o, 1, &st) : NULL;
+                             .eval_microbatches = K, .tensor = T };
+        g = m->build(m->cfg, sch->nstages, T, trank, &st); /* this rank's member */
+        p = g ? app_program(g, o, 1, &st) : NULL;
         if (device_memory_short(m, o, p, sch, &lay, K, verbose, &dev_buffers)) {
             code = 1;
             goto out;
@@ -1409,12 +1382,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         in = t ? alloc_inputs(p, R * sch->nmicro) : NULL;
         if (in && K && !(ev = eval_inputs(m, o, p, K))) in = (free_inputs(in, R * sch->nmicro, p), NULL);
         /* the reference runs a program of its own: every activation in fp32 */
-        if (t && o->check) ref_p = program_of(g, o, 0, &st);
-        if (ref_p) ref = sp_reference_create(ref_p, sch->nmicro, opt, (uint64_t)o->seed, &st);
-        if (ref && (st = sp_reference_set_replicas(ref, R))) {
-            sp_reference_free(ref);
-            ref = NULL;
-        }
+        if (t && o->check) ref = app_ref_create(m, o, sch->nstages, T, sch->nmicro, R, opt, &st);
         if (!in || (o->check && !ref)) {
             snprintf(msg, sizeof msg, "%s", st ? sp_last_error() : "out of memory");
             bad = 1;
@@ -1437,15 +1405,14 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
     if (o->load) {
         int rstart = 0;
         st = ckpt_load(o->load, g, sig, &start, &io);
-        if (st == SP_OK && ref)
-            st = ckpt_load(o->load, g, sig, &rstart,
-                           &(ckpt_io){ .ctx = ref, .get = ref_get, .set = ref_set });
+        ckpt_io rio = ref ? app_ref_io(ref, 0) : io;
+        if (st == SP_OK && ref) st = ckpt_load(o->load, app_ref_graph(ref, 0), sig, &rstart, &rio);
         if (any_failed(st != SP_OK, m->name, sp_last_error())) {
             code = 1;
             goto out;
         }
         sp_trainer_set_steps_done(t, start);
-        if (ref) sp_reference_set_steps_done(ref, start);
+        if (ref) app_ref_set_steps_done(ref, start);
     }
     settings_of(m, o, nmb, stored_horizon(o, start), settings, sizeof settings);
     rr = report_of(m, o, p, sch, R, samples, start);
@@ -1462,9 +1429,11 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         goto out;
     }
     if (me == 0) {
-        char reps[64] = "";
+        char reps[128] = "";
+        int k = 0;
+        if (T > 1) k = snprintf(reps, sizeof reps, " of %d ranks (tensor parallelism)", T);
         if (R > 1)
-            snprintf(reps, sizeof reps, " x %d replicas (%s-major ranks%s)", R,
+            snprintf(reps + k, sizeof reps - (size_t)k, " x %d replicas (%s-major ranks%s)", R,
                      sp_rank_order_name(lay.order), o->shard_optimizer ? ", sharded AdamW" : "");
         printf("%s: %d actors%s, schedule %s, %d stages, %d microbatches, %s%s%s\n", m->name, P,
                reps, sch->name, sch->nstages, nmb,
@@ -1501,7 +1470,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         fill_inputs(m, o, p, R * nmb, step, in);
         float lr = sp_lr_at(&rr.lr, step);
         sp_trainer_set_lr(t, lr);
-        if (ref) sp_reference_set_lr(ref, lr);
+        if (ref) app_ref_set_lr(ref, lr);
         sp_step_stats stats;
         if (sp_trainer_step(t, (const void *const *)in, &stats) != SP_OK) {
             /* lost on this rank only (watchdog, submission): its peers may be waiting for
@@ -1520,11 +1489,12 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         double mismatch = 0;
         float ref_loss = 0;
         if (ref) {
-            if (sp_reference_step(ref, (const void *const *)in, &ref_loss) != SP_OK) {
+            if (app_ref_step(ref, (const void *const *)in, &ref_loss) != SP_OK) {
                 snprintf(msg, sizeof msg, "reference: %s", sp_last_error());
                 mismatch = 1;
-            } else {
-                mismatch = sp_trainer_compare(t, ref, tol, where, sizeof where);
+            } else { /* this rank against its member of the reference */
+                mismatch = sp_trainer_compare(t, app_ref_member(ref, trank), tol, where,
+                                              sizeof where);
                 if (tol > 0 ? !(fabs(ref_loss - stats.loss) <= tol * (1 + fabs(ref_loss)))
                             : memcmp(&ref_loss, &stats.loss, 4) != 0) {
                     snprintf(where, sizeof where, "loss %.9g vs reference %.9g", stats.loss,
@@ -1618,9 +1588,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         device_memory_used(start + o->steps, dev_buffers);
         sp_train_memory mem = sp_trainer_memory(t);
         const sp_plan *pl = sp_trainer_plan(t);
-        int rep = 0, actor = 0; /* every replica of an actor runs the same plan */
-        sp_layout_place(&lay, me, &rep, &actor);
-        const sp_mem_peak *k = &pl->peak[actor];
+        const sp_mem_peak *k = &pl->peak[actor]; /* every replica of an actor: the same plan */
         size_t packed = 0; /* the plan's pool as the runtime packs it */
         if (sp_plan_pool_bytes(pl, sp_program_stage_model(p), actor, &packed) != SP_OK)
             packed = 0;
@@ -1642,8 +1610,7 @@ out:
     free(bound_ratio);
     for (int i = 0; in && i < R * nmb_or_zero(sch) * sp_program_num_inputs(p); i++) free(in[i]);
     free(in);
-    sp_reference_free(ref);
-    sp_program_free(ref_p);
+    app_ref_free(ref);
     sp_trainer_free(t);
     sp_program_free(p);
     sp_graph_free(g);

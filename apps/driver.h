@@ -20,7 +20,9 @@ typedef struct {
     /* After parsing: checks the configuration, loads data, sets *samples_per_mb (tokens
      * or rows of one microbatch, for the throughput). 0 ok, else a message in msg. */
     int (*prepare)(void *cfg, double *samples_per_mb, char *msg, size_t len);
-    sp_graph *(*build)(void *cfg, int stages, sp_status *st);
+    /* The model cut into `stages`, as member tensor_rank of a tensor group of `tensor`
+     * ranks (1, 0: the whole model; graph.h, sp_graph_set_tensor). */
+    sp_graph *(*build)(void *cfg, int stages, int tensor, int tensor_rank, sp_status *st);
     /* Fills the graph inputs (in sp_program_input order) of microbatch mb of step. */
     void (*batch)(void *cfg, uint64_t seed, int step, int mb, void *const *inputs);
     /* "220544 parameters, ..." line after the banner; may be NULL. */

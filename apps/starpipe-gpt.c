@@ -58,10 +58,12 @@ static int gpt_prepare(void *cfg, double *samples, char *msg, size_t len)
     return 0;
 }
 
-static sp_graph *gpt_build(void *cfg, int stages, sp_status *st)
+static sp_graph *gpt_build(void *cfg, int stages, int tensor, int tensor_rank, sp_status *st)
 {
     gpt_app *c = cfg;
     c->model.stages = stages;
+    c->model.tensor = tensor;
+    c->model.tensor_rank = tensor_rank;
     if (app_check_stage_layers(c->nstage_layers, stages, st)) return NULL;
     c->model.stage_layers = c->nstage_layers ? c->stage_layers : NULL;
     return sp_model_gpt(&c->model, st);

@@ -40,10 +40,12 @@ static int mlp_prepare(void *cfg, double *samples, char *msg, size_t len)
     return 0;
 }
 
-static sp_graph *mlp_build(void *cfg, int stages, sp_status *st)
+static sp_graph *mlp_build(void *cfg, int stages, int tensor, int tensor_rank, sp_status *st)
 {
     mlp_app *app = cfg;
     app->model.stages = stages;
+    app->model.tensor = tensor;
+    app->model.tensor_rank = tensor_rank;
     if (app_check_stage_layers(app->nstage_layers, stages, st)) return NULL;
     app->model.stage_layers = app->nstage_layers ? app->stage_layers : NULL;
     return sp_model_mlp(&app->model, st);

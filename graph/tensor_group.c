@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #define TP_ABORTED 1 /* a member gave up (its error is its own): the others stop too */
@@ -144,6 +145,60 @@ void sp_tp_local_abort(sp_tp_local *l)
     l->aborted = 1;
     pthread_cond_broadcast(&l->turn);
     pthread_mutex_unlock(&l->lock);
+}
+
+typedef struct {
+    sp_tp_local *l;
+    int q;
+    sp_status (*fn)(int q, void *arg);
+    void *arg;
+    sp_status st;
+    char err[1024];
+} run_slot;
+
+static void *run_one(void *arg)
+{
+    run_slot *r = arg;
+    r->st = r->fn(r->q, r->arg);
+    if (r->st) {
+        snprintf(r->err, sizeof r->err, "%s", sp_last_error());
+        sp_tp_local_abort(r->l);
+    }
+    return NULL;
+}
+
+sp_status sp_tp_local_run(sp_tp_local *l, sp_status (*fn)(int q, void *arg), void *arg)
+{
+    if (!l || !fn) return sp_set_error(SP_ERR_ARG, "sp_tp_local_run: NULL argument");
+    run_slot *slot = calloc((size_t)l->T, sizeof *slot);
+    pthread_t *th = calloc((size_t)l->T, sizeof *th);
+    if (!slot || !th) {
+        free(slot), free(th);
+        return sp_set_error(SP_ERR_NOMEM, "sp_tp_local_run: out of memory");
+    }
+    l->aborted = 0; /* every member of the last run has returned */
+    l->arrived = 0;
+    int started = 1;
+    for (int q = 0; q < l->T; q++) slot[q] = (run_slot){ .l = l, .q = q, .fn = fn, .arg = arg };
+    for (int q = 1; q < l->T; q++) /* member 0 runs on the caller's thread */
+        if (pthread_create(&th[q], NULL, run_one, &slot[q]) == 0) started++;
+        else {
+            slot[q].st = sp_set_error(SP_ERR_RUNTIME, "sp_tp_local_run: no thread for member %d", q);
+            snprintf(slot[q].err, sizeof slot[q].err, "%s", sp_last_error());
+            sp_tp_local_abort(l);
+            break;
+        }
+    run_one(&slot[0]);
+    for (int q = 1; q < started; q++) pthread_join(th[q], NULL);
+    /* the first failure (not a member that only saw another one fail) */
+    sp_status st = SP_OK;
+    for (int q = 0; q < l->T && st == SP_OK; q++)
+        if (slot[q].st && !strstr(slot[q].err, "another member of the tensor group failed"))
+            st = sp_set_error(slot[q].st, "%s", slot[q].err);
+    for (int q = 0; q < l->T && st == SP_OK; q++)
+        if (slot[q].st) st = sp_set_error(slot[q].st, "%s", slot[q].err);
+    free(slot), free(th);
+    return st;
 }
 
 void sp_tp_local_free(sp_tp_local *l)

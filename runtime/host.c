@@ -75,19 +75,31 @@ sp_status sp_trainer_fetch(sp_trainer *t, sp_tensor param, int what, float *dst)
         return sp_set_error(SP_ERR_ARG, "sp_trainer_fetch: bad argument");
     int o = sp_program_param_owner(t->p, param);
     int64_t n = sp_tensor_numel(t->g, param), off = sp_program_param_offset(t->p, o, param);
-    int c = holder_replica(t, o, off, what);
-    int root = sp_layout_rank(&t->layout, c, t->plan->stage_actor[o]);
-    if (t->rank == root) {
-        int64_t lo, hi; /* sharded moments hold floats lo.. only */
-        sp_trainer_shard(t, o, &lo, &hi);
-        int64_t base = what >= 2 && t->o.shard_optimizer ? lo : 0;
-        sp_status st = sp_exec_buf_read(slab_buf(t, what, o), 4 * (size_t)(off - base),
-                                        4 * (size_t)n, dst);
-        if (st) return st;
+    int c = holder_replica(t, o, off, what); /* the same for every member: equal slabs */
+    /* tensor parallelism: a split parameter's parts, one per member of the holder's
+     * group, each broadcast and put in its place of the whole tensor */
+    int split = t->T > 1 && sp_param_split_dim(t->g, param) >= 0, parts = split ? t->T : 1;
+    float *part = split ? malloc(sizeof(float) * (size_t)(n > 0 ? n : 1)) : dst;
+    if (!part) return sp_set_error(SP_ERR_NOMEM, "sp_trainer_fetch: out of memory");
+    sp_status st = SP_OK;
+    for (int q = 0; q < parts && st == SP_OK; q++) {
+        int root = sp_layout_rank_t(&t->layout, c, t->plan->stage_actor[o], q);
+        if (t->rank == root) {
+            int64_t lo, hi; /* sharded moments hold floats lo.. only */
+            sp_trainer_shard(t, o, &lo, &hi);
+            int64_t base = what >= 2 && t->o.shard_optimizer ? lo : 0;
+            st = sp_exec_buf_read(slab_buf(t, what, o), 4 * (size_t)(off - base),
+                                  4 * (size_t)n, part);
+        }
+        /* a broadcast from the holder, not a sum with the others' zeros: -0.0 + 0.0 is
+         * +0.0, and the bits must not depend on how many ranks there are (a failed read
+         * is the holder's alone: every rank still meets the broadcast) */
+        sp_status bst = sp_exec_bcast(part, (size_t)n * sizeof(float), root);
+        if (st == SP_OK) st = bst;
+        if (st == SP_OK && split) st = sp_param_part_to_whole(t->g, param, q, part, dst);
     }
-    /* a broadcast from the holder, not a sum with the others' zeros: -0.0 + 0.0 is +0.0,
-     * and the bits must not depend on how many ranks there are */
-    return sp_exec_bcast(dst, (size_t)n * sizeof(float), root);
+    if (split) free(part);
+    return st;
 }
 
 sp_status sp_trainer_store(sp_trainer *t, sp_tensor param, int what, const float *src)
@@ -95,7 +107,20 @@ sp_status sp_trainer_store(sp_trainer *t, sp_tensor param, int what, const float
     if (!t || !sp_tensor_is_param(t->g, param) || what < 0 || what > 3 || what == 1 || !src)
         return sp_set_error(SP_ERR_ARG, "sp_trainer_store: bad argument");
     int64_t n = sp_tensor_numel(t->g, param);
-    for (int s = 0; s < t->S; s++) {
+    /* src is the whole tensor: a split parameter's rank keeps its part of it */
+    float *part = NULL;
+    if (t->T > 1 && sp_param_split_dim(t->g, param) >= 0) {
+        sp_status st = (part = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1)))
+                           ? sp_param_whole_to_part(t->g, param, t->trank, src, part)
+                           : sp_set_error(SP_ERR_NOMEM, "sp_trainer_store: out of memory");
+        if (st) {
+            free(part);
+            return st;
+        }
+        src = part;
+    }
+    sp_status st = SP_OK;
+    for (int s = 0; s < t->S && st == SP_OK; s++) {
         int64_t off = sp_program_param_offset(t->p, s, param), lo, hi;
         if (!owns(t, s) || off < 0) continue;
         if (what >= 2 && t->o.shard_optimizer) { /* moments: only in the shard's replica */
@@ -103,11 +128,10 @@ sp_status sp_trainer_store(sp_trainer *t, sp_tensor param, int what, const float
             if (off < lo || off >= hi) continue;
             off -= lo;
         }
-        sp_status st = sp_exec_buf_write(slab_buf(t, what, s), 4 * (size_t)off,
-                                         4 * (size_t)n, src);
-        if (st) return st;
+        st = sp_exec_buf_write(slab_buf(t, what, s), 4 * (size_t)off, 4 * (size_t)n, src);
     }
-    return SP_OK;
+    free(part);
+    return st;
 }
 
 sp_status sp_trainer_trace(sp_trainer *t, const sp_train_event **events, int *n)

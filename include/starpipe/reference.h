@@ -27,6 +27,11 @@ sp_tp_local *sp_tp_local_create(int T);
 void sp_tp_local_free(sp_tp_local *l);
 sp_tp_group *sp_tp_local_member(sp_tp_local *l, int rank);
 void sp_tp_local_abort(sp_tp_local *l);
+/* Runs fn(q, arg) for every member q at once, member 0 on the calling thread and each
+ * other in a thread of its own, and returns when all have: SP_OK, or the first failure's
+ * status and message (a member that fails aborts the group, so the others return too).
+ * The group is ready for the next run. */
+sp_status sp_tp_local_run(sp_tp_local *l, sp_status (*fn)(int q, void *arg), void *arg);
 /* The group the reference's programs and its gradient norm use (NULL: none, T = 1). */
 void sp_reference_set_group(sp_reference *r, sp_tp_group *g);
 

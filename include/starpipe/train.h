@@ -129,7 +129,9 @@ int sp_trainer_steps_done(const sp_trainer *t);
 double sp_trainer_compare(sp_trainer *t, sp_reference *r, double tol, char *where, size_t len);
 
 /* Gathers parameter `param`'s value (or its combined gradient of the last step, or an
- * AdamW moment) onto every rank. Collective. what: 0 value, 1 gradient, 2 m, 3 v. */
+ * AdamW moment) onto every rank. Collective. what: 0 value, 1 gradient, 2 m, 3 v.
+ * Whole tensors (sp_param_whole_numel floats): with tensor parallelism a split
+ * parameter's parts are gathered from its group, and store keeps this rank's part. */
 sp_status sp_trainer_fetch(sp_trainer *t, sp_tensor param, int what, float *dst);
 /* Sets parameter values, moments and the step count on every rank (checkpoint load).
  * Collective; call between steps. */

@@ -1,0 +1,63 @@
+#!/bin/sh
+# tensor_app.sh MPIEXEC GPT MLP: tensor parallelism as users run it, files compared byte
+# for byte with a --reference run (no --check, no in-process reference):
+#  - every built-in schedule at T = 2 with P = 1 and P = 2 (the GPT), T = 2 with R = 2
+#    (8 ranks), an odd T = 3 where the model divides (6 heads), and the MLP at T = 2:
+#    the first step's gradients (--dump-grads) and the checkpoint after 2 steps (--save)
+#    equal `--reference --tensor T`'s;
+#  - checkpoints hold whole tensors: a run saved at (R, P, T) = (1, 2, 2) resumes at
+#    (2, 1, 1), (1, 1, 2) and (1, 2, 1) with the bytes of the reference at that layout;
+#  - bad input: T not dividing the heads, a rank count that is not R x P x T: one clear
+#    message and a non-zero exit.
+set -e
+mpiexec=$1; gpt=$2; mlp=$3
+dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
+tiny="--layers 4 --channels 24 --heads 6 --context 8 --batch 2 --microbatches 4"
+fail() { cat "$dir/log"; echo "FAIL: $*"; exit 1; }
+# same R P T SCHEDULE APP [flags]: the pipelined run writes the reference's bytes
+same() {
+  R=$1 P=$2 T=$3 sched=$4 app=$5; shift 5
+  "$app" --reference --replicas "$R" --actors "$P" --tensor "$T" --schedule "$sched" --steps 2 \
+    --dump-grads "$dir/ref.grads" --save "$dir/ref.ckpt" "$@" >"$dir/log" 2>&1 ||
+    fail "R=$R P=$P T=$T $sched: the reference failed"
+  "$mpiexec" -np $((R * P * T)) --oversubscribe "$app" --replicas "$R" --tensor "$T" \
+    --schedule "$sched" --steps 2 --dump-grads "$dir/run.grads" --save "$dir/run.ckpt" "$@" \
+    >"$dir/log" 2>&1 || fail "R=$R P=$P T=$T $sched: the run failed"
+  grep -q "of $T ranks (tensor parallelism)" "$dir/log" || [ "$T" = 1 ] ||
+    fail "R=$R P=$P T=$T $sched: the run does not say it is tensor-parallel"
+  cmp "$dir/ref.grads" "$dir/run.grads" || fail "R=$R P=$P T=$T $sched: gradients differ"
+  cmp "$dir/ref.ckpt" "$dir/run.ckpt" || fail "R=$R P=$P T=$T $sched: checkpoint differs"
+}
+for sched in gpipe 1f1b eager-1f1b zb-h1; do same 1 1 2 "$sched" "$gpt" $tiny; done
+for sched in gpipe 1f1b eager-1f1b interleaved-1f1b zb-h1 zb-v dualpipe-v; do
+  same 1 2 2 "$sched" "$gpt" $tiny
+done
+same 2 2 2 1f1b "$gpt" $tiny
+same 1 1 3 1f1b "$gpt" $tiny
+same 1 2 2 1f1b "$mlp" --width 24 --depth 4
+echo "ok: every schedule at T = 2 (P = 1, 2), R = 2 x P = 2 x T = 2, T = 3, the MLP"
+
+# whole tensors: saved at (1, 2, 2), resumed elsewhere with the reference's bytes there
+"$mpiexec" -np 4 --oversubscribe "$gpt" --tensor 2 --steps 2 --save "$dir/half.ckpt" $tiny \
+  >"$dir/log" 2>&1 || fail "the (1, 2, 2) run failed"
+for to in "2 1 1" "1 1 2" "1 2 1"; do
+  set -- $to
+  "$gpt" --reference --replicas "$1" --actors "$2" --tensor "$3" --steps 2 --load "$dir/half.ckpt" \
+    --save "$dir/ref.ckpt" $tiny >"$dir/log" 2>&1 || fail "resume at ($to): the reference failed"
+  "$mpiexec" -np $(($1 * $2 * $3)) --oversubscribe "$gpt" --replicas "$1" --tensor "$3" --steps 2 \
+    --load "$dir/half.ckpt" --save "$dir/run.ckpt" $tiny >"$dir/log" 2>&1 ||
+    fail "resume at ($to) failed"
+  cmp "$dir/ref.ckpt" "$dir/run.ckpt" || fail "resumed at ($to): not the reference's bytes"
+done
+echo "ok: saved at (R, P, T) = (1, 2, 2), resumed at (2, 1, 1), (1, 1, 2), (1, 2, 1)"
+
+# bad input
+if "$mpiexec" -np 4 --oversubscribe "$gpt" --tensor 4 --steps 1 $tiny >"$dir/log" 2>&1; then
+  fail "T = 4 with 6 heads was accepted"
+fi
+grep -q "does not divide" "$dir/log" || fail "T = 4 with 6 heads: no clear message"
+if "$mpiexec" -np 3 --oversubscribe "$gpt" --tensor 2 --steps 1 $tiny >"$dir/log" 2>&1; then
+  fail "3 ranks at T = 2 were accepted"
+fi
+grep -q "multiple of 2" "$dir/log" || fail "3 ranks at T = 2: no clear message"
+echo "ok: refusals"
