@@ -1595,8 +1595,10 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         fprintf(stderr, "starpipe: rank %d: per-microbatch buffers %.2f MiB at their peak "
                 "(plan %.2f MiB as whole buffers, %.2f MiB live at their peak: activations, "
                 "boundary tensors and their gradients); copies of sends in flight %.2f "
-                "MiB at their peak\n", me, mem.transient / 1048576.0, packed / 1048576.0,
-                (double)k->transient / 1048576.0, mem.staging / 1048576.0);
+                "MiB at their peak; persistent buffers %.2f MiB (of which AdamW moments "
+                "%.2f MiB; host memory %.2f MiB)\n", me, mem.transient / 1048576.0,
+                packed / 1048576.0, (double)k->transient / 1048576.0, mem.staging / 1048576.0,
+                mem.persistent / 1048576.0, mem.optimizer / 1048576.0, mem.host / 1048576.0);
         sp_exec_transfers tr = sp_exec_transfer_counts();
         fprintf(stderr, "starpipe: rank %d: transfers over %s: %llu sends (%llu bytes), %llu "
                 "receives (%llu bytes); %llu in eager pieces; %llu sends posted by their "
