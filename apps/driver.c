@@ -634,12 +634,20 @@ static void describe_lr(const sp_lr_schedule *s)
 }
 
 /* Everything but the peak and the log, which come later on the rank that prints. */
-static run_report report_of(const sp_app_model *m, const sp_app_opts *o, const sp_program *p,
-                            const sp_schedule *sch, int R, double samples, int start)
+static run_report report_of(sp_app_model *m, const sp_app_opts *o, const sp_program *p,
+                            const sp_schedule *sch, int R, int T, double samples, int start)
 {
     run_report rr = { .lr = lr_schedule_of(o, start), .log = APP_LOG_NONE,
                       .samples = samples * R * sch->nmicro,
                       .step_flops = app_step_flops(p, sch, R) };
+    if (T > 1) { /* the model's FLOPs, not a member's (its part, and the whole ops again) */
+        sp_status st;
+        sp_graph *whole = m->build(m->cfg, sch->nstages, 1, 0, &st);
+        sp_program *wp = whole ? sp_program_build(whole, &st) : NULL;
+        if (wp) rr.step_flops = app_step_flops(wp, sch, R);
+        sp_program_free(wp);
+        sp_graph_free(whole);
+    }
     snprintf(rr.rate_key, sizeof rr.rate_key, "%s_per_s",
              strcmp(m->sample_unit, "tok") ? m->sample_unit : "tokens");
     return rr;
@@ -884,7 +892,7 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
         app_ref_set_steps_done(r, start);
     }
     settings_of(m, o, nmb, stored_horizon(o, start), settings, sizeof settings);
-    run_report rr = report_of(m, o, p, sch, R, samples, start);
+    run_report rr = report_of(m, o, p, sch, R, T, samples, start);
     if (o->log && o->steps > 0 && app_log_open(&rr.log, o->log, o->load ? start : -1) != SP_OK) {
         fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
         return 1;
@@ -1415,7 +1423,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         if (ref) app_ref_set_steps_done(ref, start);
     }
     settings_of(m, o, nmb, stored_horizon(o, start), settings, sizeof settings);
-    rr = report_of(m, o, p, sch, R, samples, start);
+    rr = report_of(m, o, p, sch, R, T, samples, start);
     if (me == 0 && o->log && o->steps > 0) st = app_log_open(&rr.log, o->log, o->load ? start : -1);
     if (any_failed(me == 0 && o->log && o->steps > 0 && rr.log.fd < 0, m->name, sp_last_error())) {
         code = 1;

@@ -26,7 +26,7 @@ static void layouts(void)
                     }
             }
     /* pipeline-major keeps a pipeline consecutive; replica-major a stage's replicas */
-    sp_layout pm = { 2, 4, SP_RANK_ORDER_PIPELINE }, rm = { 2, 4, SP_RANK_ORDER_REPLICA };
+    sp_layout pm = { 2, 4, SP_RANK_ORDER_PIPELINE, 1 }, rm = { 2, 4, SP_RANK_ORDER_REPLICA, 1 };
     CHECK(sp_layout_rank(&pm, 1, 0) == 4 && sp_layout_rank(&rm, 1, 0) == 1, "orders");
     sp_layout l;
     CHECK(sp_layout_from_env(6, 3, 0, 0, NULL, &l) == SP_OK && l.actors == 2, "6 ranks, 3 replicas");
