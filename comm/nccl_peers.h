@@ -2,7 +2,9 @@
  * the same GPU of the same host. Host and GPU are identified as NCCL identifies them, so
  * that the transport turns NCCL off exactly where ncclCommInitRank would fail, and never
  * between nodes whose GPUs merely have the same bus ids. Pure functions, no MPI or CUDA;
- * one reader of this process's identity. Private to comm/ and its tests. */
+ * one reader of this process's identity. For comm/ (the NCCL transport), its tests, and the
+ * runtime's device memory check (runtime/devmem.c: ranks NCCL would see on one GPU share
+ * its memory). */
 #ifndef STARPIPE_COMM_NCCL_PEERS_H
 #define STARPIPE_COMM_NCCL_PEERS_H
 
