@@ -20,8 +20,9 @@ static void usage(FILE *f)
             "                     [--save-schedule FILE] [--print-plan]\n"
             "                     [--gpt gpt3-175b|L,C,T,V,B] [--device-flops X]\n"
             "                     [--replicas R[,R,...]] [--rank-order pipeline|replica]\n"
-            "                     [--allreduce alpha=1e-5,intra=450e9,inter=50e9,node=8,hier=1]\n"
-            "                     [--grad-bytes 4]\n"
+            "                     [--allreduce alpha=1e-5,intra=450e9,inter=50e9,node=8,hier=1,\n"
+            "                                  tp_alpha=1e-6,tp_bw=450e9]\n"
+            "                     [--grad-bytes 4] [--tensor T] [--recompute] [--shard-optimizer]\n"
             "Stages are a synthetic chain: each stage costs F, B, W (BW defaults to B+W),\n"
             "saves one unit of activations, and sends N bytes to the next (default 1).\n"
             "lat is the per-message latency, bw the bandwidth in bytes per time unit\n"
@@ -33,7 +34,13 @@ static void usage(FILE *f)
             "--replicas: R copies of the pipeline whose stage gradients are all-reduced\n"
             "(--grad-bytes per element) beside compute, alpha-beta cost (--allreduce:\n"
             "seconds per message, bytes/s per rank inside and between nodes, GPUs per\n"
-            "node, 1 for the hierarchical form); several values print a weak-scaling table.\n");
+            "node, 1 for the hierarchical form); several values print a weak-scaling table.\n"
+            "--tensor T (with --gpt): each actor a group of T ranks (tensor parallelism,\n"
+            "Megatron's layout), innermost, so T <= GPUs per node; per block two all-reduces\n"
+            "of (N, C) in F and two in B among the group, tp_alpha s per step and tp_bw\n"
+            "bytes/s per rank (NVLink), added to the tasks. --recompute: every stage\n"
+            "recomputes its activations; --shard-optimizer: ZeRO-1, the AdamW state of\n"
+            "1/R per replica. Memory is per device (one rank of a group).\n");
 }
 
 static int to_int(const char *flag, const char *v, int *out)
@@ -111,6 +118,7 @@ static int parse_cost(const char *spec, double kind[4], int *bw_given, double *l
 typedef struct {
     sp_allreduce_model *m;
     int *node;
+    sp_tensor_link *tp;
 } allreduce_spec;
 
 static int set_allreduce(void *ctx, const char *t, double v)
@@ -121,17 +129,19 @@ static int set_allreduce(void *ctx, const char *t, double v)
     else if (!strcmp(t, "inter")) a->m->bw_inter = v;
     else if (!strcmp(t, "node") && v >= 1 && v <= 1 << 20 && v == (int)v) *a->node = (int)v;
     else if (!strcmp(t, "hier") && (v == 0 || v == 1)) a->m->hierarchical = (int)v;
+    else if (!strcmp(t, "tp_alpha")) a->tp->alpha = v;
+    else if (!strcmp(t, "tp_bw")) a->tp->bw = v;
     else {
         fprintf(stderr, "starpipe-plan: --allreduce: bad key or value '%s' (alpha, intra, "
-                "inter, node a count, hier 0 or 1)\n", t);
+                "inter, node a count, hier 0 or 1, tp_alpha, tp_bw)\n", t);
         return -1;
     }
     return 0;
 }
 
-static int parse_allreduce(const char *spec, sp_allreduce_model *m, int *node)
+static int parse_allreduce(const char *spec, sp_allreduce_model *m, int *node, sp_tensor_link *tp)
 {
-    allreduce_spec a = { m, node };
+    allreduce_spec a = { m, node, tp };
     return parse_pairs(spec, "--allreduce", "", set_allreduce, &a);
 }
 
@@ -165,13 +175,33 @@ static int parse_gpt(const char *spec, sp_gpt_shape *g)
     return 0;
 }
 
-/* How many of a stage's R replicas share a node of `node` GPUs (node 0: one node). */
-static int replicas_per_node(int R, int P, int node, int replica_major)
+/* How many of a stage's R replicas share a node of `node` GPUs (node 0: one node), when
+ * each actor is a group of T consecutive ranks (the layout (replica, stage, tensor rank),
+ * tensor innermost): a node holds node / T groups. */
+static int replicas_per_node(int R, int P, int node, int T, int replica_major)
 {
     if (node <= 0) return R;
+    node /= T;
     int g = replica_major ? node : (P <= node ? node / P : 1);
     if (g < 1) g = 1;
     return g > R ? R : g;
+}
+
+/* One device's peak bytes on actor a: the plan's peak, with the AdamW state of 1/R of the
+ * parameters under ZeRO-1 (it is persistent, so it shifts the peak by its change). */
+static double device_bytes(const sp_plan *plan, int a, int R, int zero1)
+{
+    const sp_mem_peak *pk = &plan->peak[a];
+    double opt = (double)pk->opt;
+    return (double)pk->total - opt + (zero1 && R > 1 ? opt / R : opt);
+}
+
+static double max_device_bytes(const sp_plan *plan, int R, int zero1, int *actor)
+{
+    double x = -1;
+    for (int a = 0; a < plan->nactors; a++)
+        if (device_bytes(plan, a, R, zero1) > x) x = device_bytes(plan, a, R, zero1), *actor = a;
+    return x;
 }
 
 static void json_string(FILE *f, const char *s)
@@ -208,7 +238,9 @@ int main(int argc, char **argv)
     double device_flops = 457e12, grad_bytes = 4;
     sp_allreduce_model arm = { .alpha = 1e-5, .bw_intra = 450e9, .bw_inter = 50e9,
                                .hierarchical = 1 };
-    int node = 8;
+    int node = 8, T = 1, recompute = 0, zero1 = 0;
+    /* the tensor group's link: NVLink 4 (H100/H200), 450 GB/s per GPU and direction */
+    sp_tensor_link tpl = { .alpha = 1e-6, .bw = 450e9 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = 0;
@@ -229,7 +261,10 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--replicas") && val) reps = val, i++, ok = 1;
         else if (!strcmp(a, "--rank-order") && val && (!strcmp(val, "pipeline") || !strcmp(val, "replica")))
             order = val, i++, ok = 1;
-        else if (!strcmp(a, "--allreduce") && val) ok = !parse_allreduce(val, &arm, &node), i++;
+        else if (!strcmp(a, "--allreduce") && val) ok = !parse_allreduce(val, &arm, &node, &tpl), i++;
+        else if (!strcmp(a, "--tensor")) ok = !to_int(a, val, &T), i++;
+        else if (!strcmp(a, "--recompute")) recompute = ok = 1;
+        else if (!strcmp(a, "--shard-optimizer")) zero1 = ok = 1;
         else if ((!strcmp(a, "--device-flops") || !strcmp(a, "--grad-bytes")) && val) {
             char *end;
             errno = 0;
@@ -266,6 +301,18 @@ int main(int argc, char **argv)
         return 1;
     }
     if (kind[SP_TASK_BW] < 0) kind[SP_TASK_BW] = kind[SP_TASK_B] + kind[SP_TASK_W];
+    if (T > 1 && !gpt) {
+        fprintf(stderr, "starpipe-plan: --tensor needs --gpt (the group's all-reduces and the "
+                "split sizes come from a model's shape)\n");
+        return 1;
+    }
+    if (T > 1 && node > 0 && (T > node || node % T)) {
+        fprintf(stderr, "starpipe-plan: --tensor %d: an actor's group of %d ranks must sit "
+                "inside one node of %d GPUs (--allreduce node=%d), so T must be at most %d "
+                "and divide it\n", T, T, node, node, node);
+        return 1;
+    }
+    tpl.tensor = T;
 
     sp_schedule *sch = NULL;
     if (sp_schedule_from_env(name, p, m, v, &sch)) return invalid(json, sp_last_error());
@@ -282,8 +329,14 @@ int main(int argc, char **argv)
         sp_schedule_free(sch);
         return 1;
     }
-    sp_gpt_shape shape = { .device_flops = device_flops, .elem_bytes = 2 };
+    sp_gpt_shape shape = { .device_flops = device_flops, .elem_bytes = 2, .tensor = T };
     if (gpt && parse_gpt(gpt, &shape)) {
+        sp_schedule_free(sch);
+        return 1;
+    }
+    if (gpt && shape.channels % T) {
+        fprintf(stderr, "starpipe-plan: --tensor %d does not divide the %d channels of --gpt "
+                "%s\n", T, shape.channels, gpt);
         sp_schedule_free(sch);
         return 1;
     }
@@ -296,6 +349,12 @@ int main(int argc, char **argv)
         return 1;
     }
     for (int s = 0; !gpt && s < S; s++) model->stage[s].cost[SP_TASK_BW] = kind[SP_TASK_BW];
+    for (int s = 0; recompute && s < S; s++) model->stage[s].recompute = 1;
+    /* the model's FLOPs of one replica's step (no recomputation), for TFLOP/s per device */
+    double step_flops = 0;
+    for (int s = 0; gpt && s < S; s++)
+        step_flops += (model->stage[s].cost[SP_TASK_F] + model->stage[s].cost[SP_TASK_B] +
+                       model->stage[s].cost[SP_TASK_W]) * device_flops * T * sch->nmicro;
     /* --replicas R[,R...]: each a simulation of one replica with its all-reduces */
     int nrep = 0, rlist[64];
     for (const char *q = reps; q && *q && nrep < 64;) {
@@ -317,10 +376,10 @@ int main(int argc, char **argv)
     sp_sim_result *res = NULL;
     int rc = 0;
     sp_sim_config cfg = { .latency = lat, .bandwidth = bw, .rendezvous = rendezvous,
-                          .grad_bytes_per_param = grad_bytes };
+                          .grad_bytes_per_param = grad_bytes, .tensor = T > 1 ? &tpl : NULL };
     if (nrep == 1) {
         arm.replicas = rlist[0];
-        arm.replicas_per_node = replicas_per_node(rlist[0], p, node, !strcmp(order, "replica"));
+        arm.replicas_per_node = replicas_per_node(rlist[0], p, node, T, !strcmp(order, "replica"));
         cfg.allreduce = &arm;
     }
     if (sp_plan_build(model, sch, &plan) || sp_simulate(plan, model, &cfg, &res)) {
@@ -334,13 +393,18 @@ int main(int argc, char **argv)
                "node), gradients %g bytes per element\n", sch->name, p, sch->nmicro, order,
                arm.hierarchical ? "hierarchical" : "ring", arm.alpha, arm.bw_intra / 1e9,
                arm.bw_inter / 1e9, node, grad_bytes);
-        printf("%8s %8s %12s %14s %10s %13s %11s %9s\n", "devices", "replicas", "step_s",
-               gpt ? "tokens/s" : "mb/s", "weak_eff", "allreduce_s", "exposed_s", "exposed");
+        if (T > 1)
+            printf("tensor parallelism: %d ranks per actor (%d devices per replica), group "
+                   "all-reduces at %g GB/s per rank, alpha %g s, exposed in the tasks\n", T,
+                   p * T, tpl.bw / 1e9, tpl.alpha);
+        printf("%8s %8s %12s %14s %10s %13s %11s %9s %8s %8s %11s %9s\n", "devices", "replicas",
+               "step_s", gpt ? "tokens/s" : "mb/s", "weak_eff", "allreduce_s", "exposed_s",
+               "exposed", "bubble", "tp_s", "TFLOP/s/dev", "mem_GB");
         double t0 = 0;
         for (int k = 0; k < nrep && rc == 0; k++) {
             sp_sim_result *rr = NULL;
             arm.replicas = rlist[k];
-            arm.replicas_per_node = replicas_per_node(rlist[k], p, node, !strcmp(order, "replica"));
+            arm.replicas_per_node = replicas_per_node(rlist[k], p, node, T, !strcmp(order, "replica"));
             cfg.allreduce = &arm;
             if (sp_simulate(plan, model, &cfg, &rr)) {
                 rc = invalid(0, sp_last_error());
@@ -351,10 +415,14 @@ int main(int argc, char **argv)
             double comm = 0;
             for (int st = 0; st < S; st++) comm = rr->ar_end[st] - rr->ar_start[st] > comm
                                                      ? rr->ar_end[st] - rr->ar_start[st] : comm;
-            printf("%8d %8d %12.4f %14.4g %9.2f%% %13.4f %11.4f %8.2f%%\n", rlist[k] * p,
-                   rlist[k], rr->step_time, tokens * rlist[k] / rr->step_time,
-                   100 * t0 / rr->step_time, comm, rr->exposed_comm,
-                   100 * rr->exposed_comm / rr->step_time);
+            int am = 0;
+            printf("%8d %8d %12.4f %14.4g %9.2f%% %13.4f %11.4f %8.2f%% %7.2f%% %8.4f %11.1f "
+                   "%9.2f\n", rlist[k] * p * T, rlist[k], rr->step_time,
+                   tokens * rlist[k] / rr->step_time, 100 * t0 / rr->step_time, comm,
+                   rr->exposed_comm, 100 * rr->exposed_comm / rr->step_time,
+                   100 * rr->bubble_fraction, rr->tp_time,
+                   step_flops / ((double)p * T * rr->step_time) / 1e12,
+                   max_device_bytes(plan, rlist[k], zero1, &am) / 1e9);
             sp_sim_result_free(rr);
         }
         goto out;
@@ -382,6 +450,7 @@ int main(int argc, char **argv)
                p, S, sch->nmicro, plan->ntasks, (long long)plan->nmessages, res->step_time,
                res->bubble_fraction, cfg.allreduce ? arm.replicas : 1, res->comm_time,
                res->exposed_comm);
+        printf(",\"tensor\":%d,\"tp_time\":%.17g", T, res->tp_time);
         const char *keys[] = { "peak_activations", "busy", "idle", "peak_bytes" };
         for (int k = 0; k < 4; k++) {
             printf(",\"%s\":[", keys[k]);
@@ -400,17 +469,36 @@ int main(int argc, char **argv)
                sch->name, p, S, sch->nmicro, plan->ntasks, (long long)plan->nmessages);
         printf("step time %.6g   bubble %.2f%%   (%s channels)\n", res->step_time,
                100 * res->bubble_fraction, rendezvous ? "rendezvous" : "buffered");
+        double pct = res->step_time > 0 ? 100 / res->step_time : 0;
+        if (T > 1)
+            printf("tensor parallelism %d: group all-reduces %.6g per step on the busiest actor "
+                   "(%.2f%% of the step), inside its tasks\n", T, res->tp_time, pct * res->tp_time);
         if (cfg.allreduce)
             printf("replicas %d (%d devices): gradient all-reduces %.6g in all, exposed %.6g "
-                   "(%.2f%% of the step)\n", arm.replicas, arm.replicas * p, res->comm_time,
-                   res->exposed_comm, res->step_time > 0 ? 100 * res->exposed_comm / res->step_time : 0);
-        printf("%5s %12s %12s %8s %9s %12s %12s %12s\n", "actor", "busy", "idle", "bubble",
-               "peak_act", "act_bytes", "bdry_bytes", "peak_bytes");
-        for (int a = 0; a < p; a++)
-            printf("%5d %12.6g %12.6g %7.2f%% %9d %12zu %12zu %12zu\n", a, res->busy[a],
-                   res->idle[a], res->step_time > 0 ? 100 * res->idle[a] / res->step_time : 0,
-                   plan->peak[a].act_units, plan->peak[a].acts, plan->peak[a].boundary,
-                   plan->peak[a].total);
+                   "(%.2f%% of the step)\n", arm.replicas, arm.replicas * p * T, res->comm_time,
+                   res->exposed_comm, pct * res->exposed_comm);
+        if (gpt) {
+            int R = cfg.allreduce ? arm.replicas : 1, am = 0;
+            double dev = max_device_bytes(plan, R, zero1, &am);
+            const sp_mem_peak *pk = &plan->peak[am];
+            double opt = zero1 && R > 1 ? (double)pk->opt / R : (double)pk->opt;
+            printf("model %.4g TFLOP/s per device (%d devices)\n",
+                   step_flops / ((double)p * T * res->step_time) / 1e12, R * p * T);
+            printf("memory per device, GB (actor %d, the largest): parameters %.2f, gradients "
+                   "%.2f, AdamW %.2f%s, activations %.2f, boundary %.2f; peak %.2f%s\n", am,
+                   pk->params / 1e9, pk->grads / 1e9, opt / 1e9, zero1 && R > 1 ? " (ZeRO-1)" : "",
+                   pk->acts / 1e9, pk->boundary / 1e9, dev / 1e9,
+                   recompute ? " (recomputation)" : "");
+        }
+        printf("%5s %12s %12s %8s %9s %12s %12s %12s%s\n", "actor", "busy", "idle", "bubble",
+               "peak_act", "act_bytes", "bdry_bytes", "peak_bytes", T > 1 ? "           tp" : "");
+        for (int a = 0; a < p; a++) {
+            printf("%5d %12.6g %12.6g %7.2f%% %9d %12zu %12zu %12zu", a, res->busy[a],
+                   res->idle[a], pct * res->idle[a], plan->peak[a].act_units,
+                   plan->peak[a].acts, plan->peak[a].boundary, plan->peak[a].total);
+            if (T > 1) printf(" %12.6g", res->tp_busy[a]);
+            putchar('\n');
+        }
     }
 out:
     sp_sim_result_free(res);

@@ -42,31 +42,45 @@ void sp_stage_model_free(sp_stage_model *m)
 
 sp_stage_model *sp_stage_model_gpt(const sp_gpt_shape *g, int nstages)
 {
+    int tp = g && g->tensor > 1 ? g->tensor : 1;
     if (!g || nstages < 1 || g->layers < nstages || g->channels < 1 || g->context < 1 ||
-        g->vocab < 1 || g->batch < 1 || !(g->device_flops > 0))
+        g->vocab < 1 || g->batch < 1 || !(g->device_flops > 0) || g->channels % tp)
         return NULL;
     sp_stage_model *m = sp_stage_model_chain(nstages, 0, 0, 0, 0);
     if (!m) return NULL;
     double N = (double)g->batch * g->context, C = g->channels, T = g->context, V = g->vocab;
     double eb = g->elem_bytes > 0 ? g->elem_bytes : 2;
-    double block_params = 12 * C * C + 13 * C;
+    /* one rank's part of a block (stages.h): the split weights and biases, the rest whole */
+    double block_params = (12 * C * C + 7 * C) / tp + 6 * C;
+    double block_acts = (10 + 24.0 / tp) * N * C * eb / 2, act = N * C * eb;
     for (int s = 0; s < nstages; s++) {
         int nl = g->layers / nstages + (s < g->layers % nstages);
         double f = nl * (24 * N * C * C + 4 * N * T * C), b = nl * (24 * N * C * C + 8 * N * T * C);
         double w = nl * 24 * N * C * C, params = nl * block_params;
-        if (s == 0) params += (V + T) * C;
+        int nf = 2 * nl, nb = 2 * nl;        /* the group's all-reduces of (N, C) */
+        double xf = 0;                       /* and of the cross-entropy's N floats */
+        if (s == 0) params += V * C / tp + T * C, nf++;
         if (s == nstages - 1) {
             f += 2 * N * C * V, b += 2 * N * C * V, w += 2 * N * C * V;
-            params += V * C + 2 * C;
+            params += V * C / tp + 2 * C;
+            nb++;
+            if (tp > 1) xf = 3 * N * 4;
         }
+        f /= tp, b /= tp, w /= tp;
         sp_stage_info *st = &m->stage[s];
         st->cost[SP_TASK_F] = f / g->device_flops;
         st->cost[SP_TASK_B] = b / g->device_flops;
         st->cost[SP_TASK_W] = w / g->device_flops;
         st->cost[SP_TASK_BW] = (b + w) / g->device_flops;
-        st->act_bytes = (size_t)(nl * 34 * N * C * eb / 2);
+        st->act_bytes = (size_t)(nl * block_acts);
         st->param_bytes = (size_t)(4 * params);
         st->opt_bytes = 2 * st->param_bytes;
+        if (tp > 1) {
+            st->tp_allreduces[SP_TASK_F] = nf + (xf > 0 ? 3 : 0);
+            st->tp_bytes[SP_TASK_F] = nf * act + xf;
+            st->tp_allreduces[SP_TASK_B] = st->tp_allreduces[SP_TASK_BW] = nb;
+            st->tp_bytes[SP_TASK_B] = st->tp_bytes[SP_TASK_BW] = nb * act;
+        }
     }
     for (int e = 0; e < m->nedges; e++) m->edge[e].bytes = (size_t)(N * C * eb);
     return m;

@@ -20,7 +20,7 @@ void sp_sim_result_free(sp_sim_result *r)
     if (r->end)
         for (int a = 0; a < r->nactors; a++) free(r->end[a]);
     free(r->start), free(r->end), free(r->busy), free(r->idle), free(r->peak);
-    free(r->ar_start), free(r->ar_end);
+    free(r->ar_start), free(r->ar_end), free(r->tp_busy);
     free(r);
 }
 
@@ -38,6 +38,15 @@ double sp_allreduce_time(const sp_allreduce_model *m, double bytes)
     t += 2.0 * (n - 1) * m->alpha +
          (m->bw_inter > 0 ? 2.0 * (n - 1) / n * (bytes / g) / m->bw_inter : 0);
     return t;
+}
+
+double sp_tensor_allreduce_time(const sp_tensor_link *l, int count, double bytes)
+{
+    if (!l || l->tensor <= 1 || count <= 0) return 0;
+    /* count rings of T ranks inside a node: sp_allreduce_time's flat ring at T, summed
+     * (linear in the bytes, so only their total matters) */
+    double T = l->tensor;
+    return count * 2 * (T - 1) * l->alpha + (l->bw > 0 ? 2 * (T - 1) / T * bytes / l->bw : 0);
 }
 
 /* The last instruction of each actor that touches stage s's gradients: its W or BW tasks,
@@ -60,15 +69,27 @@ static void grads_final(const sp_plan *plan, const sp_stage_model *model, int *l
         }
 }
 
+/* The time of the group's all-reduces inside task t (and of F's again when it recomputes). */
+static double tp_task_time(const sp_stage_model *model, const sp_sim_config *cfg, sp_task t)
+{
+    const sp_stage_info *st = &model->stage[t.stage];
+    int again = st->recompute && (t.kind == SP_TASK_B || t.kind == SP_TASK_BW);
+    double x = sp_tensor_allreduce_time(cfg->tensor, st->tp_allreduces[t.kind], st->tp_bytes[t.kind]);
+    return x + (again ? sp_tensor_allreduce_time(cfg->tensor, st->tp_allreduces[SP_TASK_F],
+                                                 st->tp_bytes[SP_TASK_F]) : 0);
+}
+
 static double task_time(const sp_stage_model *model, const sp_sim_config *cfg, sp_task t)
 {
     /* a recomputing stage's first backward task runs F again first */
     int again = model->stage[t.stage].recompute && (t.kind == SP_TASK_B || t.kind == SP_TASK_BW);
+    double tp = cfg->tensor ? tp_task_time(model, cfg, t) : 0;
     if (cfg->flops && cfg->device_flops > 0)
         return (cfg->flops[t.stage * SP_NUM_TASK_KINDS + t.kind] +
                 (again ? cfg->flops[t.stage * SP_NUM_TASK_KINDS + SP_TASK_F] : 0)) /
-               cfg->device_flops;
-    return model->stage[t.stage].cost[t.kind] + (again ? model->stage[t.stage].cost[SP_TASK_F] : 0);
+               cfg->device_flops + tp;
+    return model->stage[t.stage].cost[t.kind] + (again ? model->stage[t.stage].cost[SP_TASK_F] : 0)
+           + tp;
 }
 
 /* Memory of each actor, recomputed from its instructions alone: persistent buffers it
@@ -145,6 +166,19 @@ static sp_status check_inputs(const sp_plan *plan, const sp_stage_model *model,
     if (cfg->bandwidth > 0 && cfg->bandwidth < 1 / SIM_MAX)
         return sp_set_error(SP_ERR_ARG, "simulator: the bandwidth %g is below %g (0 means "
                             "infinite)", cfg->bandwidth, 1 / SIM_MAX);
+    if (cfg->tensor && (bad_time(cfg->tensor->alpha) || bad_time(cfg->tensor->bw) ||
+                        (cfg->tensor->bw > 0 && cfg->tensor->bw < 1 / SIM_MAX)))
+        return sp_set_error(SP_ERR_ARG, "simulator: the tensor-parallel link's latency %g and "
+                            "bandwidth %g must be finite numbers in [0, %g], the bandwidth 0 "
+                            "(infinite) or at least %g", cfg->tensor->alpha, cfg->tensor->bw,
+                            SIM_MAX, 1 / SIM_MAX);
+    for (int s = 0; cfg->tensor && s < plan->nstages && s < model->nstages; s++)
+        for (int k = 0; k < SP_NUM_TASK_KINDS; k++)
+            if (bad_time(model->stage[s].tp_bytes[k]) || model->stage[s].tp_allreduces[k] < 0)
+                return sp_set_error(SP_ERR_ARG, "simulator: stage %d's %s has %d tensor-parallel "
+                                    "all-reduces of %g bytes; both must be finite and not "
+                                    "negative", s, kinds[k], model->stage[s].tp_allreduces[k],
+                                    model->stage[s].tp_bytes[k]);
     int use_flops = cfg->flops && cfg->device_flops > 0;
     if (use_flops && cfg->device_flops < 1 / SIM_MAX)
         return sp_set_error(SP_ERR_ARG, "simulator: the device FLOP rate %g is below %g",
@@ -212,7 +246,8 @@ sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
     r->peak = calloc((size_t)p, sizeof *r->peak);
     r->start = calloc((size_t)p, sizeof *r->start);
     r->end = calloc((size_t)p, sizeof *r->end);
-    if (!r->busy || !r->idle || !r->peak || !r->start || !r->end) goto nomem;
+    r->tp_busy = calloc((size_t)p, sizeof *r->tp_busy);
+    if (!r->busy || !r->idle || !r->peak || !r->start || !r->end || !r->tp_busy) goto nomem;
     for (int a = 0; a < p; a++) {
         r->start[a] = malloc((size_t)(plan->ninstr[a] + 1) * sizeof(double));
         r->end[a] = malloc((size_t)(plan->ninstr[a] + 1) * sizeof(double));
@@ -280,6 +315,8 @@ sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
                     : in->op == SP_OP_RUN ? task_time(model, cfg, in->task)
                     : in->op == SP_OP_COMBINE ? cfg->combine_time : cfg->optimizer_time;
                 if (in->op == SP_OP_OPTIMIZER && ar && ardone[a] > t) t = ardone[a];
+                if (in->op == SP_OP_RUN && cfg->tensor && !cfg->instr_time)
+                    r->tp_busy[a] += tp_task_time(model, cfg, in->task);
             }
             if (in->op == SP_OP_RECV || in->op == SP_OP_SEND) {
                 r->start[a][pc[a]] = t;
@@ -329,6 +366,7 @@ sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
         if (ar && ardone[a] > clock[a]) clock[a] = ardone[a]; /* a plan with no OPTIMIZER */
         if (clock[a] > T) T = clock[a];
         busy += r->busy[a];
+        if (r->tp_busy[a] > r->tp_time) r->tp_time = r->tp_busy[a];
     }
     r->step_time = T;
     for (int a = 0; a < p; a++) r->idle[a] = T - r->busy[a];

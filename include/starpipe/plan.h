@@ -286,6 +286,20 @@ typedef struct {
 } sp_allreduce_model;
 double sp_allreduce_time(const sp_allreduce_model *m, double bytes);
 
+/* Tensor parallelism: the all-reduces inside a stage task among the T ranks of its actor's
+ * group (sp_stage_info.tp_allreduces, .tp_bytes), on the group's link, which the layout
+ * keeps inside a node (NVLink): one ring each, alpha-beta, so `count` of them with
+ * `bytes` in all take
+ *   count x 2 (T-1) alpha + 2 (T-1)/T x bytes / bw,
+ * which the simulator adds to the task's time (exposed: the runtime runs them inside the
+ * task, between its products). */
+typedef struct {
+    int tensor;   /* T; <= 1: no group, no time */
+    double alpha; /* per message step (seconds, or the cost unit) */
+    double bw;    /* bytes per unit of time per rank on the group's link; 0: infinite */
+} sp_tensor_link;
+double sp_tensor_allreduce_time(const sp_tensor_link *l, int count, double bytes);
+
 typedef struct {
     /* Task time: flops[s * SP_NUM_TASK_KINDS + kind] / device_flops when both are given,
      * else sp_stage_info.cost[kind]. */
@@ -305,6 +319,10 @@ typedef struct {
      * and the actor's OPTIMIZER waits for its collectives. NULL: no replicas. */
     const sp_allreduce_model *allreduce;
     double grad_bytes_per_param; /* bytes per gradient element in the all-reduce; 0: 4 */
+    /* Tensor parallelism: each RUN's group all-reduces (its stage's tp_allreduces and
+     * tp_bytes for its kind; a recomputing stage's first backward task also F's again)
+     * on this link, added to its time. NULL: none. Not applied to instr_time replays. */
+    const sp_tensor_link *tensor;
 } sp_sim_config;
 
 typedef struct {
@@ -324,6 +342,10 @@ typedef struct {
     int nstages;
     double *ar_start, *ar_end; /* [stage] */
     double comm_time, exposed_comm;
+    /* With cfg->tensor: each actor's time in its group's all-reduces over the step (part
+     * of busy), and the largest of them. */
+    double *tp_busy; /* [nactors] */
+    double tp_time;
 } sp_sim_result;
 
 /* Runs the plan with blocking, ordered (FIFO per pair of actors) channels. Fails with

@@ -75,6 +75,13 @@ typedef struct {
      * inputs before its own work (cost F + B). The plan keeps the stage's input boundary
      * tensors alive until then, and its activations only from there to the last W. */
     int recompute;
+    /* Tensor parallelism (an actor of T ranks): the all-reduces among the actor's group
+     * inside one task of each kind, per microbatch: how many, and their bytes in all (each
+     * rank's buffer). The simulator adds their time on the group's link to the task's
+     * (exposed, not overlapped; sp_tensor_link in plan.h). All zero at T = 1. The costs
+     * and sizes above are then one rank's: its part of the split work and buffers. */
+    int tp_allreduces[SP_NUM_TASK_KINDS];
+    double tp_bytes[SP_NUM_TASK_KINDS];
 } sp_stage_info;
 
 /* A parameter used by several stages (the GPT's tied token embedding). Each stage keeps
@@ -113,11 +120,25 @@ void sp_stage_model_free(sp_stage_model *m);
  * tokens and a block of C channels: F = 24 N C^2 + 4 N T C FLOPs, B = 24 N C^2 + 8 N T C,
  * W = 24 N C^2; the head adds 2 N C V to each. Costs are FLOPs / device_flops; activations
  * saved per block 34 N C x elem_bytes / 2 (Megatron's count with attention recomputed by a
- * fused kernel), boundary tensors N C x elem_bytes, parameters 4 bytes each. */
+ * fused kernel), boundary tensors N C x elem_bytes, parameters 4 bytes each.
+ *
+ * tensor = T > 1: one rank of an actor of T (Megatron's layout). Split by T: every FLOP
+ * counted above (the blocks' products and attention by heads, the head by vocabulary), a
+ * block's weights 12 C^2 and the biases before the sums (qkv 3C, fc 4C), the token
+ * embedding and the head (vocabulary-parallel), and 24 of a block's 34 activation units
+ * (qkv, attention, the MLP's 4C hidden); replicated: the LayerNorms, the biases after the
+ * sums (proj, fcproj), the position embedding, the other 10 units (LayerNorm inputs, the
+ * residual stream) and the boundary tensors. Its group's all-reduces, of one (N, C)
+ * activation each (N C x elem_bytes): per block two in F (attention's output projection,
+ * the MLP's second product) and two in B (the gradients of the inputs of qkv and fc), none
+ * in W; the embedding one in F, the head one in B (its input's gradient); the
+ * vocabulary-parallel cross-entropy three of N floats in F (max, sum of exponentials,
+ * target logit). BW has B's. T must divide the channels (NULL otherwise). */
 typedef struct {
     int layers, channels, context, vocab, batch;
     double device_flops; /* FLOP/s of one device */
     int elem_bytes;      /* bytes per activation element (2 for bf16) */
+    int tensor;          /* T ranks per actor; 0 or 1: one */
 } sp_gpt_shape;
 sp_stage_model *sp_stage_model_gpt(const sp_gpt_shape *g, int nstages);
 
