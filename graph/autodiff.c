@@ -172,6 +172,39 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
         I->n[1] = A->shape[A->ndim - 1];
         I->acc = acc;
         return 3.0 * A->numel;
+    case SP_OP_EMBED_VOCAB: /* k = 1, wte: its rows this rank holds */
+        I = sp_prog_emit(kp, SP_I_EMBED_VOCAB_DP, t);
+        I->o[0] = dx;
+        I->i[0] = dout;
+        I->i[1] = sp_loc_value(p, kp, s, n->in[0], SP_ACCESS_R);
+        I->n[0] = n->shape[0] * n->shape[1];
+        I->n[1] = n->shape[2];
+        I->n[2] = n->vlo;
+        I->n[3] = X->shape[0];
+        I->acc = 1;
+        return (double)n->numel;
+    case SP_OP_ADD_POS:
+        if (k == 0) return emit_scaled(kp, dx, dout, n->numel, 1.0f, acc, t);
+        I = sp_prog_emit(kp, SP_I_ADD_POS_DP, t);
+        I->o[0] = dx;
+        I->i[0] = dout;
+        I->n[0] = n->shape[0];
+        I->n[1] = n->shape[1] * n->shape[2];
+        I->acc = 1;
+        return (double)n->numel;
+    case SP_OP_CE_VOCAB: { /* the plain backward on the slice, its targets in the slice */
+        int64_t N = rows_of(A), Vp = A->shape[A->ndim - 1];
+        I = sp_prog_emit(kp, SP_I_CE_DX, t);
+        I->o[0] = dx;
+        I->i[0] = sp_loc_aux(p, kp, t, SP_ACCESS_R);
+        I->i[1] = I->i[0];
+        I->i[1].off += N * Vp + 3 * N; /* program.c, emit_ce_vocab */
+        I->i[2] = dout;
+        I->n[0] = N;
+        I->n[1] = Vp;
+        I->acc = acc;
+        return 3.0 * A->numel;
+    }
     case SP_OP_SUM:
     case SP_OP_MEAN:
         I = sp_prog_emit(kp, SP_I_SUM_DX, t);

@@ -12,7 +12,7 @@
 static const char *const op_names[SP_OP_COUNT] = {
     "input", "param", "matmul", "bias_add", "add", "scale", "gelu", "relu", "layernorm",
     "embed", "attention", "cross_entropy", "sum", "mean", "reshape", "pipeline_yield",
-    "tp_copy", "tp_sum",
+    "tp_copy", "tp_sum", "embed_vocab", "add_positions", "cross_entropy_vocab",
 };
 
 const char *sp_opcode_name(sp_opcode op)
@@ -512,6 +512,55 @@ sp_tensor sp_embed(sp_graph *g, sp_tensor tokens, sp_tensor wte, sp_tensor wpe)
     return g->n - 1;
 }
 
+/* The vocab-parallel embedding: wte this rank's rows [lo, lo + V/T) of the whole (V,C),
+ * a parameter split by rows (sp_param_split along dim 0, or any view split along its
+ * first dimension: the part is then one block of whole rows); at T = 1 any (V,C) one. */
+sp_tensor sp_embed_vocab(sp_graph *g, sp_tensor tokens, sp_tensor wte)
+{
+    sp_tensor in[2] = { tokens, wte };
+    int r = take_inputs(g, "sp_embed_vocab", 2, in);
+    if (r < 0) return r;
+    const sp_node *Tk = N(g, in[0]), *E = N(g, in[1]);
+    char st[64], se[64];
+    if (Tk->dtype != SP_I32 || Tk->op != SP_OP_INPUT || Tk->ndim != 2)
+        return fail(SP_ERR_SHAPE, "sp_embed_vocab: tokens%s must be an i32 input of shape "
+                    "(B,T)", shape_str(Tk, st, 64));
+    if ((r = need_param(g, "sp_embed_vocab", in[1], "wte")) < 0) return r;
+    if (E->ndim != 2)
+        return fail(SP_ERR_SHAPE, "sp_embed_vocab: wte%s must be (V/T,C)", shape_str(E, se, 64));
+    if (g->tp_size > 1 && E->split != 0)
+        return fail(SP_ERR_GRAPH, "sp_embed_vocab: wte '%s' must be split by rows over the "
+                    "tensor group (sp_param_split along dim 0)", E->name);
+    int64_t shape[3] = { Tk->shape[0], Tk->shape[1], E->shape[1] };
+    int64_t rows = E->shape[0];
+    sp_node *n = push(g, SP_OP_EMBED_VOCAB, SP_F32, 3, shape);
+    if (!n) return fail(SP_ERR_NOMEM, "sp_embed_vocab: out of memory");
+    n->nin = 2;
+    memcpy(n->in, in, sizeof in);
+    n->vlo = (int64_t)g->tp_rank * rows;
+    n->vocab = rows * g->tp_size;
+    return g->n - 1;
+}
+
+sp_tensor sp_add_positions(sp_graph *g, sp_tensor x, sp_tensor wpe)
+{
+    sp_tensor in[2] = { x, wpe };
+    int r = take_inputs(g, "sp_add_positions", 2, in);
+    if (r < 0) return r;
+    if ((r = need_f32(g, "sp_add_positions", in[0], "x")) < 0) return r;
+    if ((r = need_param(g, "sp_add_positions", in[1], "wpe")) < 0) return r;
+    const sp_node *X = N(g, in[0]), *P = N(g, in[1]);
+    char sx[64], sp[64];
+    if (X->ndim != 3 || P->ndim != 2 || P->shape[1] != X->shape[2] || P->shape[0] < X->shape[1])
+        return fail(SP_ERR_SHAPE, "sp_add_positions: x%s (B,T,C) and wpe%s (Tmax,C) must share "
+                    "C, with Tmax >= T", shape_str(X, sx, 64), shape_str(P, sp, 64));
+    sp_node *n = push(g, SP_OP_ADD_POS, SP_F32, X->ndim, X->shape);
+    if (!n) return fail(SP_ERR_NOMEM, "sp_add_positions: out of memory");
+    n->nin = 2;
+    memcpy(n->in, in, sizeof in);
+    return g->n - 1;
+}
+
 sp_tensor sp_attention(sp_graph *g, sp_tensor qkv, int heads)
 {
     sp_tensor in[1] = { qkv };
@@ -558,6 +607,37 @@ sp_tensor sp_cross_entropy(sp_graph *g, sp_tensor logits, sp_tensor targets)
     n->in[0] = in[0];
     n->in[1] = in[1];
     n->aux = probs;
+    return g->n - 1;
+}
+
+/* At T = 1 the whole vocabulary is this rank's: sp_cross_entropy itself, no node of its
+ * own. The aux floats: the probabilities of the slice (N,V/T), then per row the maximum,
+ * the sum of exponentials, the target's logit and the target inside the slice (an i32,
+ * -1 where another rank holds it), read by the backward (program.c). */
+sp_tensor sp_cross_entropy_vocab(sp_graph *g, sp_tensor logits, sp_tensor targets)
+{
+    if (g && g->tp_size == 1) return sp_cross_entropy(g, logits, targets);
+    sp_tensor in[2] = { logits, targets };
+    int r = take_inputs(g, "sp_cross_entropy_vocab", 2, in);
+    if (r < 0) return r;
+    if ((r = need_f32(g, "sp_cross_entropy_vocab", in[0], "logits")) < 0) return r;
+    const sp_node *L = N(g, in[0]), *T = N(g, in[1]);
+    char sl[64], stg[64];
+    int ok = T->dtype == SP_I32 && T->ndim == L->ndim - 1;
+    for (int d = 0; ok && d < T->ndim; d++) ok = T->shape[d] == L->shape[d];
+    if (!ok)
+        return fail(SP_ERR_SHAPE, "sp_cross_entropy_vocab: targets%s must be i32 with the "
+                    "leading dims of logits%s", shape_str(T, stg, 64), shape_str(L, sl, 64));
+    int64_t one = 1, Vp = L->shape[L->ndim - 1], rows = L->numel / Vp;
+    int64_t aux = L->numel + 4 * rows; /* before push moves L */
+    sp_node *n = push(g, SP_OP_CE_VOCAB, SP_F32, 1, &one);
+    if (!n) return fail(SP_ERR_NOMEM, "sp_cross_entropy_vocab: out of memory");
+    n->nin = 2;
+    n->in[0] = in[0];
+    n->in[1] = in[1];
+    n->aux = aux;
+    n->vlo = (int64_t)g->tp_rank * Vp;
+    n->vocab = Vp * g->tp_size;
     return g->n - 1;
 }
 

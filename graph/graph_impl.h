@@ -25,6 +25,9 @@ typedef enum {
     SP_OP_YIELD,
     SP_OP_TP_COPY,  /* tensor parallelism: identity; its transpose sums over the group */
     SP_OP_TP_SUM,   /* the sum over the group; its transpose is the identity */
+    SP_OP_EMBED_VOCAB, /* vocab-parallel embedding: the rows of wte this rank holds */
+    SP_OP_ADD_POS,     /* x (B,T,C) + wpe[t]: the positions, added once after the sum */
+    SP_OP_CE_VOCAB,    /* vocab-parallel cross-entropy over the group's logits slices */
     SP_OP_COUNT
 } sp_opcode;
 
@@ -43,6 +46,9 @@ typedef struct {
     sp_init init;     /* params */
     float init_std;
     int64_t aux;      /* floats the forward saves besides the output (mean/rstd, lse, probs) */
+    /* the vocab-parallel ops: the first row of wte (embedding) or column of the logits
+     * (cross-entropy) this rank holds, and the whole vocabulary V */
+    int64_t vlo, vocab;
     /* a parameter split over the tensor group (sp_param_split, sp_param_split_view): the
      * whole tensor's shape, whose part tp_rank this one is, the view of it that is split
      * (vndim dims; the whole shape itself for sp_param_split) and the view's dimension

@@ -77,11 +77,14 @@ static sp_tensor split_view(sp_graph *g, const char *fmt, int l, int ndim, const
     return sp_param_split_view(g, name, ndim, shape, vndim, view, dim, init, std);
 }
 
-/* The loss, and the logits named "logits" for whoever samples or inspects them. */
-static sp_graph *finish(sp_graph *g, sp_tensor logits, sp_tensor loss, sp_status *status)
+/* The loss, and the logits named "logits" for whoever samples or inspects them; a graph
+ * whose logits are this rank's slice of the vocabulary (T > 1) names them "logits.slice",
+ * so that nothing takes them for the whole rows. */
+static sp_graph *finish(sp_graph *g, sp_tensor logits, const char *name, sp_tensor loss,
+                        sp_status *status)
 {
     sp_status st = sp_graph_set_loss(g, loss);
-    if (st == SP_OK) st = sp_graph_name(g, logits, "logits");
+    if (st == SP_OK) st = sp_graph_name(g, logits, name);
     if (status) *status = st;
     if (st != SP_OK) {
         sp_graph_free(g);
@@ -118,6 +121,9 @@ sp_graph *sp_model_gpt(const sp_gpt_config *c, sp_status *status)
     else if (c->heads % T) /* then T divides C = heads x head_size and 4C too */
         st = sp_set_error(SP_ERR_ARG, "sp_model_gpt: tensor parallelism of %d does not divide "
                           "the %d heads", T, c->heads);
+    else if (c->vocab % T) /* wte and the head split by the vocabulary */
+        st = sp_set_error(SP_ERR_ARG, "sp_model_gpt: tensor parallelism of %d does not divide "
+                          "the vocabulary of %d", T, c->vocab);
     else
         st = check_split("sp_model_gpt", c->layers, c->stages, c->stage_layers, 1);
     sp_graph *g = st ? NULL : sp_graph_create();
@@ -133,9 +139,12 @@ sp_graph *sp_model_gpt(const sp_gpt_config *c, sp_status *status)
     const float std = 0.02f, std_res = 0.02f / sqrtf(2.0f * c->layers);
     sp_tensor tokens = sp_input_i32(g, "tokens", 2, (int64_t[]){ B, Tc });
     sp_tensor targets = sp_input_i32(g, "targets", 2, (int64_t[]){ B, Tc });
-    sp_tensor wte = param(g, "wte", 0, 2, V, C, SP_INIT_NORMAL, std);
+    /* wte split by rows, the vocabulary (at T = 1 a plain parameter): the vocab-parallel
+     * embedding, summed over the group, then the positions added once by every rank */
+    sp_tensor wte = split(g, "wte", 0, V, C, 0, SP_INIT_NORMAL, std);
     sp_tensor wpe = param(g, "wpe", 0, 2, Tc, C, SP_INIT_NORMAL, std);
-    sp_tensor x = sp_embed(g, tokens, wte, wpe);
+    sp_tensor x = T == 1 ? sp_embed(g, tokens, wte, wpe)
+                         : sp_add_positions(g, sp_tp_sum(g, sp_embed_vocab(g, tokens, wte)), wpe);
     int cur = 0;
     for (int l = 0; l < c->layers; l++) {
         x = yield_to(g, x, &cur, layer_stage(l, c->layers, c->stages, c->stage_layers));
@@ -169,8 +178,11 @@ sp_graph *sp_model_gpt(const sp_gpt_config *c, sp_status *status)
     x = yield_to(g, x, &cur, c->stages - 1);
     sp_tensor lnf_b = param(g, "lnf.b", 0, 1, C, 0, SP_INIT_ZEROS, 0);
     x = sp_layernorm(g, x, param(g, "lnf.g", 0, 1, C, 0, SP_INIT_ONES, 0), lnf_b);
-    sp_tensor logits = sp_matmul(g, x, wte, 0, 1); /* tied: (B,T,C) x (V,C)^T */
-    return finish(g, logits, sp_cross_entropy(g, logits, targets), status);
+    /* tied: (B,T,C) x (V,C)^T, column-parallel by the vocabulary: this rank's slice of the
+     * logits (B,T,V/T), then the vocab-parallel cross-entropy (at T = 1 the plain one) */
+    sp_tensor logits = sp_matmul(g, sp_tp_copy(g, x), wte, 0, 1);
+    return finish(g, logits, T == 1 ? "logits" : "logits.slice",
+                  sp_cross_entropy_vocab(g, logits, targets), status);
 }
 
 /* The MLP's hidden layers pair up, (0, 1), (2, 3), ...: the first of a pair is
@@ -228,5 +240,5 @@ sp_graph *sp_model_mlp(const sp_mlp_config *c, sp_status *status)
                         sqrtf(1.0f / (float)fan_in));
     sp_tensor head_b = param(g, "head.b", 0, 1, c->classes, 0, SP_INIT_ZEROS, 0);
     h = sp_bias_add(g, sp_matmul(g, h, w, 0, 0), head_b);
-    return finish(g, h, sp_cross_entropy(g, h, y), status);
+    return finish(g, h, "logits", sp_cross_entropy(g, h, y), status);
 }

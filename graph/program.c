@@ -12,6 +12,50 @@
 
 static int64_t rows_of(const sp_node *n) { return n->numel / n->shape[n->ndim - 1]; }
 
+/* The vocab-parallel cross-entropy (graph.h) as kernels around the group's all-reduces,
+ * so that no kernel meets the group itself. Its aux: the slice's exponentials (N,Vp),
+ * normalized into the softmax over the whole vocabulary, then the tail of 4N floats per
+ * row: the maximum, the sum of exponentials, the target's logit (0 where another rank
+ * holds the target), the target in the slice (i32, -1 elsewhere: the backward is
+ * SP_I_CE_DX's, whose one-hot skips a target outside the slice). */
+static double emit_ce_vocab(sp_program *p, sp_kprog *kp, int t, sp_loc out, sp_loc logits,
+                            sp_loc targets)
+{
+    const sp_node *n = &p->g->node[t], *A = &p->g->node[n->in[0]];
+    const int64_t N = rows_of(A), Vp = A->shape[A->ndim - 1];
+    sp_loc probs = sp_loc_aux(p, kp, t, SP_ACCESS_RW), tail = probs, sums;
+    tail.off += N * Vp;
+    sums = tail;
+    sums.off += N;
+    sp_kinstr *I = sp_prog_emit(kp, SP_I_VCE_MAX, t);
+    I->o[0] = tail;
+    I->i[0] = logits;
+    I->n[0] = N;
+    I->n[1] = Vp;
+    I = sp_prog_emit(kp, SP_I_ALLREDUCE_MAX, t);
+    I->o[0] = I->i[0] = tail;
+    I->n[0] = N;
+    I = sp_prog_emit(kp, SP_I_VCE_EXP, t);
+    I->o[0] = probs;
+    I->o[1] = tail;
+    I->i[0] = logits;
+    I->i[1] = targets;
+    I->n[0] = N;
+    I->n[1] = Vp;
+    I->n[2] = n->vlo;
+    I->n[3] = n->vocab;
+    I = sp_prog_emit(kp, SP_I_ALLREDUCE, t); /* the sums and the target logits at once */
+    I->o[0] = I->i[0] = sums;
+    I->n[0] = 2 * N;
+    I = sp_prog_emit(kp, SP_I_VCE_LOSS, t);
+    I->o[0] = out;
+    I->o[1] = probs;
+    I->i[0] = tail;
+    I->n[0] = N;
+    I->n[1] = Vp;
+    return 6.0 * A->numel;
+}
+
 /* Emits op t of stage s, writing its value to `out`. Returns its FLOPs. */
 static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t, sp_loc out)
 {
@@ -119,6 +163,27 @@ static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t, sp_loc 
         I->n[0] = A->numel;
         I->f = n->op == SP_OP_MEAN ? 1.0f / (float)A->numel : 1.0f;
         return (double)A->numel;
+    case SP_OP_EMBED_VOCAB:
+        I = sp_prog_emit(kp, SP_I_EMBED_VOCAB, t);
+        I->o[0] = out;
+        I->i[0] = x0;
+        I->i[1] = x1;
+        I->n[0] = n->shape[0] * n->shape[1];
+        I->n[1] = n->shape[2];
+        I->n[2] = n->vlo;
+        I->n[3] = B->shape[0];
+        I->n[4] = n->vocab; /* for the token range check */
+        return (double)n->numel;
+    case SP_OP_ADD_POS:
+        I = sp_prog_emit(kp, SP_I_ADD_POS, t);
+        I->o[0] = out;
+        I->i[0] = x0;
+        I->i[1] = x1;
+        I->n[0] = n->shape[0];
+        I->n[1] = n->shape[1] * n->shape[2];
+        return (double)n->numel;
+    case SP_OP_CE_VOCAB:
+        return emit_ce_vocab(p, kp, t, out, x0, x1);
     case SP_OP_TP_COPY: /* the identity: a copy */
     case SP_OP_TP_SUM:
         I = sp_prog_emit(kp, n->op == SP_OP_TP_SUM ? SP_I_ALLREDUCE : SP_I_SCALE, t);
@@ -421,6 +486,10 @@ static int64_t find_input_limit(const sp_program *p, int t)
             const sp_node *L = &g->node[n->in[0]];
             if (L->shape[L->ndim - 1] < lim) lim = L->shape[L->ndim - 1];
         }
+        /* the vocab-parallel ops: ids of the whole vocabulary, not of this rank's part */
+        if ((n->op == SP_OP_EMBED_VOCAB && n->in[0] == t) ||
+            (n->op == SP_OP_CE_VOCAB && n->in[1] == t))
+            if (n->vocab < lim) lim = n->vocab;
     }
     return lim;
 }

@@ -27,6 +27,16 @@ typedef enum {
     SP_I_ZERO,         /* o0 = 0 (n0 floats) */
     /* both */
     SP_I_ALLREDUCE,    /* o0 = (acc: +=) the sum of i0 over the tensor group (n0 floats) */
+    /* the vocab-parallel embedding and cross-entropy (graph.h); the kernels never meet
+     * the group themselves: the all-reduces between them are instructions of their own */
+    SP_I_ALLREDUCE_MAX, /* o0 (n0 floats) = its maximum over the tensor group, in place */
+    SP_I_EMBED_VOCAB,  /* o0 (N,C) = rows of i1 (rows n3 from row n2) by token i0; n4 V */
+    SP_I_ADD_POS,      /* o0 = i0 + i1 per batch row: n0 rows of n1 = T*C floats */
+    SP_I_VCE_MAX,      /* o0 (n0) = the row maxima of the slice i0 (n0, n1) */
+    SP_I_VCE_EXP,      /* o0 = exp(i0 - max), o1: max | sum | target logit | target */
+    SP_I_VCE_LOSS,     /* *o0 = the mean loss; o1 (the exps) normalized; i0 as EXP's o1 */
+    SP_I_EMBED_VOCAB_DP, /* o0 += dout i0 by token i1, the rows n3 from row n2 */
+    SP_I_ADD_POS_DP,   /* o0 (n1) += each of the n0 batch rows of i0, in order */
     SP_I_COUNT
 } sp_icode;
 
@@ -36,7 +46,7 @@ typedef struct {
     int node;          /* graph node the instruction belongs to (for messages) */
     sp_loc o[2];
     sp_loc i[4];
-    int64_t n[4];      /* sizes, meaning per code */
+    int64_t n[5];      /* sizes, meaning per code */
     int flag[2];       /* matmul transposes */
     int half;          /* bit k: i[k] is a matrix product's operand in bf16 storage */
     float f;

@@ -10,7 +10,8 @@ static const char *const icode_names[SP_I_COUNT] = {
     "matmul", "bias_add", "add", "gelu", "relu", "layernorm", "embed", "attention", "ce", "sum",
     "scale", "to_bf16", "matmul_da", "matmul_db", "bias_db", "gelu_dx", "relu_dx", "ln_dx",
     "ln_dparams", "embed_dparams", "attn_dqkv", "ce_dlogits", "sum_dx", "seed", "zero",
-    "allreduce",
+    "allreduce", "allreduce_max", "embed_vocab", "add_positions", "vce_max", "vce_exp",
+    "vce_loss", "embed_vocab_dwte", "add_positions_dwpe",
 };
 
 #define F32(l) ((float *)bufs[(l).buf] + (l).off)
@@ -97,6 +98,39 @@ static int run_instr(const sp_kinstr *I, void *const *bufs, const sp_run_args *a
         return args && args->group ? args->group->allreduce(args->group, F32(I->o[0]),
                                                             F32(I->i[0]), n[0], acc)
                                    : SP_BACKEND_NO_GROUP;
+    case SP_I_ALLREDUCE_MAX:
+        return args && args->group ? args->group->allreduce_max(args->group, F32(I->o[0]), n[0])
+                                   : SP_BACKEND_NO_GROUP;
+    case SP_I_EMBED_VOCAB:
+        return be->embed_vocab(c, F32(I->o[0]), I32(I->i[0]), F32(I->i[1]), M, Nc, n[2], n[3],
+                               n[4]);
+    case SP_I_EMBED_VOCAB_DP:
+        return be->embed_vocab_dwte(c, F32(I->o[0]), F32(I->i[0]), I32(I->i[1]), M, Nc, n[2],
+                                    n[3]);
+    case SP_I_ADD_POS: /* per batch row, the positions' add: x[b] + wpe[0:T] */
+        for (int64_t b = 0; b < n[0]; b++) {
+            int rc = be->add(c, F32(I->o[0]) + b * n[1], F32(I->i[0]) + b * n[1], F32(I->i[1]),
+                             n[1]);
+            if (rc) return rc;
+        }
+        return 0;
+    case SP_I_ADD_POS_DP: /* dwpe[0:T] += dout[b] for b ascending: sp_embed's order */
+        for (int64_t b = 0; b < n[0]; b++) {
+            int rc = be->scale(c, F32(I->o[0]), F32(I->i[0]) + b * n[1], 1.0f, n[1], 1);
+            if (rc) return rc;
+        }
+        return 0;
+    /* the vocab-parallel cross-entropy; tail: max (N) | sum (N) | target logit (N) |
+     * target in the slice (N, i32) (program.c, emit_ce_vocab) */
+    case SP_I_VCE_MAX:
+        return be->vocab_ce_max(c, F32(I->o[0]), F32(I->i[0]), M, Nc);
+    case SP_I_VCE_EXP:
+        return be->vocab_ce_exp(c, F32(I->o[0]), F32(I->o[1]) + n[0],
+                                (int32_t *)(F32(I->o[1]) + 3 * n[0]), F32(I->i[0]),
+                                I32(I->i[1]), F32(I->o[1]), M, Nc, n[2], n[3]);
+    case SP_I_VCE_LOSS:
+        return be->vocab_ce_loss(c, F32(I->o[0]), F32(I->o[1]), F32(I->i[0]),
+                                 F32(I->i[0]) + n[0], M, Nc);
     case SP_I_ZERO:
         return be->zero(c, F32(I->o[0]), n[0]);
     default: /* SP_I_COUNT: refused by the caller */
@@ -124,6 +158,8 @@ sp_status sp_program_run_on(const sp_program *p, int stage, sp_task_kind kind, v
         if (meet_only) { /* the group's members wait for this one: meet them, ignore it */
             if (I->code == SP_I_ALLREDUCE && args->group)
                 args->group->allreduce(args->group, F32(I->o[0]), F32(I->o[0]), I->n[0], 0);
+            if (I->code == SP_I_ALLREDUCE_MAX && args->group)
+                args->group->allreduce_max(args->group, F32(I->o[0]), I->n[0]);
             continue;
         }
         int rc = run_instr(I, bufs, args, p->precision == SP_PRECISION_BF16, be, ctx);
@@ -133,7 +169,9 @@ sp_status sp_program_run_on(const sp_program *p, int stage, sp_task_kind kind, v
                               stage, sp_task_kind_name(kind), j, sp_icode_name(I->code), I->node,
                               be->name, rc == SP_BACKEND_NO_GROUP
                                             ? "a tensor-parallel program run without its group"
-                                        : I->code == SP_I_ALLREDUCE && args->group->status_string
+                                        : (I->code == SP_I_ALLREDUCE ||
+                                           I->code == SP_I_ALLREDUCE_MAX) &&
+                                                  args->group->status_string
                                             ? args->group->status_string(args->group, rc)
                                             : be->status_string(rc));
             meet_only = args && args->group; /* the rest: only meet the group */

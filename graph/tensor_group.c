@@ -1,7 +1,8 @@
 /* The in-process tensor group (starpipe/reference.h, sp_tp_local): T members, one thread
  * each, that meet at every all-reduce. The sum is the group's one order, member 0's
  * values, then + member 1's, ... in float32 (doubles for sum_f64), whoever computes it,
- * so each member gets the same bits as a run over MPI or NCCL that keeps that order. */
+ * so each member gets the same bits as a run over MPI or NCCL that keeps that order; the
+ * maximum (allreduce_max) walks the members in the same order. */
 #include "starpipe/reference.h"
 
 #include <pthread.h>
@@ -83,6 +84,30 @@ static int allreduce(sp_tp_group *g, float *dst, const float *src, int64_t n, in
     return 0;
 }
 
+/* The same meeting for the maximum, in place: member 0's values, then each later
+ * member's where it is larger (program.h: NaN and signed zeros as that order gives) */
+static int allreduce_max(sp_tp_group *g, float *x, int64_t n)
+{
+    member *m = (member *)g;
+    sp_tp_local *l = m->l;
+    float *mx = room(m, (size_t)n * sizeof(float));
+    if (!mx) {
+        sp_tp_local_abort(l);
+        return TP_NOMEM;
+    }
+    l->src[m->rank] = x;
+    if (meet(l)) return TP_ABORTED;
+    const float *s0 = l->src[0];
+    for (int64_t j = 0; j < n; j++) mx[j] = s0[j];
+    for (int r = 1; r < l->T; r++) {
+        const float *sr = l->src[r];
+        for (int64_t j = 0; j < n; j++) mx[j] = sr[j] > mx[j] ? sr[j] : mx[j];
+    }
+    if (meet(l)) return TP_ABORTED; /* nobody reads a source any more */
+    memcpy(x, mx, (size_t)n * sizeof(float));
+    return 0;
+}
+
 static int sum_f64(sp_tp_group *g, double *x, int64_t n)
 {
     member *m = (member *)g;
@@ -129,7 +154,9 @@ sp_tp_local *sp_tp_local_create(int T)
     pthread_mutex_init(&l->lock, NULL);
     pthread_cond_init(&l->turn, NULL);
     for (int r = 0; r < T; r++)
-        l->m[r] = (member){ .group = { allreduce, sum_f64, status_string }, .l = l, .rank = r };
+        l->m[r] = (member){ .group = { .allreduce = allreduce, .allreduce_max = allreduce_max,
+                                       .sum_f64 = sum_f64, .status_string = status_string },
+                            .l = l, .rank = r };
     return l;
 }
 

@@ -2,8 +2,8 @@
  * of a group's stage programs, met inside the tasks. Each member sends its values to
  * every other one and receives theirs, point to point on the group's own communicator,
  * then sums them in the group's one order (member 0's, + member 1's, ... in float32:
- * program.h), so every member gets the bits the reference's in-process group gives
- * (graph/tensor_group.c). Point to point, not MPI_Allreduce: the tasks of a rank may run
+ * program.h), or takes their maximum in that order (allreduce_max), so every member gets
+ * the bits the reference's in-process group gives (graph/tensor_group.c). Point to point, not MPI_Allreduce: the tasks of a rank may run
  * at once on several workers, and a collective would need every member to enter the
  * group's collectives in one order; a tag made of the task's seq and the all-reduce's
  * place in its program pairs each message with its own whatever the order. A task of a
@@ -49,11 +49,26 @@ static void ordered_sum(float *dst, const float *all, int size, int64_t n, int a
     }
 }
 
-static int task_allreduce(struct sp_tp_group *vt, float *dst, const float *src, int64_t n,
-                          int acc)
+/* dst (n) = the elementwise maximum of `all`'s size rows, in row order (program.h) */
+static void ordered_max(float *dst, const float *all, int size, int64_t n)
 {
-    sp_exec_task_group *tg = (sp_exec_task_group *)vt;
+    for (int64_t j = 0; j < n; j++) {
+        float m = all[j];
+        for (int r = 1; r < size; r++) {
+            float x = all[(int64_t)r * n + j];
+            m = x > m ? x : m;
+        }
+        dst[j] = m;
+    }
+}
+
+/* Every member's n floats of src into *all (size rows, member q's in row q), exchanged
+ * point to point under the tag of this all-reduce: the task's seq and its place k among
+ * the task's all-reduces, sum or max alike. The caller frees *all. */
+static int task_exchange(sp_exec_task_group *tg, const float *src, int64_t n, float **all_out)
+{
     sp_exec_tensor_group *g = tg->g;
+    *all_out = NULL;
     if (tg->k >= 1 << SP_GROUP_K_BITS) return GROUP_TOO_MANY;
     if (n > SP_GROUP_MAX_FLOATS) return GROUP_TOO_LARGE;
     int tag = (int)(((tg->seq & SP_GROUP_SEQ_MASK) << SP_GROUP_K_BITS) | (uint32_t)tg->k++);
@@ -72,9 +87,34 @@ static int task_allreduce(struct sp_tp_group *vt, float *dst, const float *src, 
         bad |= !bad && MPI_Isend(src, (int)n, MPI_FLOAT, q, tag, g->comm, &req[nr++]) != MPI_SUCCESS;
     }
     bad |= MPI_Waitall(nr, req, MPI_STATUSES_IGNORE) != MPI_SUCCESS;
-    if (!bad) ordered_sum(dst, all, g->size, n, acc);
-    free(all), free(req);
-    return bad ? GROUP_MPI : 0;
+    free(req);
+    if (bad) {
+        free(all);
+        return GROUP_MPI;
+    }
+    *all_out = all;
+    return 0;
+}
+
+static int task_allreduce(struct sp_tp_group *vt, float *dst, const float *src, int64_t n,
+                          int acc)
+{
+    sp_exec_task_group *tg = (sp_exec_task_group *)vt;
+    float *all;
+    int rc = task_exchange(tg, src, n, &all);
+    if (!rc) ordered_sum(dst, all, tg->g->size, n, acc);
+    free(all);
+    return rc;
+}
+
+static int task_allreduce_max(struct sp_tp_group *vt, float *x, int64_t n)
+{
+    sp_exec_task_group *tg = (sp_exec_task_group *)vt;
+    float *all;
+    int rc = task_exchange(tg, x, n, &all);
+    if (!rc) ordered_max(x, all, tg->g->size, n);
+    free(all);
+    return rc;
 }
 
 static int no_f64(struct sp_tp_group *vt, double *x, int64_t n)
@@ -85,8 +125,10 @@ static int no_f64(struct sp_tp_group *vt, double *x, int64_t n)
 
 struct sp_tp_group *sp_exec_tensor_group_of_task(sp_exec_tensor_group *g, uint32_t seq, sp_exec_task_group *tg)
 {
-    *tg = (sp_exec_task_group){ .vt = { task_allreduce, no_f64, status_string }, .g = g,
-                                .seq = seq, .k = 0 };
+    *tg = (sp_exec_task_group){ .vt = { .allreduce = task_allreduce,
+                                        .allreduce_max = task_allreduce_max, .sum_f64 = no_f64,
+                                        .status_string = status_string },
+                                .g = g, .seq = seq, .k = 0 };
     return &tg->vt;
 }
 
@@ -106,6 +148,19 @@ static int host_allreduce(struct sp_tp_group *vt, float *dst, const float *src, 
     int bad = MPI_Allgather(src, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, g->host_comm) !=
               MPI_SUCCESS;
     if (!bad) ordered_sum(dst, all, g->size, n, acc);
+    free(all);
+    return bad ? GROUP_MPI : 0;
+}
+
+static int host_allreduce_max(struct sp_tp_group *vt, float *x, int64_t n)
+{
+    sp_exec_tensor_group *g = host_owner(vt);
+    if (n > SP_GROUP_MAX_FLOATS / g->size) return GROUP_TOO_LARGE;
+    float *all = malloc(sizeof(float) * (size_t)g->size * (size_t)(n > 0 ? n : 1));
+    if (!all) return GROUP_NOMEM;
+    int bad = MPI_Allgather(x, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, g->host_comm) !=
+              MPI_SUCCESS;
+    if (!bad) ordered_max(x, all, g->size, n);
     free(all);
     return bad ? GROUP_MPI : 0;
 }
@@ -152,7 +207,9 @@ sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, sp_exec_tensor_grou
         sp_exec_tensor_group_free(g);
         return st;
     }
-    g->host = (struct sp_tp_group){ host_allreduce, host_sum_f64, status_string };
+    g->host = (struct sp_tp_group){ .allreduce = host_allreduce,
+                                    .allreduce_max = host_allreduce_max,
+                                    .sum_f64 = host_sum_f64, .status_string = status_string };
     *out = g;
     return SP_OK;
 }

@@ -80,6 +80,43 @@ static int cross_entropy(void *c, float *loss, float *probs, const float *logits
                                                                         : 0;
 }
 
+static int embed_vocab(void *c, float *out, const int32_t *tokens, const float *wte, int N,
+                       int C, int64_t lo, int64_t rows, int64_t V)
+{
+    for (int64_t k = 0; k < N; k++)
+        if (tokens[k] < 0 || tokens[k] >= V) return SP_BACKEND_BAD_INDEX;
+    sp_embed_vocab_forward(out, tokens, wte, N, C, lo, rows);
+    return 0;
+}
+
+static int embed_vocab_dwte(void *c, float *dwte, const float *dout, const int32_t *tokens,
+                            int N, int C, int64_t lo, int64_t rows)
+{
+    sp_embed_vocab_backward(dwte, dout, tokens, N, C, lo, rows);
+    return 0;
+}
+
+static int vocab_ce_max(void *c, float *rowmax, const float *logits, int N, int V)
+{
+    sp_vocab_ce_max(rowmax, logits, N, V);
+    return 0;
+}
+
+static int vocab_ce_exp(void *c, float *exps, float *stats, int32_t *ltargets,
+                        const float *logits, const int32_t *targets, const float *rowmax, int N,
+                        int V, int64_t lo, int64_t Vall)
+{
+    return sp_vocab_ce_exp(exps, stats, ltargets, logits, targets, rowmax, N, V, lo, Vall)
+               ? SP_BACKEND_BAD_INDEX : 0;
+}
+
+static int vocab_ce_loss(void *c, float *loss, float *exps, const float *rowmax,
+                         const float *stats, int N, int V)
+{
+    sp_vocab_ce_loss(loss, exps, rowmax, stats, N, V);
+    return 0;
+}
+
 static int sum(void *c, float *out, const float *x, int64_t n)
 {
     sp_sum_forward(out, x, n);

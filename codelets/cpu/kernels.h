@@ -77,6 +77,15 @@ void sp_embed_forward(float *out, const int32_t *tokens, const float *wte, const
 void sp_embed_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
                        int B, int T, int C);
 
+/* The vocab-parallel embedding (sp_embed_vocab): wte holds the rows [lo, lo + rows) of the
+ * whole vocabulary's. out (N,C) = wte[token - lo] for a token it holds, else 0. */
+void sp_embed_vocab_forward(float *out, const int32_t *tokens, const float *wte, int N, int C,
+                            int64_t lo, int64_t rows);
+/* dwte (rows,C) += dout (N,C) by token, for the tokens it holds, positions ascending (the
+ * order of sp_embed_backward). Always accumulates. */
+void sp_embed_vocab_backward(float *dwte, const float *dout, const int32_t *tokens, int N,
+                             int C, int64_t lo, int64_t rows);
+
 /* Causal multi-head self-attention. qkv (B,T,3C) holds q, k, v side by side per token;
  * out (B,T,C); lse (B,NH,T) saves each row's log-sum-exp of the scaled scores (the
  * backward recomputes the probabilities from it). Scale 1/sqrt(C/NH). C must be divisible
@@ -116,6 +125,25 @@ int sp_cross_entropy_forward(float *loss, float *probs, const float *logits,
 /* dlogits (N,V) = dloss * (probs - onehot(target)) / N. */
 void sp_cross_entropy_backward(float *dlogits, const float *probs, const int32_t *targets,
                                float dloss, int N, int V, int acc);
+
+/* The vocab-parallel cross-entropy (sp_cross_entropy_vocab), the three steps around the
+ * group's all-reduces (starpipe/backend.h, vocab_ce_*): logits (N,V) a slice of the whole
+ * vocabulary (Vall) starting at column lo.
+ * sp_vocab_ce_max: rowmax (N) = each row's maximum (the rule of sp_cross_entropy_forward).
+ * sp_vocab_ce_exp: exps (N,V) = expf(logit - rowmax); stats[n] = their sum in float, in
+ *   column order, stats[N + n] = the target's logit where the slice holds it, else 0;
+ *   ltargets[n] = target - lo there, else -1. Returns the number of targets outside
+ *   [0,Vall) (their rows get 0 and -1).
+ * sp_vocab_ce_loss: with the group's rowmax and stats: exps *= 1 / stats[n] per row, *loss =
+ *   the mean of log(stats[n]) + rowmax[n] - stats[N + n] over the rows, in double, as
+ *   sp_cross_entropy_forward forms -log p[target]. Its backward is
+ *   sp_cross_entropy_backward on exps and ltargets. */
+void sp_vocab_ce_max(float *rowmax, const float *logits, int N, int V);
+int sp_vocab_ce_exp(float *exps, float *stats, int32_t *ltargets, const float *logits,
+                    const int32_t *targets, const float *rowmax, int N, int V, int64_t lo,
+                    int64_t Vall);
+void sp_vocab_ce_loss(float *loss, float *exps, const float *rowmax, const float *stats, int N,
+                      int V);
 
 /* *out = sum of x (n), summed in double for accuracy, rounded once. */
 void sp_sum_forward(float *out, const float *x, int64_t n);

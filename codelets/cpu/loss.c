@@ -65,6 +65,56 @@ void sp_cross_entropy_backward(float *restrict dlogits, const float *restrict pr
     }
 }
 
+/* The vocab-parallel cross-entropy: sp_cross_entropy_forward's steps, cut where the
+ * group's all-reduces come in (the maximum after the first, the sums after the second). */
+void sp_vocab_ce_max(float *restrict rowmax, const float *restrict logits, int N, int V)
+{
+    for (int n = 0; n < N; n++) {
+        const float *x = logits + (int64_t)n * V;
+        float maxv = -INFINITY;
+        for (int v = 0; v < V; v++)
+            maxv = x[v] > maxv ? x[v] : maxv;
+        rowmax[n] = maxv;
+    }
+}
+
+int sp_vocab_ce_exp(float *restrict exps, float *restrict stats, int32_t *restrict ltargets,
+                    const float *restrict logits, const int32_t *restrict targets,
+                    const float *restrict rowmax, int N, int V, int64_t lo, int64_t Vall)
+{
+    int bad = 0;
+    for (int n = 0; n < N; n++) {
+        const float *x = logits + (int64_t)n * V;
+        float *p = exps + (int64_t)n * V;
+        float sum = 0.0f;
+        for (int v = 0; v < V; v++) {
+            p[v] = expf(x[v] - rowmax[n]);
+            sum += p[v];
+        }
+        stats[n] = sum;
+        int64_t tg = targets[n], r = tg - lo;
+        bad += tg < 0 || tg >= Vall;
+        int here = tg >= 0 && tg < Vall && r >= 0 && r < V;
+        stats[N + n] = here ? x[r] : 0.0f;
+        ltargets[n] = here ? (int32_t)r : -1;
+    }
+    return bad;
+}
+
+void sp_vocab_ce_loss(float *restrict loss, float *restrict exps, const float *restrict rowmax,
+                      const float *restrict stats, int N, int V)
+{
+    double total = 0.0;
+    for (int n = 0; n < N; n++) {
+        float *p = exps + (int64_t)n * V;
+        float inv = 1.0f / stats[n];
+        for (int v = 0; v < V; v++)
+            p[v] *= inv;
+        total += log((double)stats[n]) + (double)rowmax[n] - (double)stats[N + n];
+    }
+    *loss = N > 0 ? (float)(total / N) : 0.0f;
+}
+
 void sp_sum_forward(float *out, const float *restrict x, int64_t n)
 {
     /* Four partial sums in double: a fixed order, so the same bits every run. */

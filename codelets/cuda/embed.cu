@@ -1,6 +1,7 @@
-/* Token + position embedding on the GPU, and a token range check. The backward is
- * deterministic without float atomics: each distinct token is owned by the block of its
- * first position, which adds every position holding it in (b, t) order. */
+/* Token + position embedding on the GPU, the vocab-parallel embedding (the rows of wte
+ * one rank holds), and a token range check. The backwards are deterministic without float
+ * atomics: each distinct token is owned by the block of its first position, which adds
+ * every position holding it in (b, t) order. */
 #include "codelets/cuda/common.cuh"
 
 static __global__ void embed_forward_kernel(float *__restrict__ out,
@@ -83,6 +84,70 @@ extern "C" int sp_cuda_embed_backward(float *dwte, float *dwpe, const float *dou
     SP_CUDA_LAUNCHED();
     embed_backward_wpe_kernel<<<sp_ew_blocks((int64_t)T * C), SP_EW_THREADS, 0, s>>>(dwpe, dout, B,
                                                                                     T, C);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
+/* ---- the vocab-parallel embedding: wte holds rows [lo, lo + rows) ---- */
+static __global__ void embed_vocab_forward_kernel(float *__restrict__ out,
+                                                  const int32_t *__restrict__ tokens,
+                                                  const float *__restrict__ wte, int C,
+                                                  int64_t lo, int64_t rows, int64_t n)
+{
+    SP_GRID_STRIDE(i, n) {
+        int64_t row = i / C;
+        int c = (int)(i - row * C);
+        int64_t r = (int64_t)tokens[row] - lo;
+        out[i] = r >= 0 && r < rows ? wte[r * C + c] : 0.0f;
+    }
+}
+
+extern "C" int sp_cuda_embed_vocab_forward(float *out, const int32_t *tokens, const float *wte,
+                                           int N, int C, int64_t lo, int64_t rows, void *stream)
+{
+    if (N <= 0 || C <= 0)
+        return SP_CUDA_OK;
+    int64_t n = (int64_t)N * C;
+    embed_vocab_forward_kernel<<<sp_ew_blocks(n), SP_EW_THREADS, 0, SP_STREAM(stream)>>>(
+        out, tokens, wte, C, lo, rows, n);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
+/* embed_backward_wte_kernel's ownership, for the tokens this rank holds: a block whose
+ * token another rank holds leaves at once (the condition is block-uniform). */
+static __global__ void embed_vocab_backward_kernel(float *__restrict__ dwte,
+                                                   const float *__restrict__ dout,
+                                                   const int32_t *__restrict__ tokens,
+                                                   int64_t N, int C, int64_t lo, int64_t rows)
+{
+    const int64_t i = blockIdx.x;
+    const int32_t v = tokens[i];
+    if ((int64_t)v - lo < 0 || (int64_t)v - lo >= rows)
+        return;
+    int seen = 0;
+    for (int64_t j = threadIdx.x; j < i; j += blockDim.x)
+        seen |= tokens[j] == v;
+    if (__syncthreads_or(seen))
+        return;
+    float *row = dwte + ((int64_t)v - lo) * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float s = row[c];
+        for (int64_t j = i; j < N; j++)
+            if (tokens[j] == v)
+                s += dout[j * C + c];
+        row[c] = s;
+    }
+}
+
+extern "C" int sp_cuda_embed_vocab_backward(float *dwte, const float *dout,
+                                            const int32_t *tokens, int N, int C, int64_t lo,
+                                            int64_t rows, void *stream)
+{
+    if (N <= 0 || C <= 0)
+        return SP_CUDA_OK;
+    embed_vocab_backward_kernel<<<(unsigned)N, EMB_THREADS, 0, SP_STREAM(stream)>>>(
+        dwte, dout, tokens, N, C, lo, rows);
     SP_CUDA_LAUNCHED();
     return SP_CUDA_OK;
 }

@@ -116,6 +116,13 @@ int sp_cuda_embed_forward(float *out, const int32_t *tokens, const float *wte,
  * additions as the CPU, so the bits match it. */
 int sp_cuda_embed_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
                            int B, int T, int C, void *stream);
+/* The vocab-parallel embedding: the CPU's sp_embed_vocab_forward / _backward (wte the rows
+ * [lo, lo + rows)); the backward with sp_cuda_embed_backward's ownership, bit for bit the
+ * CPU's. Tokens need not lie in [0,V): one outside the rows gives zeros and no gradient. */
+int sp_cuda_embed_vocab_forward(float *out, const int32_t *tokens, const float *wte, int N,
+                                int C, int64_t lo, int64_t rows, void *stream);
+int sp_cuda_embed_vocab_backward(float *dwte, const float *dout, const int32_t *tokens, int N,
+                                 int C, int64_t lo, int64_t rows, void *stream);
 /* NEW. *bad (device int) = how many of tokens (n) are outside [0,V). Assigns (zeroes it
  * first, on the stream); integer atomics only. */
 int sp_cuda_embed_check_tokens(int *bad, const int32_t *tokens, int64_t n, int V,
@@ -167,6 +174,16 @@ int64_t sp_cuda_cross_entropy_scratch_bytes(int N);
 int sp_cuda_cross_entropy_backward(float *dlogits, const float *probs, const int32_t *targets,
                                    const float *dloss, float dloss_mult, int N, int V, int acc,
                                    void *stream);
+/* The vocab-parallel cross-entropy's steps (the CPU's sp_vocab_ce_*), one block of 512
+ * threads per row for max and exp (the sums a fixed tree, not the CPU's column order), the
+ * loss summed by one block in double. DIFFERS: a target outside [0,Vall) is not counted;
+ * its target logit is NaN, and so the loss (sp_program_check_inputs catches it first). */
+int sp_cuda_vocab_ce_max(float *rowmax, const float *logits, int N, int V, void *stream);
+int sp_cuda_vocab_ce_exp(float *exps, float *stats, int32_t *ltargets, const float *logits,
+                         const int32_t *targets, const float *rowmax, int N, int V, int64_t lo,
+                         int64_t Vall, void *stream);
+int sp_cuda_vocab_ce_loss(float *loss, float *exps, const float *rowmax, const float *stats,
+                          int N, int V, void *stream);
 /* *out (device float) = sum of x (n), in double, rounded once. One block: fine up to tens
  * of millions of elements (a scalar loss is tiny). */
 int sp_cuda_sum_forward(float *out, const float *x, int64_t n, void *stream);

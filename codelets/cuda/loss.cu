@@ -1,5 +1,5 @@
-/* Softmax cross-entropy (mean over rows) and the scalar sum, on the GPU, plus the small
- * device-scalar helpers (set, zero). Scalars stay on the device: the loss, the bad-target
+/* Softmax cross-entropy (mean over rows), its vocab-parallel steps, and the scalar sum, on
+ * the GPU, plus the small device-scalar helpers (set, zero). Scalars stay on the device: the loss, the bad-target
  * count and the upstream gradient are device pointers, so nothing here synchronizes. */
 #include "codelets/cuda/common.cuh"
 
@@ -122,6 +122,112 @@ extern "C" int sp_cuda_cross_entropy_backward(float *dlogits, const float *probs
     int64_t n = (int64_t)N * V;
     ce_backward_kernel<<<sp_ew_blocks(n), SP_EW_THREADS, 0, SP_STREAM(stream)>>>(
         dlogits, probs, targets, dloss, dloss_mult, N, V, acc);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
+/* ---- the vocab-parallel cross-entropy (kernels_cuda.h): ce_forward_kernel's steps,
+ * cut where the group's all-reduces come in ---- */
+static __global__ void __launch_bounds__(CE_THREADS)
+    vce_max_kernel(float *__restrict__ rowmax, const float *__restrict__ logits, int V)
+{
+    __shared__ float sh[32];
+    const int64_t row = blockIdx.x;
+    const float *x = logits + row * V;
+    float mx = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        mx = fmaxf(mx, x[v]);
+    mx = sp_block_max(mx, sh);
+    if (threadIdx.x == 0)
+        rowmax[row] = mx;
+}
+
+extern "C" int sp_cuda_vocab_ce_max(float *rowmax, const float *logits, int N, int V,
+                                    void *stream)
+{
+    if (N <= 0)
+        return SP_CUDA_OK;
+    vce_max_kernel<<<(unsigned)N, CE_THREADS, 0, SP_STREAM(stream)>>>(rowmax, logits,
+                                                                      V < 0 ? 0 : V);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
+static __global__ void __launch_bounds__(CE_THREADS)
+    vce_exp_kernel(float *__restrict__ exps, float *__restrict__ stats,
+                   int32_t *__restrict__ ltargets, const float *__restrict__ logits,
+                   const int32_t *__restrict__ targets, const float *__restrict__ rowmax, int N,
+                   int V, int64_t lo, int64_t Vall)
+{
+    __shared__ float sh[32];
+    const int64_t row = blockIdx.x;
+    const float *x = logits + row * V;
+    float *p = exps + row * V;
+    const float mx = rowmax[row];
+    float s = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        float e = expf(x[v] - mx);
+        p[v] = e;
+        s += e;
+    }
+    s = sp_block_sum(s, sh);
+    if (threadIdx.x == 0) {
+        const int64_t tg = targets[row], r = tg - lo;
+        const int ok = tg >= 0 && tg < Vall, here = ok && r >= 0 && r < V;
+        stats[row] = s;
+        stats[N + row] = here ? x[r] : ok ? 0.0f : NAN; /* a bad target: a NaN loss */
+        ltargets[row] = here ? (int32_t)r : -1;
+    }
+}
+
+extern "C" int sp_cuda_vocab_ce_exp(float *exps, float *stats, int32_t *ltargets,
+                                    const float *logits, const int32_t *targets,
+                                    const float *rowmax, int N, int V, int64_t lo, int64_t Vall,
+                                    void *stream)
+{
+    if (N <= 0)
+        return SP_CUDA_OK;
+    vce_exp_kernel<<<(unsigned)N, CE_THREADS, 0, SP_STREAM(stream)>>>(
+        exps, stats, ltargets, logits, targets, rowmax, N, V < 0 ? 0 : V, lo, Vall);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
+/* exps *= 1 / the row's sum, as ce_forward_kernel normalizes */
+static __global__ void vce_normalize_kernel(float *__restrict__ exps,
+                                            const float *__restrict__ stats, int V, int64_t n)
+{
+    SP_GRID_STRIDE(i, n)
+        exps[i] = __fmul_rn(exps[i], __fdiv_rn(1.0f, stats[i / V]));
+}
+
+/* One block: the rows' log(sum) + max - target logit in double, lanes over every
+ * SUM_THREADS-th row, then the fixed block tree (ce_loss_kernel's) */
+static __global__ void __launch_bounds__(SUM_THREADS)
+    vce_loss_kernel(float *loss, const float *__restrict__ rowmax,
+                    const float *__restrict__ stats, int N)
+{
+    __shared__ double sh[32];
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x)
+        s += log((double)stats[i]) + (double)rowmax[i] - (double)stats[N + i];
+    const double total = sp_block_sum(s, sh);
+    if (threadIdx.x == 0)
+        *loss = (float)(total / N);
+}
+
+extern "C" int sp_cuda_vocab_ce_loss(float *loss, float *exps, const float *rowmax,
+                                     const float *stats, int N, int V, void *stream)
+{
+    cudaStream_t s = SP_STREAM(stream);
+    if (N <= 0) /* no rows: loss 0, as the CPU */
+        return sp_cuda_set_scalar(loss, 0.0f, stream);
+    int64_t n = (int64_t)N * (V < 0 ? 0 : V);
+    if (n > 0) {
+        vce_normalize_kernel<<<sp_ew_blocks(n), SP_EW_THREADS, 0, s>>>(exps, stats, V, n);
+        SP_CUDA_LAUNCHED();
+    }
+    vce_loss_kernel<<<1, SUM_THREADS, 0, s>>>(loss, rowmax, stats, N);
     SP_CUDA_LAUNCHED();
     return SP_CUDA_OK;
 }

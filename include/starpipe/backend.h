@@ -63,6 +63,29 @@ typedef struct sp_backend {
     int (*cross_entropy)(void *ctx, float *loss, float *probs, const float *logits,
                          const int32_t *targets, int N, int V, float *scratch);
     int (*sum)(void *ctx, float *out, const float *x, int64_t n);
+    /* The vocab-parallel embedding (graph.h, sp_embed_vocab): out (N,C) = wte[token - lo]
+     * where lo <= token < lo + rows, else 0; wte the rank's rows (rows,C); V the whole
+     * vocabulary, for the token check (SP_BACKEND_BAD_INDEX) */
+    int (*embed_vocab)(void *ctx, float *out, const int32_t *tokens, const float *wte, int N,
+                       int C, int64_t lo, int64_t rows, int64_t V);
+    /* The vocab-parallel cross-entropy (sp_cross_entropy_vocab): three kernels around the
+     * group's all-reduces, which the interpreter runs between them. logits (N,V) are this
+     * rank's slice of the vocabulary, whose first column is lo; Vall the whole one.
+     * vocab_ce_max: rowmax (N) = each row's maximum over the slice.
+     * vocab_ce_exp (rowmax now the group's): exps (N,V) = exp(logit - rowmax); stats (2N)
+     *   = each row's sum of them, then its target's logit where lo <= target < lo + V,
+     *   else 0; ltargets (N) = target - lo there, else -1 (cross_entropy_dx's targets). A
+     *   target outside [0,Vall): SP_BACKEND_BAD_INDEX on the CPU; a GPU makes its target
+     *   logit NaN, and so the loss.
+     * vocab_ce_loss (stats now the group's sums): exps /= the row's sum (the softmax over
+     *   the whole vocabulary, on the slice); *loss = the mean over the rows of log(sum) +
+     *   max - target logit, summed in double. */
+    int (*vocab_ce_max)(void *ctx, float *rowmax, const float *logits, int N, int V);
+    int (*vocab_ce_exp)(void *ctx, float *exps, float *stats, int32_t *ltargets,
+                        const float *logits, const int32_t *targets, const float *rowmax, int N,
+                        int V, int64_t lo, int64_t Vall);
+    int (*vocab_ce_loss)(void *ctx, float *loss, float *exps, const float *rowmax,
+                         const float *stats, int N, int V);
     /* backward */
     /* dout is fp32; the other operand may be stored bf16 (SP_PREC_B16 for matmul_da's b,
      * SP_PREC_A16 for matmul_db's a) */
@@ -79,6 +102,10 @@ typedef struct sp_backend {
     int (*layernorm_dparams)(void *ctx, float *dgamma, float *dbeta, const float *dout,
                              const float *x, const float *mean, const float *rstd, int N, int C,
                              int acc);
+    /* dwte (rows,C) += dout (N,C) by token, for the rows [lo, lo + rows) it holds, in
+     * token order (embed_dparams's) */
+    int (*embed_vocab_dwte)(void *ctx, float *dwte, const float *dout, const int32_t *tokens,
+                            int N, int C, int64_t lo, int64_t rows);
     int (*embed_dparams)(void *ctx, float *dwte, float *dwpe, const float *dout,
                          const int32_t *tokens, int B, int T, int C);
     int (*attention_dx)(void *ctx, float *dqkv, float *scratch, const float *dout,
@@ -124,7 +151,9 @@ typedef struct sp_backend {
     .embed_dparams = embed_dparams, .attention_dx = attention_dx,                          \
     .cross_entropy_dx = cross_entropy_dx, .sum_dx = sum_dx, .set = set, .zero = zero,      \
     .to_bf16 = to_bf16, .adamw = adamw, .sum_squares = sum_squares, .copy = copy,          \
-    .reduce_replicas = reduce_replicas
+    .reduce_replicas = reduce_replicas, .embed_vocab = embed_vocab,                        \
+    .embed_vocab_dwte = embed_vocab_dwte, .vocab_ce_max = vocab_ce_max,                    \
+    .vocab_ce_exp = vocab_ce_exp, .vocab_ce_loss = vocab_ce_loss
 
 /* The CPU kernels (codelets/cpu) on host memory; ctx is unused (pass NULL). What
  * sp_program_run and sp_optim_update run on. */

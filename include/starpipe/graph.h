@@ -115,6 +115,34 @@ sp_tensor sp_param_split_view(sp_graph *g, const char *name, int ndim, const int
                               int vndim, const int64_t *view, int dim, sp_init init, float std);
 sp_tensor sp_tp_copy(sp_graph *g, sp_tensor x);
 sp_tensor sp_tp_sum(sp_graph *g, sp_tensor x);
+/* The vocab-parallel embedding and cross-entropy (Megatron's VocabParallelEmbedding and
+ * vocab_parallel_cross_entropy), so that the vocabulary's matrix wte (V,C) is split over
+ * the group by rows (sp_param_split along dim 0): rank r holds rows [r V/T, (r+1) V/T),
+ * and no rank ever holds a whole row of logits. Tokens and targets are ids of the whole
+ * vocabulary, checked against V before any task (sp_program_check_inputs).
+ *
+ *   sp_embed_vocab: tokens (B,T) i32, wte this rank's part (V/T,C) -> (B,T,C): for each
+ *     token the row this rank holds, zeros where another rank holds it; followed by
+ *     sp_tp_sum it is the whole embedding (exactly: one term is non-zero). Its transpose
+ *     adds dout into the rows the rank holds, in (b,t) order as sp_embed's. At T = 1 it
+ *     is the gather of sp_embed, without positions.
+ *   sp_add_positions: x (B,T,C) + wpe[t] (wpe (Tmax,C), a parameter, Tmax >= T): the
+ *     positions, added once after the sum by every rank alike (a replicated op: every
+ *     rank computes the same dwpe bits, dwpe[t] += dout[b,t] over b ascending, sp_embed's
+ *     order). sp_tp_sum(sp_embed_vocab(tokens, wte)) then sp_add_positions is sp_embed.
+ *   sp_cross_entropy_vocab: logits (...,V/T), this rank's slice of the vocabulary (the
+ *     columns [r V/T, (r+1) V/T) of the whole logits, as a product with the local wte
+ *     transposed gives), targets (...) i32 over the whole vocabulary -> the scalar mean
+ *     loss, the same bits on every rank: each row's maximum over the group (an
+ *     all-reduce of the maximum, exact), the sum of exp(logit - max) over the group and
+ *     the target's logit from the rank that holds it (zeros elsewhere; one all-reduce of
+ *     the sum for both, in the group's order), loss = mean(log(sum) + max - target
+ *     logit). Its transpose, on each rank for its slice only: (the softmax over the whole
+ *     vocabulary, restricted to the slice, - the one-hot where the rank holds the target)
+ *     x dloss / rows. At T = 1 it is sp_cross_entropy (no node of its own). */
+sp_tensor sp_embed_vocab(sp_graph *g, sp_tensor tokens, sp_tensor wte);
+sp_tensor sp_add_positions(sp_graph *g, sp_tensor x, sp_tensor wpe);
+sp_tensor sp_cross_entropy_vocab(sp_graph *g, sp_tensor logits, sp_tensor targets);
 /* A split parameter's dimension of its view (sp_param_split: of its whole shape; -1:
  * whole on every rank), its whole shape, and its view (NULL, *ndim 0 when not split).
  * Index through the view, not the whole shape, or use the two copies below. */

@@ -25,11 +25,17 @@ extern "C" {
  * over heads/T heads -> h<l>.proj.w row-parallel (split along dim 0: its heads' rows) ->
  * sp_tp_sum -> + h<l>.proj.b (whole, once after the sum) -> residual; ln2 -> sp_tp_copy ->
  * h<l>.fc.w (C,4C) and h<l>.fc.b split by columns -> GELU -> h<l>.fcproj.w (4C,C) split by
- * rows -> sp_tp_sum -> + h<l>.fcproj.b (whole). The embedding, wpe, lnf and the tied head
- * stay whole on every rank for now (the vocab-parallel embedding and cross-entropy are a
- * later step). T must divide the heads (then also C and 4C): else SP_ERR_ARG naming the
- * model, the heads and T. At T = 1 (tensor 0 or 1) the graph is the one without tensor
- * parallelism, node for node. */
+ * rows -> sp_tp_sum -> + h<l>.fcproj.b (whole). The vocabulary is split too (Megatron's
+ * vocab-parallel embedding and cross-entropy, graph.h): wte (V,C) by rows (sp_param_split
+ * along dim 0, rows [r V/T, (r+1) V/T)), the embedding sp_embed_vocab -> sp_tp_sum ->
+ * sp_add_positions (wpe whole, added once after the sum); the tied head sp_tp_copy ->
+ * x wte_part^T, this rank's slice of the logits (B,T,V/T) -> sp_cross_entropy_vocab. lnf
+ * and wpe stay whole. T must divide the heads (then also C and 4C) and the vocabulary:
+ * else SP_ERR_ARG naming the model, the size and T ("sp_model_gpt: tensor parallelism of 3
+ * does not divide the vocabulary of 256"). At T = 1 (tensor 0 or 1) the graph is the one
+ * without tensor parallelism, node for node, its logits named "logits"; a graph of T > 1
+ * names its slice "logits.slice" instead and has no "logits" (sampling builds a T = 1
+ * graph and loads whole tensors). */
 typedef struct {
     int vocab;    /* 256 for bytes */
     int context;  /* T */

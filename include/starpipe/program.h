@@ -117,12 +117,17 @@ int sp_program_param_owner(const sp_program *p, sp_tensor param);
  * error naming the op (an out-of-range token, say). */
 /* A tensor group (starpipe/graph.h, tensor parallelism) as a program sees it: allreduce
  * sets dst (acc: adds into it) to the sum of every member's src, n floats, in the group's
- * one order ((src_0 + src_1) + src_2) + ... in float32; dst may be src. Returns 0 or a
- * code its status_string names. The reference's in-process group is sp_tp_local
+ * one order ((src_0 + src_1) + src_2) + ... in float32; dst may be src. allreduce_max
+ * sets x (n floats, in place) to the elementwise maximum of every member's x, taken in
+ * the same rank order with the CPU cross-entropy's rule (m = x_r > m ? x_r : m), which is
+ * exact whatever the order (a NaN of member 0 stays, a later one is passed over): the
+ * row maxima of the vocab-parallel cross-entropy. Every entry is required. Returns 0 or
+ * a code its status_string names. The reference's in-process group is sp_tp_local
  * (starpipe/reference.h); the runtime's go over MPI or NCCL. */
 typedef struct sp_tp_group sp_tp_group;
 struct sp_tp_group {
     int (*allreduce)(sp_tp_group *g, float *dst, const float *src, int64_t n, int acc);
+    int (*allreduce_max)(sp_tp_group *g, float *x, int64_t n);
     /* x (n doubles, host memory) becomes the sum of every member's x, in rank order: the
      * gradient norm's terms of split parameters (sp_optim_group_sumsq) */
     int (*sum_f64)(sp_tp_group *g, double *x, int64_t n);

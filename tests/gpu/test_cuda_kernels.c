@@ -602,6 +602,42 @@ static void test_embed(void)
     }
 }
 
+/* The vocab-parallel embedding: rank `rank` of T holds rows [lo, lo + V/T); tokens over the
+ * whole vocabulary, most of them another rank's. */
+static void test_embed_vocab(void)
+{
+    static const int sz[][5] = {{15, 12, 14, 2, 1}, {37, 33, 1000, 4, 2}, {64, 17, 50, 5, 4},
+                                {9, 7, 6, 3, 0}, {1, 1, 1, 1, 0}};
+    char L[128];
+    for (size_t s = 0; s < sizeof sz / sizeof *sz; s++) {
+        const int N = sz[s][0], C = sz[s][1], V = sz[s][2], T = sz[s][3], rank = sz[s][4];
+        const int64_t rows = V / T, lo = (int64_t)rank * rows, n = (int64_t)N * C;
+        int32_t *tok = halloc(sizeof(int32_t) * (size_t)N);
+        for (int i = 0; i < N; i++)
+            tok[i] = (int32_t)(next_u64() % (uint64_t)V);
+        tok[0] = (int32_t)lo; /* at least one of this rank's, repeated when room */
+        if (N > 2) tok[N - 1] = (int32_t)lo;
+        float *wte = hrand(rows * C, -1, 1), *dout = hrand(n, -1, 1);
+        int32_t *dtok = dcopy_i(tok, N);
+        float *dwte = dcopy(wte, rows * C), *dd = dcopy(dout, n);
+        obuf o, g;
+        snprintf(L, sizeof L, "embed_vocab_forward N=%d C=%d V=%d T=%d r=%d", N, C, V, T, rank);
+        ob_make(&o, n, 0);
+        sp_embed_vocab_forward(o.cpu, tok, wte, N, C, lo, rows);
+        TWICE(L, sp_cuda_embed_vocab_forward(o.d, dtok, dwte, N, C, lo, rows, stream), &o);
+        ob_check(&o, L, 0);
+        ob_free(&o);
+        snprintf(L, sizeof L, "embed_vocab_backward N=%d C=%d V=%d T=%d r=%d", N, C, V, T, rank);
+        ob_make(&g, rows * C, 1); /* always accumulates */
+        sp_embed_vocab_backward(g.cpu, dout, tok, N, C, lo, rows);
+        TWICE(L, sp_cuda_embed_vocab_backward(g.d, dd, dtok, N, C, lo, rows, stream), &g);
+        ob_check(&g, L, 0); /* the CPU's sequence of additions */
+        ob_free(&g);
+        free(tok), free(wte), free(dout);
+        dfree(dtok), dfree(dwte), dfree(dd);
+    }
+}
+
 /* ------------------------------------------------------------------ attention */
 /* One precision's attention: the CPU's kernels (the reference), the CUDA ones, the inputs'
  * range and the tolerances of out and of lse and the backward. */
@@ -758,6 +794,93 @@ static void test_cross_entropy(void)
             free(logits), free(tg);
             dfree(dl), dfree(dtg), dfree(scr), dfree(dbad);
             dfree(dprobs), dfree(ddl);
+        }
+}
+
+/* The vocab-parallel cross-entropy's steps on rank `rank` of T (slices of Vp columns): the
+ * group's all-reduces between them are stood in for by raising some rows' maxima and sums,
+ * as other ranks' slices would. */
+static void test_cross_entropy_vocab(void)
+{
+    static const int sz[][4] = {{7, 13, 2, 1}, {37, 33, 3, 0}, {5, 1000, 4, 3}, {64, 2000, 2, 1},
+                                {3, 1, 2, 0}};
+    char L[128];
+    for (size_t s = 0; s < sizeof sz / sizeof *sz; s++)
+        for (int with_bad = 0; with_bad < 2; with_bad++) {
+            const int N = sz[s][0], V = sz[s][1], T = sz[s][2], rank = sz[s][3];
+            const int64_t n = (int64_t)N * V, Vall = (int64_t)V * T, lo = (int64_t)rank * V;
+            float *logits = hrand(n, -4, 4);
+            int32_t *tg = halloc(sizeof(int32_t) * (size_t)N);
+            for (int i = 0; i < N; i++)
+                tg[i] = (int32_t)(next_u64() % (uint64_t)Vall);
+            tg[0] = (int32_t)(lo + V - 1); /* one in the slice, at its last column */
+            if (with_bad)
+                tg[N - 1] = (int32_t)Vall;
+            float *dl = dcopy(logits, n);
+            int32_t *dtg = dcopy_i(tg, N);
+            obuf mx;
+            ob_make(&mx, N, 0);
+            sp_vocab_ce_max(mx.cpu, logits, N, V);
+            snprintf(L, sizeof L, "vocab_ce_max N=%d V=%d", N, V);
+            TWICE(L, sp_cuda_vocab_ce_max(mx.d, dl, N, V, stream), &mx);
+            ob_check(&mx, L, 0);
+            /* the group's maxima: some rows' raised, as a larger logit elsewhere would */
+            float *gmax = halloc(sizeof(float) * (size_t)N);
+            for (int i = 0; i < N; i++)
+                gmax[i] = mx.cpu[i] + (i % 2 ? unif(0, 2) : 0.0f);
+            float *dgmax = dcopy(gmax, N);
+            obuf ex, st;
+            ob_make(&ex, n, 0), ob_make(&st, 2 * N, 0);
+            int32_t *ltg = halloc(sizeof(int32_t) * (size_t)N), *gl = halloc(sizeof(int32_t) * (size_t)N);
+            int32_t *dltg = dcopy_i(ltg, N);
+            int cbad = sp_vocab_ce_exp(ex.cpu, st.cpu, ltg, logits, tg, gmax, N, V, lo, Vall);
+            expect(cbad == with_bad, "vocab_ce_exp", "counts the targets outside [0,Vall)");
+            snprintf(L, sizeof L, "vocab_ce_exp N=%d V=%d T=%d bad=%d", N, V, T, cbad);
+            TWICE(L, sp_cuda_vocab_ce_exp(ex.d, st.d, dltg, dl, dtg, dgmax, N, V, lo, Vall, stream),
+                  &ex, &st);
+            ob_check(&ex, L, TOL);
+            down(gl, dltg, sizeof(int32_t) * (size_t)N);
+            expect(!memcmp(gl, ltg, sizeof(int32_t) * (size_t)N), L, "the same targets in the slice");
+            check_close(L, st.g[0], st.cpu, N, TOL); /* the sums */
+            expect(!memcmp(st.g[0], st.g[1], sizeof(float) * (size_t)N), L,
+                   "two GPU runs give identical sums");
+            int tok = 1;
+            for (int i = 0; i < N; i++) /* the target logits: copied, or NaN where bad */
+                tok &= with_bad && i == N - 1 ? isnan(st.g[0][N + i]) && isnan(st.g[1][N + i])
+                                               : st.g[0][N + i] == st.cpu[N + i] &&
+                                                     st.g[1][N + i] == st.cpu[N + i];
+            expect(tok, L, "the target logits (NaN for a bad target)");
+            /* the group's sums: raised in some rows, as other slices' exponentials would */
+            float *gst = halloc(sizeof(float) * 2 * (size_t)N);
+            memcpy(gst, st.cpu, sizeof(float) * 2 * (size_t)N);
+            for (int i = 0; i < N; i++)
+                gst[i] += i % 3 ? unif(0, 3) : 0.0f;
+            float *dgst = dcopy(gst, 2 * N);
+            obuf loss, pr;
+            ob_make(&loss, 1, 0), ob_from(&pr, ex.cpu, n);
+            sp_vocab_ce_loss(loss.cpu, pr.cpu, gmax, gst, N, V);
+            snprintf(L, sizeof L, "vocab_ce_loss N=%d V=%d T=%d", N, V, T);
+            TWICE(L, sp_cuda_vocab_ce_loss(loss.d, pr.d, dgmax, dgst, N, V, stream), &loss, &pr);
+            ob_check(&pr, L, TOL);
+            ob_check(&loss, L, TOL);
+            /* the backward: the plain one on the slice, targets outside it -1 */
+            float *dprobs = dcopy(pr.cpu, n);
+            const float dloss = 0.61f;
+            float *ddl = dcopy(&dloss, 1);
+            for (int acc = 0; acc < 2; acc++) {
+                obuf g;
+                snprintf(L, sizeof L, "cross_entropy_backward(slice) N=%d V=%d acc=%d", N, V, acc);
+                ob_make(&g, n, acc);
+                sp_cross_entropy_backward(g.cpu, pr.cpu, ltg, dloss, N, V, acc);
+                TWICE(L, sp_cuda_cross_entropy_backward(g.d, dprobs, dltg, ddl, 1.0f, N, V, acc,
+                                                        stream), &g);
+                ob_check(&g, L, TOL);
+                ob_free(&g);
+            }
+            ob_free(&mx), ob_free(&ex), ob_free(&st), ob_free(&loss), ob_free(&pr);
+            free(logits), free(tg), free(gmax), free(ltg), free(gl), free(gst);
+            dfree(dl), dfree(dtg), dfree(dgmax), dfree(dltg), dfree(dgst), dfree(dprobs),
+                dfree(ddl);
         }
 }
 
@@ -1057,9 +1180,11 @@ int main(int argc, char **argv)
     test_pointwise();
     test_layernorm();
     test_embed();
+    test_embed_vocab();
     test_attention();
     test_attention_bf16();
     test_cross_entropy();
+    test_cross_entropy_vocab();
     test_sum();
     test_optim();
     test_misc();

@@ -191,7 +191,7 @@ static void check_model(const char *what, sp_graph *(*make)(int T, int rank), in
 
 static sp_graph *gpt(int T, int rank)
 {
-    sp_gpt_config c = { .vocab = 37, .context = 5, .layers = 2, .heads = 6, .channels = 18,
+    sp_gpt_config c = { .vocab = 36, .context = 5, .layers = 2, .heads = 6, .channels = 18,
                         .batch = 2, .stages = 2, .tensor = T, .tensor_rank = rank };
     sp_status st;
     sp_graph *g = sp_model_gpt(&c, &st);

@@ -1,14 +1,16 @@
 /* The models at tensor parallelism T (starpipe/models.h): the GPT (heads 4 at T = 2, 4;
- * heads 6 at T = 2, 3) and the MLP (even depth, and an odd one whose first pair straddles
- * the stage boundary, at T = 2, 3), each on 1 and 2 stages, run as a group of T
- * references in threads (tp_group.h) against the same model at T = 1:
+ * heads 6 at T = 2, 3; vocabulary 256 at T = 2, 4; wte and the tied head split by the
+ * vocabulary, the vocab-parallel cross-entropy) and the MLP (even depth, and an odd one
+ * whose first pair straddles the stage boundary, at T = 2, 3), each on 1 and 2 stages,
+ * run as a group of T references in threads (tp_group.h) against the same model at T = 1:
  *   - the loss and every gradient (split ones assembled with sp_param_part_to_whole)
  *     within float32 rounding of T = 1's;
  *   - every member's loss the same bits; a whole parameter's gradient the same bits on
  *     every member; the same bits on a second run;
  *   - after 3 AdamW steps with clipping active, the parameters of T = 1 within tolerance;
- *   - a T not dividing the heads or the width, or a rank outside the group, refused with
- *     one message naming the model, the size and T. */
+ *   - the GPT's logits named "logits" (B,T,V) at T = 1, "logits.slice" (B,T,V/T) above;
+ *   - a T not dividing the heads, the vocabulary or the width, or a rank outside the
+ *     group, refused with one message naming the model, the size and T. */
 #include <math.h>
 #include <string.h>
 
@@ -190,16 +192,18 @@ int main(void)
 {
     static const int straddle[2] = { 1, 2 }; /* the MLP's pair (0, 1) across the boundary */
     model models[] = {
-        { .what = "gpt heads 4", .gpt = 1, .g = { .vocab = 37, .context = 7, .layers = 2,
+        { .what = "gpt heads 4", .gpt = 1, .g = { .vocab = 36, .context = 7, .layers = 2,
                                                   .heads = 4, .channels = 20, .batch = 2 } },
-        { .what = "gpt heads 6", .gpt = 1, .g = { .vocab = 29, .context = 5, .layers = 3,
+        { .what = "gpt heads 6", .gpt = 1, .g = { .vocab = 30, .context = 5, .layers = 3,
                                                   .heads = 6, .channels = 18, .batch = 2 } },
+        { .what = "gpt vocab 256", .gpt = 1, .g = { .vocab = 256, .context = 6, .layers = 2,
+                                                    .heads = 4, .channels = 16, .batch = 2 } },
         { .what = "mlp depth 4", .m = { .in_dim = 10, .width = 12, .depth = 4, .classes = 5,
                                         .batch = 6 } },
         { .what = "mlp depth 3", .m = { .in_dim = 9, .width = 12, .depth = 3, .classes = 4,
                                         .batch = 5 } },
     };
-    static const int Ts[][2] = { { 2, 4 }, { 2, 3 }, { 2, 3 }, { 2, 3 } };
+    static const int Ts[][2] = { { 2, 4 }, { 2, 3 }, { 2, 4 }, { 2, 3 }, { 2, 3 } };
     for (size_t k = 0; k < sizeof models / sizeof models[0]; k++) {
         model *md = &models[k];
         make_inputs(md);
@@ -230,7 +234,25 @@ int main(void)
     gc.tensor = -1, gc.tensor_rank = 0;
     refused("gpt T=-1", sp_model_gpt(&gc, &st), &st, "sp_model_gpt: tensor rank 0 of a tensor "
             "parallelism of -1");
-    sp_mlp_config mc = models[2].m;
+    for (int T = 1; T <= 2; T++) { /* the logits' names: the whole rows, or the slice */
+        gc = models[2].g;
+        gc.stages = 1, gc.tensor = T, gc.tensor_rank = T - 1;
+        sp_graph *g = sp_model_gpt(&gc, &st);
+        REQUIRE(g, "%s", sp_last_error());
+        sp_tensor whole = sp_graph_find(g, "logits"), slice = sp_graph_find(g, "logits.slice");
+        sp_tensor t = T == 1 ? whole : slice;
+        CHECK(t >= 0 && (T == 1 ? slice : whole) < 0 && sp_tensor_ndim(g, t) == 3 &&
+                  sp_tensor_shape(g, t)[2] == gc.vocab / T,
+              "T=%d: the logits are named '%s' with %lld columns", T,
+              T == 1 ? "logits" : "logits.slice",
+              t >= 0 ? (long long)sp_tensor_shape(g, t)[2] : -1LL);
+        sp_graph_free(g);
+    }
+    gc = models[2].g; /* vocab 256 */
+    gc.stages = 1, gc.tensor = 3, gc.heads = 6, gc.channels = 18;
+    refused("gpt T=3 of vocab 256", sp_model_gpt(&gc, &st), &st,
+            "sp_model_gpt: tensor parallelism of 3 does not divide the vocabulary of 256");
+    sp_mlp_config mc = models[3].m;
     mc.stages = 1, mc.stage_layers = NULL, mc.tensor = 5;
     refused("mlp T=5 of width 12", sp_model_mlp(&mc, &st), &st,
             "sp_model_mlp: tensor parallelism of 5 does not divide the width 12");
