@@ -5,6 +5,8 @@
  * maximum (allreduce_max) walks the members in the same order. */
 #include "starpipe/reference.h"
 
+#include "codelets/cpu/kernels.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -99,10 +101,7 @@ static int allreduce_max(sp_tp_group *g, float *x, int64_t n)
     if (meet(l)) return TP_ABORTED;
     const float *s0 = l->src[0];
     for (int64_t j = 0; j < n; j++) mx[j] = s0[j];
-    for (int r = 1; r < l->T; r++) {
-        const float *sr = l->src[r];
-        for (int64_t j = 0; j < n; j++) mx[j] = sr[j] > mx[j] ? sr[j] : mx[j];
-    }
+    for (int r = 1; r < l->T; r++) sp_maximum_forward(mx, mx, l->src[r], n);
     if (meet(l)) return TP_ABORTED; /* nobody reads a source any more */
     memcpy(x, mx, (size_t)n * sizeof(float));
     return 0;

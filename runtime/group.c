@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codelets/cpu/kernels.h"
 #include "runtime/exec_impl.h"
 #include "starpipe/program.h"
 
@@ -52,14 +53,8 @@ static void ordered_sum(float *dst, const float *all, int size, int64_t n, int a
 /* dst (n) = the elementwise maximum of `all`'s size rows, in row order (program.h) */
 static void ordered_max(float *dst, const float *all, int size, int64_t n)
 {
-    for (int64_t j = 0; j < n; j++) {
-        float m = all[j];
-        for (int r = 1; r < size; r++) {
-            float x = all[(int64_t)r * n + j];
-            m = x > m ? x : m;
-        }
-        dst[j] = m;
-    }
+    memmove(dst, all, sizeof(float) * (size_t)n);
+    for (int r = 1; r < size; r++) sp_maximum_forward(dst, dst, all + (int64_t)r * n, n);
 }
 
 /* Every member's n floats of src into *all (size rows, member q's in row q), exchanged

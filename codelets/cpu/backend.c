@@ -29,6 +29,12 @@ static int add(void *c, float *out, const float *a, const float *b, int64_t n)
     return 0;
 }
 
+static int maximum(void *c, float *out, const float *a, const float *b, int64_t n)
+{
+    sp_maximum_forward(out, a, b, n);
+    return 0;
+}
+
 static int scale(void *c, float *out, const float *x, float s, int64_t n, int acc)
 {
     sp_scale_backward(out, x, s, n, acc);

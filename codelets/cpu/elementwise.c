@@ -57,6 +57,12 @@ void sp_add_forward(float *out, const float *a, const float *b, int64_t n)
         out[i] = a[i] + b[i];
 }
 
+void sp_maximum_forward(float *out, const float *a, const float *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = b[i] > a[i] ? b[i] : a[i];
+}
+
 void sp_scale_forward(float *out, const float *x, float s, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)

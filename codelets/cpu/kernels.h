@@ -40,6 +40,9 @@ void sp_bias_add_backward_bias(float *dbias, const float *dout, int N, int C, in
 
 /* out (n) = a + b. */
 void sp_add_forward(float *out, const float *a, const float *b, int64_t n);
+/* out (n) = b > a ? b : a: the tensor group's maximum rule (starpipe/program.h,
+ * allreduce_max), a being the earlier member's; out may be a. */
+void sp_maximum_forward(float *out, const float *a, const float *b, int64_t n);
 /* out (n) = s * x. */
 void sp_scale_forward(float *out, const float *x, float s, int64_t n);
 /* dx (n) = s * dout (acc: +=). s = 1 is the plain copy used by add and bias_add. */

@@ -33,6 +33,11 @@ static int add(void *c, float *out, const float *a, const float *b, int64_t n)
     return sp_cuda_add_forward(out, a, b, n, STREAM(c));
 }
 
+static int maximum(void *c, float *out, const float *a, const float *b, int64_t n)
+{
+    return sp_cuda_maximum_forward(out, a, b, n, STREAM(c));
+}
+
 static int scale(void *c, float *out, const float *x, float s, int64_t n, int acc)
 {
     return sp_cuda_scale_backward(out, x, s, n, acc, STREAM(c));

@@ -79,6 +79,23 @@ extern "C" int sp_cuda_add_forward(float *out, const float *a, const float *b, i
     return SP_CUDA_OK;
 }
 
+/* the tensor group's maximum rule: b, the later member's, where it is larger */
+static __global__ void maximum_kernel(float *out, const float *a, const float *b, int64_t n)
+{
+    SP_GRID_STRIDE(i, n)
+        out[i] = b[i] > a[i] ? b[i] : a[i];
+}
+
+extern "C" int sp_cuda_maximum_forward(float *out, const float *a, const float *b, int64_t n,
+                                       void *stream)
+{
+    if (n <= 0)
+        return SP_CUDA_OK;
+    maximum_kernel<<<sp_ew_blocks(n), SP_EW_THREADS, 0, SP_STREAM(stream)>>>(out, a, b, n);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
 /* out = s x, or out += s x: the product is rounded before the add (no FMA), as on the
  * CPU, which keeps acc = 1 bitwise equal to it. */
 static __global__ void scale_kernel(float *out, const float *x, float s, int64_t n, int acc)

@@ -80,6 +80,9 @@ int sp_cuda_bias_add_forward(float *out, const float *x, const float *bias, int 
 int sp_cuda_bias_add_backward_bias(float *dbias, const float *dout, int N, int C, int acc,
                                    void *stream);
 int sp_cuda_add_forward(float *out, const float *a, const float *b, int64_t n, void *stream);
+/* out = b > a ? b : a, bit for bit the CPU's (the tensor group's maximum rule) */
+int sp_cuda_maximum_forward(float *out, const float *a, const float *b, int64_t n,
+                            void *stream);
 /* s is a host float. */
 int sp_cuda_scale_forward(float *out, const float *x, float s, int64_t n, void *stream);
 int sp_cuda_scale_backward(float *dx, const float *dout, float s, int64_t n, int acc,

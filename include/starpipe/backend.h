@@ -46,6 +46,10 @@ typedef struct sp_backend {
                   int ta, int tb, int acc, int prec);
     int (*bias_add)(void *ctx, float *out, const float *x, const float *bias, int N, int C);
     int (*add)(void *ctx, float *out, const float *a, const float *b, int64_t n);
+    /* out (n) = b > a ? b : a, in place as out == a: the tensor group's maximum rule
+     * (program.h, allreduce_max), for a group that gathers its members' values on the
+     * device and takes their maximum there, member by member in rank order */
+    int (*maximum)(void *ctx, float *out, const float *a, const float *b, int64_t n);
     /* out = s * x, += with acc (the CPU's sp_scale_backward); may run in place */
     int (*scale)(void *ctx, float *out, const float *x, float s, int64_t n, int acc);
     int (*gelu)(void *ctx, float *out, const float *x, int64_t n);
@@ -153,7 +157,7 @@ typedef struct sp_backend {
     .to_bf16 = to_bf16, .adamw = adamw, .sum_squares = sum_squares, .copy = copy,          \
     .reduce_replicas = reduce_replicas, .embed_vocab = embed_vocab,                        \
     .embed_vocab_dwte = embed_vocab_dwte, .vocab_ce_max = vocab_ce_max,                    \
-    .vocab_ce_exp = vocab_ce_exp, .vocab_ce_loss = vocab_ce_loss
+    .vocab_ce_exp = vocab_ce_exp, .vocab_ce_loss = vocab_ce_loss, .maximum = maximum
 
 /* The CPU kernels (codelets/cpu) on host memory; ctx is unused (pass NULL). What
  * sp_program_run and sp_optim_update run on. */

@@ -431,6 +431,13 @@ static void test_pointwise(void)
         ob_check(&o, L, TOL);
         ob_free(&o);
 
+        snprintf(L, sizeof L, "maximum_forward(in-place) n=%lld", (long long)n);
+        ob_from(&o, b, n);
+        sp_maximum_forward(o.cpu, o.cpu, a, n);
+        TWICE(L, sp_cuda_maximum_forward(o.d, o.d, da_, n, stream), &o);
+        ob_check(&o, L, 0);
+        ob_free(&o);
+
         snprintf(L, sizeof L, "scale_forward n=%lld", (long long)n);
         ob_make(&o, n, 0);
         sp_scale_forward(o.cpu, a, 0.37f, n);
