@@ -291,7 +291,7 @@ static void run_task(void *descr[], struct task_args *a)
     sp_cuda_ctx cuda;
     sp_device dev = worker_device(&cuda);
     sp_exec_task_group tg;
-    dev.group = a->group ? sp_exec_tensor_group_of_task(a->group, a->seq, &tg) : NULL;
+    dev.group = a->group ? sp_exec_tensor_group_of_task(a->group, a->seq, &dev, &tg) : NULL;
     dev.meet_only = lost;
     int rc = a->fn(&dev, ptrs, counts, n, a->payload);
     if (lost) rc = 0, a->unrun = 1; /* met its group; the step's failure is reported */
@@ -942,7 +942,9 @@ sp_status sp_exec_tensor_group_create(int color, int key, int size, sp_exec_tens
         return sp_set_error(SP_ERR_ARG, "sp_exec_tensor_group_create: the executor is not usable");
     MPI_Comm c;
     SP_MPI_CHECK(MPI_Comm_split(X.comm, color, key, &c));
-    return sp_exec_tensor_group_wrap(c, size, out); /* runtime/group.c */
+    int devid = -1;
+    if (device_node(&devid) < 0) devid = -1; /* a CPU rank: MPI between its members */
+    return sp_exec_tensor_group_wrap(c, size, devid, out); /* runtime/group.c */
 }
 
 void sp_exec_cancel_step(void)

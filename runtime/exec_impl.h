@@ -34,11 +34,25 @@ typedef struct {
     struct sp_tp_group vt;
     sp_exec_tensor_group *g;
     uint32_t seq;
-    int k; /* all-reduces met so far */
+    int k;                /* all-reduces met so far */
+    const sp_device *dev; /* the worker's: a CUDA one meets its group over NCCL */
+    const char *why;      /* what the last failure was, for status_string */
 } sp_exec_task_group;
-struct sp_tp_group *sp_exec_tensor_group_of_task(sp_exec_tensor_group *g, uint32_t seq, sp_exec_task_group *tg);
-/* A tensor group on comm (split from the executor's; the group takes it over). */
-sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, sp_exec_tensor_group **out);
+struct sp_tp_group *sp_exec_tensor_group_of_task(sp_exec_tensor_group *g, uint32_t seq,
+                                                 const sp_device *dev, sp_exec_task_group *tg);
+/* runtime/group_gpu.c: the all-reduce of a task on a CUDA worker (device pointers, dev
+ * the task's device): 0, or 1 with *why set. */
+struct sp_nccl_tp;
+int sp_exec_gpu_allreduce(struct sp_nccl_tp *nc, int size, const sp_device *dev, float *dst,
+                          const float *src, int64_t n, int acc, const char **why);
+/* x (n) = the elementwise maximum of every member's x, in rank order (in place). */
+int sp_exec_gpu_allreduce_max(struct sp_nccl_tp *nc, int size, const sp_device *dev, float *x,
+                              int64_t n, const char **why);
+
+/* A tensor group on comm (split from the executor's; the group takes it over); device:
+ * the rank's CUDA device, whose NCCL communicator the group makes, or -1. */
+sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, int device,
+                                     sp_exec_tensor_group **out);
 
 /* Set by sp_exec_init. */
 extern int sp_exec_rank_, sp_exec_size_;

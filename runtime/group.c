@@ -8,11 +8,13 @@
  * group's collectives in one order; a tag made of the task's seq and the all-reduce's
  * place in its program pairs each message with its own whatever the order. A task of a
  * failed step still meets its group (runtime/exec.c, meet_only), so no member waits for
- * one that gave up. Host memory only (CPU ranks): GPU ranks need NCCL groups. */
+ * one that gave up. On a GPU rank the same calls go to the group's NCCL communicator, on
+ * the task's stream (runtime/group_gpu.c, comm/nccl_tp.c). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "codelets/cpu/kernels.h"
+#include "comm/nccl_tp.h"
 #include "runtime/exec_impl.h"
 #include "starpipe/program.h"
 
@@ -21,14 +23,17 @@
 #define SP_GROUP_SEQ_MASK ((1u << 20) - 1)
 #define SP_GROUP_MAX_FLOATS ((int64_t)1 << 30) /* one message of at most 4 GiB */
 
-enum { GROUP_MPI = 1, GROUP_NOMEM, GROUP_TOO_MANY, GROUP_TOO_LARGE };
+enum { GROUP_MPI = 1, GROUP_NOMEM, GROUP_TOO_MANY, GROUP_TOO_LARGE, GROUP_GPU };
 
 struct sp_exec_tensor_group {
     MPI_Comm comm;      /* the tasks' point-to-point messages */
     MPI_Comm host_comm; /* the main thread's collectives */
     int size, rank;
     struct sp_tp_group host;
+    sp_nccl_tp *nccl;   /* GPU ranks: the group's NCCL communicator */
 };
+
+static const char *task_status_string(struct sp_tp_group *vt, int code);
 
 static const char *status_string(struct sp_tp_group *g, int code)
 {
@@ -91,10 +96,18 @@ static int task_exchange(sp_exec_task_group *tg, const float *src, int64_t n, fl
     return 0;
 }
 
+static int on_gpu(const sp_exec_task_group *tg)
+{
+    return tg->dev && tg->dev->type == SP_DEVICE_CUDA;
+}
+
 static int task_allreduce(struct sp_tp_group *vt, float *dst, const float *src, int64_t n,
                           int acc)
 {
     sp_exec_task_group *tg = (sp_exec_task_group *)vt;
+    if (on_gpu(tg))
+        return sp_exec_gpu_allreduce(tg->g->nccl, tg->g->size, tg->dev, dst, src, n, acc,
+                                     &tg->why) ? GROUP_GPU : 0;
     float *all;
     int rc = task_exchange(tg, src, n, &all);
     if (!rc) ordered_sum(dst, all, tg->g->size, n, acc);
@@ -105,6 +118,9 @@ static int task_allreduce(struct sp_tp_group *vt, float *dst, const float *src, 
 static int task_allreduce_max(struct sp_tp_group *vt, float *x, int64_t n)
 {
     sp_exec_task_group *tg = (sp_exec_task_group *)vt;
+    if (on_gpu(tg))
+        return sp_exec_gpu_allreduce_max(tg->g->nccl, tg->g->size, tg->dev, x, n, &tg->why)
+                   ? GROUP_GPU : 0;
     float *all;
     int rc = task_exchange(tg, x, n, &all);
     if (!rc) ordered_max(x, all, tg->g->size, n);
@@ -118,12 +134,19 @@ static int no_f64(struct sp_tp_group *vt, double *x, int64_t n)
     return GROUP_MPI; /* a task never sums doubles: only the host does (the norm) */
 }
 
-struct sp_tp_group *sp_exec_tensor_group_of_task(sp_exec_tensor_group *g, uint32_t seq, sp_exec_task_group *tg)
+static const char *task_status_string(struct sp_tp_group *vt, int code)
+{
+    const sp_exec_task_group *tg = (const sp_exec_task_group *)vt;
+    return code == GROUP_GPU && tg->why ? tg->why : status_string(vt, code);
+}
+
+struct sp_tp_group *sp_exec_tensor_group_of_task(sp_exec_tensor_group *g, uint32_t seq,
+                                                 const sp_device *dev, sp_exec_task_group *tg)
 {
     *tg = (sp_exec_task_group){ .vt = { .allreduce = task_allreduce,
                                         .allreduce_max = task_allreduce_max, .sum_f64 = no_f64,
-                                        .status_string = status_string },
-                                .g = g, .seq = seq, .k = 0 };
+                                        .status_string = task_status_string },
+                                .g = g, .seq = seq, .k = 0, .dev = dev };
     return &tg->vt;
 }
 
@@ -177,7 +200,8 @@ static int host_sum_f64(struct sp_tp_group *vt, double *x, int64_t n)
     return bad ? GROUP_MPI : 0;
 }
 
-sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, sp_exec_tensor_group **out)
+sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, int device,
+                                     sp_exec_tensor_group **out)
 {
     *out = NULL;
     sp_exec_tensor_group *g = calloc(1, sizeof *g);
@@ -202,6 +226,11 @@ sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, sp_exec_tensor_grou
         sp_exec_tensor_group_free(g);
         return st;
     }
+    /* GPU ranks: the group's NCCL communicator, connected now (collective in the group) */
+    if (device >= 0 && (st = sp_nccl_tp_create(g->host_comm, device, &g->nccl))) {
+        sp_exec_tensor_group_free(g);
+        return st;
+    }
     g->host = (struct sp_tp_group){ .allreduce = host_allreduce,
                                     .allreduce_max = host_allreduce_max,
                                     .sum_f64 = host_sum_f64, .status_string = status_string };
@@ -214,6 +243,7 @@ struct sp_tp_group *sp_exec_tensor_group_host(sp_exec_tensor_group *g) { return 
 void sp_exec_tensor_group_free(sp_exec_tensor_group *g)
 {
     if (!g) return;
+    sp_nccl_tp_free(g->nccl);
     if (g->comm != MPI_COMM_NULL) MPI_Comm_free(&g->comm);
     if (g->host_comm != MPI_COMM_NULL) MPI_Comm_free(&g->host_comm);
     free(g);

@@ -727,11 +727,6 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
                           R * sched->nactors * T, sp_exec_size());
         goto out;
     }
-    if (T > 1 && sp_exec_num_cuda() > 0) {
-        st = sp_set_error(SP_ERR_ARG, "tensor parallelism runs on CPU ranks only for now (its "
-                          "all-reduces on GPU ranks need NCCL groups): STARPIPE_GPU=none");
-        goto out;
-    }
     if (T == 1 && sched->nactors * R != sp_exec_size()) {
         if (R == 1)
             st = sp_set_error(SP_ERR_ARG, "schedule '%s' needs %d actors (MPI ranks), but %d "
