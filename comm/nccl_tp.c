@@ -74,7 +74,8 @@ sp_status sp_nccl_tp_create(MPI_Comm group, int device, sp_nccl_tp **out)
         if (r == ncclSuccess) ncclCommDestroy(g->comm);
         free(g);
         return sp_set_error(SP_ERR_RUNTIME, "tensor group: NCCL could not connect its members "
-                            "(%s)", rc ? sp_nccl_tp_error(rc) : "on another member");
+                            "(%s; NCCL refuses two members on one GPU: a group needs a GPU "
+                            "per rank)", rc ? sp_nccl_tp_error(rc) : "on another member");
     }
     *out = g;
     return SP_OK;

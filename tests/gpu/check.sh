@@ -405,6 +405,11 @@ if ((built)); then
     if ((prc == 0)) && on_gpu nccl-2 && grep -q "NCCL carries" "$logdir/nccl-2.log"; then
       record PASS "6. (d) 2-GPU NCCL --check" "${ptime}s"
     else record FAIL "6. (d) 2-GPU NCCL --check" "rc $prc (or NCCL did not carry the tensors)"; fi
+    # tensor parallelism: one actor of 2 ranks, a GPU each, the group's NCCL on the task's stream
+    run_phase "6. (d) --tensor 2 on 2 GPUs, --check" 120 tensor-2 \
+      mpirun -np 2 -x STARPU_NCUDA=$ncuda "$gpt" "${data[@]}" --tensor 2 --steps 3 --check
+    if ((prc == 0)) && on_gpu tensor-2; then record PASS "6. (d) --tensor 2 --check" "${ptime}s"
+    else record FAIL "6. (d) --tensor 2 --check" "rc $prc"; fi
   else
     record SKIP "6. (d) 2-GPU NCCL --check" "${ngpu:-0} GPU(s) on this machine"
   fi
