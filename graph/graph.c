@@ -586,20 +586,27 @@ sp_tensor sp_attention(sp_graph *g, sp_tensor qkv, int heads)
     return g->n - 1;
 }
 
+/* targets: i32 with the leading dims of logits */
+static int need_targets(const sp_graph *g, const char *op, sp_tensor logits, sp_tensor targets)
+{
+    const sp_node *L = N(g, logits), *T = N(g, targets);
+    char sl[64], stg[64];
+    int ok = T->dtype == SP_I32 && T->ndim == L->ndim - 1;
+    for (int d = 0; ok && d < T->ndim; d++) ok = T->shape[d] == L->shape[d];
+    if (!ok)
+        return fail(SP_ERR_SHAPE, "%s: targets%s must be i32 with the leading dims of logits%s",
+                    op, shape_str(T, stg, 64), shape_str(L, sl, 64));
+    return 0;
+}
+
 sp_tensor sp_cross_entropy(sp_graph *g, sp_tensor logits, sp_tensor targets)
 {
     sp_tensor in[2] = { logits, targets };
     int r = take_inputs(g, "sp_cross_entropy", 2, in);
     if (r < 0) return r;
     if ((r = need_f32(g, "sp_cross_entropy", in[0], "logits")) < 0) return r;
-    const sp_node *L = N(g, in[0]), *T = N(g, in[1]);
-    char sl[64], stg[64];
-    int ok = T->dtype == SP_I32 && T->ndim == L->ndim - 1;
-    for (int d = 0; ok && d < T->ndim; d++) ok = T->shape[d] == L->shape[d];
-    if (!ok)
-        return fail(SP_ERR_SHAPE,
-                    "sp_cross_entropy: targets%s must be i32 with the leading dims of logits%s",
-                    shape_str(T, stg, 64), shape_str(L, sl, 64));
+    if ((r = need_targets(g, "sp_cross_entropy", in[0], in[1])) < 0) return r;
+    const sp_node *L = N(g, in[0]);
     int64_t one = 1, probs = L->numel; /* softmax probabilities; before push moves L */
     sp_node *n = push(g, SP_OP_CROSS_ENTROPY, SP_F32, 1, &one);
     if (!n) return fail(SP_ERR_NOMEM, "sp_cross_entropy: out of memory");
@@ -621,13 +628,8 @@ sp_tensor sp_cross_entropy_vocab(sp_graph *g, sp_tensor logits, sp_tensor target
     int r = take_inputs(g, "sp_cross_entropy_vocab", 2, in);
     if (r < 0) return r;
     if ((r = need_f32(g, "sp_cross_entropy_vocab", in[0], "logits")) < 0) return r;
-    const sp_node *L = N(g, in[0]), *T = N(g, in[1]);
-    char sl[64], stg[64];
-    int ok = T->dtype == SP_I32 && T->ndim == L->ndim - 1;
-    for (int d = 0; ok && d < T->ndim; d++) ok = T->shape[d] == L->shape[d];
-    if (!ok)
-        return fail(SP_ERR_SHAPE, "sp_cross_entropy_vocab: targets%s must be i32 with the "
-                    "leading dims of logits%s", shape_str(T, stg, 64), shape_str(L, sl, 64));
+    if ((r = need_targets(g, "sp_cross_entropy_vocab", in[0], in[1])) < 0) return r;
+    const sp_node *L = N(g, in[0]);
     int64_t one = 1, Vp = L->shape[L->ndim - 1], rows = L->numel / Vp;
     int64_t aux = L->numel + 4 * rows; /* before push moves L */
     sp_node *n = push(g, SP_OP_CE_VOCAB, SP_F32, 1, &one);

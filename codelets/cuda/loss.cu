@@ -8,6 +8,31 @@
 #define CE_THREADS 512
 #define SUM_THREADS 1024
 
+/* A row's maximum and its sum of exponentials over one block, each thread taking every
+ * blockDim-th column, then the fixed block trees: the steps the cross-entropy and its
+ * vocab-parallel form share. */
+static __device__ __forceinline__ float row_max(const float *__restrict__ x, int V, float *sh)
+{
+    float mx = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        mx = fmaxf(mx, x[v]);
+    return sp_block_max(mx, sh);
+}
+
+/* p = exp(x - mx); returns their sum */
+static __device__ __forceinline__ float row_exp_sum(float *__restrict__ p,
+                                                    const float *__restrict__ x, float mx, int V,
+                                                    float *sh)
+{
+    float s = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        float e = expf(x[v] - mx);
+        p[v] = e;
+        s += e;
+    }
+    return sp_block_sum(s, sh);
+}
+
 /* One block per row: max, exp and sum, normalize (the CPU's order of operations; the sum
  * is a fixed tree). The row's -log p[target] = log(sum) + max - x[target] goes to rowloss
  * in double; a bad target counts in *bad and contributes 0. */
@@ -20,17 +45,8 @@ static __global__ void __launch_bounds__(CE_THREADS)
     const int64_t row = blockIdx.x;
     const float *x = logits + row * V;
     float *p = probs + row * V;
-    float mx = -INFINITY;
-    for (int v = threadIdx.x; v < V; v += blockDim.x)
-        mx = fmaxf(mx, x[v]);
-    mx = sp_block_max(mx, sh);
-    float s = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        float e = expf(x[v] - mx);
-        p[v] = e;
-        s += e;
-    }
-    s = sp_block_sum(s, sh);
+    const float mx = row_max(x, V, sh);
+    const float s = row_exp_sum(p, x, mx, V, sh);
     const float inv = 1.0f / s;
     for (int v = threadIdx.x; v < V; v += blockDim.x)
         p[v] *= inv; /* each thread rescales the entries it wrote */
@@ -133,11 +149,7 @@ static __global__ void __launch_bounds__(CE_THREADS)
 {
     __shared__ float sh[32];
     const int64_t row = blockIdx.x;
-    const float *x = logits + row * V;
-    float mx = -INFINITY;
-    for (int v = threadIdx.x; v < V; v += blockDim.x)
-        mx = fmaxf(mx, x[v]);
-    mx = sp_block_max(mx, sh);
+    const float mx = row_max(logits + row * V, V, sh);
     if (threadIdx.x == 0)
         rowmax[row] = mx;
 }
@@ -162,15 +174,7 @@ static __global__ void __launch_bounds__(CE_THREADS)
     __shared__ float sh[32];
     const int64_t row = blockIdx.x;
     const float *x = logits + row * V;
-    float *p = exps + row * V;
-    const float mx = rowmax[row];
-    float s = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        float e = expf(x[v] - mx);
-        p[v] = e;
-        s += e;
-    }
-    s = sp_block_sum(s, sh);
+    const float s = row_exp_sum(exps + row * V, x, rowmax[row], V, sh);
     if (threadIdx.x == 0) {
         const int64_t tg = targets[row], r = tg - lo;
         const int ok = tg >= 0 && tg < Vall, here = ok && r >= 0 && r < V;
