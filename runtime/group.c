@@ -31,6 +31,11 @@ struct sp_exec_tensor_group {
     int size, rank;
     struct sp_tp_group host;
     sp_nccl_tp *nccl;   /* GPU ranks: the group's NCCL communicator */
+    /* each worker's room for the members' values (grown, kept: a fresh multi-MB malloc
+     * per all-reduce is a fresh mmap whose pages fault in, on every call) */
+    int nworkers;
+    float **room;
+    size_t *room_floats;
 };
 
 static const char *task_status_string(struct sp_tp_group *vt, int code);
@@ -45,14 +50,19 @@ static const char *status_string(struct sp_tp_group *g, int code)
                                    : "unknown error";
 }
 
-/* dst (=, or += with acc) the sum of `all`'s size rows of n floats, in row order */
-static void ordered_sum(float *dst, const float *all, int size, int64_t n, int acc)
+/* dst (=, or += with acc) the sum of `all`'s size rows of n floats, in row order: row 0
+ * gets ((x_0 + x_1) + x_2) + ... element by element (row after row, so that the adds
+ * vectorise), then dst gets it */
+static void ordered_sum(float *dst, float *all, int size, int64_t n, int acc)
 {
-    for (int64_t j = 0; j < n; j++) {
-        float s = all[j];
-        for (int r = 1; r < size; r++) s += all[(int64_t)r * n + j];
-        dst[j] = acc ? dst[j] + s : s;
+    for (int r = 1; r < size; r++) {
+        const float *x = all + (int64_t)r * n;
+        for (int64_t j = 0; j < n; j++) all[j] += x[j];
     }
+    if (acc)
+        for (int64_t j = 0; j < n; j++) dst[j] += all[j];
+    else
+        memcpy(dst, all, sizeof(float) * (size_t)n);
 }
 
 /* dst (n) = the elementwise maximum of `all`'s size rows, in row order (program.h) */
@@ -62,9 +72,24 @@ static void ordered_max(float *dst, const float *all, int size, int64_t n)
     for (int r = 1; r < size; r++) sp_maximum_forward(dst, dst, all + (int64_t)r * n, n);
 }
 
-/* Every member's n floats of src into *all (size rows, member q's in row q), exchanged
- * point to point under the tag of this all-reduce: the task's seq and its place k among
- * the task's all-reduces, sum or max alike. The caller frees *all. */
+/* The running worker's room for `floats`, kept in the group (grown as needed); NULL when
+ * out of memory or not on a worker. */
+static float *worker_room(sp_exec_tensor_group *g, size_t floats)
+{
+    int w = starpu_worker_get_id();
+    if (w < 0 || w >= g->nworkers) return NULL;
+    if (g->room_floats[w] < floats) {
+        float *r = realloc(g->room[w], sizeof(float) * floats);
+        if (!r) return NULL;
+        g->room[w] = r, g->room_floats[w] = floats;
+    }
+    return g->room[w];
+}
+
+/* Every member's n floats of src into *all (size rows, member q's in row q: the running
+ * worker's room, not to be freed), exchanged point to point under the tag of this
+ * all-reduce: the task's seq and its place k among the task's all-reduces, sum or max
+ * alike. */
 static int task_exchange(sp_exec_task_group *tg, const float *src, int64_t n, float **all_out)
 {
     sp_exec_tensor_group *g = tg->g;
@@ -72,10 +97,11 @@ static int task_exchange(sp_exec_task_group *tg, const float *src, int64_t n, fl
     if (tg->k >= 1 << SP_GROUP_K_BITS) return GROUP_TOO_MANY;
     if (n > SP_GROUP_MAX_FLOATS) return GROUP_TOO_LARGE;
     int tag = (int)(((tg->seq & SP_GROUP_SEQ_MASK) << SP_GROUP_K_BITS) | (uint32_t)tg->k++);
-    float *all = malloc(sizeof(float) * (size_t)g->size * (size_t)(n > 0 ? n : 1));
-    MPI_Request *req = malloc(sizeof *req * 2 * (size_t)g->size);
+    float *all = worker_room(g, (size_t)g->size * (size_t)(n > 0 ? n : 1));
+    MPI_Request req_stack[16], *req = g->size <= 8 ? req_stack
+                                                   : malloc(sizeof *req * 2 * (size_t)g->size);
     if (!all || !req) {
-        free(all), free(req);
+        if (req != req_stack) free(req);
         return GROUP_NOMEM;
     }
     memcpy(all + (int64_t)g->rank * n, src, sizeof(float) * (size_t)n);
@@ -87,11 +113,8 @@ static int task_exchange(sp_exec_task_group *tg, const float *src, int64_t n, fl
         bad |= !bad && MPI_Isend(src, (int)n, MPI_FLOAT, q, tag, g->comm, &req[nr++]) != MPI_SUCCESS;
     }
     bad |= MPI_Waitall(nr, req, MPI_STATUSES_IGNORE) != MPI_SUCCESS;
-    free(req);
-    if (bad) {
-        free(all);
-        return GROUP_MPI;
-    }
+    if (req != req_stack) free(req);
+    if (bad) return GROUP_MPI;
     *all_out = all;
     return 0;
 }
@@ -111,7 +134,6 @@ static int task_allreduce(struct sp_tp_group *vt, float *dst, const float *src, 
     float *all;
     int rc = task_exchange(tg, src, n, &all);
     if (!rc) ordered_sum(dst, all, tg->g->size, n, acc);
-    free(all);
     return rc;
 }
 
@@ -124,7 +146,6 @@ static int task_allreduce_max(struct sp_tp_group *vt, float *x, int64_t n)
     float *all;
     int rc = task_exchange(tg, x, n, &all);
     if (!rc) ordered_max(x, all, tg->g->size, n);
-    free(all);
     return rc;
 }
 
@@ -211,6 +232,10 @@ sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, int device,
     }
     g->comm = comm;
     g->host_comm = MPI_COMM_NULL;
+    g->nworkers = (int)starpu_worker_get_count();
+    g->room = calloc((size_t)g->nworkers + 1, sizeof *g->room);
+    g->room_floats = calloc((size_t)g->nworkers + 1, sizeof *g->room_floats);
+    if (!g->room || !g->room_floats) g->nworkers = 0; /* then every call says out of memory */
     int rc = MPI_Comm_dup(g->comm, &g->host_comm);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_size(g->comm, &g->size);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(g->comm, &g->rank);
@@ -244,6 +269,8 @@ void sp_exec_tensor_group_free(sp_exec_tensor_group *g)
 {
     if (!g) return;
     sp_nccl_tp_free(g->nccl);
+    for (int w = 0; g->room && w < g->nworkers; w++) free(g->room[w]);
+    free(g->room), free(g->room_floats);
     if (g->comm != MPI_COMM_NULL) MPI_Comm_free(&g->comm);
     if (g->host_comm != MPI_COMM_NULL) MPI_Comm_free(&g->host_comm);
     free(g);
