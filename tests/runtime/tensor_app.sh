@@ -2,8 +2,8 @@
 # tensor_app.sh MPIEXEC GPT MLP: tensor parallelism as users run it, files compared byte
 # for byte with a --reference run (no --check, no in-process reference):
 #  - every built-in schedule at T = 2 with P = 1 and P = 2 (the GPT), T = 2 with R = 2
-#    (8 ranks), an odd T = 3 where the model divides (the MLP: the GPT's vocabulary of 256
-#    bytes is split too), the MLP at T = 2, and
+#    (8 ranks), an odd T = 3 where the model divides (the MLP, and the GPT with a
+#    vocabulary of 258: it is split too), the MLP at T = 2, and
 #    T = 2 with ZeRO-1, recomputation, bf16 products and evaluations:
 #    the first step's gradients (--dump-grads) and the checkpoint after 2 steps (--save)
 #    equal `--reference --tensor T`'s;
@@ -35,7 +35,8 @@ for sched in gpipe 1f1b eager-1f1b interleaved-1f1b zb-h1 zb-v dualpipe-v; do
   same 1 2 2 "$sched" "$gpt" $tiny
 done
 same 2 2 2 1f1b "$gpt" $tiny
-same 1 1 3 1f1b "$mlp" --width 24 --depth 4 # the GPT: 3 does not divide 256 tokens
+same 1 1 3 1f1b "$mlp" --width 24 --depth 4
+same 1 1 3 1f1b "$gpt" $tiny --vocab 258 # 3 divides 258 = 2 x 3 x 43 (bytes fit)
 same 1 2 2 1f1b "$mlp" --width 24 --depth 4
 # with ZeRO-1, recomputation, bf16 products, an evaluation
 same 2 1 2 1f1b "$gpt" $tiny --shard-optimizer
