@@ -9,8 +9,8 @@
 #    equal `--reference --tensor T`'s;
 #  - checkpoints hold whole tensors: a run saved at (R, P, T) = (1, 2, 2) resumes at
 #    (2, 1, 1), (1, 1, 2) and (1, 2, 1) with the bytes of the reference at that layout;
-#  - bad input: T not dividing the heads, a rank count that is not R x P x T: one clear
-#    message and a non-zero exit.
+#  - bad input: T not dividing the heads or the vocabulary, a rank count that is not
+#    R x P x T: one clear message and a non-zero exit; STARPIPE_TENSOR as the flag.
 set -e
 mpiexec=$1; gpt=$2; mlp=$3
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
@@ -68,4 +68,12 @@ if "$mpiexec" -np 3 --oversubscribe "$gpt" --tensor 2 --steps 1 $tiny >"$dir/log
   fail "3 ranks at T = 2 were accepted"
 fi
 grep -q "multiple of 2" "$dir/log" || fail "3 ranks at T = 2: no clear message"
-echo "ok: refusals"
+if "$mpiexec" -np 3 --oversubscribe "$gpt" --tensor 3 --steps 1 $tiny >"$dir/log" 2>&1; then
+  fail "T = 3 with a vocabulary of 256 was accepted"
+fi
+grep -q "does not divide the vocabulary of 256" "$dir/log" || fail "T = 3, vocabulary 256: no clear message"
+# the variable, as a user may set it instead of the flag
+STARPIPE_TENSOR=2 "$mpiexec" -np 2 --oversubscribe -x STARPIPE_TENSOR "$gpt" --steps 1 $tiny \
+  >"$dir/log" 2>&1 || fail "STARPIPE_TENSOR=2: the run failed"
+grep -q "of 2 ranks (tensor parallelism)" "$dir/log" || fail "STARPIPE_TENSOR=2 was not taken"
+echo "ok: refusals, STARPIPE_TENSOR"
