@@ -136,6 +136,17 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
         I->n[1] = n->shape[n->ndim - 1];
         I->acc = acc;
         return 10.0 * n->numel;
+    case SP_OP_RMSNORM: /* k = 0: dx; k = 1: dweight, accumulated as parameter gradients are */
+        I = sp_prog_emit(kp, k == 0 ? SP_I_RMS_DX : SP_I_RMS_DW, t);
+        I->o[0] = dx;
+        I->i[0] = dout;
+        I->i[1] = sp_loc_value(p, kp, s, n->in[0], SP_ACCESS_R);
+        I->i[2] = sp_loc_aux(p, kp, t, SP_ACCESS_R);
+        if (k == 0) I->i[3] = sp_loc_value(p, kp, s, n->in[1], SP_ACCESS_R);
+        I->n[0] = rows_of(n);
+        I->n[1] = n->shape[n->ndim - 1];
+        I->acc = acc;
+        return 8.0 * n->numel;
     case SP_OP_EMBED:
         I = sp_prog_emit(kp, SP_I_EMBED_DP, t);
         I->o[0] = dx;

@@ -12,7 +12,7 @@
 static const char *const op_names[SP_OP_COUNT] = {
     "input", "param", "matmul", "bias_add", "add", "scale", "gelu", "relu", "layernorm",
     "embed", "attention", "cross_entropy", "sum", "mean", "reshape", "pipeline_yield",
-    "tp_copy", "tp_sum", "embed_vocab", "add_positions", "cross_entropy_vocab",
+    "tp_copy", "tp_sum", "embed_vocab", "add_positions", "cross_entropy_vocab", "rmsnorm",
 };
 
 const char *sp_opcode_name(sp_opcode op)
@@ -484,6 +484,27 @@ sp_tensor sp_layernorm(sp_graph *g, sp_tensor x, sp_tensor gamma, sp_tensor beta
     n->nin = 3;
     memcpy(n->in, in, sizeof in);
     n->aux = 2 * (n->numel / C); /* mean and rstd per row */
+    return g->n - 1;
+}
+
+sp_tensor sp_rmsnorm(sp_graph *g, sp_tensor x, sp_tensor weight)
+{
+    sp_tensor in[2] = { x, weight };
+    int r = take_inputs(g, "sp_rmsnorm", 2, in);
+    if (r < 0) return r;
+    if ((r = need_f32(g, "sp_rmsnorm", in[0], "x")) < 0) return r;
+    if ((r = need_param(g, "sp_rmsnorm", in[1], "weight")) < 0) return r;
+    const sp_node *X = N(g, in[0]), *W = N(g, in[1]);
+    int64_t C = X->shape[X->ndim - 1];
+    char sx[64], sw[64];
+    if (W->ndim != 1 || W->shape[0] != C)
+        return fail(SP_ERR_SHAPE, "sp_rmsnorm: weight%s must be 1-D with the last dim of x%s",
+                    shape_str(W, sw, 64), shape_str(X, sx, 64));
+    sp_node *n = push(g, SP_OP_RMSNORM, SP_F32, X->ndim, X->shape);
+    if (!n) return fail(SP_ERR_NOMEM, "sp_rmsnorm: out of memory");
+    n->nin = 2;
+    memcpy(n->in, in, sizeof in);
+    n->aux = n->numel / C; /* rstd per row */
     return g->n - 1;
 }
 

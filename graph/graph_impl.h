@@ -28,6 +28,7 @@ typedef enum {
     SP_OP_EMBED_VOCAB, /* vocab-parallel embedding: the rows of wte this rank holds */
     SP_OP_ADD_POS,     /* x (B,T,C) + wpe[t]: the positions, added once after the sum */
     SP_OP_CE_VOCAB,    /* vocab-parallel cross-entropy over the group's logits slices */
+    SP_OP_RMSNORM,
     SP_OP_COUNT
 } sp_opcode;
 

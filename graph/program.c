@@ -113,7 +113,8 @@ static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t, sp_loc 
         I->n[0] = n->numel;
         return 8.0 * n->numel;
     case SP_OP_LAYERNORM:
-        I = sp_prog_emit(kp, SP_I_LAYERNORM, t);
+    case SP_OP_RMSNORM: /* RMSNorm: no beta (x2 unset, unread) */
+        I = sp_prog_emit(kp, n->op == SP_OP_LAYERNORM ? SP_I_LAYERNORM : SP_I_RMSNORM, t);
         I->o[0] = out;
         I->o[1] = sp_loc_aux(p, kp, t, SP_ACCESS_W);
         I->i[0] = x0;
@@ -121,7 +122,7 @@ static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t, sp_loc 
         I->i[2] = x2;
         I->n[0] = rows_of(n);
         I->n[1] = n->shape[n->ndim - 1];
-        return 8.0 * n->numel;
+        return (n->op == SP_OP_LAYERNORM ? 8.0 : 6.0) * n->numel;
     case SP_OP_EMBED:
         I = sp_prog_emit(kp, SP_I_EMBED, t);
         I->o[0] = out;

@@ -37,6 +37,9 @@ typedef enum {
     SP_I_VCE_LOSS,     /* *o0 = the mean loss; o1 (the exps) normalized; i0 as EXP's o1 */
     SP_I_EMBED_VOCAB_DP, /* o0 += dout i0 by token i1, the rows n3 from row n2 */
     SP_I_ADD_POS_DP,   /* o0 (n1) += each of the n0 batch rows of i0, in order */
+    /* RMSNorm (n0 rows of n1): o0 = out, o1 = rstd (aux); backward i0 dout, i1 x,
+     * i2 rstd, i3 weight (dx only) */
+    SP_I_RMSNORM, SP_I_RMS_DX, SP_I_RMS_DW,
     SP_I_COUNT
 } sp_icode;
 

@@ -11,7 +11,7 @@ static const char *const icode_names[SP_I_COUNT] = {
     "scale", "to_bf16", "matmul_da", "matmul_db", "bias_db", "gelu_dx", "relu_dx", "ln_dx",
     "ln_dparams", "embed_dparams", "attn_dqkv", "ce_dlogits", "sum_dx", "seed", "zero",
     "allreduce", "allreduce_max", "embed_vocab", "add_positions", "vce_max", "vce_exp",
-    "vce_loss", "embed_vocab_dwte", "add_positions_dwpe",
+    "vce_loss", "embed_vocab_dwte", "add_positions_dwpe", "rmsnorm", "rms_dx", "rms_dweight",
 };
 
 #define F32(l) ((float *)bufs[(l).buf] + (l).off)
@@ -50,6 +50,8 @@ static int run_instr(const sp_kinstr *I, void *const *bufs, const sp_run_args *a
     case SP_I_LAYERNORM: /* aux: mean (N) then rstd (N) */
         return be->layernorm(c, F32(I->o[0]), F32(I->o[1]), F32(I->o[1]) + n[0], F32(I->i[0]),
                              F32(I->i[1]), F32(I->i[2]), M, Nc);
+    case SP_I_RMSNORM: /* aux: rstd (N) */
+        return be->rmsnorm(c, F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), F32(I->i[1]), M, Nc);
     case SP_I_EMBED:
         return be->embed(c, F32(I->o[0]), I32(I->i[0]), F32(I->i[1]), F32(I->i[2]), M, Nc, K,
                          n[3]);
@@ -81,6 +83,12 @@ static int run_instr(const sp_kinstr *I, void *const *bufs, const sp_run_args *a
     case SP_I_LN_DP:
         return be->layernorm_dparams(c, F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), F32(I->i[1]),
                                      F32(I->i[2]), F32(I->i[2]) + n[0], M, Nc, acc);
+    case SP_I_RMS_DX:
+        return be->rmsnorm_dx(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), F32(I->i[2]),
+                              F32(I->i[3]), M, Nc, acc);
+    case SP_I_RMS_DW:
+        return be->rmsnorm_dweight(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), F32(I->i[2]), M,
+                                   Nc, acc);
     case SP_I_EMBED_DP:
         return be->embed_dparams(c, F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), I32(I->i[1]), M,
                                  Nc, K);

@@ -60,6 +60,13 @@ static int layernorm(void *c, float *out, float *mean, float *rstd, const float 
     return 0;
 }
 
+static int rmsnorm(void *c, float *out, float *rstd, const float *x, const float *weight, int N,
+                   int C)
+{
+    sp_rmsnorm_forward(out, rstd, x, weight, N, C);
+    return 0;
+}
+
 static int embed(void *c, float *out, const int32_t *tokens, const float *wte, const float *wpe,
                  int B, int T, int C, int64_t V)
 {
@@ -180,6 +187,20 @@ static int layernorm_dparams(void *c, float *dgamma, float *dbeta, const float *
                              int acc)
 {
     sp_layernorm_backward_params(dgamma, dbeta, dout, x, mean, rstd, N, C, acc);
+    return 0;
+}
+
+static int rmsnorm_dx(void *c, float *dx, const float *dout, const float *x, const float *rstd,
+                      const float *weight, int N, int C, int acc)
+{
+    sp_rmsnorm_backward_x(dx, dout, x, rstd, weight, N, C, acc);
+    return 0;
+}
+
+static int rmsnorm_dweight(void *c, float *dweight, const float *dout, const float *x,
+                           const float *rstd, int N, int C, int acc)
+{
+    sp_rmsnorm_backward_weight(dweight, dout, x, rstd, N, C, acc);
     return 0;
 }
 

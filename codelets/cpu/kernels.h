@@ -70,6 +70,14 @@ void sp_layernorm_backward_x(float *dx, const float *dout, const float *x,
 void sp_layernorm_backward_params(float *dgamma, float *dbeta, const float *dout,
                                   const float *x, const float *mean, const float *rstd,
                                   int N, int C, int acc);
+/* RMSNorm over the last dim, eps = 1e-5 (Llama's): out (N,C) = x rstd weight, rstd =
+ * 1/sqrt(mean(x^2) + eps), saved (N). dweight accumulates (acc 0: assigned). */
+void sp_rmsnorm_forward(float *out, float *rstd, const float *x, const float *weight, int N,
+                        int C);
+void sp_rmsnorm_backward_x(float *dx, const float *dout, const float *x, const float *rstd,
+                           const float *weight, int N, int C, int acc);
+void sp_rmsnorm_backward_weight(float *dweight, const float *dout, const float *x,
+                                const float *rstd, int N, int C, int acc);
 
 /* out (B,T,C) = wte[tokens[b,t]] + wpe[t]. tokens (B,T) in [0,V). wpe has >= T rows.
  * V is not an argument, so the kernel cannot range-check tokens: the caller must. */

@@ -1,5 +1,6 @@
 /* LayerNorm over the last dim (eps 1e-5): forward saving mean and rstd, backward for x,
- * backward for gamma and beta. Row reductions use 8 fixed partial sums (see sum8). */
+ * backward for gamma and beta; and RMSNorm (eps 1e-5, Llama's): the same without the
+ * centering and the bias. Row reductions use 8 fixed partial sums (see sum8). */
 #include "codelets/cpu/kernels.h"
 
 #include <math.h>
@@ -124,5 +125,63 @@ void sp_layernorm_backward_params(float *restrict dgamma, float *restrict dbeta,
             dgamma[c] += (xr[c] - m) * s * d[c];
             dbeta[c] += d[c];
         }
+    }
+}
+
+/* RMSNorm: out = x rstd weight, rstd = 1/sqrt(mean(x^2) + eps); saves rstd (N). */
+#define RMS_EPS 1e-5f
+void sp_rmsnorm_forward(float *restrict out, float *restrict rstd, const float *restrict x,
+                        const float *restrict weight, int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        const float *xr = x + (int64_t)n * C;
+        float *o = out + (int64_t)n * C;
+        float s = 1.0f / sqrtf(dot8(xr, xr, C) / (float)C + RMS_EPS);
+        for (int c = 0; c < C; c++)
+            o[c] = xr[c] * s * weight[c];
+        rstd[n] = s;
+    }
+}
+
+/* dx = rstd (g - xhat mean(g xhat)), g = weight * dout, xhat = x rstd: layernorm's with no
+ * mean to subtract. */
+void sp_rmsnorm_backward_x(float *restrict dx, const float *restrict dout,
+                           const float *restrict x, const float *restrict rstd,
+                           const float *restrict weight, int N, int C, int acc)
+{
+    float g[LN_CHUNK], xh[LN_CHUNK];
+    for (int n = 0; n < N; n++) {
+        const float *d = dout + (int64_t)n * C;
+        const float *xr = x + (int64_t)n * C;
+        float *o = dx + (int64_t)n * C;
+        float s = rstd[n], sgx = 0.0f;
+        for (int c0 = 0; c0 < C; c0 += LN_CHUNK) {
+            int len = C - c0 < LN_CHUNK ? C - c0 : LN_CHUNK;
+            for (int c = 0; c < len; c++) {
+                g[c] = weight[c0 + c] * d[c0 + c];
+                xh[c] = xr[c0 + c] * s;
+            }
+            sgx += dot8(g, xh, len);
+        }
+        float mgx = sgx / (float)C;
+        for (int c = 0; c < C; c++) {
+            float v = s * (weight[c] * d[c] - xr[c] * s * mgx);
+            o[c] = acc ? o[c] + v : v;
+        }
+    }
+}
+
+/* dweight (C) += sum over rows of x rstd dout, rows in order (= with acc 0). */
+void sp_rmsnorm_backward_weight(float *restrict dweight, const float *restrict dout,
+                                const float *restrict x, const float *restrict rstd, int N,
+                                int C, int acc)
+{
+    if (!acc && C > 0) memset(dweight, 0, sizeof(float) * (size_t)C);
+    for (int n = 0; n < N; n++) {
+        const float *d = dout + (int64_t)n * C;
+        const float *xr = x + (int64_t)n * C;
+        float s = rstd[n];
+        for (int c = 0; c < C; c++)
+            dweight[c] += xr[c] * s * d[c];
     }
 }

@@ -59,6 +59,12 @@ static int layernorm(void *c, float *out, float *mean, float *rstd, const float 
     return sp_cuda_layernorm_forward(out, mean, rstd, x, gamma, beta, N, C, STREAM(c));
 }
 
+static int rmsnorm(void *c, float *out, float *rstd, const float *x, const float *weight, int N,
+                   int C)
+{
+    return sp_cuda_rmsnorm_forward(out, rstd, x, weight, N, C, STREAM(c));
+}
+
 static int embed(void *c, float *out, const int32_t *tokens, const float *wte, const float *wpe,
                  int B, int T, int C, int64_t V)
 {
@@ -168,6 +174,18 @@ static int layernorm_dparams(void *c, float *dgamma, float *dbeta, const float *
 {
     return sp_cuda_layernorm_backward_params(dgamma, dbeta, dout, x, mean, rstd, N, C, acc,
                                              STREAM(c));
+}
+
+static int rmsnorm_dx(void *c, float *dx, const float *dout, const float *x, const float *rstd,
+                      const float *weight, int N, int C, int acc)
+{
+    return sp_cuda_rmsnorm_backward_x(dx, dout, x, rstd, weight, N, C, acc, STREAM(c));
+}
+
+static int rmsnorm_dweight(void *c, float *dweight, const float *dout, const float *x,
+                           const float *rstd, int N, int C, int acc)
+{
+    return sp_cuda_rmsnorm_backward_weight(dweight, dout, x, rstd, N, C, acc, STREAM(c));
 }
 
 static int embed_dparams(void *c, float *dwte, float *dwpe, const float *dout,

@@ -107,6 +107,13 @@ int sp_cuda_layernorm_backward_x(float *dx, const float *dout, const float *x,
 int sp_cuda_layernorm_backward_params(float *dgamma, float *dbeta, const float *dout,
                                       const float *x, const float *mean, const float *rstd,
                                       int N, int C, int acc, void *stream);
+/* RMSNorm (eps 1e-5), the same layout: one warp per row; dweight by the column reduction. */
+int sp_cuda_rmsnorm_forward(float *out, float *rstd, const float *x, const float *weight, int N,
+                            int C, void *stream);
+int sp_cuda_rmsnorm_backward_x(float *dx, const float *dout, const float *x, const float *rstd,
+                               const float *weight, int N, int C, int acc, void *stream);
+int sp_cuda_rmsnorm_backward_weight(float *dweight, const float *dout, const float *x,
+                                    const float *rstd, int N, int C, int acc, void *stream);
 
 /* ---- embed.cu. Tokens must be in [0,V): the kernels cannot check (V is not an argument)
  * and an out-of-range token reads or writes out of bounds, which on a GPU usually poisons

@@ -56,6 +56,9 @@ typedef struct sp_backend {
     int (*relu)(void *ctx, float *out, const float *x, int64_t n);
     int (*layernorm)(void *ctx, float *out, float *mean, float *rstd, const float *x,
                      const float *gamma, const float *beta, int N, int C);
+    /* RMSNorm (eps 1e-5, Llama's): out = x rstd weight, saving rstd (N) */
+    int (*rmsnorm)(void *ctx, float *out, float *rstd, const float *x, const float *weight,
+                   int N, int C);
     /* V: the vocabulary, for the token check (SP_BACKEND_BAD_INDEX) */
     int (*embed)(void *ctx, float *out, const int32_t *tokens, const float *wte,
                  const float *wpe, int B, int T, int C, int64_t V);
@@ -106,6 +109,10 @@ typedef struct sp_backend {
     int (*layernorm_dparams)(void *ctx, float *dgamma, float *dbeta, const float *dout,
                              const float *x, const float *mean, const float *rstd, int N, int C,
                              int acc);
+    int (*rmsnorm_dx)(void *ctx, float *dx, const float *dout, const float *x,
+                      const float *rstd, const float *weight, int N, int C, int acc);
+    int (*rmsnorm_dweight)(void *ctx, float *dweight, const float *dout, const float *x,
+                           const float *rstd, int N, int C, int acc);
     /* dwte (rows,C) += dout (N,C) by token, for the rows [lo, lo + rows) it holds, in
      * token order (embed_dparams's) */
     int (*embed_vocab_dwte)(void *ctx, float *dwte, const float *dout, const int32_t *tokens,
@@ -157,7 +164,8 @@ typedef struct sp_backend {
     .to_bf16 = to_bf16, .adamw = adamw, .sum_squares = sum_squares, .copy = copy,          \
     .reduce_replicas = reduce_replicas, .embed_vocab = embed_vocab,                        \
     .embed_vocab_dwte = embed_vocab_dwte, .vocab_ce_max = vocab_ce_max,                    \
-    .vocab_ce_exp = vocab_ce_exp, .vocab_ce_loss = vocab_ce_loss, .maximum = maximum
+    .vocab_ce_exp = vocab_ce_exp, .vocab_ce_loss = vocab_ce_loss, .maximum = maximum,      \
+    .rmsnorm = rmsnorm, .rmsnorm_dx = rmsnorm_dx, .rmsnorm_dweight = rmsnorm_dweight
 
 /* The CPU kernels (codelets/cpu) on host memory; ctx is unused (pass NULL). What
  * sp_program_run and sp_optim_update run on. */

@@ -57,6 +57,9 @@ sp_tensor sp_scale(sp_graph *g, sp_tensor x, float s);
 sp_tensor sp_gelu(sp_graph *g, sp_tensor x);
 sp_tensor sp_relu(sp_graph *g, sp_tensor x);
 sp_tensor sp_layernorm(sp_graph *g, sp_tensor x, sp_tensor gamma, sp_tensor beta);
+/* Llama's RMSNorm: x (...,C) -> x / sqrt(mean(x^2) + eps) * weight, eps = 1e-5 (Llama's);
+ * weight (C) a parameter (init it SP_INIT_ONES). */
+sp_tensor sp_rmsnorm(sp_graph *g, sp_tensor x, sp_tensor weight);
 /* tokens (B,T) i32, wte (V,C), wpe (Tmax,C) with Tmax >= T -> (B,T,C). */
 sp_tensor sp_embed(sp_graph *g, sp_tensor tokens, sp_tensor wte, sp_tensor wpe);
 /* qkv (B,T,3C) -> (B,T,C), causal, heads must divide C. */

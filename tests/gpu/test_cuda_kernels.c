@@ -556,6 +556,48 @@ static void test_layernorm(void)
     }
 }
 
+/* ------------------------------------------------------------------ rmsnorm */
+static void test_rmsnorm(void)
+{
+    static const int sz[][2] = {{7, 13}, {37, 33}, {13, 770}, {5, 1}, {64, 12}};
+    char L[128];
+    for (size_t s = 0; s < sizeof sz / sizeof *sz; s++) {
+        const int N = sz[s][0], C = sz[s][1];
+        const int64_t n = (int64_t)N * C;
+        float *x = hrand(n, -2, 3), *w = hrand(C, -1.5, 1.5), *dout = hrand(n, -1, 1);
+        float *dx_ = dcopy(x, n), *dw = dcopy(w, C), *dd = dcopy(dout, n);
+        obuf o, r;
+        snprintf(L, sizeof L, "rmsnorm_forward N=%d C=%d", N, C);
+        ob_make(&o, n, 0), ob_make(&r, N, 0);
+        sp_rmsnorm_forward(o.cpu, r.cpu, x, w, N, C);
+        TWICE(L, sp_cuda_rmsnorm_forward(o.d, r.d, dx_, dw, N, C, stream), &o, &r);
+        ob_check(&o, L, TOL);
+        snprintf(L, sizeof L, "rmsnorm_forward(rstd) N=%d C=%d", N, C);
+        ob_check(&r, L, TOL);
+        float *drstd = dcopy(r.cpu, N); /* the CPU's saved rstd on both sides */
+        for (int acc = 0; acc < 2; acc++) {
+            obuf dx, dwt;
+            snprintf(L, sizeof L, "rmsnorm_backward_x N=%d C=%d acc=%d", N, C, acc);
+            ob_make(&dx, n, acc);
+            sp_rmsnorm_backward_x(dx.cpu, dout, x, r.cpu, w, N, C, acc);
+            TWICE(L, sp_cuda_rmsnorm_backward_x(dx.d, dd, dx_, drstd, dw, N, C, acc, stream),
+                  &dx);
+            ob_check(&dx, L, TOL);
+            ob_free(&dx);
+            snprintf(L, sizeof L, "rmsnorm_backward_weight N=%d C=%d acc=%d", N, C, acc);
+            ob_make(&dwt, C, acc);
+            sp_rmsnorm_backward_weight(dwt.cpu, dout, x, r.cpu, N, C, acc);
+            TWICE(L, sp_cuda_rmsnorm_backward_weight(dwt.d, dd, dx_, drstd, N, C, acc, stream),
+                  &dwt);
+            ob_check(&dwt, L, TOL);
+            ob_free(&dwt);
+        }
+        ob_free(&o), ob_free(&r);
+        free(x), free(w), free(dout);
+        dfree(dx_), dfree(dw), dfree(dd), dfree(drstd);
+    }
+}
+
 /* ------------------------------------------------------------------ embed */
 static void test_embed(void)
 {
@@ -1186,6 +1228,7 @@ int main(int argc, char **argv)
     test_bias();
     test_pointwise();
     test_layernorm();
+    test_rmsnorm();
     test_embed();
     test_embed_vocab();
     test_attention();
