@@ -30,6 +30,7 @@ struct sp_tp_local {
     int arrived;
     unsigned long generation;
     int aborted;
+    int first; /* sp_tp_local_run: the member whose failure aborted the run, or -1 */
     const void **src; /* [T]: what each member brings to the current sum */
     member *m;
 };
@@ -188,6 +189,9 @@ static void *run_one(void *arg)
     r->st = r->fn(r->q, r->arg);
     if (r->st) {
         snprintf(r->err, sizeof r->err, "%s", sp_last_error());
+        pthread_mutex_lock(&r->l->lock); /* the others fail only after this one has */
+        if (!r->l->aborted && r->l->first < 0) r->l->first = r->q;
+        pthread_mutex_unlock(&r->l->lock);
         sp_tp_local_abort(r->l);
     }
     return NULL;
@@ -204,6 +208,7 @@ sp_status sp_tp_local_run(sp_tp_local *l, sp_status (*fn)(int q, void *arg), voi
     }
     l->aborted = 0; /* every member of the last run has returned */
     l->arrived = 0;
+    l->first = -1;
     int started = 1;
     for (int q = 0; q < l->T; q++) slot[q] = (run_slot){ .l = l, .q = q, .fn = fn, .arg = arg };
     for (int q = 1; q < l->T; q++) /* member 0 runs on the caller's thread */
@@ -216,11 +221,9 @@ sp_status sp_tp_local_run(sp_tp_local *l, sp_status (*fn)(int q, void *arg), voi
         }
     run_one(&slot[0]);
     for (int q = 1; q < started; q++) pthread_join(th[q], NULL);
-    /* the first failure (not a member that only saw another one fail) */
+    /* the failure that aborted the others, else the first member's that failed */
     sp_status st = SP_OK;
-    for (int q = 0; q < l->T && st == SP_OK; q++)
-        if (slot[q].st && !strstr(slot[q].err, "another member of the tensor group failed"))
-            st = sp_set_error(slot[q].st, "%s", slot[q].err);
+    if (l->first >= 0) st = sp_set_error(slot[l->first].st, "%s", slot[l->first].err);
     for (int q = 0; q < l->T && st == SP_OK; q++)
         if (slot[q].st) st = sp_set_error(slot[q].st, "%s", slot[q].err);
     free(slot), free(th);

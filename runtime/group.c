@@ -178,47 +178,51 @@ static sp_exec_tensor_group *host_owner(struct sp_tp_group *vt)
     return (sp_exec_tensor_group *)((char *)vt - offsetof(sp_exec_tensor_group, host));
 }
 
+/* Every member's n elements of x (elem bytes each, MPI type t) into *all, a fresh
+ * buffer of size rows the caller frees: the main thread's collective between steps. */
+static int host_gather(sp_exec_tensor_group *g, const void *x, int64_t n, MPI_Datatype t,
+                       size_t elem, void **all)
+{
+    *all = NULL;
+    if (n > SP_GROUP_MAX_FLOATS / g->size) return GROUP_TOO_LARGE;
+    if (!(*all = malloc(elem * (size_t)g->size * (size_t)(n > 0 ? n : 1)))) return GROUP_NOMEM;
+    if (MPI_Allgather(x, (int)n, t, *all, (int)n, t, g->host_comm) == MPI_SUCCESS) return 0;
+    free(*all);
+    *all = NULL;
+    return GROUP_MPI;
+}
+
 static int host_allreduce(struct sp_tp_group *vt, float *dst, const float *src, int64_t n, int acc)
 {
-    sp_exec_tensor_group *g = host_owner(vt);
-    if (n > SP_GROUP_MAX_FLOATS / g->size) return GROUP_TOO_LARGE;
-    float *all = malloc(sizeof(float) * (size_t)g->size * (size_t)(n > 0 ? n : 1));
-    if (!all) return GROUP_NOMEM;
-    int bad = MPI_Allgather(src, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, g->host_comm) !=
-              MPI_SUCCESS;
-    if (!bad) ordered_sum(dst, all, g->size, n, acc);
+    void *all;
+    int rc = host_gather(host_owner(vt), src, n, MPI_FLOAT, sizeof(float), &all);
+    if (!rc) ordered_sum(dst, all, host_owner(vt)->size, n, acc);
     free(all);
-    return bad ? GROUP_MPI : 0;
+    return rc;
 }
 
 static int host_allreduce_max(struct sp_tp_group *vt, float *x, int64_t n)
 {
-    sp_exec_tensor_group *g = host_owner(vt);
-    if (n > SP_GROUP_MAX_FLOATS / g->size) return GROUP_TOO_LARGE;
-    float *all = malloc(sizeof(float) * (size_t)g->size * (size_t)(n > 0 ? n : 1));
-    if (!all) return GROUP_NOMEM;
-    int bad = MPI_Allgather(x, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, g->host_comm) !=
-              MPI_SUCCESS;
-    if (!bad) ordered_max(x, all, g->size, n);
+    void *all;
+    int rc = host_gather(host_owner(vt), x, n, MPI_FLOAT, sizeof(float), &all);
+    if (!rc) ordered_max(x, all, host_owner(vt)->size, n);
     free(all);
-    return bad ? GROUP_MPI : 0;
+    return rc;
 }
 
 static int host_sum_f64(struct sp_tp_group *vt, double *x, int64_t n)
 {
-    sp_exec_tensor_group *g = host_owner(vt);
-    if (n > SP_GROUP_MAX_FLOATS / g->size) return GROUP_TOO_LARGE;
-    double *all = malloc(sizeof(double) * (size_t)g->size * (size_t)(n > 0 ? n : 1));
-    if (!all) return GROUP_NOMEM;
-    int bad = MPI_Allgather(x, (int)n, MPI_DOUBLE, all, (int)n, MPI_DOUBLE, g->host_comm) !=
-              MPI_SUCCESS;
-    for (int64_t j = 0; j < n && !bad; j++) {
-        double s = all[j];
-        for (int r = 1; r < g->size; r++) s += all[(int64_t)r * n + j];
+    void *all;
+    const int size = host_owner(vt)->size;
+    int rc = host_gather(host_owner(vt), x, n, MPI_DOUBLE, sizeof(double), &all);
+    for (int64_t j = 0; j < n && !rc; j++) {
+        const double *a = all;
+        double s = a[j];
+        for (int r = 1; r < size; r++) s += a[(int64_t)r * n + j];
         x[j] = s;
     }
     free(all);
-    return bad ? GROUP_MPI : 0;
+    return rc;
 }
 
 sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, int device,
