@@ -10,7 +10,9 @@
 #  - checkpoints hold whole tensors: a run saved at (R, P, T) = (1, 2, 2) resumes at
 #    (2, 1, 1), (1, 1, 2) and (1, 2, 1) with the bytes of the reference at that layout;
 #  - bad input: T not dividing the heads or the vocabulary, a rank count that is not
-#    R x P x T: one clear message and a non-zero exit; STARPIPE_TENSOR as the flag.
+#    R x P x T: one clear message and a non-zero exit; STARPIPE_TENSOR as the flag;
+#  - the memory line of STARPIPE_VERBOSE=1: each rank's persistent buffers halve at T = 2;
+#  - one run with the ranks unbound (--bind-to none).
 set -e
 mpiexec=$1; gpt=$2; mlp=$3
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
@@ -22,7 +24,8 @@ same() {
   "$app" --reference --replicas "$R" --actors "$P" --tensor "$T" --schedule "$sched" --steps 2 \
     --dump-grads "$dir/ref.grads" --save "$dir/ref.ckpt" "$@" >"$dir/log" 2>&1 ||
     fail "R=$R P=$P T=$T $sched: the reference failed"
-  "$mpiexec" -np $((R * P * T)) --oversubscribe "$app" --replicas "$R" --tensor "$T" \
+  # shellcheck disable=SC2086
+  "$mpiexec" -np $((R * P * T)) --oversubscribe ${MPIFLAGS:-} "$app" --replicas "$R" --tensor "$T" \
     --schedule "$sched" --steps 2 --dump-grads "$dir/run.grads" --save "$dir/run.ckpt" "$@" \
     >"$dir/log" 2>&1 || fail "R=$R P=$P T=$T $sched: the run failed"
   grep -q "of $T ranks (tensor parallelism)" "$dir/log" || [ "$T" = 1 ] ||
@@ -43,6 +46,7 @@ same 2 1 2 1f1b "$gpt" $tiny --shard-optimizer
 same 1 2 2 zb-h1 "$gpt" $tiny --recompute
 same 1 1 2 1f1b "$gpt" $tiny --precision bf16
 same 1 2 2 1f1b "$gpt" $tiny --eval-every 1
+MPIFLAGS="--bind-to none" same 1 2 2 1f1b "$gpt" $tiny # ranks unbound
 echo "ok: every schedule at T = 2 (P = 1, 2), R = 2 x P = 2 x T = 2, the MLP at T = 3 and 2; ZeRO-1, recomputation, bf16, evaluation"
 
 # whole tensors: saved at (1, 2, 2), resumed elsewhere with the reference's bytes there
@@ -77,3 +81,17 @@ STARPIPE_TENSOR=2 "$mpiexec" -np 2 --oversubscribe -x STARPIPE_TENSOR "$gpt" --s
   >"$dir/log" 2>&1 || fail "STARPIPE_TENSOR=2: the run failed"
 grep -q "of 2 ranks (tensor parallelism)" "$dir/log" || fail "STARPIPE_TENSOR=2 was not taken"
 echo "ok: refusals, STARPIPE_TENSOR"
+
+# memory per rank, as STARPIPE_VERBOSE prints it: persistent buffers at T = 2 at most 0.55 of
+# T = 1's (the split parameters, their gradients and moments halve; LayerNorms, biases
+# after the sums and wpe stay whole)
+mem() {
+  STARPIPE_VERBOSE=1 "$mpiexec" -np "$1" --oversubscribe -x STARPIPE_VERBOSE "$gpt" --tensor "$1" \
+    --steps 1 $tiny >"$dir/log" 2>&1 || fail "STARPIPE_VERBOSE=1 at T = $1 failed"
+  sed -n 's/.*rank 0: per-microbatch.*persistent buffers \([0-9.]*\) MiB.*/\1/p' "$dir/log"
+}
+m1=$(mem 1); m2=$(mem 2)
+[ -n "$m1" ] && [ -n "$m2" ] || fail "no persistent-buffers line (T = 1: '$m1', T = 2: '$m2')"
+awk -v a="$m1" -v b="$m2" 'BEGIN { exit !(b > 0 && b <= 0.55 * a) }' ||
+  fail "persistent buffers per rank $m1 MiB at T = 1, $m2 MiB at T = 2: not halved"
+echo "ok: persistent buffers per rank $m1 MiB at T = 1, $m2 MiB at T = 2"
