@@ -790,8 +790,19 @@ static sp_status build_header(const char *path, const sp_st_tensor *t, int n, co
     if (dup) return sp_set_error(SP_ERR_ARG, "%s: duplicate %s '%.*s'", path, what, NM(dup));
     if (!b) return sp_set_error(SP_ERR_NOMEM, "%s: out of memory building the header", path);
     b[n_json] = '\0'; /* (JSON text holds no NUL byte) */
-    /* the first such bytes are the entry's: in a JSON string a '"' is always escaped */
-    char *hex_at = (flags & SP_ST_CHECKSUM) ? strstr(b, hkey) + sizeof hkey - 1 : NULL;
+    /* The entry's: the first such bytes whose opening '"' is not escaped (preceded by an
+     * even number of backslashes). Inside a key or value a '"' is always escaped, but the
+     * bytes after it may spell the entry's key: a metadata key ending in
+     * \"starpipe.header_crc32 matched first, and its value was overwritten (found by
+     * fuzz.short_safetensors; the input is in fuzz/corpus/safetensors, replayed by
+     * fuzz.replay_safetensors). */
+    char *hex_at = NULL;
+    for (char *q = (flags & SP_ST_CHECKSUM) ? strstr(b, hkey) : NULL; q && !hex_at;
+         q = strstr(q + 1, hkey)) {
+        size_t bs = 0;
+        while (q - bs > b && *(q - bs - 1) == '\\') bs++;
+        if (bs % 2 == 0) hex_at = q + sizeof hkey - 1;
+    }
     while ((8 + n_json) % 8) b[n_json++] = ' ';
     *out = b, *len = n_json;
     if (n_json > SP_ST_MAX_HEADER)
