@@ -1,4 +1,4 @@
-/* GELU (tanh form) and its derivative, one definition for the CPU kernels
+/* GELU (tanh form), SiLU and their derivatives, one definition for the CPU kernels
  * (cpu/elementwise.c) and the CUDA ones (cuda/elementwise.cu), so both run the same
  * operations in the same order. nvcc contracts the polynomial into FMAs (plain C on
  * x86-64 without -march does not), so GPU results differ from the CPU's by a few ulp:
@@ -84,6 +84,29 @@ SP_GELU_FN float sp_gelu_grad(float x)
     float t = sp_tanh_fast(SP_GELU_K * (x + SP_GELU_A * x * x * x));
     return 0.5f * (1.0f + t) +
            0.5f * x * (1.0f - t * t) * SP_GELU_K * (1.0f + 3.0f * SP_GELU_A * x * x);
+}
+
+/* The logistic sigmoid, 1 / (1 + e) for x >= 0 and e / (1 + e) below, e = exp(-|x|)
+ * (|x| clamped to 87, so e stays normal): no cancellation for large negative x. The
+ * select works on the bits, so the CPU loops vectorize. A NaN gives a number here, and
+ * SiLU's outer factor x propagates it. */
+SP_GELU_FN float sp_sigmoid(float x)
+{
+    int32_t ai = sp_gelu_f2i(fabsf(x));
+    ai = ai < 0x42AE0000 ? ai : 0x42AE0000; /* 87.0f */
+    const float e = sp_exp_nonpos(-sp_gelu_i2f(ai));
+    const int32_t neg = sp_gelu_f2i(x) >> 31; /* all ones where the sign bit is set */
+    const float num = sp_gelu_i2f((sp_gelu_f2i(e) & neg) | (0x3F800000 & ~neg));
+    return num / (1.0f + e);
+}
+
+/* SiLU (swish), x sigmoid(x), and its derivative s (1 + x (1 - s)): SwiGLU's gate. */
+SP_GELU_FN float sp_silu(float x) { return x * sp_sigmoid(x); }
+
+SP_GELU_FN float sp_silu_grad(float x)
+{
+    const float s = sp_sigmoid(x);
+    return s * (1.0f + x * (1.0f - s));
 }
 
 #endif

@@ -170,9 +170,27 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
         I->n[1] = n->shape[1];
         I->n[2] = n->shape[2];
         I->n[3] = n->heads;
+        I->n[4] = n->group;
         I->acc = acc;
         return 4.0 * n->shape[0] * n->shape[1] * n->shape[1] * n->shape[2];
     }
+    case SP_OP_ROPE: /* linear: the transpose, the opposite turn */
+        I = sp_prog_emit(kp, SP_I_ROPE, t);
+        I->o[0] = dx;
+        I->i[0] = dout;
+        sp_rope_sizes(I, n);
+        I->flag[1] = 1;
+        I->acc = acc;
+        return 6.0 * n->numel;
+    case SP_OP_SWIGLU:
+        I = sp_prog_emit(kp, SP_I_SWIGLU_DX, t);
+        I->o[0] = dx;
+        I->i[0] = sp_loc_value(p, kp, s, n->in[0], SP_ACCESS_R);
+        I->i[1] = dout;
+        I->n[0] = rows_of(n);
+        I->n[1] = n->shape[n->ndim - 1];
+        I->acc = acc;
+        return 16.0 * n->numel;
     case SP_OP_CROSS_ENTROPY:
         I = sp_prog_emit(kp, SP_I_CE_DX, t);
         I->o[0] = dx;

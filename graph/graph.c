@@ -3,6 +3,8 @@
  * the shapes involved; a negative input id is passed through unchanged. */
 #include "graph/graph_impl.h"
 
+#include "codelets/cpu/kernels.h" /* SP_ROPE_MAX_HEAD */
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@ static const char *const op_names[SP_OP_COUNT] = {
     "input", "param", "matmul", "bias_add", "add", "scale", "gelu", "relu", "layernorm",
     "embed", "attention", "cross_entropy", "sum", "mean", "reshape", "pipeline_yield",
     "tp_copy", "tp_sum", "embed_vocab", "add_positions", "cross_entropy_vocab", "rmsnorm",
+    "rope", "swiglu",
 };
 
 const char *sp_opcode_name(sp_opcode op)
@@ -604,6 +607,89 @@ sp_tensor sp_attention(sp_graph *g, sp_tensor qkv, int heads)
     n->in[0] = in[0];
     n->heads = heads;
     n->aux = lse;
+    return g->n - 1;
+}
+
+/* Grouped-query attention: the layout of sp_attention_gqa_forward (codelets/cpu/kernels.h),
+ * kept as an attention node whose group is G = heads / kv_heads. */
+sp_tensor sp_attention_gqa(sp_graph *g, sp_tensor qkv, int heads, int kv_heads)
+{
+    sp_tensor in[1] = { qkv };
+    int r = take_inputs(g, "sp_attention_gqa", 1, in);
+    if (r < 0) return r;
+    if ((r = need_f32(g, "sp_attention_gqa", in[0], "qkv")) < 0) return r;
+    const sp_node *Q = N(g, in[0]);
+    char sq[64];
+    if (heads < 1 || kv_heads < 1 || heads % kv_heads)
+        return fail(SP_ERR_SHAPE, "sp_attention_gqa: %d KV heads do not divide %d query heads",
+                    kv_heads, heads);
+    const int G = heads / kv_heads;
+    const int64_t w = (int64_t)kv_heads * (G + 2); /* head slots per token */
+    if (Q->ndim != 3 || Q->shape[2] % w)
+        return fail(SP_ERR_SHAPE, "sp_attention_gqa: qkv%s must be (B,T,%lld hs): per KV head "
+                    "its %d query heads, its key and its value", shape_str(Q, sq, 64),
+                    (long long)w, G);
+    const int64_t hs = Q->shape[2] / w;
+    int64_t shape[3] = { Q->shape[0], Q->shape[1], heads * hs };
+    int64_t lse = Q->shape[0] * heads * Q->shape[1]; /* before push moves Q */
+    sp_node *n = push(g, SP_OP_ATTENTION, SP_F32, 3, shape);
+    if (!n) return fail(SP_ERR_NOMEM, "sp_attention_gqa: out of memory");
+    n->nin = 1;
+    n->in[0] = in[0];
+    n->heads = heads;
+    n->group = G;
+    n->aux = lse;
+    return g->n - 1;
+}
+
+sp_tensor sp_rope(sp_graph *g, sp_tensor x, int head_size, int period, int rotated, float theta)
+{
+    sp_tensor in[1] = { x };
+    int r = take_inputs(g, "sp_rope", 1, in);
+    if (r < 0) return r;
+    if ((r = need_f32(g, "sp_rope", in[0], "x")) < 0) return r;
+    const sp_node *X = N(g, in[0]);
+    char sx[64];
+    if (head_size < 2 || head_size % 2 || head_size > SP_ROPE_MAX_HEAD)
+        return fail(SP_ERR_SHAPE, "sp_rope: the head size %d must be even, 2 to %d (the "
+                    "rotation pairs its halves)", head_size, SP_ROPE_MAX_HEAD);
+    if (X->ndim != 3 || X->shape[2] % head_size)
+        return fail(SP_ERR_SHAPE, "sp_rope: x%s must be (B,T,D) with D a multiple of the head "
+                    "size %d", shape_str(X, sx, 64), head_size);
+    if (period < 1 || rotated < 0 || rotated > period)
+        return fail(SP_ERR_ARG, "sp_rope: rotated %d of every %d heads (0 <= rotated <= period, "
+                    "period >= 1)", rotated, period);
+    if (!(theta > 1.0f) || !isfinite(theta))
+        return fail(SP_ERR_ARG, "sp_rope: theta %g must be a finite number above 1", theta);
+    sp_node *n = push(g, SP_OP_ROPE, SP_F32, X->ndim, X->shape);
+    if (!n) return fail(SP_ERR_NOMEM, "sp_rope: out of memory");
+    n->nin = 1;
+    n->in[0] = in[0];
+    n->rope_hs = head_size;
+    n->rope_period = period;
+    n->rope_rotated = rotated;
+    n->rope_theta = theta;
+    return g->n - 1;
+}
+
+sp_tensor sp_swiglu(sp_graph *g, sp_tensor x)
+{
+    sp_tensor in[1] = { x };
+    int r = take_inputs(g, "sp_swiglu", 1, in);
+    if (r < 0) return r;
+    if ((r = need_f32(g, "sp_swiglu", in[0], "x")) < 0) return r;
+    const sp_node *X = N(g, in[0]);
+    char sx[64];
+    if (X->shape[X->ndim - 1] % 2)
+        return fail(SP_ERR_SHAPE, "sp_swiglu: x%s must end in an even dim, [a | b]",
+                    shape_str(X, sx, 64));
+    int64_t shape[SP_MAX_DIMS];
+    memcpy(shape, X->shape, sizeof shape);
+    shape[X->ndim - 1] /= 2;
+    sp_node *n = push(g, SP_OP_SWIGLU, SP_F32, X->ndim, shape);
+    if (!n) return fail(SP_ERR_NOMEM, "sp_swiglu: out of memory");
+    n->nin = 1;
+    n->in[0] = in[0];
     return g->n - 1;
 }
 

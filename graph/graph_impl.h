@@ -29,6 +29,8 @@ typedef enum {
     SP_OP_ADD_POS,     /* x (B,T,C) + wpe[t]: the positions, added once after the sum */
     SP_OP_CE_VOCAB,    /* vocab-parallel cross-entropy over the group's logits slices */
     SP_OP_RMSNORM,
+    SP_OP_ROPE,        /* rotary embeddings of a selection of heads */
+    SP_OP_SWIGLU,      /* silu(a) b of x = [a | b] */
     SP_OP_COUNT
 } sp_opcode;
 
@@ -43,6 +45,9 @@ typedef struct {
     int stage;        /* stage of the op; -1 for params and inputs */
     int ta, tb;       /* matmul transposes */
     int heads;        /* attention */
+    int group;        /* attention: qkv's layout (0 GPT's; G: grouped-query, G per KV head) */
+    int rope_hs, rope_period, rope_rotated; /* rope: head size, the selection of heads */
+    float rope_theta;
     float s;          /* scale */
     sp_init init;     /* params */
     float init_std;

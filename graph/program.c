@@ -57,6 +57,17 @@ static double emit_ce_vocab(sp_program *p, sp_kprog *kp, int t, sp_loc out, sp_l
 }
 
 /* Emits op t of stage s, writing its value to `out`. Returns its FLOPs. */
+void sp_rope_sizes(sp_kinstr *I, const sp_node *n)
+{
+    I->n[0] = n->shape[0];
+    I->n[1] = n->shape[1];
+    I->n[2] = n->shape[2];
+    I->n[3] = n->rope_hs;
+    I->n[4] = n->rope_period;
+    I->flag[0] = n->rope_rotated;
+    I->f = n->rope_theta;
+}
+
 static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t, sp_loc out)
 {
     const sp_graph *g = p->g;
@@ -144,7 +155,21 @@ static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t, sp_loc 
         I->n[1] = n->shape[1];
         I->n[2] = n->shape[2];
         I->n[3] = n->heads;
+        I->n[4] = n->group;
         return 2.0 * n->shape[0] * n->shape[1] * n->shape[1] * n->shape[2];
+    case SP_OP_ROPE:
+        I = sp_prog_emit(kp, SP_I_ROPE, t);
+        I->o[0] = out;
+        I->i[0] = x0;
+        sp_rope_sizes(I, n);
+        return 6.0 * n->numel;
+    case SP_OP_SWIGLU:
+        I = sp_prog_emit(kp, SP_I_SWIGLU, t);
+        I->o[0] = out;
+        I->i[0] = x0;
+        I->n[0] = rows_of(n);
+        I->n[1] = n->shape[n->ndim - 1];
+        return 12.0 * n->numel;
     case SP_OP_CROSS_ENTROPY:
         I = sp_prog_emit(kp, SP_I_CE, t);
         I->o[0] = out;

@@ -40,6 +40,12 @@ typedef enum {
     /* RMSNorm (n0 rows of n1): o0 = out, o1 = rstd (aux); backward i0 dout, i1 x,
      * i2 rstd, i3 weight (dx only) */
     SP_I_RMSNORM, SP_I_RMS_DX, SP_I_RMS_DW,
+    /* rotary embeddings: o0 = i0 turned (+= with acc); n0..n4 B, T, D, hs, period;
+     * flag0 rotated heads, flag1 inverse (the backward); f theta */
+    SP_I_ROPE,
+    /* SwiGLU (n0 rows of n1 = I outputs): o0 = silu(a) b of i0; backward o0 = dx from
+     * i0 x and i1 dout */
+    SP_I_SWIGLU, SP_I_SWIGLU_DX,
     SP_I_COUNT
 } sp_icode;
 
@@ -150,6 +156,9 @@ sp_loc sp_loc_scratch_at(sp_program *p, sp_kprog *kp, int s, int64_t off, int64_
 /* Offset off of buffer (cls, idx), taken by kp with mode. */
 sp_loc sp_loc_slab(sp_program *p, sp_kprog *kp, sp_buf_class cls, int idx, sp_access_mode mode,
                    int64_t off);
+/* A rope node's sizes and selection into I (SP_I_ROPE's n, flag[0] and f). */
+void sp_rope_sizes(sp_kinstr *I, const sp_node *n);
+
 /* SCRATCH floats of attention node n's forward (backward = 0) or backward under p's
  * precision: the CPU's need, or the CUDA kernels' (none forward, B*NH*T backward),
  * whichever is larger. */

@@ -12,6 +12,7 @@ static const char *const icode_names[SP_I_COUNT] = {
     "ln_dparams", "embed_dparams", "attn_dqkv", "ce_dlogits", "sum_dx", "seed", "zero",
     "allreduce", "allreduce_max", "embed_vocab", "add_positions", "vce_max", "vce_exp",
     "vce_loss", "embed_vocab_dwte", "add_positions_dwpe", "rmsnorm", "rms_dx", "rms_dweight",
+    "rope", "swiglu", "swiglu_dx",
 };
 
 #define F32(l) ((float *)bufs[(l).buf] + (l).off)
@@ -57,7 +58,14 @@ static int run_instr(const sp_kinstr *I, void *const *bufs, const sp_run_args *a
                          n[3]);
     case SP_I_ATTENTION:
         return be->attention(c, F32(I->o[0]), F32(I->o[1]), F32(I->i[1]), F32(I->i[0]), M, Nc,
-                             K, (int)n[3], prec);
+                             K, (int)n[3], (int)n[4], prec);
+    case SP_I_ROPE:
+        return be->rope(c, F32(I->o[0]), F32(I->i[0]), M, Nc, K, (int)n[3], (int)n[4],
+                        I->flag[0], I->f, I->flag[1], acc);
+    case SP_I_SWIGLU:
+        return be->swiglu(c, F32(I->o[0]), F32(I->i[0]), M, Nc);
+    case SP_I_SWIGLU_DX:
+        return be->swiglu_dx(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), M, Nc, acc);
     case SP_I_CE:
         return be->cross_entropy(c, F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), I32(I->i[1]), M,
                                  Nc, F32(I->i[2]));
@@ -94,7 +102,8 @@ static int run_instr(const sp_kinstr *I, void *const *bufs, const sp_run_args *a
                                  Nc, K);
     case SP_I_ATTN_DX:
         return be->attention_dx(c, F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), F32(I->i[1]),
-                                F32(I->i[3]), F32(I->i[2]), M, Nc, K, (int)n[3], acc, prec);
+                                F32(I->i[3]), F32(I->i[2]), M, Nc, K, (int)n[3], (int)n[4], acc,
+                                prec);
     case SP_I_CE_DX:
         return be->cross_entropy_dx(c, F32(I->o[0]), F32(I->i[0]), I32(I->i[1]), F32(I->i[2]), M,
                                     Nc, acc);

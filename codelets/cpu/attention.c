@@ -182,27 +182,51 @@ static void round_rows(float *restrict dst, const float *restrict src, int64_t l
         sp_round_bf16(dst + (int64_t)r * hs, src + r * ld, hs);
 }
 
-/* Per (b, h): k^T and v packed (and rounded, bf16); block by block, S = q_i k^T (keys
- * 0..kend-1), softmax, out_i = P v (bf16: (P~ v) / sum, P~ unnormalized and rounded). */
+/* Where head h's q, k and v start in a row of qkv, and the row's width: the GPT layout
+ * (group 0: [q | k | v], each C = NH hs wide) or the grouped one (group G: per KV head
+ * its G query heads, its key and its value, hs each; query head h uses KV head h / G). */
+typedef struct {
+    int64_t ld, q, k, v;
+} att_head;
+
+static att_head head_at(int h, int C, int NH, int group)
+{
+    const int hs = C / NH;
+    if (!group) return (att_head){ 3 * (int64_t)C, (int64_t)h * hs, C + (int64_t)h * hs,
+                                   2 * (int64_t)C + (int64_t)h * hs };
+    const int64_t kv = h / group, w = (int64_t)(group + 2) * hs;
+    return (att_head){ (NH / group) * w, kv * w + (int64_t)(h % group) * hs,
+                       kv * w + (int64_t)group * hs, kv * w + (int64_t)(group + 1) * hs };
+}
+
+/* Per (b, h): k^T and v packed (and rounded, bf16), once per KV head; block by block, S =
+ * q_i k^T (keys 0..kend-1), softmax, out_i = P v (bf16: (P~ v) / sum, P~ unnormalized and
+ * rounded). */
 static void attention_forward(float *restrict out, float *restrict lse, float *restrict scratch,
-                              const float *restrict qkv, int B, int T, int C, int NH, int bf16)
+                              const float *restrict qkv, int B, int T, int C, int NH, int group,
+                              int bf16)
 {
     if (B <= 0 || T <= 0 || NH <= 0)
         return;
-    const int hs = C / NH, C3 = 3 * C;
+    const int hs = C / NH, G = group ? group : 1;
     const float scale = 1.0f / sqrtf((float)hs);
     const att_scratch z = carve(scratch, T, hs);
     const int64_t LD = up16(T); /* the strips' row stride */
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (int64_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+            const att_head at = head_at(h, C, NH, group);
+            const int64_t C3 = at.ld;
+            const float *row = qkv + (int64_t)b * T * C3;
+            const float *q = row + at.q, *k = row + at.k, *v = row + at.v;
             float *o = out + (int64_t)b * T * C + h * hs;
             float *L = lse + ((int64_t)b * NH + h) * T;
-            sp_gemm_pack(z.kt, k, C3, 1, hs, T); /* k^T (hs, T) */
-            sp_gemm_pack(z.p2, v, C3, 0, T, hs); /* v (T, hs) */
-            if (bf16) { /* rounding commutes with packing */
-                sp_round_bf16(z.kt, z.kt, sp_gemm_packed_floats(hs, T));
-                sp_round_bf16(z.p2, z.p2, sp_gemm_packed_floats(T, hs));
+            if (h % G == 0) {
+                sp_gemm_pack(z.kt, k, C3, 1, hs, T); /* k^T (hs, T) */
+                sp_gemm_pack(z.p2, v, C3, 0, T, hs); /* v (T, hs) */
+                if (bf16) { /* rounding commutes with packing */
+                    sp_round_bf16(z.kt, z.kt, sp_gemm_packed_floats(hs, T));
+                    sp_round_bf16(z.p2, z.p2, sp_gemm_packed_floats(T, hs));
+                }
             }
             for (int t0 = 0; t0 < T; t0 += BQ) {
                 const int bq = T - t0 < BQ ? T - t0 : BQ, kend = t0 + bq;
@@ -226,51 +250,57 @@ static void attention_forward(float *restrict out, float *restrict lse, float *r
 void sp_attention_forward(float *restrict out, float *restrict lse, float *restrict scratch,
                           const float *restrict qkv, int B, int T, int C, int NH)
 {
-    attention_forward(out, lse, scratch, qkv, B, T, C, NH, 0);
+    attention_forward(out, lse, scratch, qkv, B, T, C, NH, 0, 0);
 }
 
 void sp_attention_forward_bf16(float *restrict out, float *restrict lse,
                                float *restrict scratch, const float *restrict qkv, int B, int T,
                                int C, int NH)
 {
-    attention_forward(out, lse, scratch, qkv, B, T, C, NH, 1);
+    attention_forward(out, lse, scratch, qkv, B, T, C, NH, 0, 1);
 }
 
 /* Per (b, h), block by block: P from the saved lse, dP = dout_i v^T, dS = P (dP - D)
  * scale; dq_i = dS k; dk += dS^T q_i; dv += P^T dout_i. dk and dv collect the blocks in
- * ascending order (each a sequential sum over query rows, as sp_gemm promises), from
- * zero when acc = 0. bf16: q, k, v, dout rounded as operands (D stays of the fp32 dout
- * and out), then P and dS rounded after the softmax backward (dS from the fp32 P). */
+ * ascending order (each a sequential sum over query rows, as sp_gemm promises), and a
+ * KV head its G query heads in ascending order, from zero when acc = 0. bf16: q, k, v,
+ * dout rounded as operands (D stays of the fp32 dout and out), then P and dS rounded
+ * after the softmax backward (dS from the fp32 P). */
 static SP_NOFMA void attention_backward(float *restrict dqkv, float *restrict scratch,
                                         const float *restrict dout, const float *restrict qkv,
                                         const float *restrict out, const float *restrict lse,
-                                        int B, int T, int C, int NH, int acc, int bf16)
+                                        int B, int T, int C, int NH, int group, int acc,
+                                        int bf16)
 {
     if (B <= 0 || T <= 0 || NH <= 0)
         return;
-    const int hs = C / NH, C3 = 3 * C;
+    const int hs = C / NH, G = group ? group : 1;
     const float scale = 1.0f / sqrtf((float)hs);
     const att_scratch z = carve(scratch, T, hs);
     const int64_t LD = up16(T); /* the strips' row stride */
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (int64_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+            const att_head at = head_at(h, C, NH, group);
+            const int64_t C3 = at.ld, base = (int64_t)b * T * C3;
+            const float *q = qkv + base + at.q, *k = qkv + base + at.k, *v = qkv + base + at.v;
             const float *d = dout + (int64_t)b * T * C + h * hs;
             const float *o = out + (int64_t)b * T * C + h * hs;
             const float *L = lse + ((int64_t)b * NH + h) * T;
-            float *dq = dqkv + (int64_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
-            if (!acc)
-                for (int t = 0; t < T; t++) {
-                    memset(dk + (int64_t)t * C3, 0, sizeof(float) * (size_t)hs);
-                    memset(dv + (int64_t)t * C3, 0, sizeof(float) * (size_t)hs);
+            float *dq = dqkv + base + at.q, *dk = dqkv + base + at.k, *dv = dqkv + base + at.v;
+            if (h % G == 0) {
+                if (!acc)
+                    for (int t = 0; t < T; t++) {
+                        memset(dk + (int64_t)t * C3, 0, sizeof(float) * (size_t)hs);
+                        memset(dv + (int64_t)t * C3, 0, sizeof(float) * (size_t)hs);
+                    }
+                sp_gemm_pack(z.kt, k, C3, 1, hs, T); /* k^T (hs, T) */
+                sp_gemm_pack(z.p2, v, C3, 1, hs, T); /* v^T (hs, T) */
+                sp_gemm_pack(z.p3, k, C3, 0, T, hs); /* k (T, hs) */
+                if (bf16) {
+                    sp_round_bf16(z.kt, z.kt, sp_gemm_packed_floats(hs, T));
+                    sp_round_bf16(z.p2, z.p2, sp_gemm_packed_floats(hs, T));
+                    sp_round_bf16(z.p3, z.p3, sp_gemm_packed_floats(T, hs));
                 }
-            sp_gemm_pack(z.kt, k, C3, 1, hs, T); /* k^T (hs, T) */
-            sp_gemm_pack(z.p2, v, C3, 1, hs, T); /* v^T (hs, T) */
-            sp_gemm_pack(z.p3, k, C3, 0, T, hs); /* k (T, hs) */
-            if (bf16) {
-                sp_round_bf16(z.kt, z.kt, sp_gemm_packed_floats(hs, T));
-                sp_round_bf16(z.p2, z.p2, sp_gemm_packed_floats(hs, T));
-                sp_round_bf16(z.p3, z.p3, sp_gemm_packed_floats(T, hs));
             }
             for (int t0 = 0; t0 < T; t0 += BQ) {
                 const int bq = T - t0 < BQ ? T - t0 : BQ, kend = t0 + bq;
@@ -309,7 +339,7 @@ void sp_attention_backward(float *restrict dqkv, float *restrict scratch,
                            const float *restrict out, const float *restrict lse, int B, int T,
                            int C, int NH, int acc)
 {
-    attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, acc, 0);
+    attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, 0, acc, 0);
 }
 
 void sp_attention_backward_bf16(float *restrict dqkv, float *restrict scratch,
@@ -317,5 +347,20 @@ void sp_attention_backward_bf16(float *restrict dqkv, float *restrict scratch,
                                 const float *restrict out, const float *restrict lse, int B,
                                 int T, int C, int NH, int acc)
 {
-    attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, acc, 1);
+    attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, 0, acc, 1);
+}
+
+void sp_attention_gqa_forward(float *restrict out, float *restrict lse, float *restrict scratch,
+                              const float *restrict qkv, int B, int T, int C, int NH, int group,
+                              int bf16)
+{
+    attention_forward(out, lse, scratch, qkv, B, T, C, NH, group, bf16);
+}
+
+void sp_attention_gqa_backward(float *restrict dqkv, float *restrict scratch,
+                               const float *restrict dout, const float *restrict qkv,
+                               const float *restrict out, const float *restrict lse, int B,
+                               int T, int C, int NH, int group, int acc, int bf16)
+{
+    attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, group, acc, bf16);
 }

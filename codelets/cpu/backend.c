@@ -77,12 +77,29 @@ static int embed(void *c, float *out, const int32_t *tokens, const float *wte, c
 }
 
 static int attention(void *c, float *out, float *lse, float *scratch, const float *qkv, int B,
-                     int T, int C, int NH, int prec)
+                     int T, int C, int NH, int group, int prec)
 {
-    if (prec & SP_PREC_BF16)
-        sp_attention_forward_bf16(out, lse, scratch, qkv, B, T, C, NH);
-    else
-        sp_attention_forward(out, lse, scratch, qkv, B, T, C, NH);
+    sp_attention_gqa_forward(out, lse, scratch, qkv, B, T, C, NH, group, prec & SP_PREC_BF16);
+    return 0;
+}
+
+static int rope(void *c, float *out, const float *x, int B, int T, int D, int hs, int period,
+                int rotated, float theta, int inverse, int acc)
+{
+    sp_rope_forward(out, x, B, T, D, hs, period, rotated, theta, inverse, acc);
+    return 0;
+}
+
+static int swiglu(void *c, float *out, const float *x, int N, int I)
+{
+    sp_swiglu_forward(out, x, N, I);
+    return 0;
+}
+
+static int swiglu_dx(void *c, float *dx, const float *x, const float *dout, int N, int I,
+                     int acc)
+{
+    sp_swiglu_backward(dx, x, dout, N, I, acc);
     return 0;
 }
 
@@ -213,12 +230,10 @@ static int embed_dparams(void *c, float *dwte, float *dwpe, const float *dout,
 
 static int attention_dx(void *c, float *dqkv, float *scratch, const float *dout,
                         const float *qkv, const float *out, const float *lse, int B, int T,
-                        int C, int NH, int acc, int prec)
+                        int C, int NH, int group, int acc, int prec)
 {
-    if (prec & SP_PREC_BF16)
-        sp_attention_backward_bf16(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, acc);
-    else
-        sp_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, acc);
+    sp_attention_gqa_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, group, acc,
+                              prec & SP_PREC_BF16);
     return 0;
 }
 

@@ -1,4 +1,4 @@
-/* Elementwise ops: bias add, add, scale (and the gradient copy), GELU, ReLU.
+/* Elementwise ops: bias add, add, scale (and the gradient copy), GELU, ReLU, SwiGLU.
  * Outputs may alias an input exactly (in place), so only the read-only inputs here are
  * restrict; GCC still vectorizes each loop behind a runtime overlap check. */
 #include "codelets/cpu/kernels.h"
@@ -102,6 +102,38 @@ SP_VEC_FN void sp_gelu_backward(float *dx, const float *restrict x, const float 
     } else {
         for (int64_t i = 0; i < n; i++)
             dx[i] = sp_gelu_grad(x[i]) * dout[i];
+    }
+}
+
+/* SwiGLU's gate: rows (N, 2I) of [a | b] (x W1 and x W3 side by side) give out (N, I) =
+ * silu(a) b. Compute-bound like GELU (the exp): the same vector clones. */
+SP_VEC_FN void sp_swiglu_forward(float *out, const float *restrict x, int N, int I)
+{
+    for (int64_t n = 0; n < N; n++) {
+        const float *a = x + n * 2 * I, *b = a + I;
+        float *o = out + n * I;
+        for (int i = 0; i < I; i++)
+            o[i] = sp_silu(a[i]) * b[i];
+    }
+}
+
+/* dx (N, 2I): da = dout b silu'(a), db = dout silu(a); += with acc. */
+SP_VEC_FN void sp_swiglu_backward(float *dx, const float *restrict x, const float *dout, int N,
+                                  int I, int acc)
+{
+    for (int64_t n = 0; n < N; n++) {
+        const float *a = x + n * 2 * I, *b = a + I, *d = dout + n * I;
+        float *da = dx + n * 2 * I, *db = da + I;
+        if (acc)
+            for (int i = 0; i < I; i++) {
+                da[i] += d[i] * b[i] * sp_silu_grad(a[i]);
+                db[i] += d[i] * sp_silu(a[i]);
+            }
+        else
+            for (int i = 0; i < I; i++) {
+                da[i] = d[i] * b[i] * sp_silu_grad(a[i]);
+                db[i] = d[i] * sp_silu(a[i]);
+            }
     }
 }
 

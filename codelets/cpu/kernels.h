@@ -60,6 +60,22 @@ void sp_relu_forward(float *out, const float *x, int64_t n);
 /* Uses the input x: the gradient is dout where x > 0, else 0. */
 void sp_relu_backward(float *dx, const float *x, const float *dout, int64_t n, int acc);
 
+/* SwiGLU's gate: x (N, 2I) holds [a | b] per row; out (N, I) = silu(a) b. The backward
+ * writes dx (N, 2I): [dout b silu'(a) | dout silu(a)]. */
+void sp_swiglu_forward(float *out, const float *x, int N, int I);
+void sp_swiglu_backward(float *dx, const float *x, const float *dout, int N, int I, int acc);
+
+/* Rotary position embeddings, the half-split rotation (GPT-NeoX's and Hugging Face
+ * Llama's convention). x (B,T,D): each row is D/hs heads of hs (even) floats, row (b, t)
+ * at position t; head j is rotated iff j % period < rotated, the others are copied. Pair
+ * i < hs/2 of a rotated head, (u, w) = (x_i, x_{i+hs/2}), turns by the angle t f_i,
+ * f_i = theta^(-2i/hs): (u c - w s, w c + u s), c and s computed in double and rounded.
+ * inverse: by the opposite angle, the transpose (the backward). acc: out +=. hs is at
+ * most SP_ROPE_MAX_HEAD (sp_rope checks). */
+#define SP_ROPE_MAX_HEAD 1024
+void sp_rope_forward(float *out, const float *x, int B, int T, int D, int hs, int period,
+                     int rotated, float theta, int inverse, int acc);
+
 /* LayerNorm over the last dim, eps = 1e-5. out (N,C); saves mean (N) and rstd (N). */
 void sp_layernorm_forward(float *out, float *mean, float *rstd, const float *x,
                           const float *gamma, const float *beta, int N, int C);
@@ -127,6 +143,18 @@ void sp_attention_backward_bf16(float *dqkv, float *scratch, const float *dout,
                                 const float *qkv, const float *out, const float *lse, int B,
                                 int T, int C, int NH, int acc);
 int64_t sp_attention_scratch_floats_bf16(int B, int T, int C, int NH);
+
+/* Attention whose KV heads are shared by groups of query heads (grouped-query attention),
+ * or any of the above in another layout of qkv. group 0: the layout above; group G >= 1
+ * (G divides NH): qkv (B, T, (NH/G)(G+2) hs), per KV head its G query heads, its key and
+ * its value, hs = C/NH each; query head h uses KV head h/G. out (B,T,C), C = NH hs, in
+ * query-head order; lse (B,NH,T). The backward sums each KV head's gradient over its G
+ * query heads in ascending order. bf16: the rounding points above. Scratch as above. */
+void sp_attention_gqa_forward(float *out, float *lse, float *scratch, const float *qkv, int B,
+                              int T, int C, int NH, int group, int bf16);
+void sp_attention_gqa_backward(float *dqkv, float *scratch, const float *dout,
+                               const float *qkv, const float *out, const float *lse, int B,
+                               int T, int C, int NH, int group, int acc, int bf16);
 
 /* Softmax cross-entropy, mean over the N rows. logits (N,V), targets (N) in [0,V).
  * probs (N,V) saves the softmax; *loss gets the mean of -log p[target]. Returns the

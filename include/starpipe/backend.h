@@ -59,13 +59,22 @@ typedef struct sp_backend {
     /* RMSNorm (eps 1e-5, Llama's): out = x rstd weight, saving rstd (N) */
     int (*rmsnorm)(void *ctx, float *out, float *rstd, const float *x, const float *weight,
                    int N, int C);
+    /* rotary embeddings (sp_rope_forward's arguments): out (B,T,D) = x with heads j,
+     * j % period < rotated, turned by position; inverse: the transpose, += with acc (the
+     * backward). The others are copied. */
+    int (*rope)(void *ctx, float *out, const float *x, int B, int T, int D, int hs, int period,
+                int rotated, float theta, int inverse, int acc);
+    /* SwiGLU's gate: x (N, 2I) = [a | b] per row, out (N, I) = silu(a) b */
+    int (*swiglu)(void *ctx, float *out, const float *x, int N, int I);
     /* V: the vocabulary, for the token check (SP_BACKEND_BAD_INDEX) */
     int (*embed)(void *ctx, float *out, const int32_t *tokens, const float *wte,
                  const float *wpe, int B, int T, int C, int64_t V);
     /* attention and attention_dx take prec too: SP_PREC_BF16 is bf16 attention
-     * (codelets/cpu/kernels.h: its rounding points); A16 / B16 never occur */
+     * (codelets/cpu/kernels.h: its rounding points); A16 / B16 never occur. group: qkv's
+     * layout (sp_attention_gqa_forward): 0 GPT's [q | k | v], G >= 1 grouped-query, NH/G
+     * KV heads each after its G query heads. */
     int (*attention)(void *ctx, float *out, float *lse, float *scratch, const float *qkv,
-                     int B, int T, int C, int NH, int prec);
+                     int B, int T, int C, int NH, int group, int prec);
     /* scratch: 2N + 2 floats, contents undefined (a GPU's per-row losses and bad count) */
     int (*cross_entropy)(void *ctx, float *loss, float *probs, const float *logits,
                          const int32_t *targets, int N, int V, float *scratch);
@@ -121,7 +130,10 @@ typedef struct sp_backend {
                          const int32_t *tokens, int B, int T, int C);
     int (*attention_dx)(void *ctx, float *dqkv, float *scratch, const float *dout,
                         const float *qkv, const float *out, const float *lse, int B, int T,
-                        int C, int NH, int acc, int prec);
+                        int C, int NH, int group, int acc, int prec);
+    /* dx (N, 2I) from x and dout (N, I): SwiGLU's backward, += with acc */
+    int (*swiglu_dx)(void *ctx, float *dx, const float *x, const float *dout, int N, int I,
+                     int acc);
     /* *dloss: the upstream gradient, one float in the backend's memory */
     int (*cross_entropy_dx)(void *ctx, float *dlogits, const float *probs,
                             const int32_t *targets, const float *dloss, int N, int V, int acc);
@@ -165,7 +177,8 @@ typedef struct sp_backend {
     .reduce_replicas = reduce_replicas, .embed_vocab = embed_vocab,                        \
     .embed_vocab_dwte = embed_vocab_dwte, .vocab_ce_max = vocab_ce_max,                    \
     .vocab_ce_exp = vocab_ce_exp, .vocab_ce_loss = vocab_ce_loss, .maximum = maximum,      \
-    .rmsnorm = rmsnorm, .rmsnorm_dx = rmsnorm_dx, .rmsnorm_dweight = rmsnorm_dweight
+    .rmsnorm = rmsnorm, .rmsnorm_dx = rmsnorm_dx, .rmsnorm_dweight = rmsnorm_dweight,       \
+    .rope = rope, .swiglu = swiglu, .swiglu_dx = swiglu_dx
 
 /* The CPU kernels (codelets/cpu) on host memory; ctx is unused (pass NULL). What
  * sp_program_run and sp_optim_update run on. */

@@ -64,6 +64,23 @@ sp_tensor sp_rmsnorm(sp_graph *g, sp_tensor x, sp_tensor weight);
 sp_tensor sp_embed(sp_graph *g, sp_tensor tokens, sp_tensor wte, sp_tensor wpe);
 /* qkv (B,T,3C) -> (B,T,C), causal, heads must divide C. */
 sp_tensor sp_attention(sp_graph *g, sp_tensor qkv, int heads);
+/* Causal grouped-query attention (Llama 2 70B's): kv_heads (dividing heads) KV heads,
+ * each shared by G = heads / kv_heads query heads. qkv (B,T,kv_heads (G+2) hs) holds per
+ * KV head its G query heads, its key and its value, hs floats each (the layout that a
+ * tensor group splits by KV heads into whole blocks); -> (B,T,heads hs), query head
+ * h = kv G + g using KV head kv. kv_heads = heads is multi-head attention. */
+sp_tensor sp_attention_gqa(sp_graph *g, sp_tensor qkv, int heads, int kv_heads);
+/* Rotary position embeddings, the half-split rotation (GPT-NeoX's, Hugging Face Llama's
+ * rotate_half): x (B,T,D) is D/head_size heads per token, and head j is rotated iff
+ * j % period < rotated: period 1, rotated 1 for every head; period G+2, rotated G+1 for
+ * the queries and keys of sp_attention_gqa's qkv. Pair (i, i + hs/2) of a head at
+ * position t turns by the angle t theta^(-2i/hs) (theta: 10000 in Llama 2). head_size
+ * even, at most 1024. Linear: its transpose turns the other way. */
+sp_tensor sp_rope(sp_graph *g, sp_tensor x, int head_size, int period, int rotated,
+                  float theta);
+/* SwiGLU's gate (Llama's MLP): x (...,2I) = [a | b] -> (...,I) = silu(a) b, with a = x W1
+ * and b = x W3 from one product with [W1 | W3]. */
+sp_tensor sp_swiglu(sp_graph *g, sp_tensor x);
 /* logits (...,V), targets (...) i32 with the same leading dims -> scalar mean loss. */
 sp_tensor sp_cross_entropy(sp_graph *g, sp_tensor logits, sp_tensor targets);
 sp_tensor sp_sum(sp_graph *g, sp_tensor x);  /* -> scalar */
