@@ -4,6 +4,8 @@
 #include <math.h>
 #include <stdio.h>
 
+#define SP_LLAMA_MAX_HEAD 1024 /* sp_rope's largest head */
+
 /* Checks a cut of n layers into S stages: `given` (S counts) or, when NULL, an even split.
  * A stage may be empty only where it still holds other work: the first when
  * first_may_be_empty (the GPT's embedding), the last (the head). */
@@ -181,6 +183,91 @@ sp_graph *sp_model_gpt(const sp_gpt_config *c, sp_status *status)
     /* tied: (B,T,C) x (V,C)^T, column-parallel by the vocabulary: this rank's slice of the
      * logits (B,T,V/T), then the vocab-parallel cross-entropy (at T = 1 the plain one) */
     sp_tensor logits = sp_matmul(g, sp_tp_copy(g, x), wte, 0, 1);
+    return finish(g, logits, T == 1 ? "logits" : "logits.slice",
+                  sp_cross_entropy_vocab(g, logits, targets), status);
+}
+
+/* The Llama block of models.h; the same stage cut and tensor-parallel operators as the
+ * GPT's. Weights (out, in), so a product is x W^T. */
+sp_graph *sp_model_llama(const sp_llama_config *c, sp_status *status)
+{
+    sp_status st = SP_OK;
+    const int T = c && c->tensor > 0 ? c->tensor : 1;
+    if (!c || c->vocab < 2 || c->context < 1 || c->layers < 1 || c->heads < 1 ||
+        c->kv_heads < 1 || c->channels < 1 || c->hidden < 1 || c->batch < 1 || c->stages < 1)
+        st = sp_set_error(SP_ERR_ARG, "sp_model_llama: every size must be >= 1 (vocab >= 2)");
+    else if (c->heads % c->kv_heads)
+        st = sp_set_error(SP_ERR_ARG, "sp_model_llama: %d KV heads do not divide %d heads",
+                          c->kv_heads, c->heads);
+    else if (c->channels % c->heads)
+        st = sp_set_error(SP_ERR_ARG, "sp_model_llama: %d heads do not divide %d channels",
+                          c->heads, c->channels);
+    else if ((c->channels / c->heads) % 2 || c->channels / c->heads > SP_LLAMA_MAX_HEAD)
+        st = sp_set_error(SP_ERR_ARG, "sp_model_llama: the head size %d (%d channels / %d "
+                          "heads) must be even and at most %d: rotary embeddings turn pairs of "
+                          "its halves", c->channels / c->heads, c->channels, c->heads,
+                          SP_LLAMA_MAX_HEAD);
+    else if (c->rope_theta != 0 && !(c->rope_theta > 1.0f && c->rope_theta < 1e30f))
+        st = sp_set_error(SP_ERR_ARG, "sp_model_llama: rope theta %g must be above 1",
+                          c->rope_theta);
+    else if (c->kv_heads % T)
+        st = sp_set_error(SP_ERR_ARG, "sp_model_llama: tensor parallelism of %d does not "
+                          "divide the %d KV heads", T, c->kv_heads);
+    else if (c->hidden % T)
+        st = sp_set_error(SP_ERR_ARG, "sp_model_llama: tensor parallelism of %d does not "
+                          "divide the hidden size %d", T, c->hidden);
+    else if (c->vocab % T)
+        st = sp_set_error(SP_ERR_ARG, "sp_model_llama: tensor parallelism of %d does not "
+                          "divide the vocabulary of %d", T, c->vocab);
+    else
+        st = check_split("sp_model_llama", c->layers, c->stages, c->stage_layers, 1);
+    sp_graph *g = st ? NULL : sp_graph_create();
+    if (!st && !g) st = sp_set_error(SP_ERR_NOMEM, "sp_model_llama: out of memory");
+    if (!st) st = set_tensor(g, "sp_model_llama", c->tensor, c->tensor_rank);
+    if (st) {
+        sp_graph_free(g);
+        if (status) *status = st;
+        return NULL;
+    }
+    const int64_t B = c->batch, Tc = c->context, C = c->channels, V = c->vocab;
+    const int64_t H = c->heads, KV = c->kv_heads, G = H / KV, hs = C / H, I = c->hidden;
+    const float theta = c->rope_theta != 0 ? c->rope_theta : 10000.0f;
+    const float std = 0.02f, std_res = 0.02f / sqrtf(2.0f * c->layers);
+    sp_tensor tokens = sp_input_i32(g, "tokens", 2, (int64_t[]){ B, Tc });
+    sp_tensor targets = sp_input_i32(g, "targets", 2, (int64_t[]){ B, Tc });
+    sp_tensor emb = split(g, "model.embed_tokens.weight", 0, V, C, 0, SP_INIT_NORMAL, std);
+    sp_tensor x = sp_tp_sum(g, sp_embed_vocab(g, tokens, emb));
+    int cur = 0;
+    for (int l = 0; l < c->layers; l++) {
+        x = yield_to(g, x, &cur, layer_stage(l, c->layers, c->stages, c->stage_layers));
+        sp_tensor h = sp_rmsnorm(g, x, param(g, "model.layers.%d.input_layernorm.weight", l, 1,
+                                             C, 0, SP_INIT_ONES, 0));
+        h = sp_tp_copy(g, h);
+        h = sp_matmul(g, h, split_view(g, "model.layers.%d.self_attn.qkv_proj.weight", l, 2,
+                                       (int64_t[]){ KV * (G + 2) * hs, C }, 4,
+                                       (int64_t[]){ KV, G + 2, hs, C }, 0, SP_INIT_NORMAL, std),
+                      0, 1);
+        h = sp_rope(g, h, (int)hs, (int)G + 2, (int)G + 1, theta);
+        h = sp_attention_gqa(g, h, (int)(H / T), (int)(KV / T));
+        h = sp_matmul(g, h, split(g, "model.layers.%d.self_attn.o_proj.weight", l, C, C, 1,
+                                  SP_INIT_NORMAL, std_res), 0, 1);
+        x = sp_add(g, x, sp_tp_sum(g, h));
+        h = sp_rmsnorm(g, x, param(g, "model.layers.%d.post_attention_layernorm.weight", l, 1,
+                                   C, 0, SP_INIT_ONES, 0));
+        h = sp_tp_copy(g, h);
+        h = sp_matmul(g, h, split_view(g, "model.layers.%d.mlp.gate_up_proj.weight", l, 2,
+                                       (int64_t[]){ 2 * I, C }, 3, (int64_t[]){ 2, I, C }, 1,
+                                       SP_INIT_NORMAL, std), 0, 1);
+        h = sp_swiglu(g, h);
+        h = sp_matmul(g, h, split(g, "model.layers.%d.mlp.down_proj.weight", l, C, I, 1,
+                                  SP_INIT_NORMAL, std_res), 0, 1);
+        x = sp_add(g, x, sp_tp_sum(g, h));
+    }
+    x = yield_to(g, x, &cur, c->stages - 1);
+    x = sp_rmsnorm(g, x, param(g, "model.norm.weight", 0, 1, C, 0, SP_INIT_ONES, 0));
+    sp_tensor logits = sp_matmul(g, sp_tp_copy(g, x),
+                                 split(g, "lm_head.weight", 0, V, C, 0, SP_INIT_NORMAL, std),
+                                 0, 1);
     return finish(g, logits, T == 1 ? "logits" : "logits.slice",
                   sp_cross_entropy_vocab(g, logits, targets), status);
 }

@@ -53,6 +53,53 @@ typedef struct {
 
 sp_graph *sp_model_gpt(const sp_gpt_config *cfg, sp_status *status);
 
+/* Llama-family decoder (Llama 2's architecture; Hugging Face's LlamaForCausalLM with
+ * attention_bias = mlp_bias = False, tie_word_embeddings = False, rope_scaling = None):
+ * tokens (B,T) -> model.embed_tokens (V,C) -> `layers` pre-norm blocks -> RMSNorm ->
+ * logits = x lm_head^T (untied) -> cross-entropy against targets (B,T). A block:
+ *   h = RMSNorm(x) (input_layernorm) -> qkv = h W_qkv^T -> rotary embeddings of the
+ *   queries and keys (theta) -> causal attention with kv_heads KV heads shared by groups
+ *   of G = heads / kv_heads query heads (sp_attention_gqa) -> o_proj -> x += ...;
+ *   h = RMSNorm(x) (post_attention_layernorm) -> SwiGLU: silu(h W_gate^T) (h W_up^T) ->
+ *   down_proj -> x += ...
+ * No biases, eps 1e-5. Weights are stored as (out, in), Hugging Face's nn.Linear layout,
+ * and multiplied transposed. Parameters, in Hugging Face's names:
+ *   model.embed_tokens.weight (V,C); per layer l, model.layers.<l>.:
+ *     input_layernorm.weight (C), self_attn.qkv_proj.weight (kv_heads (G+2) hs, C): per
+ *     KV head its G query heads' rows, its key's, its value's (hs each; Hugging Face's
+ *     q_proj, k_proj, v_proj are its rows gathered, apps/checkpoint.h), self_attn.o_proj.
+ *     weight (C, heads hs), post_attention_layernorm.weight (C), mlp.gate_up_proj.weight
+ *     (2 hidden, C): gate_proj's rows then up_proj's, mlp.down_proj.weight (C, hidden);
+ *   model.norm.weight (C), lm_head.weight (V,C).
+ * Init N(0, 0.02), o_proj and down_proj N(0, 0.02/sqrt(2 layers)), the norms ones. Stages
+ * as sp_model_gpt's (the embedding in stage 0, the head in the last; the first and the
+ * last may hold no block). The logits are named "logits" ("logits.slice" at T > 1).
+ * Tensor parallelism T (Megatron's layout): the KV heads split by T, each rank with its
+ * query heads (qkv_proj split by its view (kv_heads, G+2, hs, C) along dim 0: whole
+ * blocks), o_proj by columns (dim 1), gate_up_proj by its view (2, hidden, C) along dim 1
+ * (each rank its gate and up rows), down_proj by columns, the embedding and the head by
+ * the vocabulary (sp_embed_vocab, sp_cross_entropy_vocab); the norms whole. Refused with
+ * one message (SP_ERR_ARG, "sp_model_llama: ..."): kv_heads not dividing heads, heads not
+ * dividing channels, an odd head size (the rotation pairs halves), T not dividing the KV
+ * heads, the hidden size or the vocabulary. */
+typedef struct {
+    int vocab;    /* 256 for bytes */
+    int context;  /* T */
+    int layers;
+    int heads;    /* query heads */
+    int kv_heads; /* dividing heads; = heads for multi-head attention */
+    int channels; /* C = heads x head size */
+    int hidden;   /* the MLP's width (Llama 2 7B: 11008 for C = 4096) */
+    float rope_theta; /* 0: 10000, Llama 2's */
+    int batch;
+    int stages;
+    const int *stage_layers; /* as sp_gpt_config's */
+    int tensor;
+    int tensor_rank;
+} sp_llama_config;
+
+sp_graph *sp_model_llama(const sp_llama_config *cfg, sp_status *status);
+
 /* MLP classifier: x (B,in) -> `depth` x [linear, relu] of `width` -> linear -> classes,
  * cross-entropy against y (B). Hidden layers split evenly over `stages` (depth >=
  * stages) or as `stage_layers` says; the head is in the last stage. He-initialised

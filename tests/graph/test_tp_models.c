@@ -1,6 +1,8 @@
 /* The models at tensor parallelism T (starpipe/models.h): the GPT (heads 4 at T = 2, 4;
  * heads 6 at T = 2, 3; vocabulary 256 at T = 2, 4; wte and the tied head split by the
- * vocabulary, the vocab-parallel cross-entropy) and the MLP (even depth, and an odd one
+ * vocabulary, the vocab-parallel cross-entropy), the Llama (4 heads sharing 2 KV heads at
+ * T = 2; 6 heads, 6 KV heads at T = 2, 3: qkv split by KV groups, gate and up by columns,
+ * the untied head by the vocabulary) and the MLP (even depth, and an odd one
  * whose first pair straddles the stage boundary, at T = 2, 3), each on 1 and 2 stages,
  * run as a group of T references in threads (tp_group.h) against the same model at T = 1:
  *   - the loss and every gradient (split ones assembled with sp_param_part_to_whole)
@@ -21,8 +23,9 @@ enum { M = 2 };
 
 typedef struct {
     const char *what;
-    int gpt; /* 1: the GPT, 0: the MLP */
+    int gpt; /* 1: the GPT, 2: the Llama, 0: the MLP */
     sp_gpt_config g;
+    sp_llama_config l;
     sp_mlp_config m;
     void *bufs[2 * M];
     const void *inputs[2 * M];
@@ -33,7 +36,12 @@ static sp_graph *build(int T, int rank, const void *ctx)
     const model *md = ctx;
     sp_status st;
     sp_graph *g;
-    if (md->gpt) {
+    if (md->gpt == 2) {
+        sp_llama_config c = md->l;
+        c.stages = md->g.stages;
+        c.tensor = T, c.tensor_rank = rank;
+        g = sp_model_llama(&c, &st);
+    } else if (md->gpt) {
         sp_gpt_config c = md->g;
         c.tensor = T, c.tensor_rank = rank;
         g = sp_model_gpt(&c, &st);
@@ -53,12 +61,13 @@ static void make_inputs(model *md)
 {
     for (int i = 0; i < M; i++) {
         if (md->gpt) {
-            int n = md->g.batch * md->g.context;
+            const int vocab = md->gpt == 2 ? md->l.vocab : md->g.vocab;
+            int n = md->gpt == 2 ? md->l.batch * md->l.context : md->g.batch * md->g.context;
             int32_t *tok = malloc(4 * (size_t)n), *tgt = malloc(4 * (size_t)n);
             REQUIRE(tok && tgt, "out of memory");
             for (int k = 0; k < n; k++) {
-                tok[k] = (int32_t)((7 * k + 3 * i + 1) % md->g.vocab);
-                tgt[k] = (int32_t)((5 * k + 11 * i + 2) % md->g.vocab);
+                tok[k] = (int32_t)((7 * k + 3 * i + 1) % vocab);
+                tgt[k] = (int32_t)((5 * k + 11 * i + 2) % vocab);
             }
             md->bufs[2 * i] = tok, md->bufs[2 * i + 1] = tgt;
         } else {
@@ -198,12 +207,19 @@ int main(void)
                                                   .heads = 6, .channels = 18, .batch = 2 } },
         { .what = "gpt vocab 256", .gpt = 1, .g = { .vocab = 256, .context = 6, .layers = 2,
                                                     .heads = 4, .channels = 16, .batch = 2 } },
+        { .what = "llama heads 4, 2 KV", .gpt = 2,
+          .l = { .vocab = 34, .context = 7, .layers = 2, .heads = 4, .kv_heads = 2,
+                 .channels = 16, .hidden = 12, .batch = 2 } },
+        { .what = "llama heads 6, 6 KV", .gpt = 2,
+          .l = { .vocab = 30, .context = 5, .layers = 3, .heads = 6, .kv_heads = 6,
+                 .channels = 24, .hidden = 18, .batch = 2, .rope_theta = 500.0f } },
         { .what = "mlp depth 4", .m = { .in_dim = 10, .width = 12, .depth = 4, .classes = 5,
                                         .batch = 6 } },
         { .what = "mlp depth 3", .m = { .in_dim = 9, .width = 12, .depth = 3, .classes = 4,
                                         .batch = 5 } },
     };
-    static const int Ts[][2] = { { 2, 4 }, { 2, 3 }, { 2, 4 }, { 2, 3 }, { 2, 3 } };
+    static const int Ts[][2] = { { 2, 4 }, { 2, 3 }, { 2, 4 }, { 2, 2 }, { 2, 3 }, { 2, 3 },
+                                 { 2, 3 } };
     for (size_t k = 0; k < sizeof models / sizeof models[0]; k++) {
         model *md = &models[k];
         make_inputs(md);
@@ -252,10 +268,26 @@ int main(void)
     gc.stages = 1, gc.tensor = 3, gc.heads = 6, gc.channels = 18;
     refused("gpt T=3 of vocab 256", sp_model_gpt(&gc, &st), &st,
             "sp_model_gpt: tensor parallelism of 3 does not divide the vocabulary of 256");
-    sp_mlp_config mc = models[3].m;
+    sp_mlp_config mc = models[5].m;
     mc.stages = 1, mc.stage_layers = NULL, mc.tensor = 5;
     refused("mlp T=5 of width 12", sp_model_mlp(&mc, &st), &st,
             "sp_model_mlp: tensor parallelism of 5 does not divide the width 12");
+    sp_llama_config lc = models[3].l;
+    lc.stages = 1, lc.tensor = 4;
+    refused("llama T=4 of 2 KV heads", sp_model_llama(&lc, &st), &st,
+            "sp_model_llama: tensor parallelism of 4 does not divide the 2 KV heads");
+    lc.tensor = 1, lc.kv_heads = 3;
+    refused("llama 3 KV of 4 heads", sp_model_llama(&lc, &st), &st,
+            "sp_model_llama: 3 KV heads do not divide 4 heads");
+    lc.kv_heads = 2, lc.channels = 12; /* head size 3 */
+    refused("llama head size 3", sp_model_llama(&lc, &st), &st,
+            "sp_model_llama: the head size 3 (12 channels / 4 heads) must be even");
+    lc.channels = 16, lc.tensor = 2, lc.hidden = 13;
+    refused("llama T=2 of hidden 13", sp_model_llama(&lc, &st), &st,
+            "sp_model_llama: tensor parallelism of 2 does not divide the hidden size 13");
+    lc.hidden = 12, lc.vocab = 33;
+    refused("llama T=2 of vocab 33", sp_model_llama(&lc, &st), &st,
+            "sp_model_llama: tensor parallelism of 2 does not divide the vocabulary of 33");
     mc.tensor = 3, mc.tensor_rank = 3;
     refused("mlp rank 3 of 3", sp_model_mlp(&mc, &st), &st, "sp_model_mlp: tensor rank 3 of a "
             "tensor parallelism of 3");
