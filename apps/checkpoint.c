@@ -11,36 +11,163 @@
 #define FORMAT_VERSION "1"
 static const char *const suffix[4] = { "", ".grad", ".adam_m", ".adam_v" };
 
-/* Writes the tensors of the given kinds (what values) of every parameter. */
+/* The stored tensors of parameter p: the layout's pieces, or p whole under its name.
+ * Returns their count, or -1 (a message set) when the layout's pieces do not cover p. */
+static int pieces_of(const ckpt_io *io, const sp_graph *g, sp_tensor p, ckpt_piece *pc)
+{
+    const int64_t *shape = sp_param_full_shape(g, p);
+    const int ndim = sp_tensor_ndim(g, p);
+    const int64_t whole = sp_param_whole_numel(g, p), rows = ndim ? shape[0] : 1;
+    int n = io->layout ? io->layout(io->layout_ctx, g, p, pc) : 0;
+    if (n <= 0) {
+        memset(pc, 0, sizeof *pc);
+        snprintf(pc->name, sizeof pc->name, "%s", sp_tensor_name(g, p));
+        pc->ndim = ndim;
+        memcpy(pc->shape, shape, sizeof(int64_t) * (size_t)ndim);
+        pc->rows = pc->stride = rows;
+        pc->blocks = 1;
+        return 1;
+    }
+    int64_t covered = 0;
+    for (int k = 0; k < n; k++) {
+        const ckpt_piece *q = &pc[k];
+        int64_t numel = 1;
+        for (int d = 0; d < q->ndim; d++) numel *= q->shape[d];
+        const int64_t last = q->row0 + (q->blocks - 1) * q->stride + q->rows;
+        if (q->rows < 1 || q->blocks < 1 || q->row0 < 0 || last > rows ||
+            numel != q->blocks * q->rows * (whole / rows)) {
+            sp_set_error(SP_ERR_ARG, "checkpoint layout: piece '%s' of '%s' does not fit its "
+                         "rows", q->name, sp_tensor_name(g, p));
+            return -1;
+        }
+        covered += numel;
+    }
+    if (covered != whole) {
+        sp_set_error(SP_ERR_ARG, "checkpoint layout: the pieces of '%s' hold %lld of its %lld "
+                     "floats", sp_tensor_name(g, p), (long long)covered, (long long)whole);
+        return -1;
+    }
+    return n;
+}
+
+/* Piece q of a whole tensor (rows of rl floats) to or from its packed copy. */
+static void move_piece(float *whole, float *packed, const ckpt_piece *q, int64_t rl, int out)
+{
+    for (int64_t b = 0; b < q->blocks; b++) {
+        float *w = whole + (q->row0 + b * q->stride) * rl, *c = packed + b * q->rows * rl;
+        memcpy(out ? c : w, out ? w : c, sizeof(float) * (size_t)(q->rows * rl));
+    }
+}
+
+int ckpt_llama_layout(const sp_llama_config *l, const sp_graph *g, sp_tensor p, ckpt_piece *pc)
+{
+    const char *name = sp_tensor_name(g, p);
+    const char *qkv = strstr(name, "self_attn.qkv_proj.weight");
+    const char *gu = strstr(name, "mlp.gate_up_proj.weight");
+    if (!qkv && !gu) return 0;
+    const int64_t C = l->channels, hs = C / l->heads, KV = l->kv_heads, G = l->heads / KV;
+    const int prefix = (int)((qkv ? qkv : gu) - name);
+    static const char *const qkv_names[3] = { "q_proj", "k_proj", "v_proj" };
+    static const char *const mlp_names[2] = { "gate_proj", "up_proj" };
+    const int n = qkv ? 3 : 2;
+    for (int k = 0; k < n; k++) {
+        ckpt_piece *q = &pc[k];
+        memset(q, 0, sizeof *q);
+        snprintf(q->name, sizeof q->name, "%.*s%s.%s.weight", prefix, name,
+                 qkv ? "self_attn" : "mlp", qkv ? qkv_names[k] : mlp_names[k]);
+        q->ndim = 2;
+        q->shape[1] = C;
+        if (qkv) { /* per KV group: G query heads, the key, the value */
+            q->rows = k == 0 ? G * hs : hs;
+            q->row0 = k == 0 ? 0 : (G + k - 1) * hs;
+            q->blocks = KV;
+            q->stride = (G + 2) * hs;
+        } else {
+            q->rows = q->stride = l->hidden;
+            q->row0 = k * (int64_t)l->hidden;
+            q->blocks = 1;
+        }
+        q->shape[0] = q->rows * q->blocks;
+    }
+    return n;
+}
+
+/* A stored name: a piece's and a kind's suffix (.adam_m, ...). */
+typedef struct {
+    char s[sizeof(((ckpt_piece *)0)->name) + 8];
+} stored_name;
+
+static stored_name name_of(const ckpt_piece *q, int what)
+{
+    stored_name n;
+    size_t a = strnlen(q->name, sizeof q->name - 1), b = strlen(suffix[what]);
+    memcpy(n.s, q->name, a);
+    memcpy(n.s + a, suffix[what], b + 1);
+    return n;
+}
+
+static int64_t piece_numel(const ckpt_piece *q)
+{
+    int64_t n = 1;
+    for (int d = 0; d < q->ndim; d++) n *= q->shape[d];
+    return n;
+}
+
+static int64_t row_floats(const sp_graph *g, sp_tensor p)
+{
+    return sp_tensor_ndim(g, p) ? sp_param_whole_numel(g, p) / sp_param_full_shape(g, p)[0]
+                                : 1;
+}
+
+/* Writes the tensors of the given kinds (what values) of every parameter, in io's layout. */
 static sp_status save(const char *path, const sp_graph *g, const char *sig,
                       const char *settings, int step, const ckpt_io *io, const int *whats,
                       int nwhat)
 {
-    int np = sp_graph_num_params(g), n = np * nwhat;
+    const int np = sp_graph_num_params(g);
+    sp_status st = SP_OK;
+    int total = 0;
+    ckpt_piece pc[CKPT_MAX_PIECES];
+    for (int i = 0; i < np && st == SP_OK; i++) {
+        int k = pieces_of(io, g, sp_graph_param(g, i), pc);
+        if (k < 0) st = SP_ERR_ARG;
+        total += k;
+    }
+    if (st != SP_OK) return st;
+    const int n = total * nwhat;
     sp_st_tensor *t = calloc((size_t)n + 1, sizeof *t);
-    char (*names)[80] = calloc((size_t)n + 1, sizeof *names);
-    int64_t (*shapes)[SP_MAX_DIMS] = calloc((size_t)n + 1, sizeof *shapes);
+    ckpt_piece *pieces = calloc((size_t)n + 1, sizeof *pieces);
+    stored_name *names = calloc((size_t)n + 1, sizeof *names);
     float **data = calloc((size_t)n + 1, sizeof *data);
-    sp_status st = (!t || !names || !shapes || !data)
-                       ? sp_set_error(SP_ERR_NOMEM, "checkpoint: out of memory") : SP_OK;
-    for (int i = 0; st == SP_OK && i < np; i++) {
+    float *whole = NULL;
+    if (!t || !pieces || !names || !data) st = sp_set_error(SP_ERR_NOMEM, "checkpoint: out of memory");
+    for (int i = 0, k = 0; st == SP_OK && i < np; i++) {
         sp_tensor p = sp_graph_param(g, i);
+        const int npc = pieces_of(io, g, p, pc);
+        const int64_t rl = row_floats(g, p);
+        free(whole);
+        /* whole tensors, whatever the tensor parallelism of the run */
+        if (!(whole = malloc((size_t)sp_param_whole_numel(g, p) * sizeof(float)))) {
+            st = sp_set_error(SP_ERR_NOMEM, "checkpoint: out of memory");
+            break;
+        }
         for (int w = 0; st == SP_OK && w < nwhat; w++) {
-            int k = i * nwhat + w;
-            /* whole tensors, whatever the tensor parallelism of the run */
-            if (!(data[k] = malloc((size_t)sp_param_whole_numel(g, p) * sizeof(float)))) {
-                st = sp_set_error(SP_ERR_NOMEM, "checkpoint: out of memory");
-                break;
+            st = io->get(io->ctx, p, whats[w], whole); /* collective on every rank */
+            for (int q = 0; st == SP_OK && q < npc; q++, k++) {
+                pieces[k] = pc[q];
+                names[k] = name_of(&pc[q], whats[w] == 1 ? 0 : whats[w]); /* grads: bare */
+                if (!(data[k] = malloc((size_t)piece_numel(&pc[q]) * sizeof(float)))) {
+                    st = sp_set_error(SP_ERR_NOMEM, "checkpoint: out of memory");
+                    break;
+                }
+                move_piece(whole, data[k], &pc[q], rl, 1);
+                t[k] = (sp_st_tensor){ .name = names[k].s, .dtype = SP_ST_F32,
+                                       .ndim = pc[q].ndim, .shape = pieces[k].shape,
+                                       .data = data[k] };
             }
-            st = io->get(io->ctx, p, whats[w], data[k]); /* collective on every rank */
-            snprintf(names[k], sizeof names[k], "%s%s", sp_tensor_name(g, p),
-                     whats[w] == 1 ? "" : suffix[whats[w]]);
-            memcpy(shapes[k], sp_param_full_shape(g, p), sizeof shapes[k]);
-            t[k] = (sp_st_tensor){ .name = names[k], .dtype = SP_ST_F32,
-                                   .ndim = sp_tensor_ndim(g, p), .shape = shapes[k],
-                                   .data = data[k] };
         }
     }
+    free(whole);
     char stepbuf[32];
     snprintf(stepbuf, sizeof stepbuf, "%d", step);
     sp_st_meta meta[4] = { { "starpipe.format", FORMAT_VERSION },
@@ -50,7 +177,7 @@ static sp_status save(const char *path, const sp_graph *g, const char *sig,
     if (st == SP_OK && io->writer)
         st = sp_safetensors_write(path, t, n, meta, settings ? 4 : 3, SP_ST_CHECKSUM);
     for (int k = 0; data && k < n; k++) free(data[k]);
-    free(data), free(shapes), free(names), free(t);
+    free(data), free(names), free(pieces), free(t);
     return st;
 }
 
@@ -95,20 +222,131 @@ static void first_difference(const char *fsig, const char *sig, char *a, char *b
     snprintf(b, len, "?");
 }
 
-static int same_shape(const sp_st_tensor *t, const sp_graph *g, sp_tensor p)
-{
-    if (t->ndim != sp_tensor_ndim(g, p)) return 0; /* the whole tensor's shape */
-    for (int d = 0; d < t->ndim; d++)
-        if (t->shape[d] != sp_param_full_shape(g, p)[d]) return 0;
-    return 1;
-}
-
-static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape)
+static void shape_of(char *buf, size_t n, int ndim, const int64_t *shape)
 {
     size_t k = (size_t)snprintf(buf, n, "(");
     for (int d = 0; d < ndim && k < n; d++)
         k += (size_t)snprintf(buf + k, n - k, d ? ",%lld" : "%lld", (long long)shape[d]);
     if (k < n) snprintf(buf + k, n - k, ")");
+}
+
+/* A tensor of the file as float32 values (F32 as stored; BF16 and F16 widened exactly
+ * when wide is set), into dst (n floats). */
+static float half_to_float(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 0x3FFu;
+    uint32_t bits;
+    if (e == 31) bits = sign | 0x7F800000u | (m << 13); /* inf, NaN */
+    else if (e) bits = sign | ((e + 112) << 23) | (m << 13);
+    else if (!m) bits = sign;
+    else { /* subnormal: m 2^-24, normalized */
+        int k = 0;
+        uint32_t mm = m;
+        while (!(mm & 0x400u)) mm <<= 1, k++;
+        bits = sign | ((uint32_t)(113 - k) << 23) | ((mm & 0x3FFu) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static void to_f32(float *dst, const sp_st_tensor *t, int64_t n)
+{
+    const unsigned char *b = t->data;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        if (t->dtype == SP_ST_F32) {
+            memcpy(dst + i, b + 4 * i, 4);
+            continue;
+        }
+        memcpy(&h, b + 2 * i, 2);
+        if (t->dtype == SP_ST_F16) {
+            dst[i] = half_to_float(h);
+        } else {
+            uint32_t bits = (uint32_t)h << 16;
+            memcpy(dst + i, &bits, 4);
+        }
+    }
+}
+
+/* Checks that the file holds every piece of every parameter (names with the suffixes
+ * whats[0..nwhat) give; dtype F32, or also BF16/F16 with wide) and nothing else. */
+static sp_status check_pieces(sp_safetensors *f, const char *path, const sp_graph *g,
+                              const ckpt_io *io, const int *whats, int nwhat, int wide,
+                              const char *ctx)
+{
+    ckpt_piece pc[CKPT_MAX_PIECES];
+    int expected = 0;
+    for (int i = 0; i < sp_graph_num_params(g); i++) {
+        sp_tensor p = sp_graph_param(g, i);
+        int npc = pieces_of(io, g, p, pc);
+        if (npc < 0) return SP_ERR_ARG;
+        for (int q = 0; q < npc; q++)
+            for (int w = 0; w < nwhat; w++, expected++) {
+                char a[64], b[64];
+                const stored_name nm = name_of(&pc[q], whats[w]);
+                const char *name = nm.s;
+                const sp_st_tensor *t = sp_safetensors_find(f, name);
+                if (!t)
+                    return sp_set_error(SP_ERR_FORMAT, "%s: no tensor '%s'%s", path, name, ctx);
+                int ok = t->ndim == pc[q].ndim &&
+                         (t->dtype == SP_ST_F32 ||
+                          (wide && (t->dtype == SP_ST_BF16 || t->dtype == SP_ST_F16)));
+                for (int d = 0; ok && d < t->ndim; d++) ok = t->shape[d] == pc[q].shape[d];
+                if (!ok) {
+                    shape_of(a, sizeof a, t->ndim, t->shape);
+                    shape_of(b, sizeof b, pc[q].ndim, pc[q].shape);
+                    return sp_set_error(SP_ERR_FORMAT, "%s: tensor '%s' is %s %s in the %s, "
+                                        "F32%s %s in this model%s", path, name,
+                                        sp_st_dtype_name(t->dtype), a,
+                                        wide ? "file" : "checkpoint", wide ? " (or BF16, F16)" : "",
+                                        b, ctx);
+                }
+            }
+    }
+    if (sp_safetensors_count(f) == expected && !wide) return SP_OK;
+    /* the names the file has that this model does not: the first one */
+    for (int j = 0; j < sp_safetensors_count(f); j++) {
+        const char *name = sp_safetensors_at(f, j)->name;
+        int known = 0;
+        for (int i = 0; !known && i < sp_graph_num_params(g); i++) {
+            int npc = pieces_of(io, g, sp_graph_param(g, i), pc);
+            for (int q = 0; !known && q < npc; q++)
+                for (int w = 0; !known && w < (wide ? 4 : nwhat); w++) { /* values: moments ok */
+                    known = !strcmp(name_of(&pc[q], wide ? w : whats[w]).s, name);
+                }
+        }
+        if (!known)
+            return sp_set_error(SP_ERR_FORMAT, "%s: tensor '%s' is not a parameter of this "
+                                "model%s", path, name, ctx);
+    }
+    if (wide) return SP_OK; /* values, and perhaps a starpipe checkpoint's moments */
+    return sp_set_error(SP_ERR_FORMAT, "%s: %d tensors, this model has %d%s", path,
+                        sp_safetensors_count(f), expected, ctx);
+}
+
+/* Sets what w of every parameter from its pieces in f (checked). */
+static sp_status set_from(sp_safetensors *f, const sp_graph *g, const ckpt_io *io, int w)
+{
+    ckpt_piece pc[CKPT_MAX_PIECES];
+    sp_status st = SP_OK;
+    for (int i = 0; i < sp_graph_num_params(g) && st == SP_OK; i++) {
+        sp_tensor p = sp_graph_param(g, i);
+        const int npc = pieces_of(io, g, p, pc);
+        const int64_t rl = row_floats(g, p);
+        int64_t most = 0;
+        for (int q = 0; q < npc; q++) most = piece_numel(&pc[q]) > most ? piece_numel(&pc[q]) : most;
+        float *whole = malloc(sizeof(float) * (size_t)sp_param_whole_numel(g, p));
+        float *packed = malloc(sizeof(float) * (size_t)(most ? most : 1));
+        if (!whole || !packed) st = sp_set_error(SP_ERR_NOMEM, "checkpoint: out of memory");
+        for (int q = 0; q < npc && st == SP_OK; q++) {
+            to_f32(packed, sp_safetensors_find(f, name_of(&pc[q], w).s), piece_numel(&pc[q]));
+            move_piece(whole, packed, &pc[q], rl, 0);
+        }
+        if (st == SP_OK) st = io->set(io->ctx, p, w, whole);
+        free(whole), free(packed);
+    }
+    return st;
 }
 
 sp_status ckpt_load(const char *path, const sp_graph *g, const char *sig, int *steps_done,
@@ -139,57 +377,25 @@ sp_status ckpt_load(const char *path, const sp_graph *g, const char *sig, int *s
         goto out;
     }
     /* every parameter with its moments, the right dtype and shape; nothing else */
-    int np = sp_graph_num_params(g), expected = 3 * np;
-    for (int i = 0; i < np; i++) {
-        sp_tensor p = sp_graph_param(g, i);
-        for (int w = 0; w < 4; w++) {
-            if (w == 1) continue;
-            char name[80], a[64], b[64];
-            snprintf(name, sizeof name, "%s%s", sp_tensor_name(g, p), suffix[w]);
-            const sp_st_tensor *t = sp_safetensors_find(f, name);
-            if (!t) {
-                st = sp_set_error(SP_ERR_FORMAT, "%s: no tensor '%s' (checkpoint of '%s', this "
-                                  "run is '%s')", path, name, fsig, sig);
-                goto out;
-            }
-            if (t->dtype != SP_ST_F32 || !same_shape(t, g, p)) {
-                shape_str(a, sizeof a, t->ndim, t->shape);
-                shape_str(b, sizeof b, sp_tensor_ndim(g, p), sp_param_full_shape(g, p));
-                st = sp_set_error(SP_ERR_FORMAT, "%s: tensor '%s' is %s %s in the checkpoint, "
-                                  "F32 %s in this model (checkpoint of '%s', this run is '%s')",
-                                  path, name, sp_st_dtype_name(t->dtype), a, b, fsig, sig);
-                goto out;
-            }
-        }
-    }
-    if (sp_safetensors_count(f) != expected) {
-        for (int j = 0; j < sp_safetensors_count(f); j++) {
-            const char *name = sp_safetensors_at(f, j)->name;
-            char base[80];
-            snprintf(base, sizeof base, "%s", name);
-            size_t len = strlen(base);
-            if (len > 7 && (!strcmp(base + len - 7, ".adam_m") || !strcmp(base + len - 7, ".adam_v")))
-                base[len - 7] = '\0';
-            sp_tensor p = sp_graph_find(g, base);
-            if (p < 0 || !sp_tensor_is_param(g, p)) {
-                st = sp_set_error(SP_ERR_FORMAT, "%s: tensor '%s' is not a parameter of this "
-                                  "model (checkpoint of '%s', this run is '%s')", path, name,
-                                  fsig, sig);
-                goto out;
-            }
-        }
-    }
-    for (int i = 0; i < np && st == SP_OK; i++) {
-        sp_tensor p = sp_graph_param(g, i);
-        for (int w = 0; w < 4 && st == SP_OK; w++) {
-            if (w == 1) continue;
-            char name[80];
-            snprintf(name, sizeof name, "%s%s", sp_tensor_name(g, p), suffix[w]);
-            st = io->set(io->ctx, p, w, sp_safetensors_find(f, name)->data);
-        }
-    }
+    char ctx[640];
+    snprintf(ctx, sizeof ctx, " (checkpoint of '%s', this run is '%s')", fsig, sig);
+    static const int whats[3] = { 0, 2, 3 };
+    st = check_pieces(f, path, g, io, whats, 3, 0, ctx);
+    for (int w = 0; w < 3 && st == SP_OK; w++) st = set_from(f, g, io, whats[w]);
     if (st == SP_OK) *steps_done = (int)step;
 out:
+    sp_safetensors_close(f);
+    return st;
+}
+
+sp_status ckpt_load_values(const char *path, const sp_graph *g, const ckpt_io *io)
+{
+    sp_status st;
+    sp_safetensors *f = sp_safetensors_open(path, 0, &st);
+    if (!f) return st;
+    static const int value[1] = { 0 };
+    st = check_pieces(f, path, g, io, value, 1, 1, " (--init: a file of this model's values)");
+    if (st == SP_OK) st = set_from(f, g, io, 0);
     sp_safetensors_close(f);
     return st;
 }

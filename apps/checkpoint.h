@@ -10,16 +10,44 @@
 #define STARPIPE_APP_CHECKPOINT_H
 
 #include "starpipe/graph.h"
+#include "starpipe/models.h"
 #include "starpipe/status.h"
+
+/* A model may store a parameter as several tensors, each of whole rows of it (its first
+ * dimension) gathered with a stride: rows [row0 + b stride, row0 + b stride + rows) for
+ * b = 0 .. blocks-1, in that order, under the piece's own name and shape (blocks x rows
+ * x the row's floats in all). So a fused weight is kept in another layout's names: the
+ * Llama's qkv_proj as Hugging Face's q_proj, k_proj and v_proj (starpipe-gpt.c). */
+typedef struct {
+    char name[96];
+    int ndim;
+    int64_t shape[SP_MAX_DIMS];
+    int64_t row0, rows, blocks, stride;
+} ckpt_piece;
+#define CKPT_MAX_PIECES 8
+/* Fills the pieces of parameter p (at most CKPT_MAX_PIECES) and returns their count; 0:
+ * the parameter is one tensor under its graph name. ctx: the model's (ckpt_io). */
+typedef int (*ckpt_layout_fn)(const void *ctx, const sp_graph *g, sp_tensor p,
+                              ckpt_piece *pieces);
+
+/* Hugging Face's LlamaForCausalLM layout of sp_model_llama's parameters (models.h): the
+ * fused qkv_proj stored as q_proj (each KV group's G query heads' rows, gathered), k_proj
+ * and v_proj; gate_up_proj as gate_proj and up_proj; every other parameter under its own
+ * name (already Hugging Face's). */
+int ckpt_llama_layout(const sp_llama_config *l, const sp_graph *g, sp_tensor p,
+                      ckpt_piece *pieces);
 
 /* Where the parameters of a run live (the trainer or the reference interpreter). what: 0
  * value, 1 gradient of the last step, 2 AdamW m, 3 AdamW v. get may be collective: every
- * rank calls the save functions; only the writer writes. */
+ * rank calls the save functions; only the writer writes. layout: the model's (NULL: every
+ * parameter under its graph name); the moments and gradients follow it, suffixed. */
 typedef struct {
     void *ctx;
     sp_status (*get)(void *ctx, sp_tensor p, int what, float *dst);
     sp_status (*set)(void *ctx, sp_tensor p, int what, const float *src);
     int writer;
+    ckpt_layout_fn layout;
+    const void *layout_ctx;
 } ckpt_io;
 
 /* settings (may be NULL): the flags that resume the same run, "--flag value" lines,
@@ -38,5 +66,12 @@ sp_status ckpt_dump_grads(const char *path, const sp_graph *g, const char *model
  * refused with a message naming what differs, and nothing is set. */
 sp_status ckpt_load(const char *path, const sp_graph *g, const char *model_sig, int *steps_done,
                     const ckpt_io *io);
+/* Loads parameter values only, from any safetensors file in the model's layout (one saved
+ * by Hugging Face's save_pretrained, say): every parameter's tensors by name and shape,
+ * in F32, BF16 or F16 (widened to float32 exactly), metadata ignored, and no tensor that
+ * is not one of them or a starpipe checkpoint's moment of one (a missing, extra or
+ * misshapen tensor is refused by name, and nothing is set). The optimizer's moments are
+ * left as they are. */
+sp_status ckpt_load_values(const char *path, const sp_graph *g, const ckpt_io *io);
 
 #endif

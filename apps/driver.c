@@ -779,7 +779,8 @@ static int sample_text(sp_app_model *m, const sp_app_opts *o, const sp_graph *g,
     if (bad) snprintf(msg, len, "--sample: %s", sp_last_error());
     int64_t most = 1;
     for (int i = 0; i < sp_graph_num_params(g); i++)
-        if (sp_tensor_numel(g, sp_graph_param(g, i)) > most) most = sp_tensor_numel(g, sp_graph_param(g, i));
+        if (sp_param_whole_numel(g, sp_graph_param(g, i)) > most) /* io->get: whole */
+            most = sp_param_whole_numel(g, sp_graph_param(g, i));
     float *buf = malloc((size_t)most * sizeof *buf);
     for (int i = 0; buf && i < sp_graph_num_params(g); i++) {
         sp_tensor p = sp_graph_param(g, i);
@@ -879,8 +880,13 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
     char sig[256], settings[4096];
     m->signature(m->cfg, sig, sizeof sig);
     ckpt_io io = app_ref_io(r, 1);
+    io.layout = m->ckpt_layout, io.layout_ctx = m->cfg;
     int start = 0;
     if (check_outputs(o) != SP_OK) {
+        fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
+        return 1;
+    }
+    if (o->init && ckpt_load_values(o->init, g, &io) != SP_OK) {
         fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
         return 1;
     }
@@ -1408,12 +1414,22 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
     double tol = sp_exec_num_cuda() > 0 ? (o->bf16 ? 2e-2 : 1e-4) : 0.0;
     char sig[256], settings[4096];
     m->signature(m->cfg, sig, sizeof sig);
-    ckpt_io io = { .ctx = t, .get = tr_get, .set = tr_set, .writer = me == 0 };
+    ckpt_io io = { .ctx = t, .get = tr_get, .set = tr_set, .writer = me == 0,
+                   .layout = m->ckpt_layout, .layout_ctx = m->cfg };
+    ckpt_io rio = ref ? app_ref_io(ref, 0) : io;
+    rio.layout = m->ckpt_layout, rio.layout_ctx = m->cfg;
     int start = 0;
+    if (o->init) {
+        st = ckpt_load_values(o->init, g, &io);
+        if (st == SP_OK && ref) st = ckpt_load_values(o->init, app_ref_graph(ref, 0), &rio);
+        if (any_failed(st != SP_OK, m->name, sp_last_error())) {
+            code = 1;
+            goto out;
+        }
+    }
     if (o->load) {
         int rstart = 0;
         st = ckpt_load(o->load, g, sig, &start, &io);
-        ckpt_io rio = ref ? app_ref_io(ref, 0) : io;
         if (st == SP_OK && ref) st = ckpt_load(o->load, app_ref_graph(ref, 0), sig, &rstart, &rio);
         if (any_failed(st != SP_OK, m->name, sp_last_error())) {
             code = 1;

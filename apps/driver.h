@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "apps/checkpoint.h"
 #include "starpipe/graph.h"
 
 typedef struct {
@@ -48,6 +49,9 @@ typedef struct {
      * model's parameter names, an i32 input "tokens" (1,T) of bytes and a tensor named
      * "logits" (1,T,V) (sp_generate). NULL: the model does not generate text. */
     sp_graph *(*build_sampler)(void *cfg, sp_status *st);
+    /* How checkpoints store the parameters (apps/checkpoint.h; NULL: under their graph
+     * names), called with cfg. */
+    int (*ckpt_layout)(const void *cfg, const sp_graph *g, sp_tensor p, ckpt_piece *pieces);
 } sp_app_model;
 
 /* Parses argv, runs, returns the process exit code. */

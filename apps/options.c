@@ -120,6 +120,10 @@ static void usage(const sp_app_model *m, FILE *f)
             "  --load FILE         start from a checkpoint (--resume FILE is the same);\n"
             "                      --steps more steps follow it, with the settings stored in\n"
             "                      FILE where no flag says otherwise (--steps 0: save it)\n"
+            "  --init FILE         start from the parameter values of FILE, any safetensors\n"
+            "                      file in the model's layout (Hugging Face's save_pretrained\n"
+            "                      of the same config: the Llama), F32, BF16 or F16; a fresh\n"
+            "                      optimizer from step 0\n"
             "  --dump-grads FILE   write the first step's gradients (before clipping)\n"
             "metrics:\n"
             "  --log FILE          one JSON line per step (loss, lr, throughput, MFU, bubble,\n"
@@ -191,7 +195,8 @@ static const char *const common[] = { "--steps", "--microbatches", "--chunks", "
                                       "--precision", "--recompute-stages", "--eval-every",
                                       "--eval-batches", "--sample",
                                       "--prompt", "--temperature", "--top-k", "--sample-seed",
-                                      "--data-format", "--tensor", NULL };
+                                      "--data-format", "--tensor", "--init", NULL };
+enum { MODEL_BITS = 40 }; /* the model's flags' bits start here (a common flag's end before) */
 
 /* The bit of a flag that takes a value in sp_app_opts.given: common flags first, then
  * the model's; -1 for none. */
@@ -200,7 +205,7 @@ static int flag_bit(const sp_app_model *m, const char *a)
     int i = 0;
     for (const char *const *f = common; *f; f++, i++)
         if (!strcmp(a, *f)) return i;
-    i = 32;
+    i = MODEL_BITS;
     for (const char *const *f = m->flags; f && *f && i < 64; f++, i++)
         if (!strcmp(a, *f)) return i;
     return -1;
@@ -208,7 +213,7 @@ static int flag_bit(const sp_app_model *m, const char *a)
 
 static int takes_value(const sp_app_model *m, const char *a) { return flag_bit(m, a) >= 0; }
 
-static int reads_data(const sp_app_model *m) { return flag_bit(m, "--data") >= 32; }
+static int reads_data(const sp_app_model *m) { return flag_bit(m, "--data") >= MODEL_BITS; }
 
 int sp_app_given(const sp_app_model *m, const sp_app_opts *o, const char *flag)
 {
@@ -231,6 +236,7 @@ static int apply(const sp_app_model *m, sp_app_opts *o, const char *a, const cha
     else if (!strcmp(a, "--schedule")) o->schedule = v;
     else if (!strcmp(a, "--save")) o->save = v;
     else if (!strcmp(a, "--load") || !strcmp(a, "--resume")) o->load = v;
+    else if (!strcmp(a, "--init")) o->init = v;
     else if (!strcmp(a, "--dump-grads")) o->dump_grads = v;
     else if (!strcmp(a, "--save-every")) ok = app_parse_int(a, v, 1, 1 << 30, &o->save_every);
     else if (!strcmp(a, "--replicas")) ok = app_parse_int(a, v, 1, 1 << 16, &o->replicas);
@@ -334,6 +340,11 @@ static int check_eval_sample(const sp_app_model *m, const sp_app_opts *o, FILE *
     }
     if (o->sample && !m->build_sampler) {
         fprintf(err, "%s: error: --sample: this model does not generate text\n", m->name);
+        return -1;
+    }
+    if (o->init && o->load) {
+        fprintf(err, "%s: error: --init and --load both set the parameters: one of them\n",
+                m->name);
         return -1;
     }
     return 1;

@@ -17,7 +17,7 @@ typedef struct {
     int warmup, lr_decay, decay_steps;
     float lr_min;
     float peak_tflops; /* --peak-tflops: MFU's peak per device; 0: measured or datasheet */
-    const char *schedule, *save, *load, *dump_grads, *rank_order, *log;
+    const char *schedule, *save, *load, *init, *dump_grads, *rank_order, *log;
     /* evaluation: every N steps and at the end (0: off), on K held-out microbatches (0:
      * R x m, one step's worth) */
     int eval_every, eval_batches;

@@ -1,6 +1,8 @@
-/* starpipe-gpt: trains a small GPT-2 on a text file (bytes) or token shards, pipelined
- * over MPI ranks (mpirun -np P), or with --reference in one process. The training loop, flags and
- * checks are in driver.c; this file is the model and its data. */
+/* starpipe-gpt and starpipe-llama: train a small GPT-2 or Llama (--arch) on a text file
+ * (bytes) or token shards, pipelined over MPI ranks (mpirun -np P), or with --reference
+ * in one process. The training loop, flags and checks are in driver.c; this file is the
+ * two models and their data. Built twice: starpipe-llama is this file with
+ * STARPIPE_APP_LLAMA, Llama its default architecture. */
 #include <stdio.h>
 #include <string.h>
 
@@ -11,7 +13,10 @@
 
 typedef struct {
     const char *data;
-    sp_gpt_config model;
+    int llama;           /* --arch llama: sp_model_llama, else sp_model_gpt */
+    int kv_heads, hidden; /* the Llama's (0: heads, and Llama's 8C/3 rule) */
+    float rope_theta;
+    sp_gpt_config model; /* the sizes both share */
     int stage_layers[1024], nstage_layers; /* --stage-layers, one count per stage */
     sp_text *text;
 } gpt_app;
@@ -23,6 +28,16 @@ static int gpt_flag(void *cfg, const char *a, const char *v)
         c->data = v;
         return 1;
     }
+    if (!strcmp(a, "--arch")) {
+        if (strcmp(v, "gpt") && strcmp(v, "llama")) {
+            fprintf(stderr, "error: --arch expects gpt or llama, got '%s'\n", v);
+            return -1;
+        }
+        c->llama = !strcmp(v, "llama");
+        return 1;
+    }
+    if (!strcmp(a, "--rope-theta"))
+        return app_parse_float(a, v, 1.0001, 1e30, &c->rope_theta) ? 1 : -1;
     if (!strcmp(a, "--stage-layers"))
         return app_parse_int_list(a, v, 0, 1024, c->stage_layers, 1024, &c->nstage_layers) ? 1
                                                                                           : -1;
@@ -30,15 +45,54 @@ static int gpt_flag(void *cfg, const char *a, const char *v)
         { "--layers", &c->model.layers, 1024 },    { "--heads", &c->model.heads, 1024 },
         { "--channels", &c->model.channels, 65536 }, { "--context", &c->model.context, 65536 },
         { "--batch", &c->model.batch, 65536 },     { "--vocab", &c->model.vocab, 65536 },
+        { "--kv-heads", &c->kv_heads, 1024 },      { "--hidden", &c->hidden, 1 << 20 },
     };
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
         if (!strcmp(a, ints[i].flag)) return app_parse_int(a, v, 1, ints[i].hi, ints[i].dst) ? 1 : -1;
     return -1;
 }
 
+/* The Llama of the flags: Llama's MLP width rule (8C/3, to a multiple of 32) and
+ * multi-head attention unless --hidden and --kv-heads say otherwise. */
+static sp_llama_config llama_of(const gpt_app *c)
+{
+    const sp_gpt_config *m = &c->model;
+    int hidden = c->hidden ? c->hidden : (8 * m->channels / 3 + 31) / 32 * 32;
+    return (sp_llama_config){ .vocab = m->vocab, .context = m->context, .layers = m->layers,
+                              .heads = m->heads, .kv_heads = c->kv_heads ? c->kv_heads
+                                                                         : m->heads,
+                              .channels = m->channels, .hidden = hidden,
+                              .rope_theta = c->rope_theta, .batch = m->batch,
+                              .stages = m->stages, .stage_layers = m->stage_layers,
+                              .tensor = m->tensor, .tensor_rank = m->tensor_rank };
+}
+
+static sp_graph *build_model(const gpt_app *c, const sp_gpt_config *m, sp_status *st)
+{
+    if (!c->llama) return sp_model_gpt(m, st);
+    gpt_app one = *c;
+    one.model = *m;
+    sp_llama_config l = llama_of(&one);
+    return sp_model_llama(&l, st);
+}
+
 static int gpt_prepare(void *cfg, double *samples, char *msg, size_t len)
 {
     gpt_app *c = cfg;
+    if (!c->llama && (c->kv_heads || c->hidden || c->rope_theta)) {
+        snprintf(msg, len, "--kv-heads, --hidden and --rope-theta are the Llama's (--arch "
+                 "llama)");
+        return 1;
+    }
+    if (c->llama) { /* the model's own checks, with its message */
+        sp_status st;
+        sp_graph *g = build_model(c, &c->model, &st);
+        sp_graph_free(g);
+        if (!g) {
+            snprintf(msg, len, "%s", sp_last_error());
+            return 1;
+        }
+    }
     if (c->model.channels % c->model.heads) {
         snprintf(msg, len, "--heads %d does not divide --channels %d", c->model.heads,
                  c->model.channels);
@@ -66,7 +120,7 @@ static sp_graph *gpt_build(void *cfg, int stages, int tensor, int tensor_rank, s
     c->model.tensor_rank = tensor_rank;
     if (app_check_stage_layers(c->nstage_layers, stages, st)) return NULL;
     c->model.stage_layers = c->nstage_layers ? c->stage_layers : NULL;
-    return sp_model_gpt(&c->model, st);
+    return build_model(c, &c->model, st);
 }
 
 static void gpt_batch(void *cfg, uint64_t seed, int step, int mb, void *const *in)
@@ -108,14 +162,15 @@ static sp_graph *gpt_build_sampler(void *cfg, sp_status *st)
     one.batch = 1;
     one.stages = 1;
     one.stage_layers = NULL;
-    return sp_model_gpt(&one, st);
+    one.tensor = 1, one.tensor_rank = 0;
+    return build_model(cfg, &one, st);
 }
 
 static void gpt_describe(void *cfg, FILE *f)
 {
     gpt_app *c = cfg;
     sp_status st;
-    sp_graph *g = sp_model_gpt(&c->model, &st);
+    sp_graph *g = build_model(c, &c->model, &st);
     size_t n = sp_text_size(c->text), held = n - sp_text_train_size(c->text);
     char split[96] = "";
     if (held)
@@ -127,16 +182,33 @@ static void gpt_describe(void *cfg, FILE *f)
                  shards > 1 ? "s" : "", c->model.vocab);
     else
         snprintf(what, sizeof what, "%zu bytes", n);
-    fprintf(f, "GPT: %lld parameters, %d layers, %d heads, %d channels, context %d, batch %d "
-            "per microbatch; data %s (%s%s)\n",
-            g ? (long long)sp_graph_param_count(g) : 0LL, c->model.layers, c->model.heads,
-            c->model.channels, c->model.context, c->model.batch, c->data, what, split);
+    char heads[96];
+    if (c->llama) {
+        sp_llama_config l = llama_of(c);
+        snprintf(heads, sizeof heads, "%d heads (%d KV), %d channels, MLP %d", l.heads,
+                 l.kv_heads, l.channels, l.hidden);
+    } else {
+        snprintf(heads, sizeof heads, "%d heads, %d channels", c->model.heads,
+                 c->model.channels);
+    }
+    fprintf(f, "%s: %lld parameters, %d layers, %s, context %d, batch %d per microbatch; "
+            "data %s (%s%s)\n", c->llama ? "Llama" : "GPT",
+            g ? (long long)sp_graph_param_count(g) : 0LL, c->model.layers, heads,
+            c->model.context, c->model.batch, c->data, what, split);
     sp_graph_free(g);
 }
 
 static void gpt_signature(void *cfg, char *buf, size_t len)
 {
-    const sp_gpt_config *c = &((gpt_app *)cfg)->model;
+    const gpt_app *a = cfg;
+    const sp_gpt_config *c = &a->model;
+    if (a->llama) {
+        sp_llama_config l = llama_of(a);
+        snprintf(buf, len, "llama vocab=%d context=%d layers=%d heads=%d kv_heads=%d "
+                 "channels=%d hidden=%d rope_theta=%g", l.vocab, l.context, l.layers, l.heads,
+                 l.kv_heads, l.channels, l.hidden, l.rope_theta ? l.rope_theta : 10000.0);
+        return;
+    }
     snprintf(buf, len, "gpt vocab=%d context=%d layers=%d heads=%d channels=%d", c->vocab,
              c->context, c->layers, c->heads, c->channels);
 }
@@ -148,25 +220,51 @@ static void gpt_settings(void *cfg, char *buf, size_t len)
     int k = snprintf(buf, len, "--layers %d\n--heads %d\n--channels %d\n--context %d\n"
                      "--batch %d\n", c->model.layers, c->model.heads, c->model.channels,
                      c->model.context, c->model.batch);
+    if (c->llama && k > 0 && (size_t)k < len) {
+        sp_llama_config l = llama_of(c);
+        k += snprintf(buf + k, len - (size_t)k, "--arch llama\n--kv-heads %d\n--hidden %d\n"
+                      "--rope-theta %.9g\n", l.kv_heads, l.hidden,
+                      l.rope_theta ? l.rope_theta : 10000.0);
+    }
     if (k > 0 && (size_t)k < len && !strchr(c->data, '\n')) /* one line per setting */
         snprintf(buf + k, len - (size_t)k, "--data %s\n", c->data);
 }
 
+static int llama_layout(const void *cfg, const sp_graph *g, sp_tensor p, ckpt_piece *pc)
+{
+    const gpt_app *c = cfg;
+    if (!c->llama) return 0;
+    const sp_llama_config l = llama_of(c);
+    return ckpt_llama_layout(&l, g, p, pc);
+}
+
 /* The defaults and the flags this model takes (also used by fuzz/fuzz_app_args.c). */
+#ifdef STARPIPE_APP_LLAMA
+#define GPT_APP_LLAMA 1
+#define GPT_APP_NAME "starpipe-llama"
+#else
+#define GPT_APP_LLAMA 0
+#define GPT_APP_NAME "starpipe-gpt"
+#endif
 #define GPT_APP_DEFAULTS                                                                   \
-    { .data = SP_DEFAULT_CORPUS, .model = { .vocab = 256, .context = 64, .layers = 4,       \
-                                            .heads = 4, .channels = 64, .batch = 4,         \
-                                            .stages = 1 } }
+    { .data = SP_DEFAULT_CORPUS, .llama = GPT_APP_LLAMA,                                   \
+      .model = { .vocab = 256, .context = 64, .layers = 4, .heads = 4, .channels = 64,      \
+                 .batch = 4, .stages = 1 } }
 static const char *const gpt_flags[] = { "--data", "--layers", "--heads", "--channels",
                                          "--context", "--batch", "--stage-layers", "--vocab",
+                                         "--arch", "--kv-heads", "--hidden", "--rope-theta",
                                          NULL };
 
 int main(int argc, char **argv)
 {
     gpt_app cfg = GPT_APP_DEFAULTS;
-    static char defaults[1024];
+    static char defaults[2048];
     snprintf(defaults, sizeof defaults,
              "model:\n"
+             "  --arch A            gpt (GPT-2: LayerNorm, GELU, learned positions, tied\n"
+             "                      head) or llama (RMSNorm, rotary embeddings, SwiGLU,\n"
+             "                      grouped-query attention, untied head; checkpoints in\n"
+             "                      Hugging Face's LlamaForCausalLM names) (%s)\n"
              "  --data FILE         UTF-8 text, read as bytes (%s); or token shards\n"
              "                      (llm.c's layout, scripts/make-shards): a shard, or a\n"
              "                      comma-separated list of paths or quoted globs\n"
@@ -177,16 +275,20 @@ int main(int argc, char **argv)
              "  --context N         sequence length T (64)\n"
              "  --batch N           sequences per microbatch (4)\n"
              "  --stage-layers L    blocks per stage, e.g. 0,3,3,2 (even split); the first\n"
-             "                      and last may be 0: embedding or head alone\n",
-             SP_DEFAULT_CORPUS);
-    sp_app_model m = { .name = "starpipe-gpt", .flags = gpt_flags, .defaults = defaults, .cfg = &cfg,
+             "                      and last may be 0: embedding or head alone\n"
+             "  --kv-heads N        llama: KV heads, dividing --heads (as many as heads)\n"
+             "  --hidden N          llama: the MLP's width (8 channels / 3, to a multiple of\n"
+             "                      32)\n"
+             "  --rope-theta X      llama: the rotary embeddings' base (10000)\n",
+             GPT_APP_LLAMA ? "llama" : "gpt", SP_DEFAULT_CORPUS);
+    sp_app_model m = { .name = GPT_APP_NAME, .flags = gpt_flags, .defaults = defaults, .cfg = &cfg,
                        .flag = gpt_flag, .prepare = gpt_prepare, .build = gpt_build,
                        .batch = gpt_batch, .describe = gpt_describe, .sample_unit = "tok",
                        .signature = gpt_signature, .settings = gpt_settings,
                        .param_flags = "--channels or --layers",
                        .act_flags = "--batch, --context or --channels",
                        .hold_out = gpt_hold_out, .eval_batch = gpt_eval_batch,
-                       .build_sampler = gpt_build_sampler };
+                       .build_sampler = gpt_build_sampler, .ckpt_layout = llama_layout };
     int rc = sp_app_main(argc, argv, &m);
     sp_text_free(cfg.text);
     return rc;
