@@ -11,8 +11,9 @@ function(sp_fuzz_targets prefix extra)
     if(t STREQUAL "app_args")
       # the apps' parser, with the two apps' flag handlers compiled into the target
       target_sources(${exe} PRIVATE ${SP_FUZZ_DIR}/../apps/options.c
+                                    ${SP_FUZZ_DIR}/../apps/checkpoint.c
                                     ${SP_FUZZ_DIR}/stub_runtime.c)
-      target_link_libraries(${exe} PRIVATE starpipe_graph starpipe_sched)
+      target_link_libraries(${exe} PRIVATE starpipe_graph starpipe_sched starpipe_formats)
     elseif(t STREQUAL "safetensors")
       target_link_libraries(${exe} PRIVATE starpipe_formats)
     else()

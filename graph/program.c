@@ -57,17 +57,6 @@ static double emit_ce_vocab(sp_program *p, sp_kprog *kp, int t, sp_loc out, sp_l
 }
 
 /* Emits op t of stage s, writing its value to `out`. Returns its FLOPs. */
-void sp_rope_sizes(sp_kinstr *I, const sp_node *n)
-{
-    I->n[0] = n->shape[0];
-    I->n[1] = n->shape[1];
-    I->n[2] = n->shape[2];
-    I->n[3] = n->rope_hs;
-    I->n[4] = n->rope_period;
-    I->flag[0] = n->rope_rotated;
-    I->f = n->rope_theta;
-}
-
 static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t, sp_loc out)
 {
     const sp_graph *g = p->g;

@@ -156,8 +156,18 @@ sp_loc sp_loc_scratch_at(sp_program *p, sp_kprog *kp, int s, int64_t off, int64_
 /* Offset off of buffer (cls, idx), taken by kp with mode. */
 sp_loc sp_loc_slab(sp_program *p, sp_kprog *kp, sp_buf_class cls, int idx, sp_access_mode mode,
                    int64_t off);
-/* A rope node's sizes and selection into I (SP_I_ROPE's n, flag[0] and f). */
-void sp_rope_sizes(sp_kinstr *I, const sp_node *n);
+/* A rope node's sizes and selection into I (SP_I_ROPE's n, flag[0] and f): the forward's
+ * and the backward's, one definition. */
+static inline void sp_rope_sizes(sp_kinstr *I, const sp_node *n)
+{
+    I->n[0] = n->shape[0];
+    I->n[1] = n->shape[1];
+    I->n[2] = n->shape[2];
+    I->n[3] = n->rope_hs;
+    I->n[4] = n->rope_period;
+    I->flag[0] = n->rope_rotated;
+    I->f = n->rope_theta;
+}
 
 /* SCRATCH floats of attention node n's forward (backward = 0) or backward under p's
  * precision: the CPU's need, or the CUDA kernels' (none forward, B*NH*T backward),
