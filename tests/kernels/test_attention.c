@@ -1,6 +1,9 @@
 /* Causal multi-head attention forward (out and the saved log-sum-exp) and backward
  * against a float64 reference and central finite differences on the packed qkv. T runs
- * past several query blocks of the kernel (24 rows), with partial last blocks. */
+ * past several query blocks of the kernel (24 rows), with partial last blocks. Both
+ * layouts of qkv: GPT's [q | k | v] (sp_attention_forward) and grouped-query attention's
+ * (sp_attention_gqa_forward, G = 1, 2, 3, 4 query heads per KV head), the reference
+ * reading each head where kernels.h says it is. */
 #include "codelets/cpu/kernels.h"
 #include "kcheck.h"
 
@@ -13,23 +16,44 @@
 #define TOL_PEAKED 1e-5
 
 typedef struct {
-    int B, T, C, NH;
+    int B, T, C, NH, G; /* G: 0 GPT's layout, else query heads per KV head */
     double *qkv, *out, *lse;
     const float *r;
 } at_ctx;
 
+/* qkv's row width, and where head h's query, key and value start in a row */
+static int64_t width(const at_ctx *c)
+{
+    int hs = c->C / c->NH;
+    return c->G ? (int64_t)(c->NH / c->G) * (c->G + 2) * hs : 3 * (int64_t)c->C;
+}
+
+static void offsets(const at_ctx *c, int h, int64_t *q, int64_t *k, int64_t *v)
+{
+    int hs = c->C / c->NH;
+    if (!c->G) {
+        *q = (int64_t)h * hs, *k = c->C + *q, *v = 2 * (int64_t)c->C + *q;
+        return;
+    }
+    int64_t group = (int64_t)(h / c->G) * (c->G + 2) * hs; /* KV head h / G's block */
+    *q = group + (int64_t)(h % c->G) * hs, *k = group + (int64_t)c->G * hs, *v = *k + hs;
+}
+
 static void ref_forward(at_ctx *c)
 {
     int B = c->B, T = c->T, C = c->C, NH = c->NH, hs = C / NH;
+    const int64_t W = width(c);
     double scale = 1.0 / sqrt((double)hs);
     double *s = kc_alloc(sizeof(double) * (size_t)T);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             for (int h = 0; h < NH; h++) {
-                const double *q = c->qkv + ((int64_t)b * T + t) * 3 * C + h * hs;
+                int64_t qo, ko, vo;
+                offsets(c, h, &qo, &ko, &vo);
+                const double *q = c->qkv + ((int64_t)b * T + t) * W + qo;
                 double mx = -INFINITY, z = 0;
                 for (int u = 0; u <= t; u++) {
-                    const double *k = c->qkv + ((int64_t)b * T + u) * 3 * C + C + h * hs;
+                    const double *k = c->qkv + ((int64_t)b * T + u) * W + ko;
                     double d = 0;
                     for (int i = 0; i < hs; i++)
                         d += q[i] * k[i];
@@ -44,7 +68,7 @@ static void ref_forward(at_ctx *c)
                 for (int i = 0; i < hs; i++) {
                     double o = 0;
                     for (int u = 0; u <= t; u++)
-                        o += s[u] * c->qkv[((int64_t)b * T + u) * 3 * C + 2 * C + h * hs + i];
+                        o += s[u] * c->qkv[((int64_t)b * T + u) * W + vo + i];
                     c->out[((int64_t)b * T + t) * C + h * hs + i] = o;
                 }
             }
@@ -57,11 +81,12 @@ static double ref_loss(void *p)
     return kc_project(c->out, c->r, (int64_t)c->B * c->T * c->C);
 }
 
-static void run_case(int B, int T, int C, int NH, double spread, uint64_t seed)
+static void run_case(int B, int T, int C, int NH, int G, double spread, uint64_t seed)
 {
     char what[160];
     const double tol = spread > 1.0 ? TOL_PEAKED : TOL;
-    int64_t nq = (int64_t)B * T * 3 * C, no = (int64_t)B * T * C;
+    at_ctx c = {B, T, C, NH, G, NULL, NULL, NULL, NULL};
+    int64_t nq = (int64_t)B * T * width(&c), no = (int64_t)B * T * C;
     int64_t nl = (int64_t)B * NH * T, ns = sp_attention_scratch_floats(B, T, C, NH);
     kc_seed(seed);
     float *qkv = KC_F(nq), *r = KC_F(no), *out = KC_F(no), *lse = KC_F(nl);
@@ -71,14 +96,15 @@ static void run_case(int B, int T, int C, int NH, double spread, uint64_t seed)
     kc_fill(r, no, -1, 1);
     kc_fill(base, nq, -1, 1);
     kc_to_double(qd, qkv, nq);
-    at_ctx c = {B, T, C, NH, qd, od, ld, r};
+    c.qkv = qd, c.out = od, c.lse = ld, c.r = r;
     ref_forward(&c);
-#define TAG(t) (snprintf(what, sizeof what, "attention B%d T%d C%d NH%d x%g seed%llu %s", B, \
-                         T, C, NH, spread, (unsigned long long)seed, t), what)
+#define TAG(t) (snprintf(what, sizeof what, "attention B%d T%d C%d NH%d G%d x%g seed%llu %s", \
+                         B, T, C, NH, G, spread, (unsigned long long)seed, t), what)
     kc_fill_nan(out, no);
     kc_fill_nan(lse, nl);
     kc_fill_nan(scratch, ns); /* scratch is output-only */
-    sp_attention_forward(out, lse, scratch, qkv, B, T, C, NH);
+    if (G) sp_attention_gqa_forward(out, lse, scratch, qkv, B, T, C, NH, G, 0);
+    else sp_attention_forward(out, lse, scratch, qkv, B, T, C, NH);
     kc_check(TAG("forward out"), out, od, no, tol);
     /* lse is a log of sums of up to T terms: relative to its magnitude */
     kc_check(TAG("forward lse"), lse, ld, nl, tol);
@@ -87,7 +113,8 @@ static void run_case(int B, int T, int C, int NH, double spread, uint64_t seed)
     for (int acc = 0; acc < 2; acc++) {
         kc_acc_init(dq, base, nq, acc);
         kc_fill_nan(scratch, ns);
-        sp_attention_backward(dq, scratch, r, qkv, out, lse, B, T, C, NH, acc);
+        if (G) sp_attention_gqa_backward(dq, scratch, r, qkv, out, lse, B, T, C, NH, G, acc, 0);
+        else sp_attention_backward(dq, scratch, r, qkv, out, lse, B, T, C, NH, acc);
         kc_acc_want(want, base, g, nq, acc);
         kc_check(TAG(acc ? "dqkv acc=1 vs finite differences" : "dqkv vs finite differences"),
                  dq, want, nq, tol);
@@ -128,10 +155,17 @@ int main(void)
                                  {1, 73, 4, 2}};
     for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++)
         for (uint64_t seed = 1; seed <= 3; seed++)
-            run_case(cfg[i][0], cfg[i][1], cfg[i][2], cfg[i][3], 1.0, seed);
+            run_case(cfg[i][0], cfg[i][1], cfg[i][2], cfg[i][3], 0, 1.0, seed);
+    /* grouped-query: B, T, C, NH, G (NH / G KV heads) */
+    static const int gqa[][5] = {{2, 5, 12, 3, 1}, {1, 30, 16, 4, 2}, {2, 13, 24, 6, 3},
+                                 {1, 26, 16, 4, 4}, {1, 49, 8, 2, 2}};
+    for (size_t i = 0; i < sizeof gqa / sizeof gqa[0]; i++)
+        for (uint64_t seed = 1; seed <= 2; seed++)
+            run_case(gqa[i][0], gqa[i][1], gqa[i][2], gqa[i][3], gqa[i][4], 1.0, seed);
     /* Peaked softmax: scores of +-30 must not overflow exp. */
-    run_case(1, 9, 12, 3, 8.0, 4);
-    run_case(1, 31, 12, 3, 8.0, 5);
+    run_case(1, 9, 12, 3, 0, 8.0, 4);
+    run_case(1, 31, 12, 3, 0, 8.0, 5);
+    run_case(1, 31, 12, 3, 3, 8.0, 6);
     nan_case();
     return kc_finish("test_kernels_attention");
 }

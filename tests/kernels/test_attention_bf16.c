@@ -2,7 +2,8 @@
  * points (codelets/cpu/kernels.h): bf16 q, k, v, dout; P~ (forward), P and dS (backward)
  * rounded to bf16, everything else exact. Also: that the tolerance catches a wrong
  * rounding point (the reference without P's or dS's rounding is far outside it), that
- * two runs give the same bits, and that bf16 really differs from fp32. */
+ * two runs give the same bits, and that bf16 really differs from fp32; and grouped-query
+ * attention in bf16 against multi-head attention on repeated keys and values. */
 #include "codelets/cpu/kernels.h"
 #include "kcheck.h"
 
@@ -132,6 +133,65 @@ static void run_case(int B, int T, int C, int NH, uint64_t seed)
     free(want);
 }
 
+/* Grouped-query attention in bf16 (sp_attention_gqa_*, bf16 = 1) is multi-head attention
+ * on the keys and values repeated for each of their G query heads (Hugging Face's
+ * repeat_kv): the output, lse and dq bit for bit those of sp_attention_*_bf16 on that
+ * repeated qkv in GPT's layout, each KV head's dk and dv the sum of its G query heads'
+ * (within float rounding: the kernel adds them block by block). */
+static void gqa_case(int B, int T, int C, int NH, int G, uint64_t seed)
+{
+    char what[160];
+    const int hs = C / NH, KV = NH / G;
+    const int64_t W = (int64_t)KV * (G + 2) * hs, n3 = (int64_t)B * T * 3 * C;
+    const int64_t ng = (int64_t)B * T * W, no = (int64_t)B * T * C, nl = (int64_t)B * NH * T;
+    const int64_t ns = sp_attention_scratch_floats_bf16(B, T, C, NH);
+    kc_seed(seed);
+    float *qg = KC_F(ng), *q3 = KC_F(n3), *dout = KC_F(no), *sc = KC_F(ns);
+    float *og = KC_F(no), *o3 = KC_F(no), *lg = KC_F(nl), *l3 = KC_F(nl);
+    float *dg = KC_F(ng), *d3 = KC_F(n3);
+    kc_fill(qg, ng, -2, 2);
+    kc_fill(dout, no, -1, 1);
+    for (int64_t r = 0; r < (int64_t)B * T; r++) /* the repeated keys and values */
+        for (int h = 0; h < NH; h++) {
+            const float *blk = qg + r * W + (int64_t)(h / G) * (G + 2) * hs;
+            memcpy(q3 + r * 3 * C + h * hs, blk + (h % G) * hs, sizeof(float) * hs);
+            memcpy(q3 + r * 3 * C + C + h * hs, blk + G * hs, sizeof(float) * hs);
+            memcpy(q3 + r * 3 * C + 2 * C + h * hs, blk + (G + 1) * hs, sizeof(float) * hs);
+        }
+    snprintf(what, sizeof what, "attention bf16 GQA B%d T%d C%d NH%d G%d seed%llu", B, T, C,
+             NH, G, (unsigned long long)seed);
+    sp_attention_gqa_forward(og, lg, sc, qg, B, T, C, NH, G, 1);
+    sp_attention_gqa_backward(dg, sc, dout, qg, og, lg, B, T, C, NH, G, 0, 1);
+    sp_attention_forward_bf16(o3, l3, sc, q3, B, T, C, NH);
+    sp_attention_backward_bf16(d3, sc, dout, q3, o3, l3, B, T, C, NH, 0);
+    int same = !memcmp(og, o3, sizeof(float) * (size_t)no) &&
+               !memcmp(lg, l3, sizeof(float) * (size_t)nl);
+    double worst = 0, mag = 0;
+    for (int64_t r = 0; r < (int64_t)B * T; r++)
+        for (int h = 0; h < NH; h++) {
+            const int64_t blk = r * W + (int64_t)(h / G) * (G + 2) * hs;
+            same &= !memcmp(dg + blk + (h % G) * hs, d3 + r * 3 * C + h * hs,
+                            sizeof(float) * hs);
+            if (h % G) continue;
+            for (int i = 0; i < hs; i++)
+                for (int kv = 1; kv <= 2; kv++) { /* dk, then dv */
+                    double sum = 0;
+                    for (int g = 0; g < G; g++)
+                        sum += d3[r * 3 * C + kv * C + (h + g) * hs + i];
+                    worst = fmax(worst, fabs(dg[blk + (G + kv - 1) * hs + i] - sum));
+                    mag = fmax(mag, fabs(sum));
+                }
+        }
+    char msg[240];
+    snprintf(msg, sizeof msg, "%s: out, lse and dq are repeated MHA's bits", what);
+    kc_expect(same, msg);
+    snprintf(msg, sizeof msg, "%s: dk, dv within %.2e of the sum over the group (scale %.2g)",
+             what, worst, mag);
+    kc_expect(worst <= 1e-5 * fmax(mag, 1.0), msg);
+    free(qg); free(q3); free(dout); free(sc); free(og); free(o3); free(lg); free(l3);
+    free(dg); free(d3);
+}
+
 /* A rounding point left out of the reference must fail the tolerance, by a margin: so
  * the check above tells whether P and dS are rounded where kernels.h says. */
 static void detects(int B, int T, int C, int NH, uint64_t seed, int round_p, int round_ds,
@@ -168,6 +228,11 @@ int main(void)
     for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++)
         for (uint64_t seed = 1; seed <= 2; seed++)
             run_case(cfg[i][0], cfg[i][1], cfg[i][2], cfg[i][3], seed);
+    static const int gqa[][5] = {/* B, T, C, NH, G */
+                                 {2, 5, 12, 3, 1}, {1, 30, 16, 4, 2}, {2, 13, 24, 6, 3},
+                                 {1, 50, 32, 4, 4}};
+    for (size_t i = 0; i < sizeof gqa / sizeof gqa[0]; i++)
+        gqa_case(gqa[i][0], gqa[i][1], gqa[i][2], gqa[i][3], gqa[i][4], 7 + i);
     detects(1, 50, 32, 2, 7, 0, 1, "a reference without P's rounding");
     detects(1, 50, 32, 2, 7, 1, 0, "a reference without dS's rounding");
     return kc_finish("attention_bf16");
