@@ -8,7 +8,8 @@
 #  - checkpoints in Hugging Face's names: saved at P = 2, resumed at P = 1 with the
 #    reference's bytes there; --init from it;
 #  - sampling and --log work; bad configurations (KV heads not dividing heads, an odd head
-#    size, T not dividing the KV heads): one clear message and a non-zero exit.
+#    size, T not dividing the KV heads) and bad --init files (another model's, a missing
+#    one, misshapen tensors, --init with --load): one clear message and a non-zero exit.
 set -e
 mpiexec=$1; app=$2; make_shards=$3
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
@@ -87,4 +88,11 @@ bad "3 KV heads do not divide 4 heads" --heads 4 --kv-heads 3 --channels 32
 bad "the head size 3" --heads 4 --channels 12
 bad "does not divide the 1 KV heads" $tiny --tensor 2 --kv-heads 1
 bad "are the Llama's" --arch gpt --kv-heads 2
+"$app" --arch gpt --reference --steps 0 --save "$dir/gpt.ckpt" --layers 4 --channels 32 --heads 4 \
+  --context 8 --batch 2 >"$dir/log" 2>&1 || fail "the GPT checkpoint for --init failed"
+bad "no tensor 'model.embed_tokens.weight'" $tiny --init "$dir/gpt.ckpt"
+bad "missing.safetensors" $tiny --init "$dir/missing.safetensors"
+bad "k_proj.weight' is F32 (16,32) in the file, F32 (or BF16, F16) (8,32) in this model" --layers 4 --channels 32 --heads 4 --kv-heads 1 --hidden 48 \
+  --context 8 --batch 2 --init "$dir/p2.ckpt"
+bad "one of them" $tiny --init "$dir/p2.ckpt" --load "$dir/p2.ckpt"
 echo "ok: refusals"
