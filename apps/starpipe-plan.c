@@ -18,7 +18,8 @@ static void usage(FILE *f)
             "                     [--cost F=1,B=1,W=1,BW=2,lat=0,bw=0] [--bytes N]\n"
             "                     [--rendezvous] [--json] [--svg FILE] [--trace FILE]\n"
             "                     [--save-schedule FILE] [--print-plan]\n"
-            "                     [--gpt gpt3-175b|L,C,T,V,B] [--device-flops X]\n"
+            "                     [--gpt gpt3-175b[,B]|L,C,T,V,B] [--device-flops X]\n"
+            "                     [--llama llama2-7b[,B]|llama2-70b[,B]|L,C,H,Hkv,I,T,V,B]\n"
             "                     [--replicas R[,R,...]] [--rank-order pipeline|replica]\n"
             "                     [--allreduce alpha=1e-5,intra=450e9,inter=50e9,node=8,hier=1,\n"
             "                                  tp_alpha=1e-6,tp_bw=450e9]\n"
@@ -29,18 +30,25 @@ static void usage(FILE *f)
             "(0: infinite). Flags override STARPIPE_SCHEDULE, STARPIPE_MICROBATCHES and\n"
             "STARPIPE_CHUNKS. --schedule help lists the schedules.\n"
             "--gpt: stages of a GPT of L layers, C channels, context T, vocabulary V, B\n"
-            "sequences per microbatch (gpt3-175b: 96,12288,2048,50257,1), costs in seconds\n"
-            "at --device-flops FLOP/s (457e12, JaxPP's measured bf16 rate per GPU).\n"
+            "sequences per microbatch (gpt3-175b: 96,12288,2048,50257 and B = 1 unless\n"
+            "given), costs in seconds at --device-flops FLOP/s (457e12, JaxPP's measured\n"
+            "bf16 rate per GPU).\n"
+            "--llama: stages of a Llama of L layers, C channels, H query heads, Hkv KV heads\n"
+            "(grouped-query attention), I SwiGLU hidden units, context T, vocabulary V, B\n"
+            "sequences per microbatch (llama2-7b: 32,4096,32,32,11008,4096,32000;\n"
+            "llama2-70b: 80,8192,64,8,28672,4096,32000; B = 1 unless given, as in\n"
+            "llama2-70b,2). Everything below that takes --gpt takes --llama.\n"
             "--replicas: R copies of the pipeline whose stage gradients are all-reduced\n"
             "(--grad-bytes per element) beside compute, alpha-beta cost (--allreduce:\n"
             "seconds per message, bytes/s per rank inside and between nodes, GPUs per\n"
             "node, 1 for the hierarchical form); several values print a weak-scaling table.\n"
-            "--tensor T (with --gpt): each actor a group of T ranks (tensor parallelism,\n"
-            "Megatron's layout), innermost, so T <= GPUs per node; per block two all-reduces\n"
-            "of (N, C) in F and two in B among the group, tp_alpha s per step and tp_bw\n"
-            "bytes/s per rank (NVLink), added to the tasks. --recompute: every stage\n"
-            "recomputes its activations; --shard-optimizer: ZeRO-1, the AdamW state of\n"
-            "1/R per replica. Memory is per device (one rank of a group).\n");
+            "--tensor T (with --gpt or --llama): each actor a group of T ranks (tensor\n"
+            "parallelism, Megatron's layout; a Llama's T divides Hkv, I and V), innermost,\n"
+            "so T <= GPUs per node; per block two all-reduces of (N, C) in F and two in\n"
+            "B among the group, tp_alpha s per step and tp_bw bytes/s per rank (NVLink),\n"
+            "added to the tasks. --recompute: every stage recomputes its activations;\n"
+            "--shard-optimizer: ZeRO-1, the AdamW state of 1/R per replica. Memory is\n"
+            "per device (one rank of a group).\n");
 }
 
 static int to_int(const char *flag, const char *v, int *out)
@@ -145,33 +153,66 @@ static int parse_allreduce(const char *spec, sp_allreduce_model *m, int *node, s
     return parse_pairs(spec, "--allreduce", "", set_allreduce, &a);
 }
 
-/* "gpt3-175b" or "L,C,T,V,B" */
-static int parse_gpt(const char *spec, sp_gpt_shape *g)
+/* Up to max positive integers separated by commas, the whole of p: how many, or -1. */
+static int parse_ints(const char *p, int *v, int max)
 {
-    if (!strcmp(spec, "gpt3-175b")) {
-        g->layers = 96, g->channels = 12288, g->context = 2048, g->vocab = 50257, g->batch = 1;
-        return 0;
-    }
-    int v[5], n = 0;
-    const char *p = spec;
-    while (n < 5) {
+    int n = 0;
+    while (n < max) {
         char *end;
         errno = 0;
         long x = strtol(p, &end, 10);
-        if (end == p || errno || x < 1 || x > 1 << 24) break;
+        if (end == p || errno || x < 1 || x > 1 << 24) return -1;
         v[n++] = (int)x;
-        if (*end != ',' || n == 5) {
-            p = end;
-            break;
-        }
+        if (!*end) return n;
+        if (*end != ',') return -1;
         p = end + 1;
     }
-    if (n != 5 || *p) {
-        fprintf(stderr, "starpipe-plan: --gpt: expected gpt3-175b or L,C,T,V,B (five positive "
-                "integers), got '%s'\n", spec);
+    return -1;
+}
+
+/* spec is "NAME" or "NAME,B" for the preset NAME: 1 (with *batch set, 1 unless given), 0
+ * for another name, -1 for NAME followed by anything but one positive integer. */
+static int preset(const char *spec, const char *name, int *batch)
+{
+    size_t k = strlen(name);
+    if (strncmp(spec, name, k) || (spec[k] && spec[k] != ',')) return 0;
+    *batch = 1;
+    return !spec[k] || parse_ints(spec + k + 1, batch, 1) == 1 ? 1 : -1;
+}
+
+/* "gpt3-175b[,B]" or "L,C,T,V,B" */
+static int parse_gpt(const char *spec, sp_gpt_shape *g)
+{
+    int v[5], k = preset(spec, "gpt3-175b", &g->batch);
+    if (k == 1) {
+        g->layers = 96, g->channels = 12288, g->context = 2048, g->vocab = 50257;
+        return 0;
+    }
+    if (k < 0 || parse_ints(spec, v, 5) != 5) {
+        fprintf(stderr, "starpipe-plan: --gpt: expected gpt3-175b[,B] or L,C,T,V,B (five "
+                "positive integers), got '%s'\n", spec);
         return -1;
     }
     g->layers = v[0], g->channels = v[1], g->context = v[2], g->vocab = v[3], g->batch = v[4];
+    return 0;
+}
+
+/* "llama2-7b[,B]", "llama2-70b[,B]" or "L,C,H,Hkv,I,T,V,B" */
+static int parse_llama(const char *spec, sp_llama_shape *l)
+{
+    static const struct { const char *name; int v[7]; } presets[] = {
+        { "llama2-7b", { 32, 4096, 32, 32, 11008, 4096, 32000 } },
+        { "llama2-70b", { 80, 8192, 64, 8, 28672, 4096, 32000 } } };
+    int v[8], k = 0;
+    for (int i = 0; i < 2 && !k; i++)
+        if ((k = preset(spec, presets[i].name, &v[7])) == 1) memcpy(v, presets[i].v, sizeof presets[i].v);
+    if (k < 0 || (!k && parse_ints(spec, v, 8) != 8)) {
+        fprintf(stderr, "starpipe-plan: --llama: expected llama2-7b[,B], llama2-70b[,B] or "
+                "L,C,H,Hkv,I,T,V,B (eight positive integers), got '%s'\n", spec);
+        return -1;
+    }
+    l->layers = v[0], l->channels = v[1], l->heads = v[2], l->kv_heads = v[3];
+    l->hidden = v[4], l->context = v[5], l->vocab = v[6], l->batch = v[7];
     return 0;
 }
 
@@ -234,7 +275,7 @@ int main(int argc, char **argv)
     int p = 0, S = 0, m = 0, v = 0, json = 0, print_plan = 0, rendezvous = 0, bytes = 1;
     double kind[4] = { 1, 1, 1, -1 }, lat = 0, bw = 0;
     int bw_given = 0;
-    const char *gpt = NULL, *reps = NULL, *order = "pipeline";
+    const char *gpt = NULL, *llama = NULL, *reps = NULL, *order = "pipeline";
     double device_flops = 457e12, grad_bytes = 4;
     sp_allreduce_model arm = { .alpha = 1e-5, .bw_intra = 450e9, .bw_inter = 50e9,
                                .hierarchical = 1 };
@@ -258,6 +299,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--print-plan")) print_plan = ok = 1;
         else if (!strcmp(a, "--rendezvous")) rendezvous = ok = 1;
         else if (!strcmp(a, "--gpt") && val) gpt = val, i++, ok = 1;
+        else if (!strcmp(a, "--llama") && val) llama = val, i++, ok = 1;
         else if (!strcmp(a, "--replicas") && val) reps = val, i++, ok = 1;
         else if (!strcmp(a, "--rank-order") && val && (!strcmp(val, "pipeline") || !strcmp(val, "replica")))
             order = val, i++, ok = 1;
@@ -301,9 +343,15 @@ int main(int argc, char **argv)
         return 1;
     }
     if (kind[SP_TASK_BW] < 0) kind[SP_TASK_BW] = kind[SP_TASK_B] + kind[SP_TASK_W];
-    if (T > 1 && !gpt) {
-        fprintf(stderr, "starpipe-plan: --tensor needs --gpt (the group's all-reduces and the "
-                "split sizes come from a model's shape)\n");
+    if (gpt && llama) {
+        fprintf(stderr, "starpipe-plan: --gpt and --llama: one model at a time\n");
+        return 1;
+    }
+    /* the model given by its shape, if any: --gpt or --llama */
+    const char *shaped = gpt ? gpt : llama;
+    if (T > 1 && !shaped) {
+        fprintf(stderr, "starpipe-plan: --tensor needs --gpt or --llama (the group's "
+                "all-reduces and the split sizes come from a model's shape)\n");
         return 1;
     }
     if (T > 1 && node > 0 && (T > node || node % T)) {
@@ -330,7 +378,8 @@ int main(int argc, char **argv)
         return 1;
     }
     sp_gpt_shape shape = { .device_flops = device_flops, .elem_bytes = 2, .tensor = T };
-    if (gpt && parse_gpt(gpt, &shape)) {
+    sp_llama_shape lshape = { .device_flops = device_flops, .elem_bytes = 2, .tensor = T };
+    if ((gpt && parse_gpt(gpt, &shape)) || (llama && parse_llama(llama, &lshape))) {
         sp_schedule_free(sch);
         return 1;
     }
@@ -340,19 +389,24 @@ int main(int argc, char **argv)
         sp_schedule_free(sch);
         return 1;
     }
-    sp_stage_model *model = gpt ? sp_stage_model_gpt(&shape, S)
-                                : sp_stage_model_chain(S, kind[0], kind[1], kind[2], (size_t)bytes);
+    /* tokens per microbatch, for tokens/s */
+    double mb_tokens = gpt ? (double)shape.batch * shape.context
+                           : llama ? (double)lshape.batch * lshape.context : 1;
+    sp_stage_model *model = gpt     ? sp_stage_model_gpt(&shape, S)
+                            : llama ? sp_stage_model_llama(&lshape, S)
+                                    : sp_stage_model_chain(S, kind[0], kind[1], kind[2], (size_t)bytes);
     if (!model) {
         if (gpt) fprintf(stderr, "starpipe-plan: --gpt %s cannot be cut into %d stages\n", gpt, S);
+        else if (llama) fprintf(stderr, "starpipe-plan: --llama %s: %s\n", llama, sp_last_error());
         else fprintf(stderr, "starpipe-plan: out of memory\n");
         sp_schedule_free(sch);
         return 1;
     }
-    for (int s = 0; !gpt && s < S; s++) model->stage[s].cost[SP_TASK_BW] = kind[SP_TASK_BW];
+    for (int s = 0; !shaped && s < S; s++) model->stage[s].cost[SP_TASK_BW] = kind[SP_TASK_BW];
     for (int s = 0; recompute && s < S; s++) model->stage[s].recompute = 1;
     /* the model's FLOPs of one replica's step (no recomputation), for TFLOP/s per device */
     double step_flops = 0;
-    for (int s = 0; gpt && s < S; s++)
+    for (int s = 0; shaped && s < S; s++)
         step_flops += (model->stage[s].cost[SP_TASK_F] + model->stage[s].cost[SP_TASK_B] +
                        model->stage[s].cost[SP_TASK_W]) * device_flops * T * sch->nmicro;
     /* --replicas R[,R...]: each a simulation of one replica with its all-reduces */
@@ -387,7 +441,7 @@ int main(int argc, char **argv)
         goto out;
     }
     if (nrep > 1) { /* the weak-scaling table: one replica simulated per R, m fixed */
-        double tokens = gpt ? (double)shape.batch * shape.context * sch->nmicro : sch->nmicro;
+        double tokens = mb_tokens * sch->nmicro;
         printf("weak scaling: %s, %d actors, %d microbatches per replica, %s-major ranks, "
                "%s all-reduce (alpha %g s, %g GB/s in a node, %g GB/s between nodes, %d per "
                "node), gradients %g bytes per element\n", sch->name, p, sch->nmicro, order,
@@ -398,7 +452,7 @@ int main(int argc, char **argv)
                    "all-reduces at %g GB/s per rank, alpha %g s, exposed in the tasks\n", T,
                    p * T, tpl.bw / 1e9, tpl.alpha);
         printf("%8s %8s %12s %14s %10s %13s %11s %9s %8s %8s %11s %9s\n", "devices", "replicas",
-               "step_s", gpt ? "tokens/s" : "mb/s", "weak_eff", "allreduce_s", "exposed_s",
+               "step_s", shaped ? "tokens/s" : "mb/s", "weak_eff", "allreduce_s", "exposed_s",
                "exposed", "bubble", "tp_s", "TFLOP/s/dev", "mem_GB");
         double t0 = 0;
         for (int k = 0; k < nrep && rc == 0; k++) {
@@ -477,7 +531,7 @@ int main(int argc, char **argv)
             printf("replicas %d (%d devices): gradient all-reduces %.6g in all, exposed %.6g "
                    "(%.2f%% of the step)\n", arm.replicas, arm.replicas * p * T, res->comm_time,
                    res->exposed_comm, pct * res->exposed_comm);
-        if (gpt) {
+        if (shaped) {
             int R = cfg.allreduce ? arm.replicas : 1, am = 0;
             double dev = max_device_bytes(plan, R, zero1, &am);
             const sp_mem_peak *pk = &plan->peak[am];

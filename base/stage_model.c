@@ -1,8 +1,12 @@
-/* Synthetic stage models (a chain of identical stages, a GPT from its shape) for studying
- * schedules without a real graph, and the names of task kinds and buffer classes. */
+/* Synthetic stage models (a chain of identical stages, a GPT or a Llama from its shape) for
+ * studying schedules without a real graph, and the names of task kinds and buffer
+ * classes. */
 #include "starpipe/stages.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+
+#include "starpipe/status.h"
 
 sp_stage_model *sp_stage_model_chain(int n, double f, double b, double w, size_t bytes)
 {
@@ -40,39 +44,47 @@ void sp_stage_model_free(sp_stage_model *m)
     free(m);
 }
 
-sp_stage_model *sp_stage_model_gpt(const sp_gpt_shape *g, int nstages)
+/* What a decoder-only transformer's stages are made of, whatever its block: per block
+ * (whole) its FLOPs by task kind, (one rank's) parameters and saved activations in bytes;
+ * the first stage's and the last stage's extra parameters (one rank's). The head's 2 N C V
+ * per kind, the group's all-reduces and the boundary tensors are the same for the GPT and
+ * the Llama (stages.h). */
+typedef struct {
+    int layers, tp;
+    double N, C, V, eb, device_flops;
+    double f, b, w;             /* one block's FLOPs, before the split by tp */
+    double params, acts;        /* one block's, one rank's: parameters (count), bytes */
+    double first, last;         /* parameters (count) the first and last stages add */
+} decoder_costs;
+
+static sp_stage_model *decoder_stages(const decoder_costs *d, int nstages)
 {
-    int tp = g && g->tensor > 1 ? g->tensor : 1;
-    if (!g || nstages < 1 || g->layers < nstages || g->channels < 1 || g->context < 1 ||
-        g->vocab < 1 || g->batch < 1 || !(g->device_flops > 0) || g->channels % tp)
-        return NULL;
     sp_stage_model *m = sp_stage_model_chain(nstages, 0, 0, 0, 0);
-    if (!m) return NULL;
-    double N = (double)g->batch * g->context, C = g->channels, T = g->context, V = g->vocab;
-    double eb = g->elem_bytes > 0 ? g->elem_bytes : 2;
-    /* one rank's part of a block (stages.h): the split weights and biases, the rest whole */
-    double block_params = (12 * C * C + 7 * C) / tp + 6 * C;
-    double block_acts = (10 + 24.0 / tp) * N * C * eb / 2, act = N * C * eb;
+    if (!m) {
+        sp_set_error(SP_ERR_NOMEM, "stage model: out of memory");
+        return NULL;
+    }
+    double N = d->N, C = d->C, V = d->V, act = N * C * d->eb;
+    int tp = d->tp;
     for (int s = 0; s < nstages; s++) {
-        int nl = g->layers / nstages + (s < g->layers % nstages);
-        double f = nl * (24 * N * C * C + 4 * N * T * C), b = nl * (24 * N * C * C + 8 * N * T * C);
-        double w = nl * 24 * N * C * C, params = nl * block_params;
+        int nl = d->layers / nstages + (s < d->layers % nstages);
+        double f = nl * d->f, b = nl * d->b, w = nl * d->w, params = nl * d->params;
         int nf = 2 * nl, nb = 2 * nl;        /* the group's all-reduces of (N, C) */
         double xf = 0;                       /* and of the cross-entropy's N floats */
-        if (s == 0) params += V * C / tp + T * C, nf++;
+        if (s == 0) params += d->first, nf++;
         if (s == nstages - 1) {
             f += 2 * N * C * V, b += 2 * N * C * V, w += 2 * N * C * V;
-            params += V * C / tp + 2 * C;
+            params += d->last;
             nb++;
             if (tp > 1) xf = 3 * N * 4;
         }
         f /= tp, b /= tp, w /= tp;
         sp_stage_info *st = &m->stage[s];
-        st->cost[SP_TASK_F] = f / g->device_flops;
-        st->cost[SP_TASK_B] = b / g->device_flops;
-        st->cost[SP_TASK_W] = w / g->device_flops;
-        st->cost[SP_TASK_BW] = (b + w) / g->device_flops;
-        st->act_bytes = (size_t)(nl * block_acts);
+        st->cost[SP_TASK_F] = f / d->device_flops;
+        st->cost[SP_TASK_B] = b / d->device_flops;
+        st->cost[SP_TASK_W] = w / d->device_flops;
+        st->cost[SP_TASK_BW] = (b + w) / d->device_flops;
+        st->act_bytes = (size_t)(nl * d->acts);
         st->param_bytes = (size_t)(4 * params);
         st->opt_bytes = 2 * st->param_bytes;
         if (tp > 1) {
@@ -82,8 +94,84 @@ sp_stage_model *sp_stage_model_gpt(const sp_gpt_shape *g, int nstages)
             st->tp_bytes[SP_TASK_B] = st->tp_bytes[SP_TASK_BW] = nb * act;
         }
     }
-    for (int e = 0; e < m->nedges; e++) m->edge[e].bytes = (size_t)(N * C * eb);
+    for (int e = 0; e < m->nedges; e++) m->edge[e].bytes = (size_t)act;
     return m;
+}
+
+sp_stage_model *sp_stage_model_gpt(const sp_gpt_shape *g, int nstages)
+{
+    int tp = g && g->tensor > 1 ? g->tensor : 1;
+    if (!g || nstages < 1 || g->layers < nstages || g->channels < 1 || g->context < 1 ||
+        g->vocab < 1 || g->batch < 1 || !(g->device_flops > 0) || g->channels % tp)
+        return NULL;
+    double N = (double)g->batch * g->context, C = g->channels, T = g->context, V = g->vocab;
+    double eb = g->elem_bytes > 0 ? g->elem_bytes : 2;
+    /* one rank's part of a block (stages.h): the split weights and biases, the rest whole */
+    decoder_costs d = {
+        .layers = g->layers, .tp = tp, .N = N, .C = C, .V = V, .eb = eb,
+        .device_flops = g->device_flops,
+        .f = 24 * N * C * C + 4 * N * T * C, .b = 24 * N * C * C + 8 * N * T * C,
+        .w = 24 * N * C * C,
+        .params = (12 * C * C + 7 * C) / tp + 6 * C,
+        .acts = (10 + 24.0 / tp) * N * C * eb / 2,
+        .first = V * C / tp + T * C, .last = V * C / tp + 2 * C };
+    return decoder_stages(&d, nstages);
+}
+
+sp_stage_model *sp_stage_model_llama(const sp_llama_shape *l, int nstages)
+{
+    if (!l) {
+        sp_set_error(SP_ERR_ARG, "Llama shape: NULL");
+        return NULL;
+    }
+    int tp = l->tensor > 1 ? l->tensor : 1;
+    const char *why = NULL;
+    char msg[200];
+    if (l->layers < 1 || l->channels < 1 || l->heads < 1 || l->kv_heads < 1 ||
+        l->hidden < 1 || l->context < 1 || l->vocab < 1 || l->batch < 1)
+        why = "every size (layers, channels, heads, KV heads, hidden, context, vocabulary, "
+              "batch) must be at least 1";
+    else if (!(l->device_flops > 0))
+        why = "device_flops must be positive";
+    else if (l->channels % l->heads)
+        snprintf(msg, sizeof msg, "%d channels are not a multiple of %d heads", l->channels,
+                 l->heads), why = msg;
+    else if ((l->channels / l->heads) % 2)
+        snprintf(msg, sizeof msg, "head size %d (%d channels / %d heads) is odd: rotary "
+                 "embeddings rotate pairs", l->channels / l->heads, l->channels, l->heads),
+            why = msg;
+    else if (l->heads % l->kv_heads)
+        snprintf(msg, sizeof msg, "%d KV heads do not divide %d heads", l->kv_heads, l->heads),
+            why = msg;
+    else if (l->kv_heads % tp || l->hidden % tp || l->vocab % tp)
+        snprintf(msg, sizeof msg, "tensor %d must divide the %d KV heads, the %d hidden "
+                 "units and the vocabulary of %d", tp, l->kv_heads, l->hidden, l->vocab),
+            why = msg;
+    else if (nstages < 1 || l->layers < nstages)
+        snprintf(msg, sizeof msg, "%d layers cannot be cut into %d stages", l->layers,
+                 nstages), why = msg;
+    if (why) {
+        sp_set_error(SP_ERR_ARG, "Llama shape: %s", why);
+        return NULL;
+    }
+    double N = (double)l->batch * l->context, C = l->channels, T = l->context, V = l->vocab;
+    double I = l->hidden, kv = (double)l->kv_heads * (l->channels / l->heads);
+    double eb = l->elem_bytes > 0 ? l->elem_bytes : 2;
+    double prod = 2 * N * C * (2 * C + 2 * kv + 3 * I); /* q, k, v, o, gate, up, down */
+    decoder_costs d = {
+        .layers = l->layers, .tp = tp, .N = N, .C = C, .V = V, .eb = eb,
+        .device_flops = l->device_flops,
+        .f = prod + 4 * N * T * C, .b = prod + 8 * N * T * C, .w = prod,
+        .params = (2 * C * C + 2 * C * kv + 3 * C * I) / tp + 2 * C,
+        .acts = N * eb * (4 * C + (2 * C + 2 * kv + 3 * I) / tp),
+        .first = V * C / tp, .last = V * C / tp + C };
+    /* a stage's bytes must fit a size_t: refuse what no device holds long before */
+    if (l->layers * d.acts > 1e18 || 4 * (l->layers * d.params + d.first + d.last) > 1e18) {
+        sp_set_error(SP_ERR_ARG, "Llama shape: a stage's activations or parameters past "
+                     "1e18 bytes");
+        return NULL;
+    }
+    return decoder_stages(&d, nstages);
 }
 
 const char *sp_buf_class_name(sp_buf_class c)

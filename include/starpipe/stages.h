@@ -142,6 +142,47 @@ typedef struct {
 } sp_gpt_shape;
 sp_stage_model *sp_stage_model_gpt(const sp_gpt_shape *g, int nstages);
 
+/* A Llama's stages from its shape (Llama 2's decoder, Hugging Face's LlamaForCausalLM),
+ * cut as the GPT's: `layers` blocks over nstages stages (the remainder to the first),
+ * stage 0 also the token embedding (V x C; rotary embeddings have no parameters), the
+ * last stage the final RMSNorm and the untied head (C x V). A block of C channels, H query
+ * heads of hs = C / H, Hkv KV heads (grouped-query attention; Hkv = H: multi-head) and a
+ * SwiGLU MLP of I hidden units: RMSNorm (weight C) -> q, k, v without biases (C x (H +
+ * 2 Hkv) hs) -> rotary embeddings -> causal attention -> o (C x C) -> residual; RMSNorm ->
+ * gate, up (C x I each) -> silu(gate) up -> down (I x C) -> residual. Per microbatch of
+ * N = batch x context tokens, with P = 2 N C (2 C + 2 Hkv hs + 3 I) the block's matrix
+ * products (2 FLOPs per multiply-add): F = P + 4 N T C, B = P + 8 N T C (input gradients
+ * and attention's whole backward), W = P (weight gradients); attention's terms over the
+ * query heads' width C, as the GPT's; the head adds 2 N C V to each. Elementwise work
+ * (norms, rotations, silu) is not counted. Costs are FLOPs / device_flops; parameters 4
+ * bytes each: per block 2 C^2 + 2 C Hkv hs + 3 C I + 2 C. Activations a block keeps for
+ * its backward, per token, in elements of elem_bytes: both RMSNorms' inputs and outputs
+ * (the outputs are the inputs of q, k, v and of gate, up) 4 C; q, k, v after the rotation
+ * C + 2 Hkv hs and attention's output C (attention's scores recomputed by a fused kernel);
+ * gate, up and silu(gate) up 3 I. Megatron's count of the GPT's 34 units, with no
+ * dropout masks and the normalisations' per-token statistics left out. Boundary tensors
+ * N C x elem_bytes.
+ *
+ * tensor = T > 1: one rank of an actor of T (Megatron's layout): query heads and KV heads
+ * split by T (a rank holds Hkv / T KV groups and their query heads), gate and up by
+ * columns, down and o by rows, the embedding and the head by vocabulary: every FLOP above,
+ * every weight but the RMSNorms', and the activations past the normalisations (2 C +
+ * 2 Hkv hs + 3 I per token) divided by T; the RMSNorm weights, their 4 C activations, the
+ * residual stream and the boundary tensors whole. The group's all-reduces are the GPT's:
+ * per block two of (N, C) in F (o, down) and two in B (the gradients of the inputs of
+ * q, k, v and of gate, up), none in W; the embedding one in F, the head one in B, the
+ * vocabulary-parallel cross-entropy three of N floats in F; BW has B's.
+ * NULL, with sp_last_error() saying why, for a bad shape: a size below 1, C not a
+ * multiple of H, an odd head size (rotary embeddings rotate pairs), Hkv not dividing H,
+ * T not dividing Hkv, I or V, fewer layers than stages. */
+typedef struct {
+    int layers, channels, heads, kv_heads, hidden, context, vocab, batch;
+    double device_flops; /* FLOP/s of one device */
+    int elem_bytes;      /* bytes per activation element (2 for bf16) */
+    int tensor;          /* T ranks per actor; 0 or 1: one */
+} sp_llama_shape;
+sp_stage_model *sp_stage_model_llama(const sp_llama_shape *l, int nstages);
+
 #ifdef __cplusplus
 }
 #endif
