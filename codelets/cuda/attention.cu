@@ -3,7 +3,9 @@
  * tiles of 64 queries against tiles of 64 keys up to the diagonal, scores and probabilities
  * only in registers and shared memory, never a T x T square in device memory. fp32 on the
  * CUDA cores. The backward is deterministic without atomics: one kernel per key tile
- * (dk, dv), one per query tile (dq), both recomputing P from the saved lse. */
+ * (dk, dv), one per query tile (dq), both recomputing P from the saved lse. qkv in either
+ * layout of the CPU's (group: 0 GPT's [q | k | v], G >= 1 grouped-query attention); a KV
+ * head's key-tile block sums over its G query heads in ascending order. */
 #include "codelets/cuda/common.cuh"
 
 #include <math.h>
@@ -40,6 +42,27 @@ static __device__ __forceinline__ int fa_ty() { return (int)threadIdx.x / FA_NT;
 static __device__ __forceinline__ float4 fa_load4(const float *x)
 {
     return *reinterpret_cast<const float4 *>(x);
+}
+
+/* Where head h's q, k and v start in a row of qkv, and the rows' stride: the CPU's head_at
+ * (attention.c). group 0: [q | k | v], each C = NH hs wide; group G: per KV head its G query
+ * heads, its key and its value, hs each (query head h uses KV head h / G). */
+struct fa_head {
+    int64_t ld, q, k, v;
+};
+static __device__ __forceinline__ fa_head fa_head_at(int h, int C, int NH, int group)
+{
+    const int hs = C / NH;
+    fa_head a;
+    if (!group) {
+        a.ld = 3 * (int64_t)C, a.q = (int64_t)h * hs;
+        a.k = a.q + C, a.v = a.q + 2 * (int64_t)C;
+    } else {
+        const int64_t w = (int64_t)(group + 2) * hs, kv = (int64_t)(h / group) * w;
+        a.ld = (NH / group) * w, a.q = kv + (int64_t)(h % group) * hs;
+        a.k = kv + (int64_t)group * hs, a.v = a.k + hs;
+    }
+    return a;
 }
 
 /* Max and sum over a row's 16 threads (lanes ty*16 .. ty*16+15 of the warp): butterflies
@@ -135,15 +158,18 @@ static __device__ __forceinline__ void fa_accumulate(float acc[FA_R][FA_J], bool
  * tiles run heaviest first. */
 static __global__ void __launch_bounds__(FA_THREADS)
     flash_forward_kernel(float *__restrict__ out, float *__restrict__ lse,
-                         const float *__restrict__ qkv, int T, int C, int NH, float scale)
+                         const float *__restrict__ qkv, int T, int C, int NH, int group,
+                         float scale)
 {
     __shared__ fa_smem sm;
     const int tx = fa_tx(), ty = fa_ty(), hs = C / NH;
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const int q0 = (gridDim.y - 1 - blockIdx.y) * FA_TILE, nq = fa_min(FA_TILE, T - q0);
     const int d0 = blockIdx.z * FA_DV, dn = fa_min(FA_DV, hs - d0);
-    const int64_t C3 = 3 * (int64_t)C;
-    const float *q = qkv + (int64_t)b * T * C3 + (int64_t)h * hs, *k = q + C, *v = q + 2 * C;
+    const fa_head at = fa_head_at(h, C, NH, group);
+    const int64_t C3 = at.ld;
+    const float *row = qkv + (int64_t)b * T * C3;
+    const float *q = row + at.q, *k = row + at.k, *v = row + at.v;
     const int kend = q0 + nq; /* keys 0..kend-1; every tile holds key k0 <= every row */
     float m[FA_R], l[FA_R], o[FA_R][FA_J];
 #pragma unroll
@@ -223,16 +249,15 @@ static __global__ void flash_rowdot_kernel(float *__restrict__ D, const float *_
 
 /* The probabilities and dS of one (query tile q0, key tile k0) pair of head bh, into the
  * callers' registers: P = exp(scale s - lse) where key <= row < T, else 0; dS = P (dP - D)
- * scale with dP = dout v^T. */
+ * scale with dP = dout v^T. q, k, v: rows of stride C3 (qkv's), dout of stride C. */
 static __device__ __forceinline__ void fa_probs(float p[FA_R][FA_R], float ds[FA_R][FA_R],
                                                 const float *q, const float *k,
                                                 const float *v, const float *dout,
                                                 const float *lse, const float *D, int q0,
-                                                int k0, int T, int C, int hs, float scale,
-                                                fa_smem &sm)
+                                                int k0, int T, int C, int64_t C3, int hs,
+                                                float scale, fa_smem &sm)
 {
     const int tx = fa_tx(), ty = fa_ty();
-    const int64_t C3 = 3 * (int64_t)C;
     const int nq = fa_min(FA_TILE, T - q0), nk = fa_min(FA_TILE, T - k0);
     float dp[FA_R][FA_R];
     fa_scores(p, q + q0 * C3, C3, nq, k + k0 * C3, C3, nk, hs, sm);
@@ -282,40 +307,48 @@ static __device__ __forceinline__ void fa_write(float *dst, int64_t ld, int n, i
     }
 }
 
-/* One block per (b h, key tile, column slice): dv = sum P^T dout, dk = sum dS^T q over the
+/* One block per (b, KV head, key tile, column slice): dv = sum P^T dout, dk = sum dS^T q
+ * over the KV head's G query heads (1 in GPT's layout) in ascending order, each over the
  * query tiles from the diagonal on, in ascending order. */
 static __global__ void __launch_bounds__(FA_THREADS)
     flash_backward_kv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
                              const float *__restrict__ qkv, const float *__restrict__ lse,
-                             const float *__restrict__ D, int T, int C, int NH, float scale,
-                             int acc)
+                             const float *__restrict__ D, int T, int C, int NH, int group,
+                             float scale, int acc)
 {
     __shared__ fa_smem sm;
-    const int hs = C / NH, bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int G = group ? group : 1, NKV = NH / G;
+    const int hs = C / NH, bk = blockIdx.x, b = bk / NKV, kv = bk % NKV;
     const int k0 = blockIdx.y * FA_TILE, nk = fa_min(FA_TILE, T - k0);
     const int d0 = blockIdx.z * FA_DV, dn = fa_min(FA_DV, hs - d0);
-    const int64_t C3 = 3 * (int64_t)C, head = (int64_t)b * T * C3 + (int64_t)h * hs;
-    const float *q = qkv + head, *k = q + C, *v = q + 2 * C;
-    const float *d = dout + (int64_t)b * T * C + (int64_t)h * hs;
+    const fa_head at = fa_head_at(kv * G, C, NH, group); /* k and v: the group's */
+    const int64_t C3 = at.ld;
+    const float *row = qkv + (int64_t)b * T * C3, *k = row + at.k, *v = row + at.v;
     float dk[FA_R][FA_J], dv[FA_R][FA_J];
 #pragma unroll
     for (int i = 0; i < FA_R; i++)
 #pragma unroll
         for (int j = 0; j < FA_J; j++)
             dk[i][j] = dv[i][j] = 0.0f;
-    for (int q0 = k0; q0 < T; q0 += FA_TILE) {
-        const int nq = fa_min(FA_TILE, T - q0);
-        float p[FA_R][FA_R], ds[FA_R][FA_R];
-        fa_probs(p, ds, q, k, v, d, lse + (int64_t)bh * T, D + (int64_t)bh * T, q0, k0, T, C,
-                 hs, scale, sm);
-        fa_store_tile(p, sm);
-        fa_accumulate(dv, true, d + (int64_t)q0 * C + d0, C, nq, dn, sm);
-        fa_store_tile(ds, sm);
-        fa_accumulate(dk, true, q + q0 * C3 + d0, C3, nq, dn, sm);
+    for (int g = 0; g < G; g++) {
+        const int h = kv * G + g;
+        const int64_t bh = (int64_t)b * NH + h;
+        const float *q = row + fa_head_at(h, C, NH, group).q;
+        const float *d = dout + (int64_t)b * T * C + (int64_t)h * hs;
+        for (int q0 = k0; q0 < T; q0 += FA_TILE) {
+            const int nq = fa_min(FA_TILE, T - q0);
+            float p[FA_R][FA_R], ds[FA_R][FA_R];
+            fa_probs(p, ds, q, k, v, d, lse + bh * T, D + bh * T, q0, k0, T, C, C3, hs, scale,
+                     sm);
+            fa_store_tile(p, sm);
+            fa_accumulate(dv, true, d + (int64_t)q0 * C + d0, C, nq, dn, sm);
+            fa_store_tile(ds, sm);
+            fa_accumulate(dk, true, q + q0 * C3 + d0, C3, nq, dn, sm);
+        }
     }
-    float *dkh = dqkv + head + C + (int64_t)k0 * C3 + d0;
-    fa_write(dkh, C3, nk, dn, dk, acc);
-    fa_write(dkh + C, C3, nk, dn, dv, acc);
+    float *drow = dqkv + (int64_t)b * T * C3 + (int64_t)k0 * C3 + d0;
+    fa_write(drow + at.k, C3, nk, dn, dk, acc);
+    fa_write(drow + at.v, C3, nk, dn, dv, acc);
 }
 
 /* One block per (b h, query tile, column slice): dq = sum dS k over the key tiles up to
@@ -323,15 +356,17 @@ static __global__ void __launch_bounds__(FA_THREADS)
 static __global__ void __launch_bounds__(FA_THREADS)
     flash_backward_q_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
                             const float *__restrict__ qkv, const float *__restrict__ lse,
-                            const float *__restrict__ D, int T, int C, int NH, float scale,
-                            int acc)
+                            const float *__restrict__ D, int T, int C, int NH, int group,
+                            float scale, int acc)
 {
     __shared__ fa_smem sm;
     const int hs = C / NH, bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const int q0 = (gridDim.y - 1 - blockIdx.y) * FA_TILE, nq = fa_min(FA_TILE, T - q0);
     const int d0 = blockIdx.z * FA_DV, dn = fa_min(FA_DV, hs - d0);
-    const int64_t C3 = 3 * (int64_t)C, head = (int64_t)b * T * C3 + (int64_t)h * hs;
-    const float *q = qkv + head, *k = q + C, *v = q + 2 * C;
+    const fa_head at = fa_head_at(h, C, NH, group);
+    const int64_t C3 = at.ld, head = (int64_t)b * T * C3 + at.q;
+    const float *row = qkv + (int64_t)b * T * C3;
+    const float *q = row + at.q, *k = row + at.k, *v = row + at.v;
     const float *d = dout + (int64_t)b * T * C + (int64_t)h * hs;
     float dq[FA_R][FA_J];
 #pragma unroll
@@ -342,7 +377,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
     for (int k0 = 0; k0 < q0 + nq; k0 += FA_TILE) {
         float p[FA_R][FA_R], ds[FA_R][FA_R];
         fa_probs(p, ds, q, k, v, d, lse + (int64_t)bh * T, D + (int64_t)bh * T, q0, k0, T, C,
-                 hs, scale, sm);
+                 C3, hs, scale, sm);
         fa_store_tile(ds, sm);
         fa_accumulate(dq, false, k + k0 * C3 + d0, C3, fa_min(FA_TILE, T - k0), dn, sm);
     }
@@ -525,15 +560,18 @@ static __device__ __forceinline__ void ab_write(float *dst, int64_t ld, int n, i
  * with P~ rounded. out = o / l, lse = m + log l. */
 static __global__ void __launch_bounds__(AB_THREADS)
     flash_forward_bf16_kernel(float *__restrict__ out, float *__restrict__ lse,
-                              const float *__restrict__ qkv, int T, int C, int NH, float scale)
+                              const float *__restrict__ qkv, int T, int C, int NH, int group,
+                              float scale)
 {
     __shared__ ab_smem sm;
     const int hs = C / NH, hd = (hs + 15) & ~15, n16 = hd / 16, n8 = hd / 8;
     const int w = (int)threadIdx.x >> 5, g = ab_g(), tg = ab_tg();
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const int q0 = (gridDim.y - 1 - blockIdx.y) * AB_TILE, nq = fa_min(AB_TILE, T - q0);
-    const int64_t C3 = 3 * (int64_t)C;
-    const float *q = qkv + (int64_t)b * T * C3 + (int64_t)h * hs, *k = q + C, *v = q + 2 * C;
+    const fa_head at = fa_head_at(h, C, NH, group);
+    const int64_t C3 = at.ld;
+    const float *row = qkv + (int64_t)b * T * C3;
+    const float *q = row + at.q, *k = row + at.k, *v = row + at.v;
     ab_stage(sm.k, q + q0 * C3, C3, nq, AB_TILE, hd, hs);
     __syncthreads();
     uint32_t qa[AB_HD / 16][4];
@@ -608,25 +646,25 @@ static __global__ void __launch_bounds__(AB_THREADS)
     }
 }
 
-/* One block per (b h, key tile of 64): warp w owns keys 16 w..16 w + 15, k and v stay in
- * shared memory; over the query tiles of AB_QB from the diagonal on, in ascending order,
- * the transposed scores S^T = k q^T and dP^T = v dout^T give P^T and dS^T as A fragments:
+/* One block per (b, KV head, key tile of 64): warp w owns keys 16 w..16 w + 15, k and v
+ * stay in shared memory; over the KV head's G query heads (1 in GPT's layout) in ascending
+ * order, each over the query tiles of AB_QB from the diagonal on, in ascending order, the
+ * transposed scores S^T = k q^T and dP^T = v dout^T give P^T and dS^T as A fragments:
  * dv += P^T dout, dk += dS^T q. */
 static __global__ void __launch_bounds__(AB_THREADS)
     flash_backward_kv_bf16_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
                                   const float *__restrict__ qkv, const float *__restrict__ lse,
-                                  const float *__restrict__ D, int T, int C, int NH,
+                                  const float *__restrict__ D, int T, int C, int NH, int group,
                                   float scale, int acc)
 {
     __shared__ ab_smem_kv sm;
     const int hs = C / NH, hd = (hs + 15) & ~15, n16 = hd / 16, n8 = hd / 8;
     const int w = (int)threadIdx.x >> 5, g = ab_g(), tg = ab_tg();
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int G = group ? group : 1, NKV = NH / G, bk = blockIdx.x, b = bk / NKV, kv = bk % NKV;
     const int k0 = blockIdx.y * AB_TILE, nk = fa_min(AB_TILE, T - k0);
-    const int64_t C3 = 3 * (int64_t)C, head = (int64_t)b * T * C3 + (int64_t)h * hs;
-    const float *q = qkv + head, *k = q + C, *v = q + 2 * C;
-    const float *d = dout + (int64_t)b * T * C + (int64_t)h * hs;
-    const float *L = lse + (int64_t)bh * T, *Dh = D + (int64_t)bh * T;
+    const fa_head at = fa_head_at(kv * G, C, NH, group); /* k and v: the group's */
+    const int64_t C3 = at.ld;
+    const float *row = qkv + (int64_t)b * T * C3, *k = row + at.k, *v = row + at.v;
     ab_stage(sm.k, k + k0 * C3, C3, nk, AB_TILE, hd, hs);
     ab_stage(sm.v, v + k0 * C3, C3, nk, AB_TILE, hd, hs);
     float dk[AB_HD / 8][4], dv[AB_HD / 8][4];
@@ -636,61 +674,68 @@ static __global__ void __launch_bounds__(AB_THREADS)
         for (int i = 0; i < 4; i++)
             dk[j][i] = dv[j][i] = 0.0f;
     const int key0 = k0 + 16 * w + g; /* keys key0 and key0 + 8 */
-    for (int q0 = k0; q0 < T; q0 += AB_QB) {
-        const int nq = fa_min(AB_QB, T - q0);
-        ab_stage(sm.q, q + q0 * C3, C3, nq, AB_QB, hd, hs);
-        ab_stage(sm.d, d + (int64_t)q0 * C, C, nq, AB_QB, hd, hs);
-        if (threadIdx.x < AB_QB) {
-            const int t = q0 + (int)threadIdx.x;
-            sm.lse[threadIdx.x] = t < T ? L[t] : 0.0f;
-            sm.D[threadIdx.x] = t < T ? Dh[t] : 0.0f;
-        }
-        __syncthreads();
-        float st[AB_QB / 8][4], dpt[AB_QB / 8][4];
+    for (int qh = 0; qh < G; qh++) {
+        const int h = kv * G + qh;
+        const int64_t bh = (int64_t)b * NH + h;
+        const float *q = row + fa_head_at(h, C, NH, group).q;
+        const float *d = dout + (int64_t)b * T * C + (int64_t)h * hs;
+        const float *L = lse + bh * T, *Dh = D + bh * T;
+        for (int q0 = k0; q0 < T; q0 += AB_QB) {
+            const int nq = fa_min(AB_QB, T - q0);
+            ab_stage(sm.q, q + q0 * C3, C3, nq, AB_QB, hd, hs);
+            ab_stage(sm.d, d + (int64_t)q0 * C, C, nq, AB_QB, hd, hs);
+            if (threadIdx.x < AB_QB) {
+                const int t = q0 + (int)threadIdx.x;
+                sm.lse[threadIdx.x] = t < T ? L[t] : 0.0f;
+                sm.D[threadIdx.x] = t < T ? Dh[t] : 0.0f;
+            }
+            __syncthreads();
+            float st[AB_QB / 8][4], dpt[AB_QB / 8][4];
 #pragma unroll
-        for (int j = 0; j < AB_QB / 8; j++) {
+            for (int j = 0; j < AB_QB / 8; j++) {
 #pragma unroll
-            for (int i = 0; i < 4; i++)
-                st[j][i] = dpt[j][i] = 0.0f;
+                for (int i = 0; i < 4; i++)
+                    st[j][i] = dpt[j][i] = 0.0f;
 #pragma unroll
-            for (int kk = 0; kk < AB_HD / 16; kk++)
-                if (kk < n16) {
-                    uint32_t a[4], bf[2];
-                    ab_load_a(a, sm.k, 16 * w, 16 * kk);
-                    ab_load_bt(bf, sm.q, 8 * j, 16 * kk);
-                    sp_mma_bf16(st[j], a, bf, st[j]);
-                    ab_load_a(a, sm.v, 16 * w, 16 * kk);
-                    ab_load_bt(bf, sm.d, 8 * j, 16 * kk);
-                    sp_mma_bf16(dpt[j], a, bf, dpt[j]);
+                for (int kk = 0; kk < AB_HD / 16; kk++)
+                    if (kk < n16) {
+                        uint32_t a[4], bf[2];
+                        ab_load_a(a, sm.k, 16 * w, 16 * kk);
+                        ab_load_bt(bf, sm.q, 8 * j, 16 * kk);
+                        sp_mma_bf16(st[j], a, bf, st[j]);
+                        ab_load_a(a, sm.v, 16 * w, 16 * kk);
+                        ab_load_bt(bf, sm.d, 8 * j, 16 * kk);
+                        sp_mma_bf16(dpt[j], a, bf, dpt[j]);
+                    }
+            }
+#pragma unroll
+            for (int j = 0; j < AB_QB / 8; j++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int key = key0 + (i >= 2 ? 8 : 0), c = 8 * j + 2 * tg + (i & 1);
+                    const int t = q0 + c;
+                    const float p = key <= t && t < T ? expf(st[j][i] * scale - sm.lse[c]) : 0.0f;
+                    st[j][i] = p;
+                    dpt[j][i] = p * (dpt[j][i] - sm.D[c]) * scale;
                 }
+            uint32_t pa[4], dsa[4];
+            ab_c_to_a(pa, st[0], st[1]);
+            ab_c_to_a(dsa, dpt[0], dpt[1]);
+#pragma unroll
+            for (int j = 0; j < AB_HD / 8; j++)
+                if (j < n8) {
+                    uint32_t bf[2];
+                    ab_load_b(bf, sm.d, 0, 8 * j);
+                    sp_mma_bf16(dv[j], pa, bf, dv[j]);
+                    ab_load_b(bf, sm.q, 0, 8 * j);
+                    sp_mma_bf16(dk[j], dsa, bf, dk[j]);
+                }
+            __syncthreads();
         }
-#pragma unroll
-        for (int j = 0; j < AB_QB / 8; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int key = key0 + (i >= 2 ? 8 : 0), c = 8 * j + 2 * tg + (i & 1);
-                const int t = q0 + c;
-                const float p = key <= t && t < T ? expf(st[j][i] * scale - sm.lse[c]) : 0.0f;
-                st[j][i] = p;
-                dpt[j][i] = p * (dpt[j][i] - sm.D[c]) * scale;
-            }
-        uint32_t pa[4], dsa[4];
-        ab_c_to_a(pa, st[0], st[1]);
-        ab_c_to_a(dsa, dpt[0], dpt[1]);
-#pragma unroll
-        for (int j = 0; j < AB_HD / 8; j++)
-            if (j < n8) {
-                uint32_t bf[2];
-                ab_load_b(bf, sm.d, 0, 8 * j);
-                sp_mma_bf16(dv[j], pa, bf, dv[j]);
-                ab_load_b(bf, sm.q, 0, 8 * j);
-                sp_mma_bf16(dk[j], dsa, bf, dk[j]);
-            }
-        __syncthreads();
     }
-    float *dkh = dqkv + head + C + (int64_t)k0 * C3;
-    ab_write(dkh, C3, nk, hs, dk, n8, 16 * w, acc);
-    ab_write(dkh + C, C3, nk, hs, dv, n8, 16 * w, acc);
+    float *drow = dqkv + (int64_t)b * T * C3 + (int64_t)k0 * C3;
+    ab_write(drow + at.k, C3, nk, hs, dk, n8, 16 * w, acc);
+    ab_write(drow + at.v, C3, nk, hs, dv, n8, 16 * w, acc);
 }
 
 /* One block per (b h, query tile of 64), heaviest first: q's and dout's fragments in
@@ -699,7 +744,7 @@ static __global__ void __launch_bounds__(AB_THREADS)
 static __global__ void __launch_bounds__(AB_THREADS)
     flash_backward_q_bf16_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
                                  const float *__restrict__ qkv, const float *__restrict__ lse,
-                                 const float *__restrict__ D, int T, int C, int NH,
+                                 const float *__restrict__ D, int T, int C, int NH, int group,
                                  float scale, int acc)
 {
     __shared__ ab_smem sm;
@@ -707,8 +752,10 @@ static __global__ void __launch_bounds__(AB_THREADS)
     const int w = (int)threadIdx.x >> 5, g = ab_g(), tg = ab_tg();
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const int q0 = (gridDim.y - 1 - blockIdx.y) * AB_TILE, nq = fa_min(AB_TILE, T - q0);
-    const int64_t C3 = 3 * (int64_t)C, head = (int64_t)b * T * C3 + (int64_t)h * hs;
-    const float *q = qkv + head, *k = q + C, *v = q + 2 * C;
+    const fa_head at = fa_head_at(h, C, NH, group);
+    const int64_t C3 = at.ld, head = (int64_t)b * T * C3 + at.q;
+    const float *row = qkv + (int64_t)b * T * C3;
+    const float *q = row + at.q, *k = row + at.k, *v = row + at.v;
     const float *d = dout + (int64_t)b * T * C + (int64_t)h * hs;
     ab_stage(sm.k, q + q0 * C3, C3, nq, AB_TILE, hd, hs);
     ab_stage(sm.v, d + (int64_t)q0 * C, C, nq, AB_TILE, hd, hs);
@@ -758,22 +805,33 @@ static __global__ void __launch_bounds__(AB_THREADS)
     ab_write(dqkv + head + (int64_t)q0 * C3, C3, nq, hs, dq, n8, 16 * w, acc);
 }
 
+/* Grids: x the (b, h) pairs (up to 2^31 - 1; the key-tile kernels': (b, KV head), NH / G
+ * per batch row), y the tiles of T. */
 static dim3 ab_grid(int B, int T, int NH)
 {
     return dim3((unsigned)(B * NH), (unsigned)((T + AB_TILE - 1) / AB_TILE), 1);
 }
 
+/* The KV heads per batch row: NH / G, or NH in GPT's layout (group 0); 0 for a group that
+ * does not divide NH (refused). */
+static int kv_heads(int NH, int group)
+{
+    if (group < 0 || (group > 0 && NH % group))
+        return 0;
+    return group ? NH / group : NH;
+}
+
 extern "C" int sp_cuda_attention_forward_bf16(float *out, float *lse, float * /* scratch */,
                                               const float *qkv, int B, int T, int C, int NH,
-                                              void *stream, void * /* cublas */)
+                                              int group, void *stream, void * /* cublas */)
 {
     if (B <= 0 || T <= 0 || NH <= 0 || C / NH <= 0)
         return SP_CUDA_OK;
     const int hs = C / NH;
-    if (hs > AB_HD)
+    if (hs > AB_HD || !kv_heads(NH, group))
         return (int)cudaErrorInvalidValue;
     flash_forward_bf16_kernel<<<ab_grid(B, T, NH), AB_THREADS, 0, SP_STREAM(stream)>>>(
-        out, lse, qkv, T, C, NH, 1.0f / sqrtf((float)hs));
+        out, lse, qkv, T, C, NH, group, 1.0f / sqrtf((float)hs));
     SP_CUDA_LAUNCHED();
     return SP_CUDA_OK;
 }
@@ -783,12 +841,13 @@ extern "C" int sp_cuda_attention_forward_bf16(float *out, float *lse, float * /*
 extern "C" int sp_cuda_attention_backward_bf16(float *dqkv, float *scratch, const float *dout,
                                                const float *qkv, const float *out,
                                                const float *lse, int B, int T, int C, int NH,
-                                               int acc, void *stream, void * /* cublas */)
+                                               int group, int acc, void *stream,
+                                               void * /* cublas */)
 {
     if (B <= 0 || T <= 0 || NH <= 0 || C / NH <= 0)
         return SP_CUDA_OK;
-    const int hs = C / NH;
-    if (hs > AB_HD)
+    const int hs = C / NH, NKV = kv_heads(NH, group);
+    if (hs > AB_HD || !NKV)
         return (int)cudaErrorInvalidValue;
     cudaStream_t s = SP_STREAM(stream);
     const float scale = 1.0f / sqrtf((float)hs);
@@ -796,18 +855,17 @@ extern "C" int sp_cuda_attention_backward_bf16(float *dqkv, float *scratch, cons
     flash_rowdot_kernel<<<(unsigned)((rows + FA_D_WARPS - 1) / FA_D_WARPS), FA_D_WARPS * 32, 0,
                           s>>>(scratch, dout, out, rows, T, C, NH);
     SP_CUDA_LAUNCHED();
-    const dim3 grid = ab_grid(B, T, NH);
-    flash_backward_kv_bf16_kernel<<<grid, AB_THREADS, 0, s>>>(dqkv, dout, qkv, lse, scratch, T,
-                                                              C, NH, scale, acc);
+    flash_backward_kv_bf16_kernel<<<ab_grid(B, T, NKV), AB_THREADS, 0, s>>>(
+        dqkv, dout, qkv, lse, scratch, T, C, NH, group, scale, acc);
     SP_CUDA_LAUNCHED();
-    flash_backward_q_bf16_kernel<<<grid, AB_THREADS, 0, s>>>(dqkv, dout, qkv, lse, scratch, T,
-                                                             C, NH, scale, acc);
+    flash_backward_q_bf16_kernel<<<ab_grid(B, T, NH), AB_THREADS, 0, s>>>(
+        dqkv, dout, qkv, lse, scratch, T, C, NH, group, scale, acc);
     SP_CUDA_LAUNCHED();
     return SP_CUDA_OK;
 }
 
-/* Grid of the tiled kernels: x the (b, h) pairs (up to 2^31 - 1), y the tiles of T, z the
- * column slices of a head. */
+/* Grid of the tiled kernels: x the (b, h) pairs (up to 2^31 - 1; the key-tile kernel's:
+ * (b, KV head)), y the tiles of T, z the column slices of a head. */
 static dim3 fa_grid(int B, int T, int NH, int hs)
 {
     return dim3((unsigned)(B * NH), (unsigned)((T + FA_TILE - 1) / FA_TILE),
@@ -816,13 +874,15 @@ static dim3 fa_grid(int B, int T, int NH, int hs)
 
 extern "C" int sp_cuda_attention_forward(float *out, float *lse, float * /* scratch */,
                                          const float *qkv, int B, int T, int C, int NH,
-                                         void *stream, void * /* cublas */)
+                                         int group, void *stream, void * /* cublas */)
 {
     if (B <= 0 || T <= 0 || NH <= 0 || C / NH <= 0)
         return SP_CUDA_OK;
+    if (!kv_heads(NH, group))
+        return (int)cudaErrorInvalidValue;
     const int hs = C / NH;
     flash_forward_kernel<<<fa_grid(B, T, NH, hs), FA_THREADS, 0, SP_STREAM(stream)>>>(
-        out, lse, qkv, T, C, NH, 1.0f / sqrtf((float)hs));
+        out, lse, qkv, T, C, NH, group, 1.0f / sqrtf((float)hs));
     SP_CUDA_LAUNCHED();
     return SP_CUDA_OK;
 }
@@ -830,11 +890,14 @@ extern "C" int sp_cuda_attention_forward(float *out, float *lse, float * /* scra
 /* D = rowsum(dout * out) into scratch, then the key-tile and the query-tile kernels. */
 extern "C" int sp_cuda_attention_backward(float *dqkv, float *scratch, const float *dout,
                                           const float *qkv, const float *out, const float *lse,
-                                          int B, int T, int C, int NH, int acc, void *stream,
-                                          void * /* cublas */)
+                                          int B, int T, int C, int NH, int group, int acc,
+                                          void *stream, void * /* cublas */)
 {
     if (B <= 0 || T <= 0 || NH <= 0 || C / NH <= 0)
         return SP_CUDA_OK;
+    const int NKV = kv_heads(NH, group);
+    if (!NKV)
+        return (int)cudaErrorInvalidValue;
     cudaStream_t s = SP_STREAM(stream);
     const int hs = C / NH;
     const float scale = 1.0f / sqrtf((float)hs);
@@ -842,12 +905,11 @@ extern "C" int sp_cuda_attention_backward(float *dqkv, float *scratch, const flo
     flash_rowdot_kernel<<<(unsigned)((rows + FA_D_WARPS - 1) / FA_D_WARPS), FA_D_WARPS * 32, 0,
                           s>>>(scratch, dout, out, rows, T, C, NH);
     SP_CUDA_LAUNCHED();
-    const dim3 grid = fa_grid(B, T, NH, hs);
-    flash_backward_kv_kernel<<<grid, FA_THREADS, 0, s>>>(dqkv, dout, qkv, lse, scratch, T, C, NH,
-                                                         scale, acc);
+    flash_backward_kv_kernel<<<fa_grid(B, T, NKV, hs), FA_THREADS, 0, s>>>(
+        dqkv, dout, qkv, lse, scratch, T, C, NH, group, scale, acc);
     SP_CUDA_LAUNCHED();
-    flash_backward_q_kernel<<<grid, FA_THREADS, 0, s>>>(dqkv, dout, qkv, lse, scratch, T, C, NH,
-                                                        scale, acc);
+    flash_backward_q_kernel<<<fa_grid(B, T, NH, hs), FA_THREADS, 0, s>>>(
+        dqkv, dout, qkv, lse, scratch, T, C, NH, group, scale, acc);
     SP_CUDA_LAUNCHED();
     return SP_CUDA_OK;
 }

@@ -65,6 +65,18 @@ static int rmsnorm(void *c, float *out, float *rstd, const float *x, const float
     return sp_cuda_rmsnorm_forward(out, rstd, x, weight, N, C, STREAM(c));
 }
 
+static int rope(void *c, float *out, const float *x, int B, int T, int D, int hs, int period,
+                int rotated, float theta, int inverse, int acc)
+{
+    return sp_cuda_rope_forward(out, x, B, T, D, hs, period, rotated, theta, inverse, acc,
+                                STREAM(c));
+}
+
+static int swiglu(void *c, float *out, const float *x, int N, int I)
+{
+    return sp_cuda_swiglu_forward(out, x, N, I, STREAM(c));
+}
+
 static int embed(void *c, float *out, const int32_t *tokens, const float *wte, const float *wpe,
                  int B, int T, int C, int64_t V)
 {
@@ -75,12 +87,13 @@ static int embed(void *c, float *out, const int32_t *tokens, const float *wte, c
  * go to the fp32 kernels, which agree with the CPU's bf16 attention within bf16's error
  * only, not by its rounding points. */
 static int attention(void *c, float *out, float *lse, float *scratch, const float *qkv, int B,
-                     int T, int C, int NH, int prec)
+                     int T, int C, int NH, int group, int prec)
 {
     if ((prec & SP_PREC_BF16) && NH > 0 && C / NH <= SP_CUDA_ATTN_BF16_MAX_HS)
-        return sp_cuda_attention_forward_bf16(out, lse, scratch, qkv, B, T, C, NH, STREAM(c),
-                                              CUBLAS(c));
-    return sp_cuda_attention_forward(out, lse, scratch, qkv, B, T, C, NH, STREAM(c), CUBLAS(c));
+        return sp_cuda_attention_forward_bf16(out, lse, scratch, qkv, B, T, C, NH, group,
+                                              STREAM(c), CUBLAS(c));
+    return sp_cuda_attention_forward(out, lse, scratch, qkv, B, T, C, NH, group, STREAM(c),
+                                     CUBLAS(c));
 }
 
 /* scratch: N doubles of per-row losses, then the bad-target count (left on the device) */
@@ -196,13 +209,19 @@ static int embed_dparams(void *c, float *dwte, float *dwpe, const float *dout,
 
 static int attention_dx(void *c, float *dqkv, float *scratch, const float *dout,
                         const float *qkv, const float *out, const float *lse, int B, int T,
-                        int C, int NH, int acc, int prec)
+                        int C, int NH, int group, int acc, int prec)
 {
     if ((prec & SP_PREC_BF16) && NH > 0 && C / NH <= SP_CUDA_ATTN_BF16_MAX_HS)
         return sp_cuda_attention_backward_bf16(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH,
-                                               acc, STREAM(c), CUBLAS(c));
-    return sp_cuda_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, acc,
-                                      STREAM(c), CUBLAS(c));
+                                               group, acc, STREAM(c), CUBLAS(c));
+    return sp_cuda_attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, group,
+                                      acc, STREAM(c), CUBLAS(c));
+}
+
+static int swiglu_dx(void *c, float *dx, const float *x, const float *dout, int N, int I,
+                     int acc)
+{
+    return sp_cuda_swiglu_backward(dx, x, dout, N, I, acc, STREAM(c));
 }
 
 static int cross_entropy_dx(void *c, float *dlogits, const float *probs,

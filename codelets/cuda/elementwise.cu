@@ -1,6 +1,7 @@
 /* Elementwise ops on the GPU: bias add (and its deterministic column sum), add, scale,
- * GELU (the CPU's tanh polynomial), ReLU. Grid-stride loops over int64 n; outputs may
- * alias an input exactly, so nothing here is __restrict__ but the bias. */
+ * GELU (the CPU's tanh polynomial), ReLU, SwiGLU (the CPU's SiLU). Grid-stride loops over
+ * int64 n; outputs may alias an input exactly, so nothing here is __restrict__ but the
+ * bias. */
 #include "codelets/cuda/common.cuh"
 #include "codelets/gelu.h"
 
@@ -201,6 +202,51 @@ extern "C" int sp_cuda_relu_backward(float *dx, const float *x, const float *dou
         return SP_CUDA_OK;
     relu_backward_kernel<<<sp_ew_blocks(n), SP_EW_THREADS, 0, SP_STREAM(stream)>>>(dx, x, dout, n,
                                                                                   acc);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
+/* SwiGLU's gate: x (N, 2I) is [a | b] per row, out (N, I) = silu(a) b; the backward's dx
+ * [dout b silu'(a) | dout silu(a)], the CPU's order of products, each rounded alone. */
+static __global__ void swiglu_kernel(float *out, const float *x, int64_t n, int I)
+{
+    SP_GRID_STRIDE(e, n) {
+        const int64_t o = e / I * 2 * I + e % I;
+        out[e] = __fmul_rn(sp_silu(x[o]), x[o + I]);
+    }
+}
+
+extern "C" int sp_cuda_swiglu_forward(float *out, const float *x, int N, int I, void *stream)
+{
+    if (N <= 0 || I <= 0)
+        return SP_CUDA_OK;
+    const int64_t n = (int64_t)N * I;
+    swiglu_kernel<<<sp_ew_blocks(n), SP_EW_THREADS, 0, SP_STREAM(stream)>>>(out, x, n, I);
+    SP_CUDA_LAUNCHED();
+    return SP_CUDA_OK;
+}
+
+static __global__ void swiglu_backward_kernel(float *dx, const float *x, const float *dout,
+                                              int64_t n, int I, int acc)
+{
+    SP_GRID_STRIDE(e, n) {
+        const int64_t o = e / I * 2 * I + e % I;
+        const float a = x[o], b = x[o + I], d = dout[e];
+        const float da = __fmul_rn(__fmul_rn(d, b), sp_silu_grad(a));
+        const float db = __fmul_rn(d, sp_silu(a));
+        dx[o] = acc ? __fadd_rn(dx[o], da) : da;
+        dx[o + I] = acc ? __fadd_rn(dx[o + I], db) : db;
+    }
+}
+
+extern "C" int sp_cuda_swiglu_backward(float *dx, const float *x, const float *dout, int N,
+                                       int I, int acc, void *stream)
+{
+    if (N <= 0 || I <= 0)
+        return SP_CUDA_OK;
+    const int64_t n = (int64_t)N * I;
+    swiglu_backward_kernel<<<sp_ew_blocks(n), SP_EW_THREADS, 0, SP_STREAM(stream)>>>(
+        dx, x, dout, n, I, acc);
     SP_CUDA_LAUNCHED();
     return SP_CUDA_OK;
 }

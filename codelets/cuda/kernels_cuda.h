@@ -95,6 +95,21 @@ int sp_cuda_gelu_backward(float *dx, const float *x, const float *dout, int64_t 
 int sp_cuda_relu_forward(float *out, const float *x, int64_t n, void *stream);
 int sp_cuda_relu_backward(float *dx, const float *x, const float *dout, int64_t n, int acc,
                           void *stream);
+/* SwiGLU's gate, x (N, 2I) = [a | b] per row: out (N, I) = silu(a) b; the backward dx (N,
+ * 2I) = [dout b silu'(a) | dout silu(a)]. The CPU's sp_silu and sp_silu_grad (codelets/
+ * gelu.h), products rounded alone: within an ulp or two of the CPU (FMA in the sigmoid). */
+int sp_cuda_swiglu_forward(float *out, const float *x, int N, int I, void *stream);
+int sp_cuda_swiglu_backward(float *dx, const float *x, const float *dout, int N, int I, int acc,
+                            void *stream);
+
+/* ---- rope.cu: rotary embeddings, the CPU's sp_rope_forward (its arguments, theta a host
+ * float): heads j with j % period < rotated turned by position, the others copied; inverse
+ * the transpose; acc +=. The angle t theta^(-2i/hs), its cos and sin in double on the
+ * device, rounded to float, then the CPU's products and sums each rounded alone: the CPU's
+ * bits wherever the device's double cos, sin and pow round to the same float as libm's
+ * (the emulation: always). May run in place (out == x). period < 1: cudaErrorInvalidValue. */
+int sp_cuda_rope_forward(float *out, const float *x, int B, int T, int D, int hs, int period,
+                         int rotated, float theta, int inverse, int acc, void *stream);
 
 /* ---- layernorm.cu: one warp per row (two passes, as the CPU); dgamma/dbeta by a
  * fixed-order column reduction like bias (no atomics). */
@@ -144,14 +159,19 @@ int sp_cuda_embed_check_tokens(int *bad, const int32_t *tokens, int64_t n, int V
  * T x T in device memory. Any head size (heads wider than 128 columns are split into
  * slices that each recompute the scores). The backward has no atomics: one kernel per key
  * tile (dk, dv), one per query tile (dq). `cublas` is not used.
+ * group: qkv's layout, sp_attention_gqa_forward's (cpu/kernels.h): 0 GPT's (B,T,3C) [q | k |
+ * v]; G >= 1 (G divides NH, else cudaErrorInvalidValue) grouped-query, (B, T, (NH/G)(G+2)
+ * hs), per KV head its G query heads, its key, its value. One key-tile block per (b, KV
+ * head) sums dk and dv over the G query heads in ascending order, in registers.
  * DIFFERS: scratch is sp_cuda_attention_scratch_floats(..., backward) floats of device
  * memory (none forward; B*NH*T backward: D = rowsum(dout * out)), not the CPU's; reused in
  * stream order. */
 int sp_cuda_attention_forward(float *out, float *lse, float *scratch, const float *qkv, int B,
-                              int T, int C, int NH, void *stream, void *cublas);
+                              int T, int C, int NH, int group, void *stream, void *cublas);
 int sp_cuda_attention_backward(float *dqkv, float *scratch, const float *dout,
                                const float *qkv, const float *out, const float *lse, int B,
-                               int T, int C, int NH, int acc, void *stream, void *cublas);
+                               int T, int C, int NH, int group, int acc, void *stream,
+                               void *cublas);
 /* Host function. backward ? B*NH*T : 0, at least 1. */
 int64_t sp_cuda_attention_scratch_floats(int B, int T, int C, int NH, int backward);
 /* NEW. bf16 attention on the tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulation):
@@ -163,10 +183,12 @@ int64_t sp_cuda_attention_scratch_floats(int B, int T, int C, int NH, int backwa
  * ones return cudaErrorInvalidValue (the CUDA backend runs the fp32 kernels for them). */
 #define SP_CUDA_ATTN_BF16_MAX_HS 128
 int sp_cuda_attention_forward_bf16(float *out, float *lse, float *scratch, const float *qkv,
-                                   int B, int T, int C, int NH, void *stream, void *cublas);
+                                   int B, int T, int C, int NH, int group, void *stream,
+                                   void *cublas);
 int sp_cuda_attention_backward_bf16(float *dqkv, float *scratch, const float *dout,
                                     const float *qkv, const float *out, const float *lse, int B,
-                                    int T, int C, int NH, int acc, void *stream, void *cublas);
+                                    int T, int C, int NH, int group, int acc, void *stream,
+                                    void *cublas);
 
 /* ---- loss.cu */
 /* DIFFERS: the loss and the count stay on the device. *loss (device float) = mean over

@@ -104,7 +104,7 @@ static int32_t *dcopy_i(const int32_t *h, int64_t n)
 static struct {
     char op[32];
     double worst;
-} worst[64];
+} worst[128];
 static int n_worst;
 static void note_worst(const char *label, double e)
 {
@@ -120,7 +120,7 @@ static void note_worst(const char *label, double e)
                 worst[i].worst = e;
             return;
         }
-    if (n_worst < 64) {
+    if (n_worst < (int)(sizeof worst / sizeof *worst)) {
         strcpy(worst[n_worst].op, op);
         worst[n_worst++].worst = e;
     }
@@ -688,78 +688,192 @@ static void test_embed_vocab(void)
 }
 
 /* ------------------------------------------------------------------ attention */
-/* One precision's attention: the CPU's kernels (the reference), the CUDA ones, the inputs'
- * range and the tolerances of out and of lse and the backward. */
+/* One precision's attention: the CUDA kernels, against the CPU's sp_attention_gqa_* of the
+ * same precision (group 0: sp_attention_forward / _bf16 themselves), the inputs' range and
+ * the tolerances of out and of lse and the backward. */
 typedef struct {
     const char *suffix; /* "" or "_bf16", in the labels */
-    void (*cpu_fwd)(float *, float *, float *, const float *, int, int, int, int);
-    void (*cpu_bwd)(float *, float *, const float *, const float *, const float *,
-                    const float *, int, int, int, int, int);
-    int64_t (*cpu_scratch)(int, int, int, int);
-    int (*cuda_fwd)(float *, float *, float *, const float *, int, int, int, int, void *, void *);
+    int bf16;
+    int (*cuda_fwd)(float *, float *, float *, const float *, int, int, int, int, int, void *,
+                    void *);
     int (*cuda_bwd)(float *, float *, const float *, const float *, const float *,
-                    const float *, int, int, int, int, int, void *, void *);
+                    const float *, int, int, int, int, int, int, void *, void *);
     float qkv_range; /* qkv uniform in [-qkv_range, qkv_range] */
     double tol_out, tol;
 } attention_impl;
 
+/* A row of qkv: 3C in GPT's layout (group 0), (NH/G)(G+2) hs grouped (kernels.h). */
+static int64_t qkv_width(int C, int NH, int G)
+{
+    return G ? (int64_t)(NH / G) * (G + 2) * (C / NH) : 3 * (int64_t)C;
+}
+
+/* Column of query head h's q (part 0), its KV head's k (1) or v (2) in a row of qkv. */
+static int64_t qkv_col(int part, int h, int C, int NH, int G)
+{
+    const int hs = C / NH;
+    if (!G)
+        return (int64_t)part * C + (int64_t)h * hs;
+    const int64_t kv = (int64_t)(h / G) * (G + 2) * hs;
+    return kv + (part ? (int64_t)(G + part - 1) * hs : (int64_t)(h % G) * hs);
+}
+
+/* GPT's layout (B,T,3C) holding the same attention as the grouped qkv (B,T,W): each query
+ * head with a copy of its KV head's k and v. */
+static float *qkv_ungroup(const float *qkv, int B, int T, int C, int NH, int G)
+{
+    const int hs = C / NH;
+    const int64_t W = qkv_width(C, NH, G);
+    float *m = halloc(sizeof(float) * (size_t)((int64_t)B * T * 3 * C));
+    for (int64_t r = 0; r < (int64_t)B * T; r++)
+        for (int part = 0; part < 3; part++)
+            for (int h = 0; h < NH; h++)
+                memcpy(m + r * 3 * C + qkv_col(part, h, C, NH, 0),
+                       qkv + r * W + qkv_col(part, h, C, NH, G), sizeof(float) * (size_t)hs);
+    return m;
+}
+
+static void at_label(char *L, size_t n, const char *op, const char *suffix, const char *what,
+                     int B, int T, int C, int NH, int G, int acc)
+{
+    int k = snprintf(L, n, "attention_%s%s%s%s B=%d T=%d C=%d NH=%d G=%d", G ? "gqa_" : "", op,
+                     suffix, what, B, T, C, NH, G);
+    if (acc >= 0 && k > 0 && (size_t)k < n)
+        snprintf(L + k, n - (size_t)k, " acc=%d", acc);
+}
+
 /* Forward (out, lse) and backward (acc 0 and 1, given the CPU's out and lse) of each
- * {B, T, C, NH} against the CPU's, each CUDA call run twice (same bits). */
-static void check_attention(const attention_impl *im, const int (*sz)[4], size_t nsz)
+ * {B, T, C, NH, group} against the CPU's, each CUDA call run twice (same bits). For a
+ * group G >= 1, two checks on the index math against the GPT-layout kernels (group 0):
+ * the forward of the same heads laid out as GPT's, each query head with a copy of its KV
+ * head, gives the same bits; and at G = 1 (one query head per KV head: a permutation of
+ * GPT's columns) so does the backward, column for column. */
+static void check_attention(const attention_impl *im, const int (*sz)[5], size_t nsz)
 {
     char L[128];
     for (size_t s = 0; s < nsz; s++) {
-        const int B = sz[s][0], T = sz[s][1], C = sz[s][2], NH = sz[s][3];
-        const int64_t nqkv = (int64_t)B * T * 3 * C, nout = (int64_t)B * T * C;
-        const int64_t nlse = (int64_t)B * NH * T;
+        const int B = sz[s][0], T = sz[s][1], C = sz[s][2], NH = sz[s][3], G = sz[s][4];
+        const int64_t W = qkv_width(C, NH, G), nqkv = (int64_t)B * T * W;
+        const int64_t nout = (int64_t)B * T * C, nlse = (int64_t)B * NH * T;
         float *qkv = hrand(nqkv, -im->qkv_range, im->qkv_range), *dout = hrand(nout, -1, 1);
         float *dq = dcopy(qkv, nqkv), *dd = dcopy(dout, nout);
-        float *cscr = halloc(sizeof(float) * (size_t)im->cpu_scratch(B, T, C, NH));
+        const int64_t ncs = im->bf16 ? sp_attention_scratch_floats_bf16(B, T, C, NH)
+                                     : sp_attention_scratch_floats(B, T, C, NH);
+        float *cscr = halloc(sizeof(float) * (size_t)ncs);
         float *gscr = dalloc(sizeof(float) *
                              (size_t)sp_cuda_attention_scratch_floats(B, T, C, NH, 1));
         obuf o, lse;
-        snprintf(L, sizeof L, "attention_forward%s B=%d T=%d C=%d NH=%d", im->suffix, B, T, C,
-                 NH);
+/* "attention[_gqa]_<op><suffix><what> B=.. T=.. C=.. NH=.. G=..[ acc=..]" */
+#define AT_LABEL(op, what, acc)                                                               \
+    at_label(L, sizeof L, op, im->suffix, what, B, T, C, NH, G, acc)
+        AT_LABEL("forward", "", -1);
         ob_make(&o, nout, 0), ob_make(&lse, nlse, 0);
-        im->cpu_fwd(o.cpu, lse.cpu, cscr, qkv, B, T, C, NH);
-        TWICE(L, im->cuda_fwd(o.d, lse.d, gscr, dq, B, T, C, NH, stream, blas), &o, &lse);
+        if (G)
+            sp_attention_gqa_forward(o.cpu, lse.cpu, cscr, qkv, B, T, C, NH, G, im->bf16);
+        else if (im->bf16)
+            sp_attention_forward_bf16(o.cpu, lse.cpu, cscr, qkv, B, T, C, NH);
+        else
+            sp_attention_forward(o.cpu, lse.cpu, cscr, qkv, B, T, C, NH);
+        TWICE(L, im->cuda_fwd(o.d, lse.d, gscr, dq, B, T, C, NH, G, stream, blas), &o, &lse);
         ob_check(&o, L, im->tol_out);
-        snprintf(L, sizeof L, "attention_forward%s(lse) B=%d T=%d C=%d NH=%d", im->suffix, B, T,
-                 C, NH);
+        AT_LABEL("forward", "(lse)", -1);
         ob_check(&lse, L, im->tol);
+        float *mha = NULL, *dmha = NULL;
+        if (G) {
+            obuf mo, ml;
+            mha = qkv_ungroup(qkv, B, T, C, NH, G);
+            dmha = dcopy(mha, (int64_t)B * T * 3 * C);
+            ob_make(&mo, nout, 0), ob_make(&ml, nlse, 0);
+            AT_LABEL("forward", "(GPT layout)", -1);
+            TWICE(L, im->cuda_fwd(mo.d, ml.d, gscr, dmha, B, T, C, NH, 0, stream, blas), &mo,
+                  &ml);
+            expect(!memcmp(mo.g[0], o.g[0], sizeof(float) * (size_t)nout) &&
+                       !memcmp(ml.g[0], lse.g[0], sizeof(float) * (size_t)nlse),
+                   L, "out and lse: the bits of group 0 on the same heads");
+            ob_free(&mo), ob_free(&ml);
+        }
         /* both backwards get the CPU's out and lse */
         float *dev_out = dcopy(o.cpu, nout), *dlse = dcopy(lse.cpu, nlse);
         for (int acc = 0; acc < 2; acc++) {
             obuf g;
-            snprintf(L, sizeof L, "attention_backward%s B=%d T=%d C=%d NH=%d acc=%d", im->suffix,
-                     B, T, C, NH, acc);
+            AT_LABEL("backward", "", acc);
             ob_make(&g, nqkv, acc);
-            im->cpu_bwd(g.cpu, cscr, dout, qkv, o.cpu, lse.cpu, B, T, C, NH, acc);
-            TWICE(L, im->cuda_bwd(g.d, gscr, dd, dq, dev_out, dlse, B, T, C, NH, acc, stream, blas),
-                  &g);
+            if (G)
+                sp_attention_gqa_backward(g.cpu, cscr, dout, qkv, o.cpu, lse.cpu, B, T, C, NH, G,
+                                          acc, im->bf16);
+            else if (im->bf16)
+                sp_attention_backward_bf16(g.cpu, cscr, dout, qkv, o.cpu, lse.cpu, B, T, C, NH,
+                                           acc);
+            else
+                sp_attention_backward(g.cpu, cscr, dout, qkv, o.cpu, lse.cpu, B, T, C, NH, acc);
+            TWICE(L, im->cuda_bwd(g.d, gscr, dd, dq, dev_out, dlse, B, T, C, NH, G, acc, stream,
+                                  blas), &g);
             ob_check(&g, L, im->tol);
+            if (G == 1) { /* the same gradients as GPT's layout gives, moved back */
+                obuf m;
+                float *init = qkv_ungroup(g.init, B, T, C, NH, 1);
+                ob_from(&m, init, (int64_t)B * T * 3 * C);
+                AT_LABEL("backward", "(GPT layout)", acc);
+                TWICE(L, im->cuda_bwd(m.d, gscr, dd, dmha, dev_out, dlse, B, T, C, NH, 0, acc,
+                                      stream, blas), &m);
+                float *mine = qkv_ungroup(g.g[0], B, T, C, NH, 1);
+                expect(!memcmp(mine, m.g[0], sizeof(float) * (size_t)m.n), L,
+                       "dq, dk, dv: the bits of group 0 on the same heads");
+                free(init), free(mine);
+                ob_free(&m);
+            }
             ob_free(&g);
         }
         ob_free(&o), ob_free(&lse);
-        free(qkv), free(dout), free(cscr);
+        free(qkv), free(dout), free(cscr), free(mha);
         dfree(dq), dfree(dd), dfree(dev_out), dfree(dlse), dfree(gscr);
+        if (dmha)
+            dfree(dmha);
     }
+#undef AT_LABEL
 }
+
+/* A group that does not divide NH (and a negative one) is refused, in both directions. */
+static void check_attention_groups_refused(const attention_impl *im)
+{
+    float *x = dalloc(sizeof(float) * 4096);
+    static const int bad[][2] = { { 4, 3 }, { 6, 4 }, { 4, -1 } }; /* {NH, group} */
+    char L[128];
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const int NH = bad[i][0], G = bad[i][1];
+        snprintf(L, sizeof L, "attention%s NH=%d G=%d", im->suffix, NH, G);
+        const int rf = im->cuda_fwd(x, x, x, x, 1, 3, 8 * NH, NH, G, stream, blas);
+        const int rb = im->cuda_bwd(x, x, x, x, x, x, 1, 3, 8 * NH, NH, G, 0, stream, blas);
+        expect(rf == (int)cudaErrorInvalidValue && rb == (int)cudaErrorInvalidValue, L,
+               "refused with cudaErrorInvalidValue, forward and backward");
+    }
+    CK(cudaStreamSynchronize(stream));
+    dfree(x);
+}
+
+/* {B, T, C, NH, G} of grouped-query attention: G = 1, 2, 3, 4 (also NH/G = 1 KV head),
+ * heads of 4, 16, 22 and 64 columns, T = 1 and T across the 64-row tiles and the bf16
+ * backward's 16-query steps (37, 65, 70, 130). */
+#define GQA_SIZES                                                                             \
+    {2, 37, 64, 4, 1}, {2, 37, 64, 4, 2}, {1, 65, 64, 4, 4}, {2, 70, 256, 4, 2},              \
+        {1, 130, 512, 8, 4}, {2, 5, 24, 6, 3}, {1, 1, 32, 4, 2}, {1, 67, 128, 2, 1},          \
+        {1, 67, 44, 2, 2}
 
 static void test_attention(void)
 {
-    /* {B, T, C, NH}: head sizes 4 .. 200 (8, 16, 32, 64, 128 among them; 11 and 200 are
-     * not multiples of the kernels' 16-column groups, 200 spans two 128-column slices),
-     * T below, at and across the 64-row tiles (1, 63, 64, 65, 130), B and NH > 1. */
-    static const int sz[][4] = {{2, 5, 12, 3},   {3, 64, 12, 3},  {1, 13, 33, 3},
-                                {2, 37, 64, 4},  {1, 64, 128, 2}, {1, 1, 12, 3},
-                                {2, 65, 32, 4},  {1, 130, 64, 4}, {2, 63, 128, 4},
-                                {1, 67, 128, 1}, {1, 70, 256, 2}, {2, 1, 64, 1},
-                                {1, 66, 400, 2}};
+    /* {B, T, C, NH, 0}: GPT's layout, head sizes 4 .. 200 (8, 16, 32, 64, 128 among them;
+     * 11 and 200 are not multiples of the kernels' 16-column groups, 200 spans two
+     * 128-column slices), T below, at and across the 64-row tiles (1, 63, 64, 65, 130), B
+     * and NH > 1. Then grouped-query attention, and a head of 200 grouped. */
+    static const int sz[][5] = {{2, 5, 12, 3, 0},   {3, 64, 12, 3, 0},  {1, 13, 33, 3, 0},
+                                {2, 37, 64, 4, 0},  {1, 64, 128, 2, 0}, {1, 1, 12, 3, 0},
+                                {2, 65, 32, 4, 0},  {1, 130, 64, 4, 0}, {2, 63, 128, 4, 0},
+                                {1, 67, 128, 1, 0}, {1, 70, 256, 2, 0}, {2, 1, 64, 1, 0},
+                                {1, 66, 400, 2, 0}, GQA_SIZES,          {1, 66, 400, 2, 2}};
     static const attention_impl fp32 = {
-        "", sp_attention_forward, sp_attention_backward, sp_attention_scratch_floats,
-        sp_cuda_attention_forward, sp_cuda_attention_backward, 1, TOL, TOL};
+        "", 0, sp_cuda_attention_forward, sp_cuda_attention_backward, 1, TOL, TOL};
     check_attention(&fp32, sz, sizeof sz / sizeof *sz);
+    check_attention_groups_refused(&fp32);
 }
 
 /* bf16 attention on the tensor cores against the CPU's bf16 attention (the same rounding
@@ -769,24 +883,124 @@ static void test_attention(void)
  * backward (given the CPU's out and lse) differ by fp32 orders of summation, and by a dS
  * next to a bf16 boundary now and then: TOL_BF16 (the CPU test's 4e-6 worst, 25x).
  * Head sizes 4 .. 128 (not multiples of 16: padded), T across the 64-row tiles and the
- * backward's 16-query steps; a head of 200 is refused. */
+ * backward's 16-query steps, GPT's layout and grouped; a head of 200 is refused. */
 #define TOL_BF16_OUT 4e-3
 #define TOL_BF16 1e-4
 static void test_attention_bf16(void)
 {
-    static const int sz[][4] = {{2, 5, 12, 3},  {1, 13, 33, 3}, {2, 37, 64, 4},
-                                {1, 64, 128, 1}, {1, 1, 12, 3}, {2, 65, 32, 4},
-                                {1, 130, 64, 4}, {1, 67, 128, 1}, {1, 70, 22, 2}};
+    static const int sz[][5] = {{2, 5, 12, 3, 0},   {1, 13, 33, 3, 0}, {2, 37, 64, 4, 0},
+                                {1, 64, 128, 1, 0}, {1, 1, 12, 3, 0},  {2, 65, 32, 4, 0},
+                                {1, 130, 64, 4, 0}, {1, 67, 128, 1, 0}, {1, 70, 22, 2, 0},
+                                GQA_SIZES};
     static const attention_impl bf16 = {
-        "_bf16", sp_attention_forward_bf16, sp_attention_backward_bf16,
-        sp_attention_scratch_floats_bf16, sp_cuda_attention_forward_bf16,
-        sp_cuda_attention_backward_bf16, 2, TOL_BF16_OUT, TOL_BF16};
+        "_bf16", 1, sp_cuda_attention_forward_bf16, sp_cuda_attention_backward_bf16, 2,
+        TOL_BF16_OUT, TOL_BF16};
     check_attention(&bf16, sz, sizeof sz / sizeof *sz);
+    check_attention_groups_refused(&bf16);
     float *x = dalloc(sizeof(float) * 3 * 400);
-    const int rc = sp_cuda_attention_forward_bf16(x, x, x, x, 1, 1, 400, 2, stream, blas);
-    expect(rc == (int)cudaErrorInvalidValue, "attention_forward_bf16 C=400 NH=2",
-           "a head of 200 columns is refused with cudaErrorInvalidValue");
+    for (int G = 0; G <= 2; G += 2) {
+        const int rc = sp_cuda_attention_forward_bf16(x, x, x, x, 1, 1, 400, 2, G, stream, blas);
+        expect(rc == (int)cudaErrorInvalidValue,
+               G ? "attention_forward_bf16 C=400 NH=2 G=2" : "attention_forward_bf16 C=400 NH=2",
+               "a head of 200 columns is refused with cudaErrorInvalidValue");
+    }
     dfree(x);
+}
+
+/* ------------------------------------------------------------------ rope, swiglu */
+/* Rotary embeddings against the CPU's: every {B, T, D, hs, period, rotated, theta} forward
+ * and inverse, acc 0 and 1, and in place. The angles are made in double on both sides,
+ * then the same float products: the emulation gives the CPU's bits; a GPU differs only
+ * where its double cos, sin or pow round to another float (an ulp). */
+static void test_rope(void)
+{
+    static const struct {
+        int B, T, D, hs, period, rotated;
+        float theta;
+    } sz[] = {{2, 7, 64, 16, 1, 1, 10000.0f},     {3, 37, 96, 32, 4, 3, 10000.0f},
+              {1, 70, 384, 64, 4, 3, 500000.0f},  {2, 5, 24, 8, 3, 0, 10000.0f},
+              {1, 1, 8, 8, 1, 1, 10000.0f},       {2, 300, 256, 128, 2, 1, 10000.0f},
+              {2, 33, 72, 6, 5, 2, 1.5f}};
+    char L[160];
+    for (size_t s = 0; s < sizeof sz / sizeof *sz; s++) {
+        const int B = sz[s].B, T = sz[s].T, D = sz[s].D, hs = sz[s].hs, P = sz[s].period;
+        const int R = sz[s].rotated;
+        const float th = sz[s].theta;
+        const int64_t n = (int64_t)B * T * D;
+        float *x = hrand(n, -2, 2), *dx = dcopy(x, n);
+        for (int inv = 0; inv < 2; inv++) {
+            for (int acc = 0; acc < 2; acc++) {
+                obuf o;
+                snprintf(L, sizeof L, "rope_forward B=%d T=%d D=%d hs=%d period=%d rotated=%d "
+                         "theta=%g inverse=%d acc=%d", B, T, D, hs, P, R, th, inv, acc);
+                ob_make(&o, n, acc);
+                sp_rope_forward(o.cpu, x, B, T, D, hs, P, R, th, inv, acc);
+                TWICE(L, sp_cuda_rope_forward(o.d, dx, B, T, D, hs, P, R, th, inv, acc, stream),
+                      &o);
+                ob_check(&o, L, TOL);
+                if (verbose)
+                    printf("  info %s: bitwise equal to the CPU: %s\n", L,
+                           memcmp(o.g[0], o.cpu, sizeof(float) * (size_t)n) ? "no" : "yes");
+                ob_free(&o);
+            }
+            obuf o;
+            snprintf(L, sizeof L, "rope_forward(in-place) B=%d T=%d D=%d hs=%d period=%d "
+                     "rotated=%d inverse=%d", B, T, D, hs, P, R, inv);
+            ob_from(&o, x, n);
+            sp_rope_forward(o.cpu, x, B, T, D, hs, P, R, th, inv, 0);
+            TWICE(L, sp_cuda_rope_forward(o.d, o.d, B, T, D, hs, P, R, th, inv, 0, stream), &o);
+            ob_check(&o, L, TOL);
+            ob_free(&o);
+        }
+        free(x);
+        dfree(dx);
+    }
+    float *d = dalloc(sizeof(float) * 64);
+    expect(sp_cuda_rope_forward(d, d, 1, 2, 32, 16, 0, 0, 10000.0f, 0, 0, stream) ==
+                   (int)cudaErrorInvalidValue &&
+               sp_cuda_rope_forward(d, d, 1, 2, 30, 15, 1, 1, 10000.0f, 0, 0, stream) ==
+                   (int)cudaErrorInvalidValue,
+           "rope_forward(period 0, hs 15)", "refused with cudaErrorInvalidValue");
+    dfree(d);
+}
+
+/* SwiGLU against the CPU's: a over [-6, 6] and far out (the sigmoid's clamp at 87, both
+ * signs, zeros), b over [-1, 1]; forward, backward acc 0 and 1. */
+static void test_swiglu(void)
+{
+    static const int sz[][2] = {{7, 13}, {37, 33}, {333, 65}, {1, 1}, {64, 1031}};
+    char L[128];
+    for (size_t s = 0; s < sizeof sz / sizeof *sz; s++) {
+        const int N = sz[s][0], I = sz[s][1];
+        const int64_t n = (int64_t)N * I;
+        float *x = halloc(sizeof(float) * (size_t)(2 * n));
+        for (int r = 0; r < N; r++)
+            for (int i = 0; i < I; i++) {
+                x[(int64_t)r * 2 * I + i] = unif(-6, 6);
+                x[(int64_t)r * 2 * I + I + i] = unif(-1, 1);
+            }
+        static const float far[] = {0.0f, -0.0f, 50.0f, -50.0f, 100.0f, -100.0f, 1e-30f};
+        for (size_t k = 0; k < sizeof far / sizeof *far && (int64_t)k < I; k++)
+            x[k] = far[k];
+        float *dout = hrand(n, -1, 1), *dx_ = dcopy(x, 2 * n), *dd = dcopy(dout, n);
+        obuf o;
+        snprintf(L, sizeof L, "swiglu_forward N=%d I=%d", N, I);
+        ob_make(&o, n, 0);
+        sp_swiglu_forward(o.cpu, x, N, I);
+        TWICE(L, sp_cuda_swiglu_forward(o.d, dx_, N, I, stream), &o);
+        ob_check(&o, L, TOL);
+        ob_free(&o);
+        for (int acc = 0; acc < 2; acc++) {
+            snprintf(L, sizeof L, "swiglu_backward N=%d I=%d acc=%d", N, I, acc);
+            ob_make(&o, 2 * n, acc);
+            sp_swiglu_backward(o.cpu, x, dout, N, I, acc);
+            TWICE(L, sp_cuda_swiglu_backward(o.d, dx_, dd, N, I, acc, stream), &o);
+            ob_check(&o, L, TOL);
+            ob_free(&o);
+        }
+        free(x), free(dout);
+        dfree(dx_), dfree(dd);
+    }
 }
 
 /* ------------------------------------------------------------------ loss, sum */
@@ -1136,16 +1350,20 @@ static void test_matmul_rate(int S)
 /* Attention at the shape of a large GPT block, T = S/2, C = S, heads of 128 columns
  * (issue 11: S = 4096 is C = 4096, T = 2048, NH = 32): both directions give the same bits
  * twice (blocks really run concurrently on a GPU), and their rate, counting the causal
- * half's FLOPs as graph/program.c does (forward 2 B T T C, backward twice that). */
-static void test_attention_rate(int S, int bf16)
+ * half's FLOPs as graph/program.c does (forward 2 B T T C, backward twice that). kv_group:
+ * grouped-query attention instead, G = 4 (32 heads: 8 KV heads, as Llama's larger models). */
+static void test_attention_rate(int S, int bf16, int kv_group)
 {
-    int (*fwd)(float *, float *, float *, const float *, int, int, int, int, void *, void *) =
-        bf16 ? sp_cuda_attention_forward_bf16 : sp_cuda_attention_forward;
+    int (*fwd)(float *, float *, float *, const float *, int, int, int, int, int, void *,
+               void *) = bf16 ? sp_cuda_attention_forward_bf16 : sp_cuda_attention_forward;
     int (*bwd)(float *, float *, const float *, const float *, const float *, const float *,
-               int, int, int, int, int, void *, void *) =
+               int, int, int, int, int, int, void *, void *) =
         bf16 ? sp_cuda_attention_backward_bf16 : sp_cuda_attention_backward;
     const int B = 1, T = S / 2, C = S, NH = C / 128 > 0 ? C / 128 : 1, reps = 3;
-    const int64_t nqkv = (int64_t)B * T * 3 * C, nout = (int64_t)B * T * C;
+    int G = 0; /* kv_group: the largest of 4, 2, 1 that divides NH */
+    for (int g = 4; kv_group && !G; g /= 2)
+        G = NH % g ? 0 : g;
+    const int64_t nqkv = (int64_t)B * T * qkv_width(C, NH, G), nout = (int64_t)B * T * C;
     float *h = hrand(nqkv, -1, 1), *dq = dcopy(h, nqkv);
     float *dd = dcopy(h, nout); /* any values will do as dout */
     float *o = dalloc(sizeof(float) * (size_t)nout), *g = dalloc(sizeof(float) * (size_t)nqkv);
@@ -1153,12 +1371,13 @@ static void test_attention_rate(int S, int bf16)
     float *scr = dalloc(sizeof(float) * (size_t)sp_cuda_attention_scratch_floats(B, T, C, NH, 1));
     float *o2[2], *g2[2];
     char L[96];
-    snprintf(L, sizeof L, "attention(large, %s) T=%d C=%d NH=%d", bf16 ? "bf16" : "fp32", T, C, NH);
+    snprintf(L, sizeof L, "attention(large, %s) T=%d C=%d NH=%d G=%d", bf16 ? "bf16" : "fp32", T,
+             C, NH, G);
     for (int rep = 0; rep < 2; rep++) {
         o2[rep] = halloc(sizeof(float) * (size_t)nout);
         g2[rep] = halloc(sizeof(float) * (size_t)nqkv);
-        kstat(L, fwd(o, lse, scr, dq, B, T, C, NH, stream, blas));
-        kstat(L, bwd(g, scr, dd, dq, o, lse, B, T, C, NH, 0, stream, blas));
+        kstat(L, fwd(o, lse, scr, dq, B, T, C, NH, G, stream, blas));
+        kstat(L, bwd(g, scr, dd, dq, o, lse, B, T, C, NH, G, 0, stream, blas));
         down(o2[rep], o, sizeof(float) * (size_t)nout);
         down(g2[rep], g, sizeof(float) * (size_t)nqkv);
     }
@@ -1171,10 +1390,10 @@ static void test_attention_rate(int S, int bf16)
         CK(cudaEventCreate(&e[i]));
     CK(cudaEventRecord(e[0], stream));
     for (int r = 0; r < reps; r++)
-        kstat(L, fwd(o, lse, scr, dq, B, T, C, NH, stream, blas));
+        kstat(L, fwd(o, lse, scr, dq, B, T, C, NH, G, stream, blas));
     CK(cudaEventRecord(e[1], stream));
     for (int r = 0; r < reps; r++)
-        kstat(L, bwd(g, scr, dd, dq, o, lse, B, T, C, NH, 0, stream, blas));
+        kstat(L, bwd(g, scr, dd, dq, o, lse, B, T, C, NH, G, 0, stream, blas));
     CK(cudaEventRecord(e[2], stream));
     CK(cudaEventSynchronize(e[2]));
     float fms = 0.0f, bms = 0.0f;
@@ -1182,9 +1401,9 @@ static void test_attention_rate(int S, int bf16)
     CK(cudaEventElapsedTime(&bms, e[1], e[2]));
     const double flops = 2.0 * B * T * (double)T * C, tf = fms / 1e3 / reps;
     const double tb = bms / 1e3 / reps;
-    printf("attention B=%d T=%d C=%d NH=%d %s: forward %.3f ms, %.1f TFLOP/s; "
-           "backward %.3f ms, %.1f TFLOP/s\n", B, T, C, NH, bf16 ? "bf16" : "fp32", tf * 1e3, flops / tf / 1e12,
-           tb * 1e3, 2 * flops / tb / 1e12);
+    printf("attention B=%d T=%d C=%d NH=%d G=%d %s: forward %.3f ms, %.1f TFLOP/s; "
+           "backward %.3f ms, %.1f TFLOP/s\n", B, T, C, NH, G, bf16 ? "bf16" : "fp32", tf * 1e3,
+           flops / tf / 1e12, tb * 1e3, 2 * flops / tb / 1e12);
     for (int i = 0; i < 3; i++)
         CK(cudaEventDestroy(e[i]));
     free(h), free(o2[0]), free(o2[1]), free(g2[0]), free(g2[1]);
@@ -1231,6 +1450,8 @@ int main(int argc, char **argv)
     test_rmsnorm();
     test_embed();
     test_embed_vocab();
+    test_rope();
+    test_swiglu();
     test_attention();
     test_attention_bf16();
     test_cross_entropy();
@@ -1240,8 +1461,10 @@ int main(int argc, char **argv)
     test_misc();
     test_reduce();
     test_matmul_rate(rate_size);
-    test_attention_rate(rate_size, 0);
-    test_attention_rate(rate_size, 1);
+    test_attention_rate(rate_size, 0, 0);
+    test_attention_rate(rate_size, 1, 0);
+    test_attention_rate(rate_size, 0, 1);
+    test_attention_rate(rate_size, 1, 1);
 
     printf("worst error vs CPU per op:\n");
     for (int i = 0; i < n_worst; i++)
