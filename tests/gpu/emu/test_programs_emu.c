@@ -6,7 +6,8 @@
  * are linked to the __wrap_ functions here (ld --wrap); they run the task on the CUDA
  * device while on_gpu is set and the CPU code otherwise.
  *
- * Models: the GPT on 1 stage (the tied embedding's two uses meet in a local add) and on 2
+ * Models: the Llama (rotary embeddings, SwiGLU, grouped-query attention at 1, 2 and 4 KV
+ * heads; 1 and 2 stages; fp32 and bf16); the GPT on 1 stage (the tied embedding's two uses meet in a local add) and on 2
  * (they meet in a combine, the owner's values go back by copy; BW runs as B then W, as
  * under the zero-bubble schedules), 5 x 64 = 320 positions (the embed backward's scan
  * over earlier positions takes two rounds of 256 threads); the MLP on 2 (ReLU); a small
@@ -406,6 +407,24 @@ int main(void)
             md.g = sp_model_gpt(&c, &st);
             md.bf16 = 1;
             md.name = "gpt-bf16";
+            train(&md, 3);
+        }
+    }
+    /* the Llama: rotary embeddings, SwiGLU, grouped-query attention (4 heads sharing 1, 2
+     * or 4 KV heads), on 1 stage and on 2 with BW as B then W, and in bf16 */
+    static const char *const llama_names[5] = { "", "llama kv 1", "llama kv 2", "",
+                                                "llama kv 4" };
+    for (int kv = 1; kv <= 4; kv *= 2) {
+        sp_llama_config lc = { .vocab = 256, .context = 64, .layers = 2, .heads = 4,
+                               .kv_heads = kv, .channels = 64, .hidden = 96, .batch = 3,
+                               .stages = kv == 2 ? 2 : 1 };
+        model md = { .name = llama_names[kv], .g = sp_model_llama(&lc, &st), .m = 2,
+                     .gpt = 1, .split_bw = lc.stages == 2, .B = lc.batch, .T = lc.context };
+        train(&md, 3);
+        if (kv == 2) {
+            md.g = sp_model_llama(&lc, &st);
+            md.bf16 = 1;
+            md.name = "llama kv 2, bf16";
             train(&md, 3);
         }
     }
