@@ -6,7 +6,8 @@
 # STARPIPE_CUDA=ON against .gpu-deps/starpu, then runs
 #   (a) the CUDA kernel checks (tests/gpu/test_cuda_kernels),
 #   (b) starpipe-gpt --check with 1 actor, and with 2 ranks sharing the GPU (MPI;
-#       with --eval-every 2: the forward-only evaluation checked too),
+#       with --eval-every 2: the forward-only evaluation checked too), bf16, and
+#       starpipe-llama (grouped-query attention) on 2 ranks,
 #   (c) a larger GPT: step times and the TFLOP/s of the largest stage task,
 #   (d) host memory per rank (buffers in device memory only), step time with the
 #       policy's prefetch off and on, and a 2-rank NCCL run where there are 2 GPUs.
@@ -266,7 +267,7 @@ if [ ! -r /usr/share/common-licenses/GPL-3 ]; then
   note "no /usr/share/common-licenses/GPL-3: the GPT runs read $B/corpus.txt ($(wc -c <"$B/corpus.txt") bytes)"
 fi
 on_gpu() {
-  [ "$nogpu" = 1 ] || grep -q "starpipe-gpt: .*CUDA" "$logdir/$1.log" ||
+  [ "$nogpu" = 1 ] || grep -Eq "starpipe-(gpt|llama): .*CUDA" "$logdir/$1.log" ||
     { note "FAIL: the run did not say it ran on CUDA"; return 1; }
 }
 if ((built)); then
@@ -287,6 +288,12 @@ if ((built)); then
       --steps 3 --precision bf16 --check
   if ((prc == 0)) && on_gpu gpt-bf16; then record PASS "4. (b) GPT bf16 --check" "${ptime}s"
   else record FAIL "4. (b) GPT bf16 --check" "rc $prc"; fi
+  # the Llama: rotary embeddings, SwiGLU and grouped-query attention (4 heads, 2 KV heads)
+  run_phase "4. (b) starpipe-llama --kv-heads 2 --check, 2 ranks sharing the GPU" 120 llama \
+    mpirun -np 2 -x STARPU_NCUDA=$ncuda "$B/apps/starpipe-llama" "${data[@]}" --kv-heads 2 \
+      --actors 2 --steps 3 --check
+  if ((prc == 0)) && on_gpu llama; then record PASS "4. (b) Llama --check 2 ranks" "${ptime}s"
+  else record FAIL "4. (b) Llama --check 2 ranks" "rc $prc"; fi
 fi
 
 # ---------------------------------------------------------------- 5. (c) performance
