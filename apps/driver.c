@@ -351,10 +351,9 @@ static const char *const part_name[NPARTS] = {
     "reference interpreter (--check)", "replicas' gradient exchange buffers" };
 /* Where each part lives on a rank whose actor runs on a GPU: the device's memory, the
  * host's, or both (the inputs: the host fills them, the tasks read a device copy). On a
- * CPU rank everything is host memory. The host check before MPI (check_memory) still
- * counts every part as host memory, GPU rank or not; once the buffers are device-resident
- * (issue 25, item 1) it can count only the parts with PART_ON_HOST, per rank, as the
- * device check (device_parts) counts those with PART_ON_DEVICE. */
+ * CPU rank everything is host memory. The host check before MPI (check_memory) counts
+ * the parts with PART_ON_HOST on a rank that will run on a GPU (sp_exec_expect_cuda),
+ * every part on a CPU rank; the device check (device_parts) those with PART_ON_DEVICE. */
 enum { PART_ON_HOST = 1, PART_ON_DEVICE = 2 };
 static const unsigned char part_where[NPARTS] = {
     [PART_PARAMS] = PART_ON_DEVICE, [PART_ACTS] = PART_ON_DEVICE,
@@ -456,13 +455,13 @@ static void memory_parts(double (*part)[NPARTS], int na, int kind, const sp_plan
 
 /* The bytes the ranks on this machine need: all actors, or as many of the largest as the
  * launcher puts here. *worst: the largest actor's. */
-static double machine_total(double (*part)[NPARTS], int na, double *worst)
+static double machine_total(double (*part)[NPARTS], int na, unsigned where, double *worst)
 {
     double total = 0;
     *worst = 0;
     for (int a = 0; a < na; a++) {
         double t = 0;
-        for (int k = 0; k < NPARTS; k++) t += part[a][k];
+        for (int k = 0; k < NPARTS; k++) t += part_where[k] & where ? part[a][k] : 0;
         total += t;
         if (t > *worst) *worst = t;
     }
@@ -478,6 +477,11 @@ static int check_memory(const sp_app_model *m, const sp_app_opts *o, const sp_sc
 {
     double avail = available_memory();
     if (avail <= 0) return 0;
+    /* a rank on a GPU keeps only its host parts here (the device's are device_parts') */
+    const unsigned where =
+        !reference && sp_exec_expect_cuda(sp_app_launcher_local_rank(),
+                                          sp_app_launcher_local_size())
+            ? PART_ON_HOST : PART_ON_HOST | PART_ON_DEVICE;
     const sp_stage_model *model = sp_program_stage_model(p);
     int S = sp_program_num_stages(p);
 #define BB(cls, i) ((double)sp_program_buf_bytes(p, cls, i))
@@ -502,10 +506,10 @@ static int check_memory(const sp_app_model *m, const sp_app_opts *o, const sp_sc
     /* in doubles, without a plan first: everything in flight fits, or one microbatch
      * does not; the plan (whose byte counts are size_t) only in between */
     memory_parts(part, na, 0, NULL, p, sch, rpart, ref, inputs, reference, o->check);
-    total = R * machine_total(part, na, &worst); /* R replicas */
+    total = R * machine_total(part, na, where, &worst); /* R replicas */
     if (total > avail && !reference) {
         memory_parts(part, na, 1, NULL, p, sch, rpart, ref, inputs, reference, o->check);
-        total = R * machine_total(part, na, &worst);
+        total = R * machine_total(part, na, where, &worst);
         atleast = "at least ";
         if (total <= avail) {
             if (sp_plan_build(model, sch, &pl) != SP_OK) { /* reported when the run plans */
@@ -513,14 +517,14 @@ static int check_memory(const sp_app_model *m, const sp_app_opts *o, const sp_sc
                 return 0;
             }
             memory_parts(part, na, 2, pl, p, sch, rpart, ref, inputs, reference, o->check);
-            total = R * machine_total(part, na, &worst);
+            total = R * machine_total(part, na, where, &worst);
             atleast = "";
         }
     }
     int bad = total > avail;
     if (bad) {
         int wa, wk;
-        largest_part(part, na, PART_ON_HOST | PART_ON_DEVICE, &wa, &wk);
+        largest_part(part, na, where, &wa, &wk);
         char b1[32], b2[32], b3[32], who[32] = "", lower[256];
         if (!reference) snprintf(who, sizeof who, " of actor %d", wa);
         snprintf(msg, len, "this run needs %s%s of memory on this machine but %s is available "

@@ -1588,6 +1588,23 @@ static sp_status choose_gpu(MPI_Comm node, sp_gpu_choice *gpu, cpu_set_t *near)
     return st;
 }
 
+int sp_exec_expect_cuda(int local_rank, int local_size)
+{
+#if defined(STARPU_USE_CUDA) && defined(STARPIPE_HAVE_CUDA)
+    const char *ncuda = getenv("STARPU_NCUDA");
+    if ((ncuda && !strcmp(ncuda, "0")) || sp_env_read(&env) != SP_OK) return 0;
+    int ngpus = 0;
+    if (cudaGetDeviceCount(&ngpus) != cudaSuccess) ngpus = 0;
+    sp_gpu_choice gpu;
+    return sp_gpu_choose(local_rank, local_size, ngpus, env.gpu,
+                         getenv("CUDA_VISIBLE_DEVICES"), &gpu) == SP_OK &&
+           gpu.device >= 0 && strcmp(gpu.ncuda, "0") != 0;
+#else
+    (void)local_rank, (void)local_size;
+    return 0;
+#endif
+}
+
 #if defined(STARPU_USE_CUDA) && defined(STARPIPE_HAVE_CUDA)
 static void set_tf32(void *on)
 {

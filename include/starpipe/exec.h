@@ -52,6 +52,11 @@ int sp_exec_rank(void);
 int sp_exec_size(void);
 /* CUDA workers of this rank (0 without a GPU, with STARPU_NCUDA=0, or a CPU-only StarPU). */
 int sp_exec_num_cuda(void);
+/* Before sp_exec_init (before MPI): whether rank local_rank of local_size on this host
+ * will run a CUDA worker, by the choice sp_exec_init makes (the devices the CUDA runtime
+ * sees, STARPIPE_GPU, a user's STARPU_NCUDA=0). 0 on a build without CUDA. So that a
+ * check of the host's memory before MPI counts only what a GPU rank keeps on the host. */
+int sp_exec_expect_cuda(int local_rank, int local_size);
 
 /* The memory of this rank's GPU (runtime/devmem.c), for a check before the first step. */
 typedef struct {
