@@ -40,6 +40,12 @@ static params64 copy_params(const sp_graph *g, const sp_reference *r)
     return P;
 }
 
+static void free_params(params64 *P)
+{
+    for (int t = 0; t < sp_graph_num_tensors(P->g); t++) free(P->val[t]);
+    free(P->val);
+}
+
 static const double *PV(const params64 *P, const char *fmt, int l)
 {
     char name[96];
@@ -295,5 +301,14 @@ int main(void)
            "float64 forward\n", 2 * N, distinct, worst);
     CHECK(distinct >= 3, "only %d distinct tokens: too weak a check", distinct);
     CHECK(worst < 1e-4, "logits off the float64 forward by %.3g", worst);
+    free_params(&P), free_params(&Pt);
+    sp_reference *const refs[4] = { r1, r3, r2, rb };
+    sp_program *const progs[4] = { p1, p3, p2, pb };
+    sp_graph *const graphs[4] = { g1, g3, g2, gb };
+    for (int k = 0; k < 4; k++) {
+        sp_reference_free(refs[k]);
+        sp_program_free(progs[k]);
+        sp_graph_free(graphs[k]);
+    }
     return check_summary("test_llama_model");
 }
