@@ -8,8 +8,13 @@
  * group's collectives in one order; a tag made of the task's seq and the all-reduce's
  * place in its program pairs each message with its own whatever the order. A task of a
  * failed step still meets its group (runtime/exec.c, meet_only), so no member waits for
- * one that gave up. On a GPU rank the same calls go to the group's NCCL communicator, on
- * the task's stream (runtime/group_gpu.c, comm/nccl_tp.c). */
+ * one that gave up. A vector of SP_GROUP_CHUNKED_FLOATS or more goes as a reduce-scatter
+ * then an all-gather instead (task_reduce_chunked): member r sums chunk r of every
+ * member's values, in the same member order, and sends the sums to the others, 2 (T-1)/T
+ * of the vector per member where the exchange of whole vectors sends T - 1 of them, with
+ * the same bits: each element is summed in the same order either way. On a GPU rank the
+ * same calls go to the group's NCCL communicator, on the task's stream
+ * (runtime/group_gpu.c, comm/nccl_tp.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +27,9 @@
 #define SP_GROUP_K_BITS 10
 #define SP_GROUP_SEQ_MASK ((1u << 20) - 1)
 #define SP_GROUP_MAX_FLOATS ((int64_t)1 << 30) /* one message of at most 4 GiB */
+/* From 64 KiB a vector's bandwidth outweighs the second round of messages of the chunked
+ * all-reduce (two tags of the task's 1024) */
+#define SP_GROUP_CHUNKED_FLOATS 16384
 
 enum { GROUP_MPI = 1, GROUP_NOMEM, GROUP_TOO_MANY, GROUP_TOO_LARGE, GROUP_GPU };
 
@@ -45,7 +53,8 @@ static const char *status_string(struct sp_tp_group *g, int code)
     (void)g;
     return code == GROUP_MPI ? "an MPI call of the tensor group failed"
          : code == GROUP_NOMEM ? "out of memory for the tensor group's sum"
-         : code == GROUP_TOO_MANY ? "more than 1024 tensor-parallel all-reduces in one task"
+         : code == GROUP_TOO_MANY ? "more than 1024 tensor-parallel exchanges in one task (an "
+                                    "all-reduce of 64 KiB or more takes two)"
          : code == GROUP_TOO_LARGE ? "a tensor-parallel all-reduce of more than 2^30 floats"
                                    : "unknown error";
 }
@@ -119,6 +128,70 @@ static int task_exchange(sp_exec_task_group *tg, const float *src, int64_t n, fl
     return 0;
 }
 
+/* Member q's chunk of n: [n q / T, n (q + 1) / T). */
+static int64_t chunk_at(int64_t n, int size, int q) { return n * q / size; }
+
+/* The all-reduce (sum, or max when is_max) of n floats as a reduce-scatter then an
+ * all-gather, each element combined in member order as ordered_sum and ordered_max do:
+ * the running worker's room holds the members' copies of this member's chunk (size rows
+ * of the largest chunk), then the whole result; dst is written last, so it may be src. */
+static int task_reduce_chunked(sp_exec_task_group *tg, float *dst, const float *src,
+                               int64_t n, int acc, int is_max)
+{
+    sp_exec_tensor_group *g = tg->g;
+    const int T = g->size, me = g->rank;
+    if (tg->k + 1 >= 1 << SP_GROUP_K_BITS) return GROUP_TOO_MANY;
+    if (n > SP_GROUP_MAX_FLOATS) return GROUP_TOO_LARGE;
+    const uint32_t seq = (tg->seq & SP_GROUP_SEQ_MASK) << SP_GROUP_K_BITS;
+    const int tag_scatter = (int)(seq | (uint32_t)tg->k++), tag_gather = (int)(seq | (uint32_t)tg->k++);
+    const int64_t widest = (n + T - 1) / T, lo = chunk_at(n, T, me);
+    const int64_t len = chunk_at(n, T, me + 1) - lo;
+    float *room = worker_room(g, (size_t)T * (size_t)widest + (size_t)n);
+    MPI_Request req_stack[16], *req = T <= 8 ? req_stack : malloc(sizeof *req * 2 * (size_t)T);
+    if (!room || !req) {
+        if (req != req_stack) free(req);
+        return GROUP_NOMEM;
+    }
+    float *rows = room, *out = room + (int64_t)T * widest;
+    memcpy(rows + (int64_t)me * widest, src + lo, sizeof(float) * (size_t)len);
+    int bad = 0;
+    for (int round = 0; round < 2 && !bad; round++) {
+        int nr = 0;
+        for (int q = 0; q < T && !bad; q++) {
+            if (q == me) continue;
+            const int64_t qlo = chunk_at(n, T, q), qlen = chunk_at(n, T, q + 1) - qlo;
+            if (round == 0) { /* q's copy of my chunk in; my copy of q's chunk out */
+                bad |= MPI_Irecv(rows + (int64_t)q * widest, (int)len, MPI_FLOAT, q, tag_scatter,
+                                 g->comm, &req[nr++]) != MPI_SUCCESS;
+                bad |= !bad && MPI_Isend(src + qlo, (int)qlen, MPI_FLOAT, q, tag_scatter,
+                                         g->comm, &req[nr++]) != MPI_SUCCESS;
+            } else { /* q's result chunk in; mine out */
+                bad |= MPI_Irecv(out + qlo, (int)qlen, MPI_FLOAT, q, tag_gather, g->comm,
+                                 &req[nr++]) != MPI_SUCCESS;
+                bad |= !bad && MPI_Isend(out + lo, (int)len, MPI_FLOAT, q, tag_gather, g->comm,
+                                         &req[nr++]) != MPI_SUCCESS;
+            }
+        }
+        bad |= MPI_Waitall(nr, req, MPI_STATUSES_IGNORE) != MPI_SUCCESS;
+        if (round == 0 && !bad) { /* my chunk, combined in member order */
+            memcpy(out + lo, rows, sizeof(float) * (size_t)len);
+            for (int q = 1; q < T; q++) {
+                const float *x = rows + (int64_t)q * widest;
+                if (is_max) sp_maximum_forward(out + lo, out + lo, x, len);
+                else
+                    for (int64_t j = 0; j < len; j++) out[lo + j] += x[j];
+            }
+        }
+    }
+    if (req != req_stack) free(req);
+    if (bad) return GROUP_MPI;
+    if (acc)
+        for (int64_t j = 0; j < n; j++) dst[j] += out[j];
+    else
+        memmove(dst, out, sizeof(float) * (size_t)n);
+    return 0;
+}
+
 static int on_gpu(const sp_exec_task_group *tg)
 {
     return tg->dev && tg->dev->type == SP_DEVICE_CUDA;
@@ -131,6 +204,7 @@ static int task_allreduce(struct sp_tp_group *vt, float *dst, const float *src, 
     if (on_gpu(tg))
         return sp_exec_gpu_allreduce(tg->g->nccl, tg->g->size, tg->dev, dst, src, n, acc,
                                      &tg->why) ? GROUP_GPU : 0;
+    if (n >= SP_GROUP_CHUNKED_FLOATS) return task_reduce_chunked(tg, dst, src, n, acc, 0);
     float *all;
     int rc = task_exchange(tg, src, n, &all);
     if (!rc) ordered_sum(dst, all, tg->g->size, n, acc);
@@ -143,6 +217,7 @@ static int task_allreduce_max(struct sp_tp_group *vt, float *x, int64_t n)
     if (on_gpu(tg))
         return sp_exec_gpu_allreduce_max(tg->g->nccl, tg->g->size, tg->dev, x, n, &tg->why)
                    ? GROUP_GPU : 0;
+    if (n >= SP_GROUP_CHUNKED_FLOATS) return task_reduce_chunked(tg, x, x, n, 0, 1);
     float *all;
     int rc = task_exchange(tg, x, n, &all);
     if (!rc) ordered_max(x, all, tg->g->size, n);

@@ -5,8 +5,10 @@
  * with clipping active: each rank's stage slabs (parameters, gradients, AdamW moments)
  * and the loss must be bitwise those of the reference of T, the T members' references
  * run in threads of this process and joined by the in-process group (sp_tp_local).
- * argv: T [R]. Also: a task that fails on one member (STARPIPE_FAULT, argv[3] "fail")
- * fails the step on every rank, with no member left waiting in an all-reduce. */
+ * argv: T [R [SCHEDULE | wide | fail]]. wide: the all-reduced vectors large enough for
+ * the chunked all-reduce, under 1F1B and ZB-H1. Also: a task that fails on one member
+ * (STARPIPE_FAULT, argv[3] "fail") fails the step on every rank, with no member left
+ * waiting in an all-reduce. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +24,11 @@
 #include "starpipe/train.h"
 #include "tests/runtime/train_check.h"
 
-enum { B = 3, D = 8, H = 12, V = 5, STEPS = 3 };
+enum { H = 12, V = 5, STEPS = 3 };
+/* the batch and the residual width; "wide" (argv[3]): 7 x 2341 = 16387 floats, past
+ * runtime/group.c's SP_GROUP_CHUNKED_FLOATS (the reduce-scatter and all-gather) and
+ * divisible by neither 2 nor 3, so that the members' chunks differ in size */
+static int B = 3, D = 8;
 
 static int bad; /* FAIL (train_check.h) counts here */
 
@@ -179,8 +185,10 @@ int main(int argc, char **argv)
         return 1;
     }
     const int T = argc > 1 ? atoi(argv[1]) : 2, R = argc > 2 ? atoi(argv[2]) : 1,
-              fail = argc > 3 && !strcmp(argv[3], "fail");
-    const char *only = argc > 3 && !fail ? argv[3] : NULL; /* one schedule */
+              fail = argc > 3 && !strcmp(argv[3], "fail"),
+              wide = argc > 3 && !strcmp(argv[3], "wide");
+    const char *only = argc > 3 && !fail && !wide ? argv[3] : NULL; /* one schedule */
+    if (wide) B = 7, D = 2341;
     const int P = sp_exec_size() / (R * T);
     if (P < 1 || P * R * T != sp_exec_size()) {
         fprintf(stderr, "test_tensor: %d ranks are not R=%d x P x T=%d\n", sp_exec_size(), R, T);
@@ -189,6 +197,14 @@ int main(int argc, char **argv)
     }
     if (fail) {
         run("1f1b", T, R, P, 1);
+    } else if (wide) {
+        static const char *const two[2] = { "1f1b", "zb-h1" };
+        for (int i = 0; i < 2 && !bad; i++) {
+            run(two[i], T, R, P, 0);
+            if (sp_exec_rank() == 0 && !bad)
+                printf("%s: T=%d R=%d P=%d, %d x %d: bitwise the reference\n", two[i], T, R, P,
+                       B, D);
+        }
     } else {
         for (int i = 0; i < sp_schedule_builtin_count() && !bad; i++) {
             const char *name = sp_schedule_builtin_info(i)->name;
