@@ -24,21 +24,33 @@ const char *sp_nccl_tp_error(int code)
                            : ncclGetErrorString((ncclResult_t)code);
 }
 
-int sp_nccl_tp_allgather(sp_nccl_tp *g, const float *src, float *all, size_t n, void *stream)
+int sp_nccl_tp_exchange(sp_nccl_tp *g, const float *const *send, const size_t *scount,
+                        float *const *recv, const size_t *rcount, void *stream)
 {
     cudaStream_t s = (cudaStream_t)stream;
-    cudaError_t ce = cudaMemcpyAsync(all + (size_t)g->rank * n, src, n * sizeof(float),
-                                     cudaMemcpyDeviceToDevice, s);
-    if (ce != cudaSuccess) return TP_CUDA + (int)ce;
     ncclResult_t r = ncclGroupStart();
     for (int q = 0; q < g->size && r == ncclSuccess; q++) {
         if (q == g->rank) continue;
-        r = ncclSend(src, n, ncclFloat32, q, g->comm, s);
-        if (r == ncclSuccess) r = ncclRecv(all + (size_t)q * n, n, ncclFloat32, q, g->comm, s);
+        r = ncclSend(send[q], scount[q], ncclFloat32, q, g->comm, s);
+        if (r == ncclSuccess) r = ncclRecv(recv[q], rcount[q], ncclFloat32, q, g->comm, s);
     }
     ncclResult_t e = ncclGroupEnd();
     return r != ncclSuccess ? (int)r : (int)e;
 }
+
+int sp_nccl_tp_allgather(sp_nccl_tp *g, const float *src, float *all, size_t n, void *stream)
+{
+    cudaError_t ce = cudaMemcpyAsync(all + (size_t)g->rank * n, src, n * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, (cudaStream_t)stream);
+    if (ce != cudaSuccess) return TP_CUDA + (int)ce;
+    const float *send[SP_NCCL_TP_MAX];
+    float *recv[SP_NCCL_TP_MAX];
+    size_t count[SP_NCCL_TP_MAX];
+    for (int q = 0; q < g->size; q++) send[q] = src, recv[q] = all + (size_t)q * n, count[q] = n;
+    return sp_nccl_tp_exchange(g, send, count, recv, count, stream);
+}
+
+int sp_nccl_tp_rank(const sp_nccl_tp *g) { return g->rank; }
 
 sp_status sp_nccl_tp_create(MPI_Comm group, int device, sp_nccl_tp **out)
 {
@@ -106,6 +118,19 @@ int sp_nccl_tp_allgather(sp_nccl_tp *g, const float *src, float *all, size_t n, 
 {
     (void)g, (void)src, (void)all, (void)n, (void)stream;
     return 1;
+}
+
+int sp_nccl_tp_exchange(sp_nccl_tp *g, const float *const *send, const size_t *scount,
+                        float *const *recv, const size_t *rcount, void *stream)
+{
+    (void)g, (void)send, (void)scount, (void)recv, (void)rcount, (void)stream;
+    return 1;
+}
+
+int sp_nccl_tp_rank(const sp_nccl_tp *g)
+{
+    (void)g;
+    return 0;
 }
 
 const char *sp_nccl_tp_error(int code)

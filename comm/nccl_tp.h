@@ -25,6 +25,13 @@ void sp_nccl_tp_free(sp_nccl_tp *g);
 /* all[q n .. (q + 1) n) = member q's src, for every q (this member's too), on stream (a
  * cudaStream_t). 0 or an NCCL/CUDA error code for sp_nccl_tp_error. */
 int sp_nccl_tp_allgather(sp_nccl_tp *g, const float *src, float *all, size_t n, void *stream);
+/* One NCCL group on stream: to every other member q, send[q] (scount[q] floats), and from
+ * it into recv[q] (rcount[q]); the entries of this member are not read. At most
+ * SP_NCCL_TP_MAX members (SP_MAX_TENSOR). 0 or a code for sp_nccl_tp_error. */
+#define SP_NCCL_TP_MAX 64
+int sp_nccl_tp_exchange(sp_nccl_tp *g, const float *const *send, const size_t *scount,
+                        float *const *recv, const size_t *rcount, void *stream);
+int sp_nccl_tp_rank(const sp_nccl_tp *g);
 const char *sp_nccl_tp_error(int code);
 
 #endif

@@ -40,6 +40,11 @@ typedef struct {
 } sp_exec_task_group;
 struct sp_tp_group *sp_exec_tensor_group_of_task(sp_exec_tensor_group *g, uint32_t seq,
                                                  const sp_device *dev, sp_exec_task_group *tg);
+/* From 64 KiB a vector's bandwidth outweighs the second round of messages: a tensor
+ * group's all-reduce of this many floats or more goes as a reduce-scatter then an
+ * all-gather (runtime/group.c), member q combining the chunk [n q / T, n (q + 1) / T). */
+#define SP_GROUP_CHUNKED_FLOATS 16384
+static inline int64_t sp_exec_group_chunk(int64_t n, int size, int q) { return n * q / size; }
 /* runtime/group_gpu.c: the all-reduce of a task on a CUDA worker (device pointers, dev
  * the task's device): 0, or 1 with *why set. */
 struct sp_nccl_tp;

@@ -27,9 +27,6 @@
 #define SP_GROUP_K_BITS 10
 #define SP_GROUP_SEQ_MASK ((1u << 20) - 1)
 #define SP_GROUP_MAX_FLOATS ((int64_t)1 << 30) /* one message of at most 4 GiB */
-/* From 64 KiB a vector's bandwidth outweighs the second round of messages of the chunked
- * all-reduce (two tags of the task's 1024) */
-#define SP_GROUP_CHUNKED_FLOATS 16384
 
 enum { GROUP_MPI = 1, GROUP_NOMEM, GROUP_TOO_MANY, GROUP_TOO_LARGE, GROUP_GPU };
 
@@ -128,8 +125,7 @@ static int task_exchange(sp_exec_task_group *tg, const float *src, int64_t n, fl
     return 0;
 }
 
-/* Member q's chunk of n: [n q / T, n (q + 1) / T). */
-static int64_t chunk_at(int64_t n, int size, int q) { return n * q / size; }
+static int64_t chunk_at(int64_t n, int size, int q) { return sp_exec_group_chunk(n, size, q); }
 
 /* The all-reduce (sum, or max when is_max) of n floats as a reduce-scatter then an
  * all-gather, each element combined in member order as ordered_sum and ordered_max do:

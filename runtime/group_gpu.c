@@ -2,8 +2,12 @@
  * when the task runs on a CUDA worker): every member's values gathered by NCCL onto the
  * task's own stream (comm/nccl_tp.c), then summed there in the group's one order, member
  * 0's, + member 1's, ... (the backend's scale kernel, f = 1: exact adds, the order of the
- * CPU's sum), into dst (acc: added to it). All of it is stream-ordered: the task's later
- * kernels follow it, and the function returns at once, as the task's do. */
+ * CPU's sum), into dst (acc: added to it). From SP_GROUP_CHUNKED_FLOATS, as between CPU
+ * ranks, a reduce-scatter then an all-gather: each member gathers and combines only its
+ * chunk of every member's values, in the same order, then the members exchange their
+ * chunks of the result (2 (T-1)/T of the vector over NCCL per member, not T - 1
+ * vectors). All of it is stream-ordered: the task's later kernels follow it, and the
+ * function returns at once, as the task's do. */
 #include "runtime/exec_impl.h"
 
 #include "comm/nccl_tp.h"
@@ -33,11 +37,61 @@ static int gather(sp_nccl_tp *nc, int size, const sp_device *dev, const float *s
 }
 #endif
 
+#if defined(STARPU_USE_CUDA) && defined(STARPIPE_HAVE_CUDA)
+/* The chunked all-reduce (sum, or max with is_max) on the task's stream: stream-ordered
+ * scratch of size rows of the widest chunk, then the whole result; dst written last. */
+static int chunked(sp_nccl_tp *nc, int T, const sp_device *dev, float *dst, const float *src,
+                   int64_t n, int acc, int is_max, const char **why)
+{
+    cudaStream_t s = (cudaStream_t)dev->stream;
+    const int me = nc ? sp_nccl_tp_rank(nc) : 0;
+    const int64_t widest = (n + T - 1) / T, lo = sp_exec_group_chunk(n, T, me);
+    const int64_t len = sp_exec_group_chunk(n, T, me + 1) - lo;
+    float *rows = NULL;
+    if (!nc || T > SP_NCCL_TP_MAX ||
+        cudaMallocAsync((void **)&rows, sizeof(float) * ((size_t)T * (size_t)widest + (size_t)n),
+                        s) != cudaSuccess) {
+        *why = !nc ? "a GPU rank's tensor group has no NCCL communicator"
+                   : "no device memory for the tensor group's reduce-scatter";
+        return 1;
+    }
+    float *out = rows + (int64_t)T * widest;
+    const float *send[SP_NCCL_TP_MAX];
+    float *recv[SP_NCCL_TP_MAX];
+    size_t scount[SP_NCCL_TP_MAX], rcount[SP_NCCL_TP_MAX];
+    for (int q = 0; q < T; q++) { /* each member's copy of my chunk in; my copies of theirs out */
+        const int64_t qlo = sp_exec_group_chunk(n, T, q);
+        send[q] = src + qlo, scount[q] = (size_t)(sp_exec_group_chunk(n, T, q + 1) - qlo);
+        recv[q] = rows + (int64_t)q * widest, rcount[q] = (size_t)len;
+    }
+    int rc = dev->be->copy(dev->ctx, rows + (int64_t)me * widest, src + lo, len);
+    int nr = rc ? 0 : sp_nccl_tp_exchange(nc, send, scount, recv, rcount, s);
+    if (!rc && !nr) rc = dev->be->copy(dev->ctx, out + lo, rows, len); /* member 0's, then */
+    for (int q = 1; q < T && !rc && !nr; q++) /* each next member's, in rank order */
+        rc = is_max ? dev->be->maximum(dev->ctx, out + lo, out + lo, rows + (int64_t)q * widest, len)
+                    : dev->be->scale(dev->ctx, out + lo, rows + (int64_t)q * widest, 1.0f, len, 1);
+    for (int q = 0; q < T; q++) { /* my chunk of the result out, theirs in */
+        const int64_t qlo = sp_exec_group_chunk(n, T, q);
+        send[q] = out + lo, scount[q] = (size_t)len;
+        recv[q] = out + qlo, rcount[q] = (size_t)(sp_exec_group_chunk(n, T, q + 1) - qlo);
+    }
+    if (!rc && !nr) nr = sp_nccl_tp_exchange(nc, send, scount, recv, rcount, s);
+    if (!rc && !nr)
+        rc = is_max ? dev->be->copy(dev->ctx, dst, out, n)
+                    : dev->be->scale(dev->ctx, dst, out, 1.0f, n, acc);
+    if (nr) *why = sp_nccl_tp_error(nr);
+    else if (rc) *why = dev->be->status_string(rc);
+    cudaFreeAsync(rows, s);
+    return rc || nr ? 1 : 0;
+}
+#endif
+
 int sp_exec_gpu_allreduce(sp_nccl_tp *nc, int size, const sp_device *dev, float *dst,
                           const float *src, int64_t n, int acc, const char **why)
 {
     *why = NULL;
 #if defined(STARPU_USE_CUDA) && defined(STARPIPE_HAVE_CUDA)
+    if (n >= SP_GROUP_CHUNKED_FLOATS) return chunked(nc, size, dev, dst, src, n, acc, 0, why);
     float *all;
     int rc = gather(nc, size, dev, src, n, &all, why);
     for (int r = 1; r < size && !rc; r++) /* into row 0, in rank order */
@@ -58,6 +112,7 @@ int sp_exec_gpu_allreduce_max(sp_nccl_tp *nc, int size, const sp_device *dev, fl
 {
     *why = NULL;
 #if defined(STARPU_USE_CUDA) && defined(STARPIPE_HAVE_CUDA)
+    if (n >= SP_GROUP_CHUNKED_FLOATS) return chunked(nc, size, dev, x, x, n, 0, 1, why);
     float *all;
     int rc = gather(nc, size, dev, x, n, &all, why);
     /* x = member 0's, then the maximum with each next member's, in rank order */
