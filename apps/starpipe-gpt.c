@@ -52,11 +52,10 @@ static int gpt_flag(void *cfg, const char *a, const char *v)
     return -1;
 }
 
-/* The Llama of the flags: Llama's MLP width rule (8C/3, to a multiple of 32) and
- * multi-head attention unless --hidden and --kv-heads say otherwise. */
-static sp_llama_config llama_of(const gpt_app *c)
+/* The Llama of the flags and the sizes m: Llama's MLP width rule (8C/3, to a multiple of
+ * 32) and multi-head attention unless --hidden and --kv-heads say otherwise. */
+static sp_llama_config llama_of(const gpt_app *c, const sp_gpt_config *m)
 {
-    const sp_gpt_config *m = &c->model;
     int hidden = c->hidden ? c->hidden : (8 * m->channels / 3 + 31) / 32 * 32;
     return (sp_llama_config){ .vocab = m->vocab, .context = m->context, .layers = m->layers,
                               .heads = m->heads, .kv_heads = c->kv_heads ? c->kv_heads
@@ -70,9 +69,7 @@ static sp_llama_config llama_of(const gpt_app *c)
 static sp_graph *build_model(const gpt_app *c, const sp_gpt_config *m, sp_status *st)
 {
     if (!c->llama) return sp_model_gpt(m, st);
-    gpt_app one = *c;
-    one.model = *m;
-    sp_llama_config l = llama_of(&one);
+    sp_llama_config l = llama_of(c, m);
     return sp_model_llama(&l, st);
 }
 
@@ -184,7 +181,7 @@ static void gpt_describe(void *cfg, FILE *f)
         snprintf(what, sizeof what, "%zu bytes", n);
     char heads[96];
     if (c->llama) {
-        sp_llama_config l = llama_of(c);
+        sp_llama_config l = llama_of(c, &c->model);
         snprintf(heads, sizeof heads, "%d heads (%d KV), %d channels, MLP %d", l.heads,
                  l.kv_heads, l.channels, l.hidden);
     } else {
@@ -203,7 +200,7 @@ static void gpt_signature(void *cfg, char *buf, size_t len)
     const gpt_app *a = cfg;
     const sp_gpt_config *c = &a->model;
     if (a->llama) {
-        sp_llama_config l = llama_of(a);
+        sp_llama_config l = llama_of(a, &a->model);
         snprintf(buf, len, "llama vocab=%d context=%d layers=%d heads=%d kv_heads=%d "
                  "channels=%d hidden=%d rope_theta=%g", l.vocab, l.context, l.layers, l.heads,
                  l.kv_heads, l.channels, l.hidden, l.rope_theta ? l.rope_theta : 10000.0);
@@ -221,7 +218,7 @@ static void gpt_settings(void *cfg, char *buf, size_t len)
                      "--batch %d\n", c->model.layers, c->model.heads, c->model.channels,
                      c->model.context, c->model.batch);
     if (c->llama && k > 0 && (size_t)k < len) {
-        sp_llama_config l = llama_of(c);
+        sp_llama_config l = llama_of(c, &c->model);
         k += snprintf(buf + k, len - (size_t)k, "--arch llama\n--kv-heads %d\n--hidden %d\n"
                       "--rope-theta %.9g\n", l.kv_heads, l.hidden,
                       l.rope_theta ? l.rope_theta : 10000.0);
@@ -234,7 +231,7 @@ static int llama_layout(const void *cfg, const sp_graph *g, sp_tensor p, ckpt_pi
 {
     const gpt_app *c = cfg;
     if (!c->llama) return 0;
-    const sp_llama_config l = llama_of(c);
+    const sp_llama_config l = llama_of(c, &c->model);
     return ckpt_llama_layout(&l, g, p, pc);
 }
 

@@ -95,12 +95,20 @@ static sp_graph *finish(sp_graph *g, sp_tensor logits, const char *name, sp_tens
     return g;
 }
 
-/* The tensor group of a model: T (0 meaning 1) and this graph's rank in it, set on g. */
-static sp_status set_tensor(sp_graph *g, const char *who, int T, int rank)
+/* The graph of a model whose configuration checks gave st: NULL with *status set when
+ * they failed, when out of memory, or when its tensor group (T, 0 meaning 1, and this
+ * graph's rank in it) is out of range; else an empty graph of that group. */
+static sp_graph *new_model(const char *who, sp_status st, int T, int rank, sp_status *status)
 {
-    if (sp_graph_set_tensor(g, T ? T : 1, rank) == SP_OK) return SP_OK;
-    return sp_set_error(SP_ERR_ARG, "%s: tensor rank %d of a tensor parallelism of %d (1 to %d "
-                        "ranks, 0 meaning 1)", who, rank, T, SP_MAX_TENSOR);
+    sp_graph *g = st ? NULL : sp_graph_create();
+    if (!st && !g) st = sp_set_error(SP_ERR_NOMEM, "%s: out of memory", who);
+    if (!st && sp_graph_set_tensor(g, T ? T : 1, rank) != SP_OK)
+        st = sp_set_error(SP_ERR_ARG, "%s: tensor rank %d of a tensor parallelism of %d (1 to "
+                          "%d ranks, 0 meaning 1)", who, rank, T, SP_MAX_TENSOR);
+    if (!st) return g;
+    sp_graph_free(g);
+    if (status) *status = st;
+    return NULL;
 }
 
 /* A model is built as one rank of its tensor group (Megatron's layout): a column-parallel
@@ -128,14 +136,8 @@ sp_graph *sp_model_gpt(const sp_gpt_config *c, sp_status *status)
                           "the vocabulary of %d", T, c->vocab);
     else
         st = check_split("sp_model_gpt", c->layers, c->stages, c->stage_layers, 1);
-    sp_graph *g = st ? NULL : sp_graph_create();
-    if (!st && !g) st = sp_set_error(SP_ERR_NOMEM, "sp_model_gpt: out of memory");
-    if (!st) st = set_tensor(g, "sp_model_gpt", c->tensor, c->tensor_rank);
-    if (st) {
-        sp_graph_free(g);
-        if (status) *status = st;
-        return NULL;
-    }
+    sp_graph *g = new_model("sp_model_gpt", st, c ? c->tensor : 0, c ? c->tensor_rank : 0, status);
+    if (!g) return NULL;
     const int64_t B = c->batch, Tc = c->context, C = c->channels, V = c->vocab;
     const int64_t H = c->heads, hs = C / H;
     const float std = 0.02f, std_res = 0.02f / sqrtf(2.0f * c->layers);
@@ -221,14 +223,8 @@ sp_graph *sp_model_llama(const sp_llama_config *c, sp_status *status)
                           "divide the vocabulary of %d", T, c->vocab);
     else
         st = check_split("sp_model_llama", c->layers, c->stages, c->stage_layers, 1);
-    sp_graph *g = st ? NULL : sp_graph_create();
-    if (!st && !g) st = sp_set_error(SP_ERR_NOMEM, "sp_model_llama: out of memory");
-    if (!st) st = set_tensor(g, "sp_model_llama", c->tensor, c->tensor_rank);
-    if (st) {
-        sp_graph_free(g);
-        if (status) *status = st;
-        return NULL;
-    }
+    sp_graph *g = new_model("sp_model_llama", st, c ? c->tensor : 0, c ? c->tensor_rank : 0, status);
+    if (!g) return NULL;
     const int64_t B = c->batch, Tc = c->context, C = c->channels, V = c->vocab;
     const int64_t H = c->heads, KV = c->kv_heads, G = H / KV, hs = C / H, I = c->hidden;
     const float theta = c->rope_theta != 0 ? c->rope_theta : 10000.0f;
@@ -288,14 +284,8 @@ sp_graph *sp_model_mlp(const sp_mlp_config *c, sp_status *status)
                           "the width %d", T, c->width);
     else
         st = check_split("sp_model_mlp", c->depth, c->stages, c->stage_layers, 0);
-    sp_graph *g = st ? NULL : sp_graph_create();
-    if (!st && !g) st = sp_set_error(SP_ERR_NOMEM, "sp_model_mlp: out of memory");
-    if (!st) st = set_tensor(g, "sp_model_mlp", c->tensor, c->tensor_rank);
-    if (st) {
-        sp_graph_free(g);
-        if (status) *status = st;
-        return NULL;
-    }
+    sp_graph *g = new_model("sp_model_mlp", st, c ? c->tensor : 0, c ? c->tensor_rank : 0, status);
+    if (!g) return NULL;
     sp_tensor h = sp_input_f32(g, "x", 2, (int64_t[]){ c->batch, c->in_dim });
     sp_tensor y = sp_input_i32(g, "y", 1, (int64_t[]){ c->batch });
     int64_t fan_in = c->in_dim;

@@ -1564,17 +1564,24 @@ static void bus_lock(void)
 
 /* This rank's GPU (runtime/gpumap.c) from what the CUDA runtime sees, and the CPUs near
  * it (hwloc, by the device's PCI address; empty when unknown). */
-static sp_status choose_gpu(MPI_Comm node, sp_gpu_choice *gpu, cpu_set_t *near)
+/* The GPU of local rank lrank of lsize (runtime/gpumap.c), from what the CUDA runtime
+ * sees: sp_exec_init's choice and sp_exec_expect_cuda's forecast of it. */
+static sp_status pick_gpu(int lrank, int lsize, sp_gpu_choice *gpu)
 {
-    int lrank, lsize, ngpus = 0;
-    CPU_ZERO(near);
-    SP_MPI_CHECK(MPI_Comm_rank(node, &lrank));
-    SP_MPI_CHECK(MPI_Comm_size(node, &lsize));
+    int ngpus = 0;
 #ifdef STARPIPE_HAVE_CUDA
     if (cudaGetDeviceCount(&ngpus) != cudaSuccess) ngpus = 0;
 #endif
-    sp_status st = sp_gpu_choose(lrank, lsize, ngpus, env.gpu,
-                                 getenv("CUDA_VISIBLE_DEVICES"), gpu);
+    return sp_gpu_choose(lrank, lsize, ngpus, env.gpu, getenv("CUDA_VISIBLE_DEVICES"), gpu);
+}
+
+static sp_status choose_gpu(MPI_Comm node, sp_gpu_choice *gpu, cpu_set_t *near)
+{
+    int lrank, lsize;
+    CPU_ZERO(near);
+    SP_MPI_CHECK(MPI_Comm_rank(node, &lrank));
+    SP_MPI_CHECK(MPI_Comm_size(node, &lsize));
+    sp_status st = pick_gpu(lrank, lsize, gpu);
 #ifdef STARPIPE_HAVE_CUDA
     char bus[64], where[64];
     if (st == SP_OK && gpu->device >= 0 &&
@@ -1593,12 +1600,9 @@ int sp_exec_expect_cuda(int local_rank, int local_size)
 #if defined(STARPU_USE_CUDA) && defined(STARPIPE_HAVE_CUDA)
     const char *ncuda = getenv("STARPU_NCUDA");
     if ((ncuda && !strcmp(ncuda, "0")) || sp_env_read(&env) != SP_OK) return 0;
-    int ngpus = 0;
-    if (cudaGetDeviceCount(&ngpus) != cudaSuccess) ngpus = 0;
     sp_gpu_choice gpu;
-    return sp_gpu_choose(local_rank, local_size, ngpus, env.gpu,
-                         getenv("CUDA_VISIBLE_DEVICES"), &gpu) == SP_OK &&
-           gpu.device >= 0 && strcmp(gpu.ncuda, "0") != 0;
+    return pick_gpu(local_rank, local_size, &gpu) == SP_OK && gpu.device >= 0 &&
+           strcmp(gpu.ncuda, "0") != 0;
 #else
     (void)local_rank, (void)local_size;
     return 0;

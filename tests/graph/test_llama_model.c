@@ -18,42 +18,11 @@
 #include "starpipe/reference.h"
 #include "starpipe/sample.h"
 #include "tests/check.h"
+#include "tests/graph/grad64.h"
 
 enum { V = 23, CTX = 9, L = 2, H = 4, KV = 2, C = 16, I = 12, B = 2, M = 2 };
 enum { G = H / KV, HS = C / H, R = KV * (G + 2) * HS };
 static const float THETA = 10000.0f;
-
-typedef struct {
-    const sp_graph *g;
-    double **val; /* per tensor id */
-} params64;
-
-static params64 copy_params(const sp_graph *g, const sp_reference *r)
-{
-    params64 P = { g, calloc((size_t)sp_graph_num_tensors(g), sizeof(double *)) };
-    for (int i = 0; i < sp_graph_num_params(g); i++) {
-        sp_tensor t = sp_graph_param(g, i);
-        int64_t n = sp_tensor_numel(g, t);
-        P.val[t] = malloc((size_t)n * sizeof(double));
-        for (int64_t j = 0; j < n; j++) P.val[t][j] = sp_reference_param(r, t)[j];
-    }
-    return P;
-}
-
-static void free_params(params64 *P)
-{
-    for (int t = 0; t < sp_graph_num_tensors(P->g); t++) free(P->val[t]);
-    free(P->val);
-}
-
-static const double *PV(const params64 *P, const char *fmt, int l)
-{
-    char name[96];
-    snprintf(name, sizeof name, fmt, l);
-    sp_tensor t = sp_graph_find(P->g, name);
-    REQUIRE(t >= 0 && P->val[t], "no parameter %s", name);
-    return P->val[t];
-}
 
 static void rmsnorm(double *out, const double *x, const double *w)
 {
@@ -92,13 +61,13 @@ static double forward64(const params64 *P, const int32_t *tok, const int32_t *tg
 {
     static double x[CTX][C], h[CTX][C], q[H][CTX][HS], k[KV][CTX][HS], v[KV][CTX][HS];
     static double a[CTX][C], o[C], gu[2 * I], s[I];
-    const double *emb = PV(P, "model.embed_tokens.weight", 0);
+    const double *emb = PP(P, "model.embed_tokens.weight", 0);
     for (int t = 0; t < n; t++) memcpy(x[t], emb + tok[t] * C, sizeof x[t]);
     for (int l = 0; l < L; l++) {
         for (int t = 0; t < n; t++) {
             double qkv[R];
-            rmsnorm(h[t], x[t], PV(P, "model.layers.%d.input_layernorm.weight", l));
-            linear(qkv, h[t], PV(P, "model.layers.%d.self_attn.qkv_proj.weight", l), C, R);
+            rmsnorm(h[t], x[t], PP(P, "model.layers.%d.input_layernorm.weight", l));
+            linear(qkv, h[t], PP(P, "model.layers.%d.self_attn.qkv_proj.weight", l), C, R);
             for (int kv = 0; kv < KV; kv++) {
                 const double *blk = qkv + kv * (G + 2) * HS;
                 for (int g = 0; g < G; g++) {
@@ -129,20 +98,20 @@ static double forward64(const params64 *P, const int32_t *tok, const int32_t *tg
             }
         }
         for (int t = 0; t < n; t++) {
-            linear(o, a[t], PV(P, "model.layers.%d.self_attn.o_proj.weight", l), C, C);
+            linear(o, a[t], PP(P, "model.layers.%d.self_attn.o_proj.weight", l), C, C);
             for (int c = 0; c < C; c++) x[t][c] += o[c];
-            rmsnorm(h[t], x[t], PV(P, "model.layers.%d.post_attention_layernorm.weight", l));
-            linear(gu, h[t], PV(P, "model.layers.%d.mlp.gate_up_proj.weight", l), C, 2 * I);
+            rmsnorm(h[t], x[t], PP(P, "model.layers.%d.post_attention_layernorm.weight", l));
+            linear(gu, h[t], PP(P, "model.layers.%d.mlp.gate_up_proj.weight", l), C, 2 * I);
             for (int i = 0; i < I; i++) s[i] = gu[i] / (1 + exp(-gu[i])) * gu[I + i];
-            linear(o, s, PV(P, "model.layers.%d.mlp.down_proj.weight", l), I, C);
+            linear(o, s, PP(P, "model.layers.%d.mlp.down_proj.weight", l), I, C);
             for (int c = 0; c < C; c++) x[t][c] += o[c];
         }
     }
     double loss = 0;
     for (int t = 0; t < n; t++) {
         double lg[V], mx = -INFINITY, z = 0;
-        rmsnorm(h[t], x[t], PV(P, "model.norm.weight", 0));
-        linear(lg, h[t], PV(P, "lm_head.weight", 0), C, V);
+        rmsnorm(h[t], x[t], PP(P, "model.norm.weight", 0));
+        linear(lg, h[t], PP(P, "lm_head.weight", 0), C, V);
         for (int j = 0; j < V; j++) mx = fmax(mx, lg[j]);
         for (int j = 0; j < V; j++) z += exp(lg[j] - mx);
         if (tgt) loss += -(lg[tgt[t]] - mx - log(z));
@@ -161,6 +130,8 @@ static double step_loss64(const params64 *P)
             total += forward64(P, tok[m] + b * CTX, tgt[m] + b * CTX, CTX, NULL);
     return total / (M * B);
 }
+
+static double step_loss_of(void *P) { return step_loss64(P); }
 
 static sp_reference *build(int batch, int stages, const int *cut, sp_graph **g, sp_program **p)
 {
@@ -213,22 +184,10 @@ int main(void)
           loss1, l64);
     for (int i = 0; i < sp_graph_num_params(g1); i++) { /* every entry */
         sp_tensor t = sp_graph_param(g1, i);
-        const float *grad = sp_reference_grad(r1, t);
-        double maxfd = 0, maxerr = 0;
-        for (int64_t j = 0; j < sp_tensor_numel(g1, t); j++) {
-            double *x = &P.val[t][j], keep = *x, h = 1e-5 * fmax(1.0, fabs(keep));
-            *x = keep + h;
-            double lp = step_loss64(&P);
-            *x = keep - h;
-            double lm = step_loss64(&P);
-            *x = keep;
-            double fd = (lp - lm) / (2 * h), err = fabs(grad[j] - fd);
-            maxfd = fmax(maxfd, fabs(fd));
-            if (!(err <= maxerr)) maxerr = isnan(err) ? INFINITY : err;
-        }
-        double tol = 2e-3 * fmax(maxfd, 1e-4);
-        CHECK(maxerr <= tol, "gradient of %s: max error %.3g (largest |fd| %.3g, tolerance "
-              "%.3g)", sp_tensor_name(g1, t), maxerr, maxfd, tol);
+        char what[128];
+        snprintf(what, sizeof what, "gradient of %s", sp_tensor_name(g1, t));
+        fd_check(what, P.val[t], NULL, sp_tensor_numel(g1, t), sp_reference_grad(r1, t),
+                 step_loss_of, &P);
     }
     /* the same bits under other cuts */
     sp_reference *r3 = build(B, 3, (const int[]){ 0, 2, 0 }, &g3, &p3);

@@ -14,41 +14,8 @@
 #include "starpipe/program.h"
 #include "starpipe/reference.h"
 #include "tests/check.h"
+#include "tests/graph/grad64.h"
 #include "tests/graph/skip_graph.h"
-
-/* ---- a float64 copy of the parameters, looked up by name ---- */
-typedef struct {
-    const sp_graph *g;
-    double **val; /* per tensor id, NULL if not a param */
-} params64;
-
-static params64 copy_params(const sp_graph *g, const sp_reference *r)
-{
-    params64 P = { g, calloc((size_t)sp_graph_num_tensors(g), sizeof(double *)) };
-    for (int i = 0; i < sp_graph_num_params(g); i++) {
-        sp_tensor t = sp_graph_param(g, i);
-        int64_t n = sp_tensor_numel(g, t);
-        const float *src = sp_reference_param(r, t);
-        P.val[t] = malloc((size_t)n * sizeof(double));
-        for (int64_t j = 0; j < n; j++) P.val[t][j] = src[j];
-    }
-    return P;
-}
-
-static double *PP(const params64 *P, const char *fmt, int l)
-{
-    char name[64];
-    snprintf(name, sizeof name, fmt, l);
-    sp_tensor t = sp_graph_find(P->g, name);
-    REQUIRE(t >= 0 && P->val[t], "no parameter %s", name);
-    return P->val[t];
-}
-
-static void free_params(params64 *P)
-{
-    for (int t = 0; t < sp_graph_num_tensors(P->g); t++) free(P->val[t]);
-    free(P->val);
-}
 
 /* ---- float64 building blocks ---- */
 static void mm(double *out, const double *a, const double *w, int N, int K, int M)
@@ -275,6 +242,17 @@ static double mean_loss(const model_case *mc, const params64 *P)
  * every parameter. Relative tolerance 2e-3 of the largest finite-difference entry of the
  * parameter: float32 arithmetic through a few layers is accurate to ~1e-5 relative, so a
  * wrong VJP or a lost contribution (errors of order 1) cannot hide in it. */
+typedef struct {
+    const model_case *mc;
+    const params64 *P;
+} loss_ctx;
+
+static double loss_of(void *c)
+{
+    const loss_ctx *lc = c;
+    return mean_loss(lc->mc, lc->P);
+}
+
 static void check_model(const model_case *mc, const sp_graph *g, sp_reference *r,
                         const void *const *inputs, int per_param, uint64_t seed)
 {
@@ -285,29 +263,19 @@ static void check_model(const model_case *mc, const sp_graph *g, sp_reference *r
     double loss64 = mean_loss(mc, &P);
     CHECK(fabs(loss32 - loss64) <= 1e-5 * fmax(1.0, fabs(loss64)),
           "%s: loss float32 %.9g vs float64 %.9g", mc->name, loss32, loss64);
+    loss_ctx lc = { mc, &P };
+    int64_t *entry = malloc(sizeof *entry * (size_t)per_param);
+    REQUIRE(entry, "out of memory");
     for (int i = 0; i < sp_graph_num_params(g); i++) {
         sp_tensor t = sp_graph_param(g, i);
         int64_t n = sp_tensor_numel(g, t);
-        const float *grad = sp_reference_grad(r, t);
-        double maxfd = 0, maxerr = 0;
-        for (int k = 0; k < per_param; k++) {
-            int64_t j = (int64_t)(sp_mix64(seed + 977 * (uint64_t)(i * per_param + k)) % (uint64_t)n);
-            double *v = &P.val[t][j], keep = *v, h = 1e-5 * fmax(1.0, fabs(keep));
-            *v = keep + h;
-            double lp = mean_loss(mc, &P);
-            *v = keep - h;
-            double lm = mean_loss(mc, &P);
-            *v = keep;
-            double fd = (lp - lm) / (2 * h);
-            maxfd = fmax(maxfd, fabs(fd));
-            double err = fabs(grad[j] - fd);
-            if (!(err <= maxerr)) maxerr = isnan(err) ? INFINITY : err;
-        }
-        double tol = 2e-3 * fmax(maxfd, 1e-4);
-        CHECK(maxerr <= tol, "%s: gradient of '%s': max error %.3g over %d entries (largest "
-              "|fd| %.3g, tolerance %.3g)", mc->name, sp_tensor_name(g, t), maxerr, per_param,
-              maxfd, tol);
+        for (int k = 0; k < per_param; k++)
+            entry[k] = (int64_t)(sp_mix64(seed + 977 * (uint64_t)(i * per_param + k)) % (uint64_t)n);
+        char what[160];
+        snprintf(what, sizeof what, "%s: gradient of '%s'", mc->name, sp_tensor_name(g, t));
+        fd_check(what, P.val[t], entry, per_param, sp_reference_grad(r, t), loss_of, &lc);
     }
+    free(entry);
     free_params(&P);
 }
 

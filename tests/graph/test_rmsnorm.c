@@ -10,6 +10,7 @@
 #include "starpipe/program.h"
 #include "starpipe/reference.h"
 #include "tests/check.h"
+#include "tests/graph/grad64.h"
 
 enum { B = 3, T = 5, D = 7, C = 19, K = 6, MB = 2 }; /* C: not a multiple of 8 */
 
@@ -55,6 +56,11 @@ static double loss64(const double *w0, const double *w, const double *wo)
     return total / (MB * B * T);
 }
 
+static double loss_of(void *P)
+{
+    return loss64(PP(P, "w0", 0), PP(P, "norm.w", 0), PP(P, "wo", 0));
+}
+
 static void run_case(int stages)
 {
     sp_status st;
@@ -67,39 +73,19 @@ static void run_case(int stages)
     for (int i = 0; i < MB; i++) in[2 * i] = xin[i], in[2 * i + 1] = tgt[i];
     float loss32;
     REQUIRE(sp_reference_forward_backward(r, in, &loss32) == SP_OK, "%s", sp_last_error());
-    const char *names[3] = { "w0", "norm.w", "wo" };
-    sp_tensor ts[3];
-    double *val[3];
-    for (int q = 0; q < 3; q++) {
-        ts[q] = sp_graph_find(g, names[q]);
-        int64_t n = sp_tensor_numel(g, ts[q]);
-        val[q] = malloc((size_t)n * sizeof(double));
-        for (int64_t j = 0; j < n; j++) val[q][j] = sp_reference_param(r, ts[q])[j];
-    }
-    double l64 = loss64(val[0], val[1], val[2]);
+    params64 P = copy_params(g, r);
+    double l64 = loss_of(&P);
     CHECK(fabs(loss32 - l64) <= 1e-5 * fmax(1.0, fabs(l64)),
           "rmsnorm/%d stages: loss float32 %.9g vs float64 %.9g", stages, loss32, l64);
+    const char *names[3] = { "w0", "norm.w", "wo" };
     for (int q = 0; q < 3; q++) { /* every entry */
-        int64_t n = sp_tensor_numel(g, ts[q]);
-        const float *grad = sp_reference_grad(r, ts[q]);
-        double maxfd = 0, maxerr = 0;
-        for (int64_t j = 0; j < n; j++) {
-            double *v = &val[q][j], keep = *v, h = 1e-5 * fmax(1.0, fabs(keep));
-            *v = keep + h;
-            double lp = loss64(val[0], val[1], val[2]);
-            *v = keep - h;
-            double lm = loss64(val[0], val[1], val[2]);
-            *v = keep;
-            double fd = (lp - lm) / (2 * h), err = fabs(grad[j] - fd);
-            maxfd = fmax(maxfd, fabs(fd));
-            if (!(err <= maxerr)) maxerr = isnan(err) ? INFINITY : err;
-        }
-        double tol = 2e-3 * fmax(maxfd, 1e-4);
-        CHECK(maxerr <= tol, "rmsnorm/%d stages: gradient of '%s': max error %.3g over %lld "
-              "entries (largest |fd| %.3g, tolerance %.3g)", stages, names[q], maxerr,
-              (long long)n, maxfd, tol);
+        sp_tensor t = sp_graph_find(g, names[q]);
+        char what[96];
+        snprintf(what, sizeof what, "rmsnorm/%d stages: gradient of '%s'", stages, names[q]);
+        fd_check(what, PP(&P, names[q], 0), NULL, sp_tensor_numel(g, t), sp_reference_grad(r, t),
+                 loss_of, &P);
     }
-    for (int q = 0; q < 3; q++) free(val[q]);
+    free_params(&P);
     sp_reference_free(r);
     sp_program_free(p);
     sp_graph_free(g);
