@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/stage.h"
 #include "comm/transport.h"
 
 struct sp_xfer_req {
@@ -36,7 +37,7 @@ struct sp_xfer_req {
     uint32_t msg;
     sp_xfer_done done;
     void *arg;
-    void *stage;             /* a send's private copy, or NULL (out of memory) */
+    sp_stage *stage;         /* a send's private copy, or NULL (out of memory) */
     int released;            /* h went back to StarPU already (a staged send) */
     int nparts, left;        /* MPI messages it is cut into; those not yet complete */
     atomic_int holds;        /* what must end before it finishes: the buffer's acquire, the
@@ -73,11 +74,8 @@ static struct {
     atomic_ullong count[NCOUNTS];
     atomic_int inflight; /* MPI requests posted and not yet seen complete */
     void (*poke)(void);  /* wakes parked workers: a request is now in flight */
-    /* Copies of sends in flight (stage_get): free blocks, and all bytes held. */
-    pthread_mutex_t stage_lock;
-    struct stage_block *free_blocks;
-    size_t stage_bytes;
-} D = { .lock = PTHREAD_MUTEX_INITIALIZER, .stage_lock = PTHREAD_MUTEX_INITIALIZER };
+    sp_stage_pool stage; /* copies of sends */
+} D = { .lock = PTHREAD_MUTEX_INITIALIZER, .stage = SP_STAGE_POOL_INIT };
 
 /* ---- large transfers within a node: eager pieces ----
  * Above OpenMPI's shared-memory eager limit a message is pulled by its receiver (CMA:
@@ -103,60 +101,13 @@ static size_t part_bytes(const direct_req *r, int i)
                                : bytes - (size_t)(r->nparts - 1) * SP_COMM_EAGER_BYTES;
 }
 
-/* ---- private copies of sends ----
- * A send completes only once the receiver has taken it: above the eager limit when it
- * pulls the data, and even an eager one only when it has copied the data out of shared
- * memory and the sender has polled again (OpenMPI's shared-memory transport returns each
- * fragment to its sender). A busy receiver does that after its task, tens of
- * milliseconds later, and a busy sender sees it after its own. Held that long, the
- * sender's buffer would stall the sender's next task whenever the plan's pool hands that
- * buffer out again (measured: interleaved 1F1B, 256 KB messages, tasks waiting 10-20 ms;
- * with eager pieces sent from the buffers, 1.06-1.09x the replay for interleaved, zb-v,
- * dualpipe-v). So every send goes from a copy made as it is posted (20-40 us for 512 KB,
- * while the data is still in cache) and gives its buffer back as soon as StarPU grants
- * it; the copies are reused by size, and what they hold is
- * direct_staging_bytes(). */
-typedef struct stage_block {
-    size_t bytes;
-    struct stage_block *next;
-    _Alignas(64) unsigned char data[];
-} stage_block;
+/* ---- private copies of sends (stage.h) ----
+ * Measured here: interleaved 1F1B with 256 KB messages, tasks waited 10-20 ms for their
+ * buffer; with eager pieces sent from the buffers, 1.06-1.09x the replay for interleaved,
+ * zb-v, dualpipe-v. The copy (20-40 us for 512 KB) is made as the send is posted, while
+ * the data is still in cache. */
 
-static void *stage_get(size_t bytes)
-{
-    pthread_mutex_lock(&D.stage_lock);
-    stage_block **p = &D.free_blocks;
-    while (*p && (*p)->bytes != bytes)
-        p = &(*p)->next;
-    stage_block *b = *p;
-    if (b)
-        *p = b->next;
-    pthread_mutex_unlock(&D.stage_lock);
-    if (!b && (b = malloc(sizeof *b + bytes))) {
-        b->bytes = bytes;
-        pthread_mutex_lock(&D.stage_lock);
-        D.stage_bytes += bytes;
-        pthread_mutex_unlock(&D.stage_lock);
-    }
-    return b ? b->data : NULL;
-}
-
-static void stage_put(void *data)
-{
-    stage_block *b = (stage_block *)((unsigned char *)data - offsetof(stage_block, data));
-    pthread_mutex_lock(&D.stage_lock);
-    b->next = D.free_blocks;
-    D.free_blocks = b;
-    pthread_mutex_unlock(&D.stage_lock);
-}
-
-static size_t direct_staging_bytes(void)
-{
-    pthread_mutex_lock(&D.stage_lock);
-    size_t n = D.stage_bytes;
-    pthread_mutex_unlock(&D.stage_lock);
-    return n;
-}
+static size_t direct_staging_bytes(void) { return sp_stage_bytes(&D.stage); }
 
 /* Ends a transfer: the buffer goes back to StarPU (its next task may start), then the
  * owner hears of it. err is NULL on success. */
@@ -165,7 +116,7 @@ static void finish(direct_req *r, const char *err)
     if (!r->released)
         starpu_data_release_on_node(r->h, STARPU_MAIN_RAM);
     if (r->stage)
-        stage_put(r->stage);
+        sp_stage_put(&D.stage, r->stage);
     r->done(r->arg, err);
     free(r);
     atomic_fetch_sub(&D.open, 1); /* last: the executor's step waits for this */
@@ -252,9 +203,9 @@ static int post_piece(direct_req *r, void *ptr, size_t n, MPI_Request *q)
 static void post_all(direct_req *r, unsigned char *ptr)
 {
     size_t bytes = r->count * r->elemsize;
-    if (r->is_send && (r->stage = stage_get(bytes))) {
-        memcpy(r->stage, ptr, bytes);
-        ptr = r->stage;
+    if (r->is_send && (r->stage = sp_stage_get(&D.stage, bytes))) {
+        memcpy(r->stage->data, ptr, bytes);
+        ptr = r->stage->data;
     }
     int posted = 0;
     for (; posted < r->nparts; posted++) {
@@ -536,12 +487,7 @@ static void direct_shutdown(void)
 {
     if (!D.up)
         return;
-    while (D.free_blocks) {
-        stage_block *b = D.free_blocks;
-        D.free_blocks = b->next;
-        free(b);
-    }
-    D.stage_bytes = 0;
+    sp_stage_clear(&D.stage, NULL);
     starpu_progression_hook_deregister(D.hook);
     MPI_Comm_free(&D.comm);
     free(D.mpi);

@@ -1,8 +1,9 @@
 /* The transports: how the pipeline's messages move between ranks, behind one table that
  * the executor (runtime/exec.c) drives and never looks past. Three implementations:
  *
- *   sp_transport_starpu_mpi  StarPU-MPI's detached sends and receives, progressed by its
- *                            own thread (starpu_mpi.c; the default, as specified)
+ *   sp_transport_starpu_mpi  StarPU-MPI's detached sends (of private copies, stage.h)
+ *                            and receives, progressed by its own thread (starpu_mpi.c;
+ *                            the default, as specified)
  *   sp_transport_direct      plain MPI requests, posted by the task that wrote the data and
  *                            tested by the rank's idle workers (direct.c)
  *   sp_transport_nccl        NCCL between GPU ranks: a group of messages as one task of
