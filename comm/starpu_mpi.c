@@ -124,7 +124,10 @@ static void stage_unregister(sp_stage *b)
         starpu_data_unregister_no_coherency(b->user);
 }
 
-/* A free block of bytes with its handle (registered on first use), or NULL. */
+/* A free block of bytes with its handle (registered on first use), or NULL. The handle
+ * keeps its first send's count and element size; a later send of the same bytes may
+ * reuse it, since StarPU-MPI sends a vector as nx * elemsize contiguous bytes
+ * (mpi/src/starpu_mpi_datatype.c), which is all the receiver's handle is matched on. */
 static sp_stage *stage_block(size_t bytes, size_t count, size_t elemsize)
 {
     sp_stage *b = sp_stage_get(&M.stage, bytes);
@@ -149,13 +152,12 @@ static void send_copy(struct sp_xfer_req *r, const void *ptr)
     if (r->stage) {
         memcpy(r->stage->data, ptr, bytes);
         rc = starpu_mpi_isend_detached(r->stage->user, r->peer, r->tag, M.comm, sent, r);
-        atomic_fetch_sub(&M.unhanded, 1);
-        if (rc >= 0)
-            return;
-        sp_stage_put(&M.stage, r->stage);
-    } else {
-        atomic_fetch_sub(&M.unhanded, 1);
     }
+    atomic_fetch_sub(&M.unhanded, 1); /* in StarPU-MPI's hands, or failed */
+    if (rc >= 0)
+        return;
+    if (r->stage)
+        sp_stage_put(&M.stage, r->stage);
     snprintf(why, sizeof why, "%s:%d: starpu_mpi_isend_detached of message #%" PRIu32
              " to rank %d failed: %s", __FILE__, __LINE__, r->msg, r->peer,
              r->stage ? strerror(-rc) : "out of memory for its copy");
@@ -243,6 +245,12 @@ static sp_status smpi_post(const sp_xfer *x, sp_xfer_done done, void *arg, sp_xf
 
 static int smpi_pending(void) { return atomic_load(&M.open); }
 
+static void wait_zero(atomic_int *n)
+{
+    while (atomic_load(n) > 0)
+        nanosleep(&(struct timespec){ 0, 20000 }, NULL);
+}
+
 /* Every request of StarPU-MPI on every rank (collective). */
 static sp_status smpi_drain(void)
 {
@@ -252,15 +260,12 @@ static sp_status smpi_drain(void)
      * buffer's copy to the host can be) would never leave, and its receiver never arrive
      * (seen on GPU ranks). What that waits for is local: the rank's tasks are done, and
      * only the copies of their buffers to the host remain. */
-    while (atomic_load(&M.unhanded) > 0)
-        nanosleep(&(struct timespec){ 0, 20000 }, NULL);
+    wait_zero(&M.unhanded);
     int rc = starpu_mpi_wait_for_all(M.comm);
     if (rc < 0)
         return sp_set_error(SP_ERR_RUNTIME, "%s:%d: starpu_mpi_wait_for_all failed: %s",
                             __FILE__, __LINE__, strerror(-rc));
-    /* StarPU-MPI's requests are done; their callbacks may still be returning */
-    while (atomic_load(&M.open) > 0)
-        nanosleep(&(struct timespec){ 0, 20000 }, NULL);
+    wait_zero(&M.open); /* StarPU-MPI's requests are done; their callbacks may be returning */
     return SP_OK;
 }
 
