@@ -4,7 +4,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all deps build demo test test-cuda clean
+.PHONY: all deps build demo test test-cuda test-fxt clean
 
 all: build
 
@@ -34,6 +34,11 @@ test-cuda: deps
 	@cmake -S . -B $(CUDA_BUILD) -DCMAKE_BUILD_TYPE=Release -DSTARPIPE_STARPU_PREFIX=$(abspath $(STARPU_CUDA)) >/dev/null
 	@cmake --build $(CUDA_BUILD) -j $(JOBS)
 	@cd $(CUDA_BUILD) && STARPU_NCUDA=0 ctest --output-on-failure -j $(JOBS)
+
+# StarPU's FxT trace against the plan's messages (scripts/test-fxt; CI runs it): a StarPU
+# with FxT into $(BUILD)/starpu-fxt, starpipe-gpt into $(BUILD)/fxt.
+test-fxt: deps
+	@JOBS=$(JOBS) scripts/test-fxt $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

@@ -1752,7 +1752,7 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
      * slowest member: 30x measured): StarPU would flush the history and say so on stderr
      * on every run */
     setenv("STARPU_HISTORY_MAX_ERROR", "100000", 0);
-    /* A StarPU built with FxT (scripts/build-starpu-cuda) traces every run in 1.3 unless
+    /* A StarPU built with FxT (scripts/test-fxt builds one) traces every run in 1.3 unless
      * STARPU_FXT_TRACE=0 (src/common/fxt.c), each rank writing its trace at shutdown: a
      * trace only when the user asks for one (STARPU_FXT_TRACE=1). */
     setenv("STARPU_FXT_TRACE", "0", 0);
