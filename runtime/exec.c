@@ -1091,8 +1091,9 @@ static int report_asked(void)
 }
 
 /* Waits up to grace seconds for every other rank's report (its answer, or its own
- * request: it reported first); writes the ranks that did not answer to missing. */
-static void await_reports(double grace, char *missing, size_t len)
+ * request: it reported first), asker's excepted (its request was taken already, or -1);
+ * writes the ranks that did not answer to missing. */
+static void await_reports(double grace, int asker, char *missing, size_t len)
 {
     unsigned char *seen = calloc((size_t)sp_exec_size_, 1);
     if (!seen) {
@@ -1100,6 +1101,10 @@ static void await_reports(double grace, char *missing, size_t len)
         return;
     }
     int left = sp_exec_size_ - 1;
+    if (asker >= 0 && asker < sp_exec_size_ && asker != sp_exec_rank_) {
+        seen[asker] = 1;
+        left--;
+    }
     double until = seconds_now() + grace;
     while (left > 0 && seconds_now() < until) {
         int flag = 0, who;
@@ -1125,6 +1130,9 @@ static void await_reports(double grace, char *missing, size_t len)
             put(missing, len, &k, "%s%d", k ? ", " : "", r);
     free(seen);
 }
+
+/* How long a stalled step waits for the other ranks' reports. */
+static double watchdog_grace(void) { return X.opts.watchdog_s < 5 ? X.opts.watchdog_s : 5; }
 
 /* Whether this MPI lets the main thread call it beside StarPU-MPI's thread. */
 static int mpi_multiple(void)
@@ -1173,6 +1181,11 @@ static sp_status wait_tasks(void)
             report_stall();
             tell_all(TAG_REPORTED);
             X.broken = 1;
+            /* the first rank to end aborts the others (the apps' MPI_Abort): not before
+             * each has reported, or the grace is over (a rank whose main thread got no core
+             * in time lost its line: app_hang_report at 3 ranks under load) */
+            char missing[256];
+            await_reports(watchdog_grace(), asker, missing, sizeof missing);
             return sp_set_error(SP_ERR_TIMEOUT, "rank %d: rank %d saw no task finished for "
                                 "%.1f s (STARPIPE_STEP_TIMEOUT) and asked for each rank's "
                                 "state (above): the step is lost", sp_exec_rank_, asker,
@@ -1183,8 +1196,7 @@ static sp_status wait_tasks(void)
             char missing[256] = "";
             if (asking) {
                 tell_all(TAG_STALLED);
-                double grace = X.opts.watchdog_s < 5 ? X.opts.watchdog_s : 5;
-                await_reports(grace, missing, sizeof missing);
+                await_reports(watchdog_grace(), -1, missing, sizeof missing);
             }
             return sp_set_error(SP_ERR_TIMEOUT, "rank %d: no task finished for %.1f s while %d "
                                 "are pending: a message that never arrives, a hung task, or a "
