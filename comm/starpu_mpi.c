@@ -84,7 +84,7 @@ typedef struct {
  * envelope arrives, the worker's yield after its task often does not give it the core,
  * and it waits for the worker's next block or the tick. With a 100 us slice (sched_attr's
  * sched_runtime for a SCHED_OTHER thread, Linux 6.12+; older kernels ignore it) its
- * deadline stays near and the worker's yield hands it over: 2-6% off the step time of
+ * deadline stays near and the worker's yield hands it over: 2-7% off the step time of
  * every schedule on one core per rank (bench/README.md). Its nice value is kept; another
  * policy, or a thread that is not StarPU-MPI's, is left alone. */
 static void progress_slice(void)

@@ -1092,12 +1092,13 @@ static int report_asked(void)
 
 /* Waits up to grace seconds for every other rank's report (its answer, or its own
  * request: it reported first), asker's excepted (its request was taken already, or -1);
- * writes the ranks that did not answer to missing. */
+ * writes the ranks that did not answer to missing, if given. */
 static void await_reports(double grace, int asker, char *missing, size_t len)
 {
     unsigned char *seen = calloc((size_t)sp_exec_size_, 1);
     if (!seen) {
-        snprintf(missing, len, "(out of memory)");
+        if (missing)
+            snprintf(missing, len, "(out of memory)");
         return;
     }
     int left = sp_exec_size_ - 1;
@@ -1123,11 +1124,13 @@ static void await_reports(double grace, int asker, char *missing, size_t len)
             left--;
         }
     }
-    size_t k = 0;
-    missing[0] = '\0';
-    for (int r = 0; r < sp_exec_size_ && left > 0; r++)
-        if (r != sp_exec_rank_ && !seen[r])
-            put(missing, len, &k, "%s%d", k ? ", " : "", r);
+    if (missing) {
+        size_t k = 0;
+        missing[0] = '\0';
+        for (int r = 0; r < sp_exec_size_ && left > 0; r++)
+            if (r != sp_exec_rank_ && !seen[r])
+                put(missing, len, &k, "%s%d", k ? ", " : "", r);
+    }
     free(seen);
 }
 
@@ -1184,8 +1187,7 @@ static sp_status wait_tasks(void)
             /* the first rank to end aborts the others (the apps' MPI_Abort): not before
              * each has reported, or the grace is over (a rank whose main thread got no core
              * in time lost its line: app_hang_report at 3 ranks under load) */
-            char missing[256];
-            await_reports(watchdog_grace(), asker, missing, sizeof missing);
+            await_reports(watchdog_grace(), asker, NULL, 0);
             return sp_set_error(SP_ERR_TIMEOUT, "rank %d: rank %d saw no task finished for "
                                 "%.1f s (STARPIPE_STEP_TIMEOUT) and asked for each rank's "
                                 "state (above): the step is lost", sp_exec_rank_, asker,
