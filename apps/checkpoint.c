@@ -2,6 +2,7 @@
 #include "apps/checkpoint.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@ static int pieces_of(const ckpt_io *io, const sp_graph *g, sp_tensor p, ckpt_pie
     const int64_t *shape = sp_param_full_shape(g, p);
     const int ndim = sp_tensor_ndim(g, p);
     const int64_t whole = sp_param_whole_numel(g, p), rows = ndim ? shape[0] : 1;
+    memset(pc, 0, sizeof *pc * CKPT_MAX_PIECES); /* a layout may leave the rope fields */
     int n = io->layout ? io->layout(io->layout_ctx, g, p, pc) : 0;
     if (n <= 0) {
         memset(pc, 0, sizeof *pc);
@@ -77,6 +79,12 @@ int ckpt_llama_layout(const sp_llama_config *l, const sp_graph *g, sp_tensor p, 
                  qkv ? "self_attn" : "mlp", qkv ? qkv_names[k] : mlp_names[k]);
         q->ndim = 2;
         q->shape[1] = C;
+        if (qkv && k == 0) { /* the layer's rotary embedding, which rotates q and k */
+            q->rope_head = (int)hs;
+            q->rope_theta = l->rope_theta != 0 ? l->rope_theta : 10000.0f;
+            snprintf(q->rope_buffer, sizeof q->rope_buffer, "%.*sself_attn.rotary_emb.inv_freq",
+                     prefix, name);
+        }
         if (qkv) { /* per KV group: G query heads, the key, the value */
             q->rows = k == 0 ? G * hs : hs;
             q->row0 = k == 0 ? 0 : (G + k - 1) * hs;
@@ -195,10 +203,10 @@ sp_status ckpt_dump_grads(const char *path, const sp_graph *g, const char *sig, 
     return save(path, g, sig, NULL, step, io, whats, 1);
 }
 
-char *ckpt_read_settings(const char *path)
+char *ckpt_read_meta(const char *path, const char *key)
 {
     sp_safetensors *f = sp_safetensors_open(path, SP_ST_REQUIRE_CHECKSUM, NULL);
-    const char *s = f ? sp_safetensors_meta(f, "starpipe.settings") : NULL;
+    const char *s = f ? sp_safetensors_meta(f, key) : NULL;
     char *copy = s ? strdup(s) : NULL;
     sp_safetensors_close(f);
     return copy;
@@ -311,10 +319,12 @@ static sp_status check_pieces(sp_safetensors *f, const char *path, const sp_grap
         int known = 0;
         for (int i = 0; !known && i < sp_graph_num_params(g); i++) {
             int npc = pieces_of(io, g, sp_graph_param(g, i), pc);
-            for (int q = 0; !known && q < npc; q++)
+            for (int q = 0; !known && q < npc; q++) {
                 for (int w = 0; !known && w < (wide ? 4 : nwhat); w++) { /* values: moments ok */
                     known = !strcmp(name_of(&pc[q], wide ? w : whats[w]).s, name);
                 }
+                if (wide && pc[q].rope_head) known = known || !strcmp(pc[q].rope_buffer, name);
+            }
         }
         if (!known)
             return sp_set_error(SP_ERR_FORMAT, "%s: tensor '%s' is not a parameter of this "
@@ -323,6 +333,114 @@ static sp_status check_pieces(sp_safetensors *f, const char *path, const sp_grap
     if (wide) return SP_OK; /* values, and perhaps a starpipe checkpoint's moments */
     return sp_set_error(SP_ERR_FORMAT, "%s: %d tensors, this model has %d%s", path,
                         sp_safetensors_count(f), expected, ctx);
+}
+
+/* The first element of t (F32, BF16 or F16) that is a NaN or an infinity, or -1: its
+ * exponent bits all set. */
+static int64_t first_nonfinite(const sp_st_tensor *t, int64_t n)
+{
+    const unsigned char *b = t->data;
+    for (int64_t i = 0; i < n; i++) {
+        if (t->dtype == SP_ST_F32) {
+            uint32_t x;
+            memcpy(&x, b + 4 * i, 4);
+            if ((x & 0x7F800000u) == 0x7F800000u) return i;
+        } else {
+            uint16_t h;
+            memcpy(&h, b + 2 * i, 2);
+            const uint16_t e = t->dtype == SP_ST_F16 ? 0x7C00u : 0x7F80u;
+            if ((h & e) == e) return i;
+        }
+    }
+    return -1;
+}
+
+/* Refuses a file whose tensors of kinds whats[] (checked) hold a NaN or an infinity, with
+ * the first one's tensor and element: such values load silently and stop the run at its
+ * first step ("non-finite gradients") naming neither the file nor the tensor. */
+static sp_status check_finite(sp_safetensors *f, const char *path, const sp_graph *g,
+                              const ckpt_io *io, const int *whats, int nwhat, const char *ctx)
+{
+    ckpt_piece pc[CKPT_MAX_PIECES];
+    for (int i = 0; i < sp_graph_num_params(g); i++) {
+        const int npc = pieces_of(io, g, sp_graph_param(g, i), pc);
+        for (int q = 0; q < npc; q++)
+            for (int w = 0; w < nwhat; w++) {
+                const stored_name nm = name_of(&pc[q], whats[w]);
+                const sp_st_tensor *t = sp_safetensors_find(f, nm.s);
+                const int64_t k = first_nonfinite(t, piece_numel(&pc[q]));
+                if (k < 0) continue;
+                float v;
+                to_f32(&v, &(sp_st_tensor){ .dtype = t->dtype,
+                                            .data = (const unsigned char *)t->data +
+                                                    (size_t)k * sp_st_dtype_size(t->dtype) }, 1);
+                return sp_set_error(SP_ERR_FORMAT, "%s: tensor '%s' holds %s at element %lld "
+                                    "(of %lld): refused, nothing was loaded%s", path, nm.s,
+                                    isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf", (long long)k,
+                                    (long long)piece_numel(&pc[q]), ctx);
+            }
+    }
+    return SP_OK;
+}
+
+/* Checks the rotary buffers a file of the layout holds (ckpt_piece's rope_buffer) against
+ * the model's: rope_head/2 floats inv_freq[i] = 1/theta^(2i/rope_head), as transformers
+ * computes them in float32 (the exponent 2i/rope_head rounded to float32, theta too), to
+ * 1e-6 for F32 and a unit in the last place for BF16 and F16. They are derived, not
+ * loaded: the model computes its own from --rope-theta, so one of another theta is a file
+ * of another model. */
+static sp_status check_rope(sp_safetensors *f, const char *path, const sp_graph *g,
+                            const ckpt_io *io, const char *ctx)
+{
+    ckpt_piece pc[CKPT_MAX_PIECES];
+    for (int i = 0; i < sp_graph_num_params(g); i++) {
+        const int npc = pieces_of(io, g, sp_graph_param(g, i), pc);
+        for (int q = 0; q < npc; q++) {
+            const ckpt_piece *r = &pc[q];
+            const sp_st_tensor *t = r->rope_head ? sp_safetensors_find(f, r->rope_buffer) : NULL;
+            if (!t) continue;
+            const int64_t n = r->rope_head / 2;
+            if (t->ndim != 1 || t->shape[0] != n ||
+                (t->dtype != SP_ST_F32 && t->dtype != SP_ST_BF16 && t->dtype != SP_ST_F16)) {
+                char a[64];
+                shape_of(a, sizeof a, t->ndim, t->shape);
+                return sp_set_error(SP_ERR_FORMAT, "%s: tensor '%s' is %s %s in the file, F32 "
+                                    "(or BF16, F16) (%lld) for this model's heads of %d%s",
+                                    path, t->name, sp_st_dtype_name(t->dtype), a, (long long)n,
+                                    r->rope_head, ctx);
+            }
+            const double rel = t->dtype == SP_ST_F32 ? 1e-6 : t->dtype == SP_ST_BF16 ? 0x1p-7
+                                                                                     : 0x1p-10;
+            const double tiny = t->dtype == SP_ST_F16 ? 0x1p-24 : 0; /* F16's subnormals */
+            const double theta = (float)r->rope_theta;
+            for (int64_t k = 0; k < n; k++) {
+                float v;
+                to_f32(&v, &(sp_st_tensor){ .dtype = t->dtype,
+                                            .data = (const unsigned char *)t->data +
+                                                    (size_t)k * sp_st_dtype_size(t->dtype) }, 1);
+                const float e = (float)(2 * k) / (float)r->rope_head;
+                const double want = 1.0 / pow(theta, (double)e);
+                if (fabs((double)v - want) <= rel * want + tiny) continue;
+                /* the theta the file was written with: its last element, theta^-e with e
+                 * nearest 1, tells it best (inv_freq[1]'s error grows by head/2) */
+                char implied[64] = "no theta (its first element is not 1)";
+                float vl = v;
+                const float el = (float)(2 * (n - 1)) / (float)r->rope_head;
+                if (n > 1)
+                    to_f32(&vl, &(sp_st_tensor){ .dtype = t->dtype,
+                                                 .data = (const unsigned char *)t->data +
+                                                         (size_t)(n - 1) * sp_st_dtype_size(t->dtype) }, 1);
+                const double th = n > 1 && vl > 0 && vl < 1 ? pow(vl, -1.0 / el) : 0;
+                if (th > 0 && isfinite(th)) snprintf(implied, sizeof implied, "theta %.6g", th);
+                else if (n > 1) snprintf(implied, sizeof implied, "no theta");
+                return sp_set_error(SP_ERR_FORMAT, "%s: tensor '%s' holds the rotary "
+                                    "frequencies of %s, but this run has --rope-theta %.6g "
+                                    "(element %lld is %.9g, not %.9g)%s", path, t->name,
+                                    implied, theta, (long long)k, v, want, ctx);
+            }
+        }
+    }
+    return SP_OK;
 }
 
 /* Sets what w of every parameter from its pieces in f (checked). */
@@ -381,6 +499,7 @@ sp_status ckpt_load(const char *path, const sp_graph *g, const char *sig, int *s
     snprintf(ctx, sizeof ctx, " (checkpoint of '%s', this run is '%s')", fsig, sig);
     static const int whats[3] = { 0, 2, 3 };
     st = check_pieces(f, path, g, io, whats, 3, 0, ctx);
+    if (st == SP_OK) st = check_finite(f, path, g, io, whats, 3, "");
     for (int w = 0; w < 3 && st == SP_OK; w++) st = set_from(f, g, io, whats[w]);
     if (st == SP_OK) *steps_done = (int)step;
 out:
@@ -394,7 +513,10 @@ sp_status ckpt_load_values(const char *path, const sp_graph *g, const ckpt_io *i
     sp_safetensors *f = sp_safetensors_open(path, 0, &st);
     if (!f) return st;
     static const int value[1] = { 0 };
-    st = check_pieces(f, path, g, io, value, 1, 1, " (--init: a file of this model's values)");
+    const char *ctx = " (--init: a file of this model's values)";
+    st = check_pieces(f, path, g, io, value, 1, 1, ctx);
+    if (st == SP_OK) st = check_finite(f, path, g, io, value, 1, " (--init)");
+    if (st == SP_OK) st = check_rope(f, path, g, io, " (--init)");
     if (st == SP_OK) st = set_from(f, g, io, 0);
     sp_safetensors_close(f);
     return st;

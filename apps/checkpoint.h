@@ -23,6 +23,13 @@ typedef struct {
     int ndim;
     int64_t shape[SP_MAX_DIMS];
     int64_t row0, rows, blocks, stride;
+    /* The rotary embedding of the attention these rows feed (rope_head 0: none). Files of
+     * the layout may hold its frequencies under rope_buffer (older transformers saved
+     * rotary_emb.inv_freq: rope_head/2 floats 1/theta^(2i/rope_head)); ckpt_load_values
+     * skips them once they agree with rope_theta, and refuses them otherwise. */
+    int rope_head;
+    double rope_theta;
+    char rope_buffer[96];
 } ckpt_piece;
 #define CKPT_MAX_PIECES 8
 /* Fills the pieces of parameter p (at most CKPT_MAX_PIECES) and returns their count; 0:
@@ -33,7 +40,8 @@ typedef int (*ckpt_layout_fn)(const void *ctx, const sp_graph *g, sp_tensor p,
 /* Hugging Face's LlamaForCausalLM layout of sp_model_llama's parameters (models.h): the
  * fused qkv_proj stored as q_proj (each KV group's G query heads' rows, gathered), k_proj
  * and v_proj; gate_up_proj as gate_proj and up_proj; every other parameter under its own
- * name (already Hugging Face's). */
+ * name (already Hugging Face's). q_proj carries the layer's rotary embedding (rope_head,
+ * rope_theta, and rope_buffer: model.layers.N.self_attn.rotary_emb.inv_freq). */
 int ckpt_llama_layout(const sp_llama_config *l, const sp_graph *g, sp_tensor p,
                       ckpt_piece *pieces);
 
@@ -54,24 +62,26 @@ typedef struct {
  * stored as metadata starpipe.settings. */
 sp_status ckpt_save(const char *path, const sp_graph *g, const char *model_sig,
                     const char *settings, int steps_done, const ckpt_io *io);
-/* The starpipe.settings of a checkpoint (free() it), or NULL when it cannot be read or has
- * none: then ckpt_load says what is wrong. */
-char *ckpt_read_settings(const char *path);
+/* The metadata `key` of a checkpoint (free() it): "starpipe.settings", "starpipe.step"...;
+ * NULL when it cannot be read or has none: then ckpt_load says what is wrong. */
+char *ckpt_read_meta(const char *path, const char *key);
 /* The gradients of one step (before clipping), as float32 tensors under the parameters'
  * names; metadata starpipe.step says which step. */
 sp_status ckpt_dump_grads(const char *path, const sp_graph *g, const char *model_sig, int step,
                           const ckpt_io *io);
 /* Loads values and moments; *steps_done gets the checkpoint's step. A file of another
- * model (any difference of signature), or a truncated, corrupted or foreign one, is
- * refused with a message naming what differs, and nothing is set. */
+ * model (any difference of signature), or a truncated, corrupted or foreign one, or one
+ * holding a NaN or an infinity in a value or a moment, is refused with a message naming
+ * what differs (the tensor and the element), and nothing is set. */
 sp_status ckpt_load(const char *path, const sp_graph *g, const char *model_sig, int *steps_done,
                     const ckpt_io *io);
 /* Loads parameter values only, from any safetensors file in the model's layout (one saved
  * by Hugging Face's save_pretrained, say): every parameter's tensors by name and shape,
  * in F32, BF16 or F16 (widened to float32 exactly), metadata ignored, and no tensor that
- * is not one of them or a starpipe checkpoint's moment of one (a missing, extra or
- * misshapen tensor is refused by name, and nothing is set). The optimizer's moments are
- * left as they are. */
+ * is not one of them, a starpipe checkpoint's moment of one, or a layout's rotary buffer
+ * (ckpt_piece) whose frequencies are the model's (a missing, extra or misshapen tensor, a
+ * non-finite value, or rotary frequencies of another theta are refused by name, and
+ * nothing is set). The optimizer's moments are left as they are. */
 sp_status ckpt_load_values(const char *path, const sp_graph *g, const ckpt_io *io);
 
 #endif

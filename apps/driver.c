@@ -15,6 +15,7 @@
 #include "apps/reference.h"
 #include "apps/metrics.h"
 #include "apps/options.h"
+#include "apps/outputs.h"
 #include "base/env.h"
 #include "base/files.h"
 #include "starpipe/data.h"
@@ -96,26 +97,6 @@ static sp_status tr_set(void *ctx, sp_tensor p, int what, const float *src)
 
 /* ---- before the first step: outputs, settings, sizes ---- */
 
-/* Every file the run writes, checked at start-up on the rank that writes it: a path that
- * cannot be written is refused before any step, not after the work. */
-static sp_status check_outputs(const sp_app_opts *o)
-{
-    sp_status st;
-    if (o->save && (st = sp_output_check(o->save, "--save file"))) return st;
-    if (o->dump_grads && o->steps > 0 &&
-        (st = sp_output_check(o->dump_grads, "--dump-grads file")))
-        return st;
-    if (o->log && o->steps > 0 && (st = sp_output_check(o->log, "--log file"))) return st;
-    if (env.trace && o->steps > 0) {
-        char svg[PATH_MAX + 8];
-        snprintf(svg, sizeof svg, "%s.svg", env.trace);
-        if ((st = sp_output_check(env.trace, "STARPIPE_TRACE file")) ||
-            (st = sp_output_check(svg, "STARPIPE_TRACE picture")))
-            return st;
-    }
-    return SP_OK;
-}
-
 /* The learning-rate schedule's horizon: the step at which the decay reaches --lr-min.
  * --decay-steps when given or stored in the checkpoint being resumed (so a resumed run
  * keeps the horizon of the run it continues, however many steps it runs itself), else the
@@ -137,6 +118,20 @@ static sp_lr_schedule lr_schedule_of(const sp_app_opts *o, int start)
 static int stored_horizon(const sp_app_opts *o, int start)
 {
     return o->lr_decay != SP_LR_DECAY_NONE ? horizon_of(o, start) : o->decay_steps;
+}
+
+/* The driver's flags that settings_of may store; with the model's settings_flags, all
+ * that a resume restores from a checkpoint. */
+static const char *const stored_flags[] = { "--microbatches", "--seed", "--lr", "--clip",
+                                            "--warmup", "--lr-decay", "--lr-min",
+                                            "--decay-steps", "--precision", "--eval-every",
+                                            "--eval-batches", "--data-format", NULL };
+
+static int in_list(const char *const *list, const char *s)
+{
+    for (; list && *list; list++)
+        if (!strcmp(*list, s)) return 1;
+    return 0;
 }
 
 /* The flags that continue this run from a checkpoint ("--flag value" lines): those that
@@ -185,15 +180,39 @@ static void setting_value(const char *text, const char *flag, char *out, size_t 
 
 /* --resume FILE continues the run that wrote FILE: its stored settings apply wherever the
  * command line (or STARPIPE_MICROBATCHES) says nothing, and a setting given that differs
- * is said in one line. Returns the stored text, which the model's options may point into
- * (free it at the end), or NULL: no settings stored, or a file ckpt_load will refuse. */
+ * is said in one line. Only the settings that define the computation are restored
+ * (stored_flags, the model's settings_flags): a checkpoint is data from elsewhere, and one
+ * that stores any other flag (--save, --log, --steps...) is refused naming it, as is one
+ * of another model kind than --arch gives. Returns the stored text, which the model's
+ * options may point into (free it at the end), or NULL: no settings stored, or a file
+ * ckpt_load will refuse. *bad: refused (the message printed on rank 0). */
 static char *resume_settings(const sp_app_model *m, sp_app_opts *o, int *bad)
 {
-    char *stored = ckpt_read_settings(o->load);
+    char *stored = ckpt_read_meta(o->load, "starpipe.settings");
     if (!stored) return NULL;
     int m_given = o->microbatches > 0 ? o->microbatches : env.microbatches;
+    int speak = sp_app_launcher_rank() == 0;
     char cur[4096], now[1024], changed[1024] = "";
     settings_of(m, o, m_given, o->decay_steps, cur, sizeof cur);
+    /* which model the file holds: a run of another kind is refused before any of the
+     * file's settings of that model are applied (they would be blamed on the user) */
+    if (m->kind_flag) {
+        char kind[64];
+        setting_value(stored, m->kind_flag, kind, sizeof kind);
+        if (!kind[0] && m->kind_unstored) { /* a file written before the kind was stored */
+            snprintf(kind, sizeof kind, "%s", m->kind_unstored);
+            if (!sp_app_given(m, o, m->kind_flag)) sp_app_apply(m, o, m->kind_flag, kind);
+        }
+        setting_value(cur, m->kind_flag, now, sizeof now);
+        if (sp_app_given(m, o, m->kind_flag) && kind[0] && strcmp(kind, now)) {
+            if (speak)
+                fprintf(stderr, "%s: error: %s is a checkpoint of another model (%s %s), not "
+                        "of the %s %s that this run builds: resume it with %s %s\n", m->name,
+                        o->load, m->kind_flag, kind, m->kind_flag, now, m->kind_flag, kind);
+            *bad = 1;
+            return stored;
+        }
+    }
     size_t nc = 0;
     for (char *line = stored, *next; line && *line && !*bad; line = next) {
         if ((next = strchr(line, '\n'))) *next++ = 0;
@@ -201,9 +220,17 @@ static char *resume_settings(const sp_app_model *m, sp_app_opts *o, int *bad)
         if (!sp) continue;
         *sp = 0;
         const char *flag = line, *value = sp + 1;
+        if (!in_list(stored_flags, flag) && !in_list(m->settings_flags, flag)) {
+            if (speak)
+                fprintf(stderr, "%s: error: %s stores the setting '%.64s', which a checkpoint "
+                        "does not set (it restores only the settings that define the "
+                        "computation): a file altered or from another program\n", m->name,
+                        o->load, flag);
+            *bad = 1;
+            break;
+        }
         if (!sp_app_given(m, o, flag) && !(!strcmp(flag, "--microbatches") && m_given)) {
-            /* a flag of another app: its checkpoint is refused by signature, later */
-            *bad = sp_app_apply(m, o, flag, value) == 0;
+            *bad = sp_app_apply(m, o, flag, value) != 1;
             continue;
         }
         setting_value(cur, flag, now, sizeof now);
@@ -211,7 +238,7 @@ static char *resume_settings(const sp_app_model *m, sp_app_opts *o, int *bad)
             nc += (size_t)snprintf(changed + nc, sizeof changed - nc, "%s%s %s (was %s)",
                                    nc ? ", " : "", flag, now, value);
     }
-    if (nc && !*bad && sp_app_launcher_rank() == 0) {
+    if (nc && !*bad && speak) {
         printf("%s: resuming %s with changed settings: %s\n", m->name, o->load, changed);
         fflush(stdout);
     }
@@ -219,6 +246,26 @@ static char *resume_settings(const sp_app_model *m, sp_app_opts *o, int *bad)
 }
 
 /* ---- the data file, as --data-format says it is read ---- */
+
+/* The model's data file (its --data, as its settings name it) into path; "" for none. */
+static void data_path(const sp_app_model *m, char *path, size_t len)
+{
+    char set[2 * PATH_MAX + 1024];
+    path[0] = 0;
+    if (!m->settings) return;
+    m->settings(m->cfg, set, sizeof set);
+    setting_value(set, "--data", path, len);
+}
+
+/* Every file the run writes, checked at start-up on the rank that writes it: a path that
+ * cannot be written, or that is another output or an input, is refused before any step,
+ * not after the work (outputs.c). */
+static sp_status check_outputs(const sp_app_model *m, const sp_app_opts *o)
+{
+    char data[PATH_MAX];
+    data_path(m, data, sizeof data);
+    return app_check_outputs(o, env.trace, data[0] ? data : NULL);
+}
 
 /* The offset of the first byte that is not UTF-8 text (a NUL, or an invalid sequence), n
  * when there is none; *what says which. */
@@ -243,11 +290,9 @@ static size_t first_non_text(const unsigned char *b, size_t n, const char **what
  * cannot be read is left to prepare, which says why. SP_ERR_FORMAT when refused. */
 static sp_status check_data(const sp_app_model *m, const sp_app_opts *o)
 {
-    char set[2 * PATH_MAX + 1024], path[PATH_MAX];
-    if (!m->settings) return SP_OK;
-    m->settings(m->cfg, set, sizeof set);
-    setting_value(set, "--data", path, sizeof path); /* none: a model without a file */
-    if (!path[0]) return SP_OK;
+    char path[PATH_MAX];
+    data_path(m, path, sizeof path);
+    if (!path[0]) return SP_OK; /* a model without a file */
     int fmt = o->data_format;
     const char *name = sp_app_data_format_name(fmt);
     int pattern = strpbrk(path, "*?,") != NULL, shard = !pattern && sp_tokens_is_shard(path);
@@ -838,6 +883,21 @@ static int eval_reference(sp_app_model *m, app_ref *r, void **in, int K, int ste
     return 0;
 }
 
+/* Whether step (of a run resumed after `start`) ends with a checkpoint: the run's last,
+ * every --save-every, and the one a --save-on-signal signal stops at. */
+static int save_due(const sp_app_opts *o, int step, int start, int stop)
+{
+    return o->save && (stop || step == start + o->steps ||
+                       (o->save_every && step % o->save_every == 0));
+}
+
+static void stopped_by(const sp_app_model *m, const sp_app_opts *o, int sig, int step)
+{
+    printf("%s: stopped by SIG%s after step %d: saved %s; --resume %s continues the run\n",
+           m->name, app_signal_name(sig), step, o->save, o->save);
+    fflush(stdout);
+}
+
 static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config *opt)
 {
     sp_schedule *sch = NULL;
@@ -886,7 +946,7 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
     ckpt_io io = app_ref_io(r, 1);
     io.layout = m->ckpt_layout, io.layout_ctx = m->cfg;
     int start = 0;
-    if (check_outputs(o) != SP_OK) {
+    if (check_outputs(m, o) != SP_OK) {
         fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
         return 1;
     }
@@ -931,7 +991,8 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
     fflush(stdout);
     double t_start = now();
     float first = 0, last = 0;
-    for (int step = start + 1; step <= start + o->steps; step++) {
+    int ran = 0, stop = 0; /* stop: the signal of --save-on-signal that ended the run */
+    for (int step = start + 1; step <= start + o->steps && !stop; step++, ran++) {
         fill_inputs(m, o, p, R * nmb, step, in);
         float loss, lr = sp_lr_at(&rr.lr, step);
         app_ref_set_lr(r, lr);
@@ -955,22 +1016,23 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
             eval_reference(m, r, ev, K, step, &x.eval_loss))
             return 1;
         x.has_eval_loss = eval_due(o, step, start + o->steps);
+        stop = o->save_on_signal ? app_stop_requested() : 0;
         sp_status cst = app_log_write(&rr.log, &x);
         if (cst == SP_OK && o->dump_grads && step == start + 1)
             cst = ckpt_dump_grads(o->dump_grads, g, sig, step, &io);
-        if (cst == SP_OK && o->save && (step == start + o->steps ||
-                                        (o->save_every && step % o->save_every == 0)))
+        if (cst == SP_OK && save_due(o, step, start, stop))
             cst = ckpt_save(o->save, g, sig, settings, step, &io);
         if (cst != SP_OK) {
             fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
             return 1;
         }
+        if (stop) stopped_by(m, o, stop, step);
     }
     float eval_loss; /* --steps 0: the loaded state's, once (no step, no log line) */
     if (o->steps == 0 && o->eval_every && eval_reference(m, r, ev, K, start, &eval_loss)) return 1;
     char range[64];
-    printf("done: %d steps in %.1f s%s\n", o->steps, now() - t_start,
-           loss_range(range, sizeof range, o->steps, first, last));
+    printf("done: %d steps in %.1f s%s\n", ran, now() - t_start,
+           loss_range(range, sizeof range, ran, first, last));
     if (o->sample && sample_text(m, o, g, &io, msg, sizeof msg)) {
         fprintf(stderr, "%s: error: %s\n", m->name, msg);
         return 1;
@@ -1304,6 +1366,15 @@ static void device_memory_used(int step, double buffers)
             dm.total - dm.cuda_free, dm.device, step, buffers);
 }
 
+/* --save-on-signal's signal when any rank received it, agreed on by all; else 0. */
+static sp_status agree_stop(const sp_app_opts *o, int *stop)
+{
+    double v = app_stop_requested() != 0;
+    sp_status st = sp_exec_allreduce_sum(&v, 1, 1);
+    *stop = st == SP_OK && v > 0 ? o->save_on_signal : 0;
+    return st;
+}
+
 static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_opts *o,
                          sp_adamw_config *opt)
 {
@@ -1359,7 +1430,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         bad = 1;
     }
     /* rank 0 writes checkpoints, dumps and traces: it checks them now, before step 1 */
-    if (!bad && me == 0 && check_outputs(o) != SP_OK) {
+    if (!bad && me == 0 && check_outputs(m, o) != SP_OK) {
         snprintf(msg, sizeof msg, "%s", sp_last_error());
         bad = 1;
     }
@@ -1494,7 +1565,8 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         code = 1;
         goto out;
     }
-    for (int step = start + 1; step <= start + o->steps; step++) {
+    int ran = 0, stop = 0; /* stop: the signal of --save-on-signal that ended the run */
+    for (int step = start + 1; step <= start + o->steps && !stop; step++, ran++) {
         fill_inputs(m, o, p, R * nmb, step, in);
         float lr = sp_lr_at(&rr.lr, step);
         sp_trainer_set_lr(t, lr);
@@ -1560,16 +1632,20 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
             code = 1;
             goto out;
         }
+        /* a signal may reach some ranks only, or at different steps: they agree */
+        if (o->save_on_signal && (st = agree_stop(o, &stop)) != SP_OK) {
+            sp_exec_abort(1, "%s: error at step %d: %s", m->name, step, sp_last_error());
+        }
         st = SP_OK;
         if (o->dump_grads && step == start + 1)
             st = ckpt_dump_grads(o->dump_grads, g, sig, step, &io);
-        if (st == SP_OK && o->save && (step == start + o->steps ||
-                                       (o->save_every && step % o->save_every == 0)))
+        if (st == SP_OK && save_due(o, step, start, stop))
             st = ckpt_save(o->save, g, sig, settings, step, &io);
         if (any_failed(st != SP_OK, m->name, sp_last_error())) {
             code = 1;
             goto out;
         }
+        if (stop && me == 0) stopped_by(m, o, stop, step);
     }
     float eval_loss; /* --steps 0: the loaded state's, once (no step, no log line) */
     if (o->steps == 0 && o->eval_every &&
@@ -1588,9 +1664,9 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
     }
     if (me == 0) {
         char range[64], per[32] = "";
-        if (o->steps) snprintf(per, sizeof per, " (%.1f ms per step)", 1e3 * busy_steps / o->steps);
-        printf("done: %d steps in %.1f s%s%s%s\n", o->steps, now() - t_start, per,
-               loss_range(range, sizeof range, o->steps, first, last),
+        if (ran) snprintf(per, sizeof per, " (%.1f ms per step)", 1e3 * busy_steps / ran);
+        printf("done: %d steps in %.1f s%s%s%s\n", ran, now() - t_start, per,
+               loss_range(range, sizeof range, ran, first, last),
                !ref ? "" : tol > 0 ? (o->bf16 ? ", every step within 2e-2 of the reference"
                                               : ", every step within 1e-4 of the reference")
                                    : ", every step bitwise equal to the reference");
@@ -1613,7 +1689,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
         goto out;
     }
     if (verbose >= 1 && o->steps > 0) { /* measured against planned, per rank */
-        device_memory_used(start + o->steps, dev_buffers);
+        device_memory_used(start + ran, dev_buffers);
         sp_train_memory mem = sp_trainer_memory(t);
         const sp_plan *pl = sp_trainer_plan(t);
         const sp_mem_peak *k = &pl->peak[actor]; /* every replica of an actor: the same plan */
@@ -1680,6 +1756,17 @@ static int warmup_past_horizon(const sp_app_model *m, const sp_app_opts *o)
     return 1;
 }
 
+/* --total-steps N: the steps from the checkpoint being resumed (its starpipe.step; one
+ * ckpt_load refuses counts as 0) to N, none when it is past N. */
+static int steps_left(const sp_app_opts *o)
+{
+    char *step = o->load ? ckpt_read_meta(o->load, "starpipe.step") : NULL;
+    int64_t done = 0;
+    if (step && sp_parse_int(step, 0, 1 << 30, &done)) done = 0;
+    free(step);
+    return done < o->total_steps ? o->total_steps - (int)done : 0;
+}
+
 static int app_main(int argc, char **argv, sp_app_model *m);
 
 int sp_app_main(int argc, char **argv, sp_app_model *m) { return refused(app_main(argc, argv, m)); }
@@ -1707,6 +1794,7 @@ static int app_main(int argc, char **argv, sp_app_model *m)
                     "must not exceed its peak\n", m->name, (double)o.lr_min, (double)o.lr);
         bad = 1;
     }
+    if (!bad && o.total_steps) o.steps = steps_left(&o);
     if (!bad && warmup_past_horizon(m, &o)) bad = 1;
     if (bad) {
         free(resumed);
@@ -1717,6 +1805,7 @@ static int app_main(int argc, char **argv, sp_app_model *m)
     opt.lr = o.lr;
     opt.grad_clip = o.clip;
     opt.skip_nonfinite = o.skip_nonfinite;
+    app_signals_arm(o.save_on_signal);
     r = o.reference ? run_reference(m, &o, &opt) : run_pipelined(argc, argv, m, &o, &opt);
     free(resumed);
     return r;

@@ -35,6 +35,14 @@ typedef struct {
     /* The model's flags a resume needs to continue the same run, "--flag value" lines
      * ("--layers 4\n--batch 8\n"), stored in checkpoints; may be NULL. */
     void (*settings)(void *cfg, char *buf, size_t len);
+    /* The flags settings() may store, NULL-terminated: a resume restores these and the
+     * driver's own (--seed, --lr, ...), and refuses a checkpoint that stores any other
+     * (a file from elsewhere must not choose where the run writes). */
+    const char *const *settings_flags;
+    /* The flag that says which model the app builds ("--arch"; NULL: one model), and its
+     * value in checkpoints that do not store it (written before it was stored). A resume
+     * restores it like any setting; given with another value, the checkpoint is refused. */
+    const char *kind_flag, *kind_unstored;
     /* Flags to lower when the parameters, or the activations, do not fit, for messages
      * ("--channels or --layers"); may be NULL. */
     const char *param_flags, *act_flags;

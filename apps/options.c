@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "apps/outputs.h"
 #include "apps/parse.h"
 #include "base/files.h"
 #include "starpipe/optim.h"
@@ -28,11 +29,15 @@ static int launcher_var(const char *const *vars, int def)
  * when Open MPI's do not (srun --mpi=pmix sets PMIX_RANK but no size). */
 static int srun_task(void) { return getenv("SLURM_STEP_ID") || getenv("SLURM_STEPID"); }
 
+/* A rank the launcher's size does not hold (a PMI_RANK=1 left over in a shell, a
+ * SLURM_PROCID of another step) describes no launch of this process: it is rank 0, so
+ * that a refusal before MPI starts is printed (only rank 0 prints). */
 int sp_app_launcher_rank(void)
 {
     static const char *const vars[] = { "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", NULL };
     static const char *const slurm[] = { "SLURM_PROCID", NULL };
-    return launcher_var(vars, srun_task() ? launcher_var(slurm, 0) : 0);
+    int rank = launcher_var(vars, srun_task() ? launcher_var(slurm, 0) : 0);
+    return rank < sp_app_launcher_size() ? rank : 0;
 }
 
 int sp_app_launcher_size(void)
@@ -81,7 +86,8 @@ int sp_app_launcher_local_rank(void)
     static const char *const vars[] = { "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", NULL };
     static const char *const slurm[] = { "SLURM_LOCALID", NULL };
     int def = sp_app_launcher_rank();
-    return launcher_var(vars, srun_task() ? launcher_var(slurm, def) : def);
+    int rank = launcher_var(vars, srun_task() ? launcher_var(slurm, def) : def);
+    return rank < sp_app_launcher_local_size() ? rank : 0; /* as sp_app_launcher_rank */
 }
 
 static const char *const data_formats[] = { "auto", "text", "shard", "raw" };
@@ -110,6 +116,9 @@ static void usage(const sp_app_model *m, FILE *f)
             "  --decay-steps N     the horizon: the step at which the decay reaches --lr-min\n"
             "                      (default: the run's last step; stored in checkpoints, so a\n"
             "                      resumed run keeps the horizon of the run it continues)\n"
+            "  --total-steps N     end at step N instead of after --steps: a resumed run\n"
+            "                      (--resume) runs what is left, so a requeued job can give\n"
+            "                      the same flags every time\n"
             "  --clip X            clip the global gradient norm to X, 0 = off (1.0)\n"
             "  --seed N            initialisation and data seed (1337)\n"
             "  --skip-nonfinite    skip the update of a step whose loss or gradients are not\n"
@@ -117,6 +126,9 @@ static void usage(const sp_app_model *m, FILE *f)
             "checkpoints (safetensors):\n"
             "  --save FILE         write parameters, AdamW state and step at the end\n"
             "  --save-every N      also every N steps (needs --save)\n"
+            "  --save-on-signal S  on signal S (USR1, USR2, TERM, INT, HUP; e.g. sbatch\n"
+            "                      --signal=USR1@120) save --save at the next step boundary\n"
+            "                      and exit 0; --resume continues the run bit for bit\n"
             "  --load FILE         start from a checkpoint (--resume FILE is the same);\n"
             "                      --steps more steps follow it, with the settings stored in\n"
             "                      FILE where no flag says otherwise (--steps 0: save it)\n"
@@ -195,7 +207,8 @@ static const char *const common[] = { "--steps", "--microbatches", "--chunks", "
                                       "--precision", "--recompute-stages", "--eval-every",
                                       "--eval-batches", "--sample",
                                       "--prompt", "--temperature", "--top-k", "--sample-seed",
-                                      "--data-format", "--tensor", "--init", NULL };
+                                      "--data-format", "--tensor", "--init",
+                                      "--save-on-signal", "--total-steps", NULL };
 enum { MODEL_BITS = 40 }; /* the model's flags' bits start here (a common flag's end before) */
 
 /* The bit of a flag that takes a value in sp_app_opts.given: common flags first, then
@@ -258,6 +271,11 @@ static int apply(const sp_app_model *m, sp_app_opts *o, const char *a, const cha
         if (ok) o->peak_tflops = x;
     }
     else if (!strcmp(a, "--log")) o->log = v;
+    else if (!strcmp(a, "--total-steps")) ok = app_parse_int(a, v, 0, 1 << 30, &o->total_steps);
+    else if (!strcmp(a, "--save-on-signal")) {
+        ok = (o->save_on_signal = app_signal_parse(v)) > 0;
+        if (!ok) fprintf(stderr, "error: --save-on-signal '%s': use USR1, USR2, TERM, INT or HUP\n", v);
+    }
     else if (!strcmp(a, "--lr-decay")) {
         int d = sp_lr_decay_parse(v);
         ok = d >= 0;
@@ -398,8 +416,14 @@ int sp_app_parse(int argc, char **argv, const sp_app_model *m, sp_app_opts *o)
         if (!ok) rc = -1;
         i += takes;
     }
-    if (rc == 1 && o->save_every && !o->save) {
-        fprintf(err, "%s: error: --save-every needs --save FILE\n", m->name);
+    if (rc == 1 && (o->save_every || o->save_on_signal) && !o->save) {
+        fprintf(err, "%s: error: %s needs --save FILE\n", m->name,
+                o->save_every ? "--save-every" : "--save-on-signal");
+        rc = -1;
+    }
+    if (rc == 1 && sp_app_given(m, o, "--total-steps") && sp_app_given(m, o, "--steps")) {
+        fprintf(err, "%s: error: --steps counts this run's steps, --total-steps the step the "
+                "run ends at: give one of them\n", m->name);
         rc = -1;
     }
     if (rc == 1) rc = check_eval_sample(m, o, err);

@@ -27,6 +27,9 @@ typedef struct {
     const char *prompt;
     /* --data-format: how a model's --data file is read (SP_APP_DATA_*) */
     int data_format;
+    /* --save-on-signal SIG: the signal (0: none) that checkpoints at the next step
+     * boundary and ends the run; --total-steps N: the run ends at step N (0: --steps) */
+    int save_on_signal, total_steps;
     unsigned long long given; /* which flags the command line gave (sp_app_given) */
 } sp_app_opts;
 

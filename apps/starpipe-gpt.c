@@ -202,7 +202,7 @@ static void gpt_signature(void *cfg, char *buf, size_t len)
     if (a->llama) {
         sp_llama_config l = llama_of(a, &a->model);
         snprintf(buf, len, "llama vocab=%d context=%d layers=%d heads=%d kv_heads=%d "
-                 "channels=%d hidden=%d rope_theta=%g", l.vocab, l.context, l.layers, l.heads,
+                 "channels=%d hidden=%d rope_theta=%.9g", l.vocab, l.context, l.layers, l.heads,
                  l.kv_heads, l.channels, l.hidden, l.rope_theta ? l.rope_theta : 10000.0);
         return;
     }
@@ -210,16 +210,18 @@ static void gpt_signature(void *cfg, char *buf, size_t len)
              c->context, c->layers, c->heads, c->channels);
 }
 
-/* What a resume needs besides the signature: the batch and the data. */
+/* What a resume needs besides the signature: the model (--arch, so that either app
+ * resumes either model's files), the batch and the data. */
 static void gpt_settings(void *cfg, char *buf, size_t len)
 {
     const gpt_app *c = cfg;
-    int k = snprintf(buf, len, "--layers %d\n--heads %d\n--channels %d\n--context %d\n"
-                     "--batch %d\n", c->model.layers, c->model.heads, c->model.channels,
-                     c->model.context, c->model.batch);
+    int k = snprintf(buf, len, "--arch %s\n--layers %d\n--heads %d\n--channels %d\n"
+                     "--context %d\n--batch %d\n", c->llama ? "llama" : "gpt",
+                     c->model.layers, c->model.heads, c->model.channels, c->model.context,
+                     c->model.batch);
     if (c->llama && k > 0 && (size_t)k < len) {
         sp_llama_config l = llama_of(c, &c->model);
-        k += snprintf(buf + k, len - (size_t)k, "--arch llama\n--kv-heads %d\n--hidden %d\n"
+        k += snprintf(buf + k, len - (size_t)k, "--kv-heads %d\n--hidden %d\n"
                       "--rope-theta %.9g\n", l.kv_heads, l.hidden,
                       l.rope_theta ? l.rope_theta : 10000.0);
     }
@@ -251,6 +253,10 @@ static const char *const gpt_flags[] = { "--data", "--layers", "--heads", "--cha
                                          "--context", "--batch", "--stage-layers", "--vocab",
                                          "--arch", "--kv-heads", "--hidden", "--rope-theta",
                                          NULL };
+/* what gpt_settings stores (the --arch of files written before it stored one: gpt) */
+static const char *const gpt_settings_flags[] = { "--arch", "--layers", "--heads", "--channels",
+                                                  "--context", "--batch", "--kv-heads",
+                                                  "--hidden", "--rope-theta", "--data", NULL };
 
 int main(int argc, char **argv)
 {
@@ -282,6 +288,8 @@ int main(int argc, char **argv)
                        .flag = gpt_flag, .prepare = gpt_prepare, .build = gpt_build,
                        .batch = gpt_batch, .describe = gpt_describe, .sample_unit = "tok",
                        .signature = gpt_signature, .settings = gpt_settings,
+                       .settings_flags = gpt_settings_flags, .kind_flag = "--arch",
+                       .kind_unstored = "gpt",
                        .param_flags = "--channels or --layers",
                        .act_flags = "--batch, --context or --channels",
                        .hold_out = gpt_hold_out, .eval_batch = gpt_eval_batch,

@@ -93,6 +93,8 @@ static void mlp_settings(void *cfg, char *buf, size_t len)
                  .stages = 1 } }
 static const char *const mlp_flags[] = { "--in", "--width", "--depth", "--classes", "--batch",
                                          "--stage-layers", NULL };
+static const char *const mlp_settings_flags[] = { "--in", "--width", "--depth", "--classes",
+                                                  "--batch", NULL };
 
 int main(int argc, char **argv)
 {
@@ -111,6 +113,7 @@ int main(int argc, char **argv)
         .cfg = &cfg, .flag = mlp_flag, .prepare = mlp_prepare, .build = mlp_build,
         .batch = mlp_batch, .describe = mlp_describe, .sample_unit = "rows",
         .signature = mlp_signature, .settings = mlp_settings,
+        .settings_flags = mlp_settings_flags,
         .param_flags = "--width, --depth or --in", .act_flags = "--batch, --width or --classes",
         .eval_batch = mlp_eval_batch,
     };

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,19 +196,111 @@ sp_status sp_output_target(const char *path, const char *what, char *out,
     return SP_OK;
 }
 
+/* The temporaries this process has open, for the signal handler below: a slot's path is
+ * written before it is marked live, and a handler only reads live slots. */
+enum { LIVE_TMPS = 8 };
+static char live_tmp[LIVE_TMPS][PATH_MAX + 32];
+static volatile sig_atomic_t live[LIVE_TMPS];
+
+static void tmp_forget(const char *tmp)
+{
+    for (int i = 0; i < LIVE_TMPS; i++)
+        if (live[i] && !strcmp(live_tmp[i], tmp)) live[i] = 0;
+}
+
 /* Creates the temporary `target.tmp.<pid>` for writing (never opens anything that was
  * there: a stale regular temporary of this pid is removed first). fd, or -1 with errno. */
 int sp_output_tmp_open(const char *target, char *tmp, size_t len)
 {
-    if ((size_t)snprintf(tmp, len, "%s.tmp.%ld", target, (long)getpid()) >= len)
+    if ((size_t)snprintf(tmp, len, "%s.tmp.%ld", target, (long)getpid()) >= len ||
+        strlen(tmp) >= sizeof live_tmp[0])
         return errno = ENAMETOOLONG, -1;
     for (int tries = 0; tries < 2; tries++) {
         int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
-        if (fd >= 0 || errno != EEXIST) return fd;
+        if (fd >= 0) {
+            for (int i = 0; i < LIVE_TMPS; i++)
+                if (!live[i]) {
+                    snprintf(live_tmp[i], sizeof live_tmp[i], "%s", tmp);
+                    live[i] = 1;
+                    break;
+                }
+            return fd;
+        }
+        if (errno != EEXIST) return fd;
         struct stat sb;
         if (lstat(tmp, &sb) || !S_ISREG(sb.st_mode) || unlink(tmp)) return errno = EEXIST, -1;
     }
     return errno = EEXIST, -1;
+}
+
+int sp_output_tmp_finish(const char *tmp, const char *target)
+{
+    int rc = target ? rename(tmp, target) : unlink(tmp);
+    int e = errno;
+    if (rc && target) unlink(tmp);
+    tmp_forget(tmp);
+    errno = e;
+    return rc;
+}
+
+/* ------------------------------------------------------------------ signals */
+
+static struct sigaction previous[NSIG];
+
+/* Removes every live temporary (unlink is async-signal-safe), then lets the signal do
+ * what it did before: end the process. */
+static void remove_tmps_and_raise(int sig)
+{
+    for (int i = 0; i < LIVE_TMPS; i++)
+        if (live[i]) unlink(live_tmp[i]);
+    sigaction(sig, &previous[sig], NULL);
+    raise(sig);
+}
+
+void sp_output_cleanup_on_signals(void)
+{
+    static const int sigs[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGALRM, SIGXCPU, SIGPIPE };
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+        struct sigaction now, sa = { .sa_handler = remove_tmps_and_raise };
+        sigemptyset(&sa.sa_mask);
+        /* a signal someone else handles or ignores is left to them */
+        if (sigaction(sigs[i], NULL, &now) || now.sa_handler != SIG_DFL ||
+            (now.sa_flags & SA_SIGINFO))
+            continue;
+        previous[sigs[i]] = now;
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+/* ------------------------------------------------------------------ identity */
+
+/* dev:ino of the file at path (following links), or its absolute path with its directory
+ * resolved when nothing is there yet: two names of one file give the same key. */
+static void file_key(const char *path, char *key, size_t len)
+{
+    struct stat sb;
+    if (!stat(path, &sb)) {
+        snprintf(key, len, "inode %llu:%llu", (unsigned long long)sb.st_dev,
+                 (unsigned long long)sb.st_ino);
+        return;
+    }
+    char dir[PATH_MAX], *slash = strrchr(path, '/'), *real;
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + 1 : 1, slash ? path : ".");
+    const char *base = slash ? slash + 1 : path;
+    if ((real = realpath(dir, NULL))) {
+        snprintf(key, len, "path %s/%s", real, base);
+        free(real);
+    } else {
+        snprintf(key, len, "path %s", path);
+    }
+}
+
+int sp_same_file(const char *a, const char *b)
+{
+    char ka[PATH_MAX + 64], kb[PATH_MAX + 64];
+    file_key(a, ka, sizeof ka);
+    file_key(b, kb, sizeof kb);
+    return !strcmp(ka, kb);
 }
 
 /* At start-up, long before the output is written: the target is acceptable
@@ -221,7 +314,7 @@ sp_status sp_output_check(const char *path, const char *what)
     if (fd < 0)
         return sp_set_error(SP_ERR_IO, "cannot write %s '%s': %s", what, path, strerror(errno));
     close(fd);
-    unlink(tmp);
+    sp_output_tmp_finish(tmp, NULL);
     return SP_OK;
 }
 
@@ -234,7 +327,7 @@ sp_status sp_output_open(sp_output *o, const char *path, const char *what)
     int fd = sp_output_tmp_open(o->target, o->tmp, sizeof o->tmp);
     if (fd < 0 || !(o->f = fdopen(fd, "w"))) {
         int e = errno;
-        if (fd >= 0) close(fd), unlink(o->tmp);
+        if (fd >= 0) close(fd), sp_output_tmp_finish(o->tmp, NULL);
         return sp_set_error(SP_ERR_IO, "cannot write %s '%s': %s", what, path, strerror(e));
     }
     return SP_OK;
@@ -244,7 +337,7 @@ void sp_output_abort(sp_output *o)
 {
     if (!o->f) return;
     fclose(o->f);
-    unlink(o->tmp);
+    sp_output_tmp_finish(o->tmp, NULL);
     o->f = NULL;
 }
 
@@ -256,13 +349,13 @@ sp_status sp_output_commit(sp_output *o, const char *what)
     o->f = NULL;
     struct stat sb;
     if (!bad && !lstat(o->target, &sb) && !S_ISREG(sb.st_mode)) {
-        unlink(o->tmp);
+        sp_output_tmp_finish(o->tmp, NULL);
         return sp_set_error(SP_ERR_IO, "%s '%s' became %s while it was written: not replaced",
                             what, o->target, sp_file_kind(sb.st_mode));
     }
-    if (!bad && rename(o->tmp, o->target) == 0) return SP_OK;
+    if (!bad && sp_output_tmp_finish(o->tmp, o->target) == 0) return SP_OK;
     int e = errno;
-    unlink(o->tmp);
+    if (bad) sp_output_tmp_finish(o->tmp, NULL);
     return sp_set_error(SP_ERR_IO, "writing %s '%s' failed%s%s", what, o->target,
                         bad ? "" : ": ", bad ? "" : strerror(e));
 }

@@ -43,6 +43,18 @@ sp_status sp_output_target(const char *path, const char *what, char *out, size_t
 /* Creates the temporary `target.tmp.<pid>` for writing (never opens anything that was
  * there: a stale regular temporary of this pid is removed first). fd, or -1 with errno. */
 int sp_output_tmp_open(const char *target, char *tmp, size_t len);
+/* Ends a temporary of sp_output_tmp_open: renamed over target (removed if that fails), or
+ * removed (target NULL). 0, or -1 with errno. */
+int sp_output_tmp_finish(const char *tmp, const char *target);
+/* Installs handlers for the signals that end a process (SIGTERM, as scancel and a Slurm
+ * time limit send, SIGINT, SIGHUP, ...; those still at their default action) that remove
+ * every temporary this process has open, then end it as before: a signal during a save
+ * leaves the last complete file and no temporary beside it. */
+void sp_output_cleanup_on_signals(void);
+
+/* Whether two paths name one file: the same device and inode where the file exists, the
+ * same resolved path otherwise (a file about to be created). */
+int sp_same_file(const char *a, const char *b);
 /* At start-up, long before the output is written: the target is acceptable
  * (sp_output_target) and a file can be created beside it (one is, and removed). */
 sp_status sp_output_check(const char *path, const char *what);

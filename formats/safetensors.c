@@ -890,7 +890,7 @@ sp_status sp_safetensors_write(const char *path, const sp_st_tensor *tensors, in
         errno = S_ISDIR(sb.st_mode) ? EISDIR : EEXIST;
         goto failed;
     }
-    if (rename(tmp, target)) goto failed;
+    if (sp_output_tmp_finish(tmp, target)) goto failed;
     free(hdr);
     free(tmp);
     int synced = fsync_dir_of(target);
@@ -904,7 +904,7 @@ failed:
     st = sp_set_error(SP_ERR_IO, "%s: cannot %s the temporary file '%s': %s", path, step, tmp,
                       strerror(errno ? errno : EIO));
     if (fp) fclose(fp);
-    unlink(tmp);
+    sp_output_tmp_finish(tmp, NULL);
     goto done;
 failed_nofile:
     st = sp_set_error(SP_ERR_IO, "%s: cannot create the temporary file '%s': %s", path, tmp,

@@ -10,7 +10,7 @@ function(sp_fuzz_targets prefix extra)
     target_include_directories(${exe} PRIVATE ${SP_FUZZ_DIR}/..)
     if(t STREQUAL "app_args")
       # the apps' parser, with the two apps' flag handlers compiled into the target
-      target_sources(${exe} PRIVATE ${SP_FUZZ_DIR}/../apps/options.c
+      target_sources(${exe} PRIVATE ${SP_FUZZ_DIR}/../apps/options.c ${SP_FUZZ_DIR}/../apps/outputs.c
                                     ${SP_FUZZ_DIR}/../apps/checkpoint.c
                                     ${SP_FUZZ_DIR}/stub_runtime.c)
       target_link_libraries(${exe} PRIVATE starpipe_graph starpipe_sched starpipe_formats)
