@@ -18,6 +18,7 @@
 #include "apps/outputs.h"
 #include "base/env.h"
 #include "base/files.h"
+#include "base/hostmem.h"
 #include "starpipe/data.h"
 #include "starpipe/exec.h"
 #include "starpipe/optim.h"
@@ -335,6 +336,20 @@ static sp_status check_data(const sp_app_model *m, const sp_app_opts *o)
     return st;
 }
 
+/* The model's scan of its whole data set (scan_data), timed for STARPIPE_VERBOSE=1:
+ * 1 with a message when a value is refused. */
+static int scan_data(const sp_app_model *m, char *msg, size_t len)
+{
+    if (!m->scan_data) return 0;
+    double t0 = now(), bytes = 0;
+    int bad = m->scan_data(m->cfg, &bytes, msg, len);
+    double dt = now() - t0;
+    if (!bad && env.verbose >= 1 && bytes > 0)
+        printf("data: %.0f bytes of tokens checked against the vocabulary in %.2f s (%.0f MB/s)\n",
+               bytes, dt, dt > 0 ? bytes / dt / 1e6 : 0.0);
+    return bad;
+}
+
 static const char *fmt_bytes(double b, char *buf, size_t len)
 {
     if (b >= 1024.0 * 1024 * 1024 * 1024) snprintf(buf, len, "%.1f TiB", b / (1024.0 * 1024 * 1024 * 1024));
@@ -368,23 +383,6 @@ static int check_tensor_sizes(const sp_app_model *m, const sp_graph *g, char *ms
         return 1;
     }
     return 0;
-}
-
-/* Bytes this machine can still give (MemAvailable), 0 when unknown. */
-static double available_memory(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    double kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "MemAvailable:", 13)) {
-            kb = strtod(line + 13, NULL);
-            break;
-        }
-    if (f) fclose(f);
-    if (kb > 0) return kb * 1024;
-    long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-    return pages > 0 && size > 0 ? (double)pages * size : 0;
 }
 
 /* What one actor holds at its peak, by part, in bytes. */
@@ -520,8 +518,11 @@ static double machine_total(double (*part)[NPARTS], int na, unsigned where, doub
 static int check_memory(const sp_app_model *m, const sp_app_opts *o, const sp_schedule *sch,
                         const sp_program *p, int P, int R, int reference, char *msg, size_t len)
 {
-    double avail = available_memory();
-    if (avail <= 0) return 0;
+    char avail_why[PATH_MAX + 128];
+    double avail = sp_mem_available(avail_why, sizeof avail_why);
+    double mappable = sp_mem_process_left(); /* per process: ulimit -v */
+    if (avail <= 0 && mappable < 0) return 0;
+    if (avail <= 0) avail = 1e300;
     /* a rank on a GPU keeps only its host parts here (the device's are device_parts') */
     const unsigned where =
         !reference && sp_exec_expect_cuda(sp_app_launcher_local_rank(),
@@ -552,11 +553,11 @@ static int check_memory(const sp_app_model *m, const sp_app_opts *o, const sp_sc
      * does not; the plan (whose byte counts are size_t) only in between */
     memory_parts(part, na, 0, NULL, p, sch, rpart, ref, inputs, reference, o->check);
     total = R * machine_total(part, na, where, &worst); /* R replicas */
-    if (total > avail && !reference) {
+    if ((total > avail || (mappable >= 0 && worst > mappable)) && !reference) {
         memory_parts(part, na, 1, NULL, p, sch, rpart, ref, inputs, reference, o->check);
         total = R * machine_total(part, na, where, &worst);
         atleast = "at least ";
-        if (total <= avail) {
+        if (total <= avail && !(mappable >= 0 && worst > mappable)) {
             if (sp_plan_build(model, sch, &pl) != SP_OK) { /* reported when the run plans */
                 free(part);
                 return 0;
@@ -566,16 +567,24 @@ static int check_memory(const sp_app_model *m, const sp_app_opts *o, const sp_sc
             atleast = "";
         }
     }
-    int bad = total > avail;
+    /* the machine's memory (and the job's cgroup) holds every rank here; a process's
+     * address space (RLIMIT_AS) its own actor's */
+    int bad = total > avail || (mappable >= 0 && worst > mappable);
     if (bad) {
         int wa, wk;
         largest_part(part, na, where, &wa, &wk);
-        char b1[32], b2[32], b3[32], who[32] = "", lower[256];
+        char b1[32], b2[32], b3[32], who[32] = "", lower[256], need[PATH_MAX + 512];
         if (!reference) snprintf(who, sizeof who, " of actor %d", wa);
-        snprintf(msg, len, "this run needs %s%s of memory on this machine but %s is available "
-                 "(MemAvailable); the largest part is the %s%s, %s: lower %s", atleast,
-                 fmt_bytes(total, b1, sizeof b1), fmt_bytes(avail, b2, sizeof b2),
-                 part_name[wk], who, fmt_bytes(part[wa][wk], b3, sizeof b3),
+        if (total > avail)
+            snprintf(need, sizeof need, "%s%s of memory on this machine but %s is available (%.600s)",
+                     atleast, fmt_bytes(total, b1, sizeof b1), fmt_bytes(avail, b2, sizeof b2),
+                     avail_why);
+        else
+            snprintf(need, sizeof need, "%s%s of memory in one process but it may map only %s "
+                     "more (RLIMIT_AS: ulimit -v)", atleast, fmt_bytes(worst, b1, sizeof b1),
+                     fmt_bytes(mappable, b2, sizeof b2));
+        snprintf(msg, len, "this run needs %.700s; the largest part is the %s%s, %s: lower %s",
+                 need, part_name[wk], who, fmt_bytes(part[wa][wk], b3, sizeof b3),
                  part_remedy(m, o, wk, 0, lower, sizeof lower));
     }
     sp_plan_free(pl);
@@ -917,7 +926,8 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
         fprintf(stderr, "%s: error: %s\n", m->name, sp_last_error());
         return 1;
     }
-    if (m->prepare(m->cfg, &samples, msg, sizeof msg) || hold_out(m, o, msg, sizeof msg)) {
+    if (m->prepare(m->cfg, &samples, msg, sizeof msg) || hold_out(m, o, msg, sizeof msg) ||
+        scan_data(m, msg, sizeof msg)) {
         fprintf(stderr, "%s: error: %s\n", m->name, msg);
         return 1;
     }
@@ -1441,6 +1451,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
     }
     if (!bad && (m->prepare(m->cfg, &samples, msg, sizeof msg) || hold_out(m, o, msg, sizeof msg)))
         bad = 1;
+    if (!bad && me == 0 && scan_data(m, msg, sizeof msg)) bad = 1; /* one reader of the data */
     sp_status st = SP_OK;
     sp_graph *g = NULL;
     sp_program *p = NULL;

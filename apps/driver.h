@@ -21,6 +21,11 @@ typedef struct {
     /* After parsing: checks the configuration, loads data, sets *samples_per_mb (tokens
      * or rows of one microbatch, for the throughput). 0 ok, else a message in msg. */
     int (*prepare)(void *cfg, double *samples_per_mb, char *msg, size_t len);
+    /* After prepare, on one rank, before step 1: reads all the data once to check every
+     * value (the GPT: each token within the vocabulary), so that a bad one is refused
+     * before any task rather than when a batch draws it; *bytes read. 0 ok, else a
+     * message. May be NULL. */
+    int (*scan_data)(void *cfg, double *bytes, char *msg, size_t len);
     /* The model cut into `stages`, as member tensor_rank of a tensor group of `tensor`
      * ranks (1, 0: the whole model; graph.h, sp_graph_set_tensor). */
     sp_graph *(*build)(void *cfg, int stages, int tensor, int tensor_rank, sp_status *st);

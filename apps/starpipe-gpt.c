@@ -109,6 +109,15 @@ static int gpt_prepare(void *cfg, double *samples, char *msg, size_t len)
     return 0;
 }
 
+static int gpt_scan_data(void *cfg, double *bytes, char *msg, size_t len)
+{
+    gpt_app *c = cfg;
+    *bytes = sp_text_shards(c->text) ? 2.0 * sp_text_size(c->text) : 0;
+    if (sp_text_check_vocab(c->text, c->model.vocab) == SP_OK) return 0;
+    snprintf(msg, len, "%s (--vocab %d)", sp_last_error(), c->model.vocab);
+    return 1;
+}
+
 static sp_graph *gpt_build(void *cfg, int stages, int tensor, int tensor_rank, sp_status *st)
 {
     gpt_app *c = cfg;
@@ -285,7 +294,7 @@ int main(int argc, char **argv)
              "  --rope-theta X      llama: the rotary embeddings' base (10000)\n",
              GPT_APP_LLAMA ? "llama" : "gpt", SP_DEFAULT_CORPUS);
     sp_app_model m = { .name = GPT_APP_NAME, .flags = gpt_flags, .defaults = defaults, .cfg = &cfg,
-                       .flag = gpt_flag, .prepare = gpt_prepare, .build = gpt_build,
+                       .flag = gpt_flag, .prepare = gpt_prepare, .scan_data = gpt_scan_data, .build = gpt_build,
                        .batch = gpt_batch, .describe = gpt_describe, .sample_unit = "tok",
                        .signature = gpt_signature, .settings = gpt_settings,
                        .settings_flags = gpt_settings_flags, .kind_flag = "--arch",

@@ -202,18 +202,67 @@ sp_status sp_tokens_read(sp_tokens *s, int64_t pos, int64_t n, int32_t *out)
     return SP_OK;
 }
 
-sp_status sp_tokens_max(sp_tokens *s, int32_t *max)
+/* Streams every shard once in large sequential reads (disk speed, whatever the data
+ * set's size): the largest token into *max, and the first one at or above `limit` (when
+ * limit > 0) into *bad_shard and *bad_at (its index in that shard); *bad_shard -1: none. */
+static sp_status scan(sp_tokens *s, int32_t limit, int32_t *max, int *bad_shard,
+                      int64_t *bad_at)
 {
-    int32_t block[4096], m = -1;
-    for (int64_t pos = 0; s && pos < s->total; pos += 4096) {
-        int64_t k = s->total - pos < 4096 ? s->total - pos : 4096;
-        sp_status st = sp_tokens_read(s, pos, k, block);
-        if (st) return st;
-        for (int64_t j = 0; j < k; j++)
-            if (block[j] > m) m = block[j];
+    enum { CHUNK = 1 << 19 }; /* tokens per read: 1 MiB */
+    uint16_t *buf = malloc((size_t)CHUNK * 2);
+    if (!buf) return sp_set_error(SP_ERR_NOMEM, "out of memory");
+    int32_t m = -1;
+    *bad_shard = -1;
+    for (int i = 0; s && i < s->n && *bad_shard < 0; i++) {
+        const shard *sh = &s->s[i];
+        posix_fadvise(sh->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+        for (int64_t at = 0; at < sh->count && *bad_shard < 0; at += CHUNK) {
+            int64_t k = sh->count - at < CHUNK ? sh->count - at : CHUNK;
+            sp_status st = read_at(sh->fd, buf, (size_t)k * 2, SP_TOKENS_HEADER_BYTES + 2 * at,
+                                   sh->path);
+            if (st) {
+                free(buf);
+                return st;
+            }
+            for (int64_t j = 0; j < k; j++) {
+                const unsigned char *b = (const unsigned char *)&buf[j];
+                int32_t v = b[0] | b[1] << 8;
+                if (v > m) m = v;
+                if (limit > 0 && v >= limit) {
+                    *bad_shard = i, *bad_at = at + j;
+                    break;
+                }
+            }
+        }
     }
+    free(buf);
     *max = m;
     return SP_OK;
+}
+
+sp_status sp_tokens_max(sp_tokens *s, int32_t *max)
+{
+    int bad = -1;
+    int64_t at = 0;
+    return scan(s, 0, max, &bad, &at);
+}
+
+sp_status sp_tokens_check_vocab(sp_tokens *s, int32_t vocab)
+{
+    int bad = -1;
+    int64_t at = 0;
+    int32_t max;
+    sp_status st = scan(s, vocab, &max, &bad, &at);
+    if (st || bad < 0) return st;
+    const unsigned char *b = NULL;
+    uint16_t tok;
+    if ((st = read_at(s->s[bad].fd, &tok, 2, SP_TOKENS_HEADER_BYTES + 2 * at, s->s[bad].path)))
+        return st;
+    b = (const unsigned char *)&tok;
+    return sp_set_error(SP_ERR_FORMAT, "token shard '%s': token %d at position %lld (byte "
+                        "offset %lld) is outside the vocabulary [0,%d)", s->s[bad].path,
+                        b[0] | b[1] << 8, (long long)at,
+                        (long long)(SP_TOKENS_HEADER_BYTES + 2 * at), vocab);
 }
 
 sp_status sp_tokens_write(const char *path, const uint16_t *tokens, int64_t n)

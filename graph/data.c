@@ -76,6 +76,14 @@ size_t sp_text_size(const sp_text *t) { return t ? t->n : 0; }
 const uint8_t *sp_text_bytes(const sp_text *t) { return t ? t->bytes : NULL; }
 int sp_text_shards(const sp_text *t) { return t ? sp_tokens_shards(t->shards) : 0; }
 
+sp_status sp_text_check_vocab(const sp_text *t, int vocab)
+{
+    if (!t->shards) /* bytes */
+        return vocab >= 256 ? SP_OK : sp_set_error(SP_ERR_FORMAT, "text is read as bytes, "
+                                                   "which needs a vocabulary of 256, not %d", vocab);
+    return sp_tokens_check_vocab(t->shards, vocab);
+}
+
 size_t sp_text_train_size(const sp_text *t) { return t ? t->train : 0; }
 
 sp_status sp_text_hold_out(sp_text *t, int percent, int context)

@@ -36,6 +36,9 @@ size_t sp_text_size(const sp_text *t);
 const uint8_t *sp_text_bytes(const sp_text *t);
 /* The shards' file count, 0 for a text file. */
 int sp_text_shards(const sp_text *t);
+/* Every token within [0, vocab): shards are read once, in order (sp_tokens_check_vocab);
+ * SP_ERR_FORMAT naming the shard and the token's offset. */
+sp_status sp_text_check_vocab(const sp_text *t, int vocab);
 
 /* Microbatch `mb` of step `step`: B windows of T+1 tokens at pseudo-random offsets of the
  * training part (all of the data unless some is held out); tokens (B,T) and targets (B,T)

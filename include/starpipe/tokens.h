@@ -39,6 +39,9 @@ int sp_tokens_shards(const sp_tokens *s);
 sp_status sp_tokens_read(sp_tokens *s, int64_t pos, int64_t n, int32_t *out);
 /* The largest token in the stream (scans it once, in blocks: for a vocabulary check). */
 sp_status sp_tokens_max(sp_tokens *s, int32_t *max);
+/* Every token of every shard below vocab (one sequential pass at disk speed): else
+ * SP_ERR_FORMAT naming the shard, the token, its position and its byte offset. */
+sp_status sp_tokens_check_vocab(sp_tokens *s, int32_t vocab);
 
 /* Writes a shard atomically (a temporary renamed over path). */
 sp_status sp_tokens_write(const char *path, const uint16_t *tokens, int64_t n);
