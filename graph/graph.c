@@ -813,12 +813,9 @@ sp_tensor sp_pipeline_yield(sp_graph *g, sp_tensor x)
 sp_status sp_graph_set_loss(sp_graph *g, sp_tensor loss)
 {
     if (!g) return sp_set_error(SP_ERR_ARG, "sp_graph_set_loss: graph is NULL");
-    if (loss < 0) {
-        char first[900];
-        snprintf(first, sizeof first, "%s", sp_last_error());
-        return sp_set_error(SP_ERR_GRAPH, "sp_graph_set_loss: the loss tensor is invalid "
-                            "(an earlier op failed: %s)", first);
-    }
+    if (loss < 0)
+        return sp_error_context(SP_ERR_GRAPH, "sp_graph_set_loss: the loss tensor is invalid "
+                                "(an earlier op failed)");
     if (!valid_id(g, loss)) return sp_set_error(SP_ERR_ARG, "sp_graph_set_loss: bad tensor id");
     loss = resolve(g, loss);
     const sp_node *L = N(g, loss);

@@ -78,9 +78,9 @@ static sp_status submit_program(sp_trainer *t, int s, sp_task_kind kind, int mb,
         else
             bufs[j] = sp_tr_slab_buf(t, r.cls, r.index, r.cls == SP_BUF_ACT ? act_mb : mb);
         modes[j] = exec_mode(r.cls, r.mode);
-        if (!bufs[j]) st = sp_set_error(SP_ERR_RUNTIME, "trainer: no buffer %s[%d] for %s mb%d "
-                                        "s%d: %s", sp_buf_class_name(r.cls), r.index,
-                                        sp_task_kind_name(kind), mb, s, sp_last_error());
+        if (!bufs[j]) st = sp_error_context(SP_ERR_RUNTIME, "trainer: no buffer %s[%d] for %s "
+                                            "mb%d s%d", sp_buf_class_name(r.cls), r.index,
+                                            sp_task_kind_name(kind), mb, s);
     }
     if (st == SP_OK) {
         char name[32];

@@ -80,7 +80,7 @@ sp_status sp_schedule_forward(const sp_schedule *like, int nmicro, sp_schedule *
     *out = NULL;
     if (!like) return sp_set_error(SP_ERR_ARG, "sp_schedule_forward: no schedule");
     sp_schedule *s = sp_schedule_create(like->nactors, like->nstages, nmicro);
-    if (!s) return sp_set_error(SP_ERR_ARG, "evaluation: %s", sp_last_error());
+    if (!s) return sp_error_context(SP_ERR_ARG, "evaluation");
     snprintf(s->name, sizeof s->name, "forward");
     s->forward_only = 1;
     memcpy(s->stage_actor, like->stage_actor, (size_t)like->nstages * sizeof *s->stage_actor);

@@ -39,10 +39,6 @@ sp_status sp_schedule_from_env(const char *name, int p, int m, int v, sp_schedul
     }
     if (m <= 0) m = 2 * p;
     st = sp_schedule_builtin(name, p, m, v, out);
-    if (st && v_from_env) {
-        char msg[768];
-        snprintf(msg, sizeof msg, "%s", sp_last_error());
-        sp_set_error(st, "%s (STARPIPE_CHUNKS=%d)", msg, v);
-    }
+    if (st && v_from_env) sp_error_context(st, "STARPIPE_CHUNKS=%d", v);
     return st;
 }

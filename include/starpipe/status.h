@@ -22,11 +22,25 @@ typedef enum {
     SP_ERR_TIMEOUT = 10 /* the watchdog saw no progress: a hung task or a lost peer */
 } sp_status;
 
+/* Bytes of the last-error message, its NUL included: longer messages are cut. */
+#define SP_ERROR_MAX 1024
+
 /* Message of the last failure on this thread ("" if none). */
 const char *sp_last_error(void);
 
 /* Records a failure: formats the message, returns code. For library internals. */
 sp_status sp_set_error(sp_status code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Adds context to the failure recorded last: the message becomes "<context>: <previous
+ * message>" (the context alone if there was none), formatted without reading and writing
+ * the message at once, so that the cause survives any number of contexts. Too long, the
+ * context is cut first, then the middle of the previous message, never its end (the
+ * lowest cause). Returns code. Never pass sp_last_error() to sp_set_error: use this. */
+sp_status sp_error_context(sp_status code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
