@@ -214,20 +214,35 @@ char *ckpt_read_meta(const char *path, const char *key)
 
 /* Signatures are "kind key=value key=value ...": the first word or key=value of one that
  * the other does not have, into a (this checkpoint's) and b (this run's). */
-static void first_difference(const char *fsig, const char *sig, char *a, char *b, size_t len)
+static int same_token(const char *x, const char *y);
+
+/* 1 when the two differ: *a and *b then hold the first word or key=value of one that the
+ * other does not have (a: this checkpoint's, b: this run's). */
+static int first_difference(const char *fsig, const char *sig, char *a, char *b, size_t len)
 {
     char x[256], y[256], *sx = NULL, *sy = NULL;
     snprintf(x, sizeof x, "%s", fsig);
     snprintf(y, sizeof y, "%s", sig);
     char *tx = strtok_r(x, " ", &sx), *ty = strtok_r(y, " ", &sy);
     for (; tx || ty; tx = strtok_r(NULL, " ", &sx), ty = strtok_r(NULL, " ", &sy))
-        if (!tx || !ty || strcmp(tx, ty)) {
+        if (!tx || !ty || !same_token(tx, ty)) {
             snprintf(a, len, "%s", tx ? tx : "(nothing)");
             snprintf(b, len, "%s", ty ? ty : "(nothing)");
-            return;
+            return 1;
         }
-    snprintf(a, len, "?");
-    snprintf(b, len, "?");
+    return 0;
+}
+
+/* Equal words, or key=value with one key and values that read as the same number:
+ * signatures written before rope_theta was stored exactly ("1e+06") keep loading. */
+static int same_token(const char *x, const char *y)
+{
+    if (!strcmp(x, y)) return 1;
+    const char *ex = strchr(x, '='), *ey = strchr(y, '=');
+    if (!ex || !ey || ex - x != ey - y || strncmp(x, y, (size_t)(ex - x))) return 0;
+    char *endx, *endy;
+    double vx = strtod(ex + 1, &endx), vy = strtod(ey + 1, &endy);
+    return endx != ex + 1 && !*endx && endy != ey + 1 && !*endy && vx == vy;
 }
 
 static void shape_of(char *buf, size_t n, int ndim, const int64_t *shape)
@@ -486,9 +501,8 @@ sp_status ckpt_load(const char *path, const sp_graph *g, const char *sig, int *s
     }
     /* the signature holds everything that changes the computation (heads, context,
      * vocabulary, sizes), even when every tensor name and shape would agree */
-    if (strcmp(fsig, sig)) {
-        char a[128], b[128];
-        first_difference(fsig, sig, a, b, sizeof a);
+    char a[128], b[128];
+    if (first_difference(fsig, sig, a, b, sizeof a)) {
         st = sp_set_error(SP_ERR_FORMAT, "%s: a checkpoint of another model: %s there, %s in "
                           "this run (checkpoint of '%s', this run is '%s')", path, a, b, fsig,
                           sig);

@@ -72,6 +72,13 @@ case $case in
     refused 20 "another model: rope_theta=1000000 there, rope_theta=1000004 in this run" \
       "$llama" --reference --resume "$dir/r.st" --rope-theta 1000004 --steps 1
     "$llama" --reference --resume "$dir/r.st" --rope-theta 1e6 --steps 1 >"$dir/out" 2>&1 || fail "the same theta refused"
+    # a file of an older build, whose signature printed the base with six digits
+    sig=$("$poke" "$dir/r.st" "$dir/r2.st" starpipe.model x 2>&1; python3 -c "
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]
+print(json.loads(b[8:8 + n])['__metadata__']['starpipe.model'])" "$dir/r.st")
+    "$poke" "$dir/r.st" "$dir/old6.st" starpipe.model "${sig/rope_theta=1000000/rope_theta=1e+06}" || fail "ckpt_poke"
+    "$llama" --reference --resume "$dir/old6.st" --steps 1 >"$dir/out" 2>&1 || fail "an older file (rope_theta=1e+06) refused"
     echo "ok: either app resumes either model; --arch and --rope-theta compared exactly" ;;
   # defect 2: no two outputs one file, no output an input
   same_file)
