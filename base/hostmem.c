@@ -85,7 +85,7 @@ double sp_mem_cgroup_left(const char *cgroup_file, const char *mountinfo_file, c
         line[strcspn(line, "\n")] = 0;
         char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
         if (!c2) continue;
-        *c2 = 0;
+        *c1 = 0, *c2 = 0;
         const char *ctrl = c1 + 1, *path = c2 + 1;
         int v2 = !strcmp(line, "0") && !*ctrl;
         int mem = !v2 && (!strcmp(ctrl, "memory") || strstr(ctrl, ",memory") ||
