@@ -203,5 +203,17 @@ print(json.loads(b[8:8 + n])['__metadata__']['starpipe.model'])" "$dir/r.st")
     "$gpt" --reference --resume "$dir/r.st" --total-steps 40 --save "$dir/r.st" >"$dir/out" 2>&1 || fail "reference resume"
     cmp "$dir/rfull.st" "$dir/r.st" || fail "the reference, stopped and resumed, differs"
     echo "ok: stopped by a signal at step $at of 150 on one of 4 ranks, resumed: byte for byte the uninterrupted run" ;;
+  signal_flags)
+    refused 10 "--save-on-signal 'KILL': use USR1, USR2, TERM, INT or HUP" $run2 "$mlp" --save-on-signal KILL --save "$dir/a.st"
+    refused 10 "--save-on-signal needs --save FILE" $run2 "$mlp" --save-on-signal USR1
+    refused 10 "--steps counts this run's steps, --total-steps the step the run ends at" \
+      "$mlp" --reference --steps 3 --total-steps 5
+    "$mlp" --reference --total-steps 3 --save "$dir/a.st" >"$dir/out" 2>&1 && grep -q "^done: 3 steps" "$dir/out" ||
+      fail "--total-steps 3 did not run 3 steps"
+    "$mlp" --reference --resume "$dir/a.st" --total-steps 5 >"$dir/out" 2>&1 && grep -q "^done: 2 steps" "$dir/out" ||
+      fail "--total-steps 5 after step 3 did not run 2 steps"
+    "$mlp" --reference --resume "$dir/a.st" --total-steps 2 >"$dir/out" 2>&1 && grep -q "^done: 0 steps" "$dir/out" ||
+      fail "--total-steps 2 after step 3 ran steps"
+    echo "ok: --save-on-signal and --total-steps checked like any flag" ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac
