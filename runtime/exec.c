@@ -47,6 +47,8 @@ static struct {
     int in_step;
     int broken;           /* a step was given up (watchdog, local error): StarPU still holds
                              its tasks, so every later call fails at once instead of waiting */
+    char broken_why[384]; /* the watchdog's message, repeated by every later call's error */
+    long step_label;      /* the caller's number of its step (sp_exec_label_step), or 0 */
     double step_t0;       /* starpu_timing_now() at begin_step */
     double epoch;         /* starpu_timing_now() right after a barrier at init: the
                              origin of the clock all ranks share (sp_exec_step_origin_us) */
@@ -156,8 +158,18 @@ sp_status sp_exec_trace(const sp_exec_record **records, size_t *n)
 /* The error of every call after a step was given up (sp_exec_cancel_step, watchdog). */
 static sp_status broken_error(const char *what)
 {
-    return sp_set_error(SP_ERR_RUNTIME, "%s: the executor gave up a step and cannot go on; "
-                        "end the process (sp_exec_abort)", what);
+    return sp_set_error(SP_ERR_RUNTIME, "%s: the executor gave up a step%s%s%s and cannot go "
+                        "on; end the process (sp_exec_abort)", what,
+                        X.broken_why[0] ? " (" : "", X.broken_why, X.broken_why[0] ? ")" : "");
+}
+
+/* Gives up: the executor is unusable from now on, and later calls repeat why (the error
+ * st just set) */
+static sp_status give_up(sp_status st)
+{
+    X.broken = 1;
+    snprintf(X.broken_why, sizeof X.broken_why, "%s", sp_last_error());
+    return st;
 }
 
 /* ---- the generic codelet ---- */
@@ -1066,27 +1078,37 @@ static void report_stall(void)
     fflush(stderr);
 }
 
-/* Sends tag to every other rank (not waited for: the sends are eager, and the process
- * ends soon). */
-static void tell_all(int tag)
+/* What a rank asking for reports waited on (the request's payload). */
+enum { STALLED_TASKS = 0, STALLED_COLLECTIVE = 1 };
+static const int stalled_on[2] = { STALLED_TASKS, STALLED_COLLECTIVE };
+
+/* " saw no task finished": what the asker saw, for the asked rank's message */
+static const char *asker_saw(int on)
+{
+    return on == STALLED_COLLECTIVE ? "waited in a collective" : "saw no task finished";
+}
+
+/* Sends tag, with *what, to every other rank (not waited for: the sends are eager, and
+ * the process ends soon; what must outlive them). */
+static void tell_all(int tag, const int *what)
 {
     for (int r = 0; r < sp_exec_size_; r++) {
         if (r == sp_exec_rank_)
             continue;
         MPI_Request q;
-        if (MPI_Isend(&sp_exec_rank_, 1, MPI_INT, r, tag, X.comm, &q) == MPI_SUCCESS)
+        if (MPI_Isend(what, 1, MPI_INT, r, tag, X.comm, &q) == MPI_SUCCESS)
             MPI_Request_free(&q);
     }
 }
 
-/* The rank that asked for reports, if one has; -1 if none. */
-static int report_asked(void)
+/* The rank that asked for reports, if one has, and what it waited on (*on); -1 if none. */
+static int report_asked(int *on)
 {
-    int flag = 0, who = -1;
+    int flag = 0;
     MPI_Status stat;
     if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_STALLED, X.comm, &flag, &stat) != MPI_SUCCESS || !flag)
         return -1;
-    MPI_Recv(&who, 1, MPI_INT, stat.MPI_SOURCE, TAG_STALLED, X.comm, MPI_STATUS_IGNORE);
+    MPI_Recv(on, 1, MPI_INT, stat.MPI_SOURCE, TAG_STALLED, X.comm, MPI_STATUS_IGNORE);
     return stat.MPI_SOURCE;
 }
 
@@ -1159,7 +1181,7 @@ static sp_status wait_tasks(void)
     unsigned long seen = atomic_load(&tasks_done);
     double quiet_since = seconds_now();
     /* with a watchdog: a stalled rank may ask this one for its report */
-    int asking = X.opts.watchdog_s > 0 && sp_exec_size_ > 1 && mpi_multiple(), asker;
+    int asking = X.opts.watchdog_s > 0 && sp_exec_size_ > 1 && mpi_multiple(), asker, on;
     int pending;
     while ((pending = starpu_task_nsubmitted() + transfers_pending()) > 0) {
         /* once the tasks are done, the last messages may still be in flight: the main
@@ -1171,8 +1193,7 @@ static sp_status wait_tasks(void)
         }
         const char *gerr = async ? X.group->error() : NULL;
         if (gerr) { /* the transport is dead: this step and the executor are lost */
-            X.broken = 1;
-            return sp_set_error(SP_ERR_RUNTIME, "rank %d: %s", sp_exec_rank_, gerr);
+            return give_up(sp_set_error(SP_ERR_RUNTIME, "rank %d: %s", sp_exec_rank_, gerr));
         }
         unsigned long done = atomic_load(&tasks_done);
         if (X.opts.watchdog_s <= 0) {
@@ -1180,32 +1201,33 @@ static sp_status wait_tasks(void)
         } else if (done != seen) {
             seen = done;
             quiet_since = seconds_now();
-        } else if (asking && (asker = report_asked()) >= 0) {
+        } else if (asking && (asker = report_asked(&on)) >= 0) {
             report_stall();
-            tell_all(TAG_REPORTED);
+            tell_all(TAG_REPORTED, &sp_exec_rank_);
             X.broken = 1;
             /* the first rank to end aborts the others (the apps' MPI_Abort): not before
              * each has reported, or the grace is over (a rank whose main thread got no core
              * in time lost its line: app_hang_report at 3 ranks under load) */
             await_reports(watchdog_grace(), asker, NULL, 0);
-            return sp_set_error(SP_ERR_TIMEOUT, "rank %d: rank %d saw no task finished for "
-                                "%.1f s (STARPIPE_STEP_TIMEOUT) and asked for each rank's "
-                                "state (above): the step is lost", sp_exec_rank_, asker,
-                                X.opts.watchdog_s);
+            return give_up(sp_set_error(SP_ERR_TIMEOUT, "rank %d: rank %d %s for %.1f s "
+                                        "(STARPIPE_STEP_TIMEOUT) and asked for each rank's "
+                                        "state (above): the step is lost", sp_exec_rank_,
+                                        asker, asker_saw(on), X.opts.watchdog_s));
         } else if (seconds_now() - quiet_since > X.opts.watchdog_s) {
             X.broken = 1;
             report_stall();
             char missing[256] = "";
             if (asking) {
-                tell_all(TAG_STALLED);
+                tell_all(TAG_STALLED, &stalled_on[STALLED_TASKS]);
                 await_reports(watchdog_grace(), -1, missing, sizeof missing);
             }
-            return sp_set_error(SP_ERR_TIMEOUT, "rank %d: no task finished for %.1f s while %d "
-                                "are pending: a message that never arrives, a hung task, or a "
-                                "peer that died (each rank's state is above%s%s%s)",
-                                sp_exec_rank_, X.opts.watchdog_s, pending,
-                                missing[0] ? "; no report from rank " : "", missing,
-                                missing[0] ? ", busy outside the step's wait or gone" : "");
+            return give_up(sp_set_error(SP_ERR_TIMEOUT, "rank %d: no task finished for %.1f s "
+                                        "while %d are pending: a message that never arrives, a "
+                                        "hung task, or a peer that died (each rank's state is "
+                                        "above%s%s%s)", sp_exec_rank_, X.opts.watchdog_s,
+                                        pending, missing[0] ? "; no report from rank " : "",
+                                        missing, missing[0] ? ", gone, stuck, or busy outside the "
+                                        "executor" : ""));
         }
     }
     SP_STARPU_CHECK(starpu_task_wait_for_all());
@@ -1270,13 +1292,24 @@ sp_status sp_exec_end_step(void)
     if (st)
         return st; /* tasks may still hold their arguments: kept, the executor is broken */
     free_args();
+    /* StarPU-MPI's drain ends in its thread's MPI_Barrier, which no watchdog can leave: with
+     * one, every rank first meets here, where a dead peer is seen */
+    if (X.opts.watchdog_s > 0 && X.host == &sp_transport_starpu_mpi &&
+        (st = sp_exec_collective(&(sp_exec_coll){
+             .kind = SP_COLL_BARRIER, .comm = X.comm,
+             .what = "the step's end (the barrier before StarPU-MPI's drain)" })))
+        return st;
     if ((st = X.host->drain()))
         return st;
 
     /* Agreement: every rank returns the error of the lowest failing rank. */
     int failed = atomic_load(&step_failed);
     int mine = failed ? sp_exec_rank_ : sp_exec_size_, lowest;
-    SP_MPI_CHECK(MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, X.comm));
+    if ((st = sp_exec_collective(&(sp_exec_coll){
+             .kind = SP_COLL_ALLREDUCE, .send = &mine, .recv = &lowest, .count = 1,
+             .type = MPI_INT, .op = MPI_MIN, .comm = X.comm,
+             .what = "the step's agreement on its outcome" })))
+        return st;
     if (lowest == sp_exec_size_)
         return SP_OK;
     if (X.host->renew && (st = X.host->renew()))
@@ -1284,14 +1317,128 @@ sp_status sp_exec_end_step(void)
     char msg[sizeof fail_msg];
     if (failed)
         memcpy(msg, fail_msg, sizeof msg);
-    SP_MPI_CHECK(MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, lowest, X.comm));
+    if ((st = sp_exec_collective(&(sp_exec_coll){
+             .kind = SP_COLL_BCAST, .recv = msg, .count = (int)sizeof msg, .type = MPI_CHAR,
+             .root = lowest, .comm = X.comm,
+             .what = "the step's agreement (the failing rank's message)" })))
+        return st;
     msg[sizeof msg - 1] = '\0';
     /* the message is the failing rank's own ("rank 1: task 'F mb0 s1' ..."): callers
      * number their steps themselves (the trainer runs two executor steps per step) */
     return sp_set_error(SP_ERR_RUNTIME, "%s", msg);
 }
 
-/* ---- small collectives ---- */
+/* ---- collectives outside tasks, under the watchdog ----
+ * The main thread's collectives (the step's agreement, the loss and norm reductions, a
+ * checkpoint's broadcasts, the apps' own) wait for every rank: a peer that died or is
+ * stuck would hold them forever, where no task watchdog looks. With a watchdog they are
+ * posted nonblocking and tested until done, and given up when watchdog_s pass without
+ * their end, as a step's tasks are. Without one, the blocking calls of before (the same
+ * bits and speed). The main thread may test beside StarPU-MPI's thread only under
+ * MPI_THREAD_MULTIPLE; under less the blocking calls stay. */
+
+void sp_exec_label_step(long step) { X.step_label = step; }
+
+/* "step 3" (the caller's numbering), else the executor's own */
+static void step_name(char *b, size_t len)
+{
+    if (X.step_label > 0)
+        snprintf(b, len, "step %ld", X.step_label);
+    else
+        snprintf(b, len, "executor step %llu", (unsigned long long)sp_exec_step_);
+}
+
+static int post_collective(const sp_exec_coll *c, MPI_Request *q)
+{
+    int n = c->count;
+    switch (c->kind) {
+    case SP_COLL_ALLREDUCE:
+        return q ? MPI_Iallreduce(c->send, c->recv, n, c->type, c->op, c->comm, q)
+                 : MPI_Allreduce(c->send, c->recv, n, c->type, c->op, c->comm);
+    case SP_COLL_BCAST:
+        return q ? MPI_Ibcast(c->recv, n, c->type, c->root, c->comm, q)
+                 : MPI_Bcast(c->recv, n, c->type, c->root, c->comm);
+    case SP_COLL_GATHER:
+        return q ? MPI_Igather(c->send, n, c->type, c->recv, n, c->type, c->root, c->comm, q)
+                 : MPI_Gather(c->send, n, c->type, c->recv, n, c->type, c->root, c->comm);
+    case SP_COLL_ALLGATHER:
+        return q ? MPI_Iallgather(c->send, n, c->type, c->recv, n, c->type, c->comm, q)
+                 : MPI_Allgather(c->send, n, c->type, c->recv, n, c->type, c->comm);
+    case SP_COLL_BARRIER:
+        return q ? MPI_Ibarrier(c->comm, q) : MPI_Barrier(c->comm);
+    }
+    return MPI_ERR_ARG;
+}
+
+static const char *const coll_call[] = { "MPI_Allreduce", "MPI_Bcast", "MPI_Gather",
+                                         "MPI_Allgather", "MPI_Barrier" };
+
+/* How long a collective waits before it gives up: a second more than a step's tasks, so
+ * that where a task hangs or a message is lost, the rank that sees it (whose line says
+ * which task and which message) speaks first and asks the others, a rank in a collective
+ * knowing only that somebody did not come. */
+static double collective_limit(void) { return X.opts.watchdog_s + 1.0; }
+
+sp_status sp_exec_collective(const sp_exec_coll *c)
+{
+    const char *call = coll_call[c->kind];
+    if (X.opts.watchdog_s <= 0 || !mpi_multiple()) {
+        int rc = post_collective(c, NULL);
+        return rc == MPI_SUCCESS ? SP_OK : sp_comm_mpi_error(__FILE__, __LINE__, call, rc);
+    }
+    MPI_Request q;
+    int rc = post_collective(c, &q), done = 0, asker = -1, on = 0;
+    if (rc != MPI_SUCCESS)
+        return sp_comm_mpi_error(__FILE__, __LINE__, call, rc);
+    double t0 = seconds_now(), now = t0, limit = collective_limit();
+    for (;;) {
+        if ((rc = MPI_Test(&q, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
+            return sp_comm_mpi_error(__FILE__, __LINE__, call, rc);
+        if (done)
+            return SP_OK;
+        /* Polled as the blocking call would for the first milliseconds (a collective
+         * between busy ranks ends in microseconds); then a look every millisecond, as a
+         * peer may be writing a checkpoint (each test also moves the collective on) */
+        now = seconds_now();
+        if (now - t0 < 0.02) {
+            sched_yield();
+            continue;
+        }
+        if (now - t0 > limit)
+            break;
+        if (sp_exec_size_ > 1 && (asker = report_asked(&on)) >= 0)
+            break;
+        nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+    }
+    /* The request cannot be recalled (MPI has no cancel for collectives): it stays
+     * posted, as a lost step's tasks stay with StarPU, and the executor is given up. */
+    char step[48];
+    step_name(step, sizeof step);
+    X.broken = 1;
+    fprintf(stderr, "starpipe: rank %d: stalled: %s: in %s (%s) for %.1f s, which every rank "
+            "must join\n", sp_exec_rank_, step, c->what, call, now - t0);
+    fflush(stderr);
+    if (asker >= 0) { /* a rank whose own wait ran out asked: it ends the run */
+        tell_all(TAG_REPORTED, &sp_exec_rank_);
+        await_reports(watchdog_grace(), asker, NULL, 0);
+        return give_up(sp_set_error(SP_ERR_TIMEOUT, "rank %d: %s: in %s when rank %d %s for "
+                                    "%.1f s (STARPIPE_STEP_TIMEOUT) and asked for each rank's "
+                                    "state (above)", sp_exec_rank_, step, c->what, asker,
+                                    asker_saw(on), X.opts.watchdog_s));
+    }
+    char missing[256] = "";
+    if (sp_exec_size_ > 1) {
+        tell_all(TAG_STALLED, &stalled_on[STALLED_COLLECTIVE]);
+        await_reports(watchdog_grace(), -1, missing, sizeof missing);
+    }
+    return give_up(sp_set_error(SP_ERR_TIMEOUT, "rank %d: %s: %s did not end in %.1f s "
+                                "(STARPIPE_STEP_TIMEOUT + 1 s): a peer that died or is stuck "
+                                "(each rank's state is above%s%s%s)", sp_exec_rank_, step,
+                                c->what, limit,
+                                missing[0] ? "; no report from rank " : "", missing,
+                                missing[0] ? ", gone, stuck, or busy outside the executor"
+                                           : ""));
+}
 
 /* MPI counts are ints: large buffers go in chunks. */
 #define SP_MPI_CHUNK ((size_t)1 << 28)
@@ -1307,30 +1454,45 @@ static sp_status between_steps(const char *what)
     return SP_OK;
 }
 
-sp_status sp_exec_allreduce_sum(void *buf, size_t count, int is_double)
+sp_status sp_exec_allreduce_sum_named(void *buf, size_t count, int is_double, const char *what)
 {
     sp_status st = between_steps("sp_exec_allreduce_sum");
     if (st)
         return st;
     size_t elem = is_double ? sizeof(double) : sizeof(float);
-    for (size_t off = 0; off < count; off += SP_MPI_CHUNK) {
+    for (size_t off = 0; off < count && !st; off += SP_MPI_CHUNK) {
         size_t n = count - off < SP_MPI_CHUNK ? count - off : SP_MPI_CHUNK;
-        SP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * elem, (int)n,
-                                   is_double ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, X.comm));
+        st = sp_exec_collective(&(sp_exec_coll){
+            .kind = SP_COLL_ALLREDUCE, .send = MPI_IN_PLACE, .recv = (char *)buf + off * elem,
+            .count = (int)n, .type = is_double ? MPI_DOUBLE : MPI_FLOAT, .op = MPI_SUM,
+            .comm = X.comm, .what = what });
     }
-    return SP_OK;
+    return st;
 }
 
-sp_status sp_exec_bcast(void *buf, size_t bytes, int root)
+sp_status sp_exec_allreduce_sum(void *buf, size_t count, int is_double)
+{
+    return sp_exec_allreduce_sum_named(buf, count, is_double,
+                                       "an all-reduce between steps (sp_exec_allreduce_sum)");
+}
+
+sp_status sp_exec_bcast_named(void *buf, size_t bytes, int root, const char *what)
 {
     sp_status st = between_steps("sp_exec_bcast");
     if (st)
         return st;
-    for (size_t off = 0; off < bytes; off += SP_MPI_CHUNK) {
+    for (size_t off = 0; off < bytes && !st; off += SP_MPI_CHUNK) {
         size_t n = bytes - off < SP_MPI_CHUNK ? bytes - off : SP_MPI_CHUNK;
-        SP_MPI_CHECK(MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, X.comm));
+        st = sp_exec_collective(&(sp_exec_coll){
+            .kind = SP_COLL_BCAST, .recv = (char *)buf + off, .count = (int)n,
+            .type = MPI_BYTE, .root = root, .comm = X.comm, .what = what });
     }
-    return SP_OK;
+    return st;
+}
+
+sp_status sp_exec_bcast(void *buf, size_t bytes, int root)
+{
+    return sp_exec_bcast_named(buf, bytes, root, "a broadcast between steps (sp_exec_bcast)");
 }
 
 sp_status sp_exec_gather(const void *send, size_t bytes, void *recv, int root)
@@ -1341,9 +1503,10 @@ sp_status sp_exec_gather(const void *send, size_t bytes, void *recv, int root)
     if (bytes > (size_t)INT32_MAX)
         return sp_set_error(SP_ERR_ARG, "sp_exec_gather: %zu bytes is more than one message",
                             bytes);
-    SP_MPI_CHECK(MPI_Gather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, root,
-                            X.comm));
-    return SP_OK;
+    return sp_exec_collective(&(sp_exec_coll){
+        .kind = SP_COLL_GATHER, .send = send, .recv = recv, .count = (int)bytes,
+        .type = MPI_BYTE, .root = root, .comm = X.comm,
+        .what = "a gather between steps (sp_exec_gather)" });
 }
 
 /* ---- groups (the group transport: NCCL) ---- */
@@ -1822,6 +1985,12 @@ sp_status sp_exec_shutdown(void)
         return sp_set_error(SP_ERR_ARG, "sp_exec_shutdown: not initialized");
     if (X.broken) /* StarPU would wait forever for the lost step's tasks */
         return broken_error("sp_exec_shutdown");
+    /* a peer gone since the last step would hold StarPU-MPI's shutdown and MPI_Finalize */
+    sp_status st;
+    if (X.opts.watchdog_s > 0 &&
+        (st = sp_exec_collective(&(sp_exec_coll){ .kind = SP_COLL_BARRIER, .comm = X.comm,
+                                                   .what = "the shutdown's barrier" })))
+        return st;
     X.started = 0;
     starpu_task_wait_for_all();
     if (X.group)

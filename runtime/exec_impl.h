@@ -59,6 +59,32 @@ int sp_exec_gpu_allreduce_max(struct sp_nccl_tp *nc, int size, const sp_device *
 sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, int device,
                                      sp_exec_tensor_group **out);
 
+/* A collective of the main thread, outside tasks (exec.c): with a watchdog
+ * (opts.watchdog_s) posted nonblocking and tested until it ends, or given up with
+ * SP_ERR_TIMEOUT (the executor unusable, a line on stderr naming what) when it has not
+ * ended after watchdog_s; without one, the blocking call. The one way the runtime runs
+ * them. */
+typedef enum {
+    SP_COLL_ALLREDUCE, SP_COLL_BCAST, SP_COLL_GATHER, SP_COLL_ALLGATHER, SP_COLL_BARRIER
+} sp_exec_coll_kind;
+typedef struct {
+    sp_exec_coll_kind kind;
+    const void *send;  /* allreduce (MPI_IN_PLACE: in recv), gather, allgather */
+    void *recv;        /* bcast: the buffer */
+    int count;         /* elements, per rank */
+    MPI_Datatype type;
+    MPI_Op op;         /* allreduce */
+    int root;          /* bcast, gather */
+    MPI_Comm comm;
+    const char *what;  /* for the timeout's message: "the step's loss all-reduce" */
+} sp_exec_coll;
+sp_status sp_exec_collective(const sp_exec_coll *c);
+/* sp_exec_allreduce_sum and sp_exec_bcast, named in a timeout's message. */
+sp_status sp_exec_allreduce_sum_named(void *buf, size_t count, int is_double, const char *what);
+sp_status sp_exec_bcast_named(void *buf, size_t bytes, int root, const char *what);
+/* The caller's number of the step under way (the trainer's), for those messages. */
+void sp_exec_label_step(long step);
+
 /* Set by sp_exec_init. */
 extern int sp_exec_rank_, sp_exec_size_;
 /* The step counter: message tags of step k live in their own range. */

@@ -28,7 +28,7 @@
 #define SP_GROUP_SEQ_MASK ((1u << 20) - 1)
 #define SP_GROUP_MAX_FLOATS ((int64_t)1 << 30) /* one message of at most 4 GiB */
 
-enum { GROUP_MPI = 1, GROUP_NOMEM, GROUP_TOO_MANY, GROUP_TOO_LARGE, GROUP_GPU };
+enum { GROUP_MPI = 1, GROUP_NOMEM, GROUP_TOO_MANY, GROUP_TOO_LARGE, GROUP_GPU, GROUP_TIMEOUT };
 
 struct sp_exec_tensor_group {
     MPI_Comm comm;      /* the tasks' point-to-point messages */
@@ -53,7 +53,9 @@ static const char *status_string(struct sp_tp_group *g, int code)
          : code == GROUP_TOO_MANY ? "more than 1024 tensor-parallel exchanges in one task (an "
                                     "all-reduce of 64 KiB or more takes two)"
          : code == GROUP_TOO_LARGE ? "a tensor-parallel all-reduce of more than 2^30 floats"
-                                   : "unknown error";
+         : code == GROUP_TIMEOUT ? "the tensor group's gather between steps did not end in "
+                                   "STARPIPE_STEP_TIMEOUT: a member that died or is stuck"
+                                 : "unknown error";
 }
 
 /* dst (=, or += with acc) the sum of `all`'s size rows of n floats, in row order: row 0
@@ -257,10 +259,13 @@ static int host_gather(sp_exec_tensor_group *g, const void *x, int64_t n, MPI_Da
     *all = NULL;
     if (n > SP_GROUP_MAX_FLOATS / g->size) return GROUP_TOO_LARGE;
     if (!(*all = malloc(elem * (size_t)g->size * (size_t)(n > 0 ? n : 1)))) return GROUP_NOMEM;
-    if (MPI_Allgather(x, (int)n, t, *all, (int)n, t, g->host_comm) == MPI_SUCCESS) return 0;
+    sp_status st = sp_exec_collective(&(sp_exec_coll){
+        .kind = SP_COLL_ALLGATHER, .send = x, .recv = *all, .count = (int)n, .type = t,
+        .comm = g->host_comm, .what = "the tensor group's gather between steps" });
+    if (st == SP_OK) return 0;
     free(*all);
     *all = NULL;
-    return GROUP_MPI;
+    return st == SP_ERR_TIMEOUT ? GROUP_TIMEOUT : GROUP_MPI;
 }
 
 static int host_allreduce(struct sp_tp_group *vt, float *dst, const float *src, int64_t n, int acc)

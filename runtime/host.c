@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/exec_impl.h" /* the broadcast named for the watchdog */
 #include "runtime/trainer_impl.h"
 
 const char *sp_trainer_notice(const sp_trainer *t) { return t ? t->notice : ""; }
@@ -94,7 +95,9 @@ sp_status sp_trainer_fetch(sp_trainer *t, sp_tensor param, int what, float *dst)
         /* a broadcast from the holder, not a sum with the others' zeros: -0.0 + 0.0 is
          * +0.0, and the bits must not depend on how many ranks there are (a failed read
          * is the holder's alone: every rank still meets the broadcast) */
-        sp_status bst = sp_exec_bcast(part, (size_t)n * sizeof(float), root);
+        sp_status bst = sp_exec_bcast_named(part, (size_t)n * sizeof(float), root,
+                                            "a parameter's broadcast (sp_trainer_fetch, as "
+                                            "for a checkpoint)");
         if (st == SP_OK) st = bst;
         if (st == SP_OK && split) st = sp_param_part_to_whole(t->g, param, q, part, dst);
     }

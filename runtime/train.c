@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "codelets/tasks.h"
+#include "runtime/exec_impl.h" /* the collectives named for the watchdog */
 #include "runtime/trainer_impl.h"
 #include "starpipe/data.h"
 #include "base/env.h"
@@ -315,7 +316,8 @@ static sp_status gather_times(sp_trainer *t)
     memset(t->tbuf, 0, all * sizeof *t->tbuf);
     /* with replicas, replica 0 speaks for its actor, and tensor rank 0 for its group (the
      * others add zeros) */
-    if (t->replica != 0 || t->trank != 0) return sp_exec_allreduce_sum(t->tbuf, all, 1);
+    if (t->replica != 0 || t->trank != 0)
+        return sp_exec_allreduce_sum_named(t->tbuf, all, 1, "the trace's all-reduce of times");
     double *ar = t->tbuf + 2 * cells; /* [2 s]: start, [2 s + 1]: end */
     double *mine = t->tstart[t->actor], *mine_end = t->tend[t->actor];
     for (int i = 0; i < pl->ninstr[t->actor]; i++) mine[i] = mine_end[i] = -1;
@@ -334,7 +336,7 @@ static sp_status gather_times(sp_trainer *t)
         mine[ev->instr] = t0;
         mine_end[ev->instr] = t1;
     }
-    return sp_exec_allreduce_sum(t->tbuf, all, 1);
+    return sp_exec_allreduce_sum_named(t->tbuf, all, 1, "the trace's all-reduce of times");
 }
 
 /* The per-parameter sums of squares of every stage's gradients on every rank (each
@@ -361,7 +363,8 @@ static sp_status stage_sumsq(sp_trainer *t, double *v)
         st = sp_optim_group_terms(t->p, 0, each, sp_exec_tensor_group_host(t->tgroup));
         if (t->trank != 0) memset(each, 0, sizeof *each * (size_t)np);
     }
-    if (st == SP_OK) st = sp_exec_allreduce_sum(each, (size_t)np, 1);
+    if (st == SP_OK)
+        st = sp_exec_allreduce_sum_named(each, (size_t)np, 1, "the gradient norm's all-reduce");
     for (int s = 0; s < t->S; s++) v[s] = sp_optim_fold_sumsq(t->p, s, each);
     free(each);
     return st;
@@ -384,7 +387,7 @@ static sp_status step_loss(sp_trainer *t, float *loss)
                 t->host_bytes += sizeof(float);
                 st = sp_exec_buf_release(t->h_loss[i]);
             }
-    if (st == SP_OK) st = sp_exec_allreduce_sum(each, (size_t)n, 0);
+    if (st == SP_OK) st = sp_exec_allreduce_sum_named(each, (size_t)n, 0, "the loss all-reduce");
     double total = 0.0;
     for (int i = 0; i < n; i++) total += each[i];
     *loss = (float)(total / n);
@@ -459,6 +462,7 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
 {
     if (!t || !inputs) return sp_set_error(SP_ERR_ARG, "sp_trainer_step: NULL argument");
     double t0 = now();
+    sp_exec_label_step(t->steps + 1);
     sp_status st = sp_program_check_inputs(t->p, inputs, t->R * t->m);
     void *ptr;
     t->host_bytes = 0;
@@ -560,7 +564,8 @@ static sp_status eval_loss(sp_trainer *t, float *loss)
                 each[t->replica * km + i] = *(float *)ptr;
                 st = sp_exec_buf_release(t->h_loss[i]);
             }
-    if (st == SP_OK) st = sp_exec_allreduce_sum(each, (size_t)K, 0);
+    if (st == SP_OK)
+        st = sp_exec_allreduce_sum_named(each, (size_t)K, 0, "the evaluation's loss all-reduce");
     double total = 0.0;
     for (int i = 0; i < K; i++) total += each[i];
     if (loss) *loss = (float)(total / K);
@@ -610,6 +615,7 @@ sp_status sp_trainer_eval(sp_trainer *t, const void *const *inputs, float *loss)
         return sp_set_error(SP_ERR_ARG, "sp_trainer_eval: the trainer was created without "
                             "evaluation (opts.eval_microbatches)");
     int km = t->eval_m;
+    sp_exec_label_step(t->steps); /* the evaluation after step t->steps */
     sp_status st = sp_program_check_inputs(t->p, inputs, t->R * km);
     void *ptr;
     const void *const *mine = inputs + (size_t)t->replica * km * t->nin;

@@ -38,7 +38,10 @@ typedef struct sp_exec_opts {
     int trace;          /* 1: record every task that runs, read with sp_exec_trace */
     double watchdog_s;  /* > 0: sp_exec_end_step gives up (SP_ERR_TIMEOUT) when tasks are
                            pending and none has finished for this long (a hung task, a lost
-                           message, a dead peer) */
+                           message, a dead peer); every collective outside tasks (a step's
+                           end and agreement, the small collectives below, the shutdown's
+                           barrier) gives up when it has not ended a second after that
+                           (a dead or stuck peer). Either way the executor is unusable */
     int verbose;        /* 1: each rank prints its core set and progress-thread setup */
 } sp_exec_opts;
 
@@ -250,7 +253,10 @@ struct sp_tp_group *sp_exec_tensor_group_host(sp_exec_tensor_group *g);
 
 /* ---- small collectives, between steps (after end_step, before begin_step) ----
  * For what the plan does not move: the gradient norm of clipping, the loss for rank 0,
- * the parameters for a checkpoint. All ranks call them in the same order. */
+ * the parameters for a checkpoint. All ranks call them in the same order. With
+ * opts.watchdog_s, each returns SP_ERR_TIMEOUT (a line on stderr names it) when it has not
+ * ended after watchdog_s + 1 s, a peer being dead or stuck; the executor is then unusable,
+ * and the caller ends the process (sp_exec_abort). */
 
 /* Element-wise sum over ranks, in place: count floats (is_double 0) or doubles. Ranks
  * that contribute zeros leave the others' values exact (x + 0 = x). */
