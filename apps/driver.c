@@ -305,10 +305,10 @@ static sp_status check_data(const sp_app_model *m, const sp_app_opts *o)
     }
     if (fmt == SP_APP_DATA_SHARD) { /* the shard reader's own words on what is wrong */
         sp_tokens *t = NULL;
-        char why[512] = "not a token shard";
-        if (sp_tokens_open_pattern(path, &t) != SP_OK) snprintf(why, sizeof why, "%s", sp_last_error());
+        sp_status st = sp_tokens_open_pattern(path, &t);
         sp_tokens_close(t);
-        return sp_set_error(SP_ERR_FORMAT, "--data-format shard: %s", why);
+        return st ? sp_error_context(SP_ERR_FORMAT, "--data-format shard")
+                  : sp_set_error(SP_ERR_FORMAT, "--data-format shard: not a token shard");
     }
     if (fmt == SP_APP_DATA_RAW) return SP_OK;
     char *bytes = NULL;
@@ -1159,7 +1159,7 @@ static int eval_pipelined(sp_app_model *m, sp_trainer *t, app_ref *ref, double t
                     sp_last_error());
         return 1;
     }
-    char msg[512] = "";
+    char msg[SP_ERROR_MAX + 64] = "";
     int mismatch = 0;
     if (ref && app_ref_eval(ref, K, (const void *const *)in, &want) != SP_OK) {
         snprintf(msg, sizeof msg, "reference: %s", sp_last_error());
@@ -1390,7 +1390,7 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
 {
     const char *trace_path = env.trace;
     int verbose = env.verbose;
-    char msg[1024] = "";
+    char msg[SP_ERROR_MAX + 64] = "";
     /* a run that cannot fit says so before StarPU and MPI start; every rank sees the
      * same sizes, and one per machine prints */
     /* a layout that does not fit the ranks is reported once MPI runs, by the ranks in
