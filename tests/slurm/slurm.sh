@@ -7,7 +7,10 @@
 #   2. srun --mpi=none -n 2 GPT ends within seconds, non-zero, with starpipe's one line
 #      naming the cause on each task (not Open MPI's raw abort text, no training);
 #   3. an sbatch job (-n 2) whose script runs srun --mpi=pmix and then mpirun inside the
-#      allocation, waited for (scontrol), both bitwise equal to the reference.
+#      allocation, waited for (scontrol), both bitwise equal to the reference;
+#   4. the README's requeue pattern: scancel --signal=USR1 stops the job's run at a step
+#      boundary (--save-on-signal), the job requeues itself, the requeued run resumes, and
+#      the last checkpoint equals an uninterrupted run's byte for byte.
 # Everything it started is stopped on every exit path (trap). Exits 77 (skipped) where
 # Slurm cannot run here: not root, or no Slurm/munge binaries (scripts/install-deps
 # installs them: slurm-wlm, munge).
@@ -217,4 +220,51 @@ for how in "srun --mpi=pmix" mpirun; do
   sed -n "/^== $how\$/,/^== /p" "$dir/job.out" | grep -q "^starpipe-gpt: 2 actors," ||
     fail "not 2 actors under $how in the batch job"
 done
-echo "ok: $(srun --version) on one node: srun --mpi=pmix, srun --mpi=none named, sbatch with srun and mpirun; $(ms "$t0") ms"
+
+# 4. the README's requeue pattern: a job signalled with SIGUSR1 (as --signal=USR1@120 does
+# before its time limit) saves at the next step boundary, exits 0 and requeues itself; the
+# requeued job resumes with the same command line, and its last checkpoint is the
+# uninterrupted run's, byte for byte. --open-mode=append: the job's output keeps both runs.
+small="--layers 2 --channels 16 --heads 2 --context 16 --total-steps 3000"
+# shellcheck disable=SC2086
+run timeout -k 5 90 srun --mpi=pmix -n 2 "${over[@]}" -t 2 "$gpt" $small \
+  --save "$dir/full.st" >"$dir/full.out" 2>&1 || fail "the uninterrupted srun run failed"
+cat >"$dir/requeue.sh" <<JOB
+#!/bin/bash
+#SBATCH --ntasks=2
+#SBATCH --time=2
+#SBATCH --requeue
+#SBATCH --open-mode=append
+cd "$dir" || exit 1
+resume=""
+[ -f ck.st ] && resume="--resume ck.st"
+log=run-\$SLURM_JOB_ID.\${SLURM_RESTART_COUNT:-0}.out
+srun --mpi=pmix "$gpt" $small --save ck.st --save-on-signal USR1 \$resume | tee "\$log"
+grep -q "stopped by SIGUSR1" "\$log" && scontrol requeue "\$SLURM_JOB_ID"
+exit 0
+JOB
+job=$(run timeout 10 sbatch --parsable "${over[@]}" -o "$dir/requeue.out" "$dir/requeue.sh") ||
+  fail "sbatch refused the requeue job"
+i=0
+until grep -q "^step [1-9][0-9] " "$dir/run-$job.0.out" 2>/dev/null; do
+  sleep 0.1; i=$((i + 1)); [ $i -lt 600 ] || fail "job $job trained no 10 steps in 60 s"
+done
+run timeout 10 scancel --signal=USR1 "$job" || fail "scancel --signal=USR1 failed"
+i=0
+while :; do
+  state=$(timeout 5 scontrol -o show job "$job" 2>/dev/null)
+  [[ $state == *JobState=COMPLETED* && $state == *Restarts=1* ]] && break
+  # slurmctld holds a requeued job for two minutes (Reason=BeginTime): start it now
+  [[ $state == *JobState=PENDING*Reason=BeginTime* ]] &&
+    run timeout 5 scontrol update jobid="$job" StartTime=now >/dev/null 2>&1
+  case $state in *JobState=FAILED*|*JobState=CANCELLED*|*JobState=TIMEOUT*) fail "job $job: $state" ;; esac
+  sleep 0.2; i=$((i + 1)); [ $i -lt 600 ] || fail "requeued job $job not done in 120 s: $state"
+done
+at=$(sed -n 's/.*stopped by SIGUSR1 after step \([0-9]*\):.*/\1/p' "$dir/run-$job.0.out")
+[ -n "$at" ] && [ "$at" -lt 3000 ] || fail "the first run of job $job was not stopped by SIGUSR1"
+grep -q "^resumed from ck.st after step $at" "$dir/run-$job.1.out" ||
+  fail "the requeued run did not resume after step $at"
+grep -q "^done: $((3000 - at)) steps" "$dir/run-$job.1.out" || fail "the requeued run did not finish"
+cmp "$dir/full.st" "$dir/ck.st" || fail "stopped at step $at, requeued and resumed: not the uninterrupted run's bytes"
+echo "sbatch --requeue job $job: stopped by SIGUSR1 after step $at, requeued, resumed, bytewise the uninterrupted run"
+echo "ok: $(srun --version) on one node: srun --mpi=pmix, srun --mpi=none named, sbatch with srun and mpirun, a job stopped by a signal, requeued and resumed; $(ms "$t0") ms"
