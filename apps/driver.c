@@ -1732,7 +1732,10 @@ out:
     sp_program_free(p);
     sp_graph_free(g);
     sp_schedule_free(sch);
-    sp_exec_shutdown();
+    /* a peer gone after the last step fails the shutdown's barrier (under a watchdog): a
+     * run that had succeeded must not exit 0 and leave the job hanging */
+    if (sp_exec_shutdown() != SP_OK && code == 0 && sp_exec_size() > 1)
+        sp_exec_abort(1, "%s: %s", m->name, sp_last_error());
     return code;
 }
 
