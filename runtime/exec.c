@@ -956,7 +956,7 @@ sp_status sp_exec_tensor_group_create(int color, int key, int size, sp_exec_tens
     SP_MPI_CHECK(MPI_Comm_split(X.comm, color, key, &c));
     int devid = -1;
     if (device_node(&devid) < 0) devid = -1; /* a CPU rank: MPI between its members */
-    return sp_exec_tensor_group_wrap(c, size, devid, out); /* runtime/group.c */
+    return sp_exec_tensor_group_wrap(c, size, devid, sp_exec_collective, out); /* group.c */
 }
 
 void sp_exec_cancel_step(void)

@@ -54,11 +54,6 @@ int sp_exec_gpu_allreduce(struct sp_nccl_tp *nc, int size, const sp_device *dev,
 int sp_exec_gpu_allreduce_max(struct sp_nccl_tp *nc, int size, const sp_device *dev, float *x,
                               int64_t n, const char **why);
 
-/* A tensor group on comm (split from the executor's; the group takes it over); device:
- * the rank's CUDA device, whose NCCL communicator the group makes, or -1. */
-sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, int device,
-                                     sp_exec_tensor_group **out);
-
 /* A collective of the main thread, outside tasks (exec.c): with a watchdog
  * (opts.watchdog_s) posted nonblocking and tested until it ends, or given up with
  * SP_ERR_TIMEOUT (the executor unusable, a line on stderr naming what) when it has not
@@ -79,6 +74,15 @@ typedef struct {
     const char *what;  /* for the timeout's message: "the step's loss all-reduce" */
 } sp_exec_coll;
 sp_status sp_exec_collective(const sp_exec_coll *c);
+typedef sp_status (*sp_exec_collective_fn)(const sp_exec_coll *c);
+
+/* A tensor group on comm (split from the executor's; the group takes it over); device:
+ * the rank's CUDA device, whose NCCL communicator the group makes, or -1; collective: how
+ * its main-thread collectives run (the executor's sp_exec_collective, handed down so that
+ * group.c calls nothing of exec.c: the layers point one way). */
+sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, int device,
+                                     sp_exec_collective_fn collective,
+                                     sp_exec_tensor_group **out);
 /* sp_exec_allreduce_sum and sp_exec_bcast, named in a timeout's message. */
 sp_status sp_exec_allreduce_sum_named(void *buf, size_t count, int is_double, const char *what);
 sp_status sp_exec_bcast_named(void *buf, size_t bytes, int root, const char *what);

@@ -33,6 +33,7 @@ enum { GROUP_MPI = 1, GROUP_NOMEM, GROUP_TOO_MANY, GROUP_TOO_LARGE, GROUP_GPU, G
 struct sp_exec_tensor_group {
     MPI_Comm comm;      /* the tasks' point-to-point messages */
     MPI_Comm host_comm; /* the main thread's collectives */
+    sp_exec_collective_fn collective; /* which run them (under the executor's watchdog) */
     int size, rank;
     struct sp_tp_group host;
     sp_nccl_tp *nccl;   /* GPU ranks: the group's NCCL communicator */
@@ -259,7 +260,7 @@ static int host_gather(sp_exec_tensor_group *g, const void *x, int64_t n, MPI_Da
     *all = NULL;
     if (n > SP_GROUP_MAX_FLOATS / g->size) return GROUP_TOO_LARGE;
     if (!(*all = malloc(elem * (size_t)g->size * (size_t)(n > 0 ? n : 1)))) return GROUP_NOMEM;
-    sp_status st = sp_exec_collective(&(sp_exec_coll){
+    sp_status st = g->collective(&(sp_exec_coll){
         .kind = SP_COLL_ALLGATHER, .send = x, .recv = *all, .count = (int)n, .type = t,
         .comm = g->host_comm, .what = "the tensor group's gather between steps" });
     if (st == SP_OK) return 0;
@@ -302,6 +303,7 @@ static int host_sum_f64(struct sp_tp_group *vt, double *x, int64_t n)
 }
 
 sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, int device,
+                                     sp_exec_collective_fn collective,
                                      sp_exec_tensor_group **out)
 {
     *out = NULL;
@@ -311,6 +313,7 @@ sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, int device,
         return sp_set_error(SP_ERR_NOMEM, "tensor group: out of memory");
     }
     g->comm = comm;
+    g->collective = collective;
     g->host_comm = MPI_COMM_NULL;
     g->nworkers = (int)starpu_worker_get_count();
     g->room = calloc((size_t)g->nworkers + 1, sizeof *g->room);
