@@ -162,10 +162,19 @@ print(json.loads(b[8:8 + n])['__metadata__']['starpipe.model'])" "$dir/r.st")
     for round in 1 2 3; do
       rm -f "$dir"/ck.st*
       $run2 "$gpt" $big --steps 1000 --save-every 1 --save "$dir/ck.st" >"$dir/out" 2>&1 &
-      # as scancel does: SIGTERM to every task, while a save is being written
-      for i in $(seq 600); do ls "$dir"/ck.st.tmp.* >/dev/null 2>&1 && break; sleep 0.05; done
-      ls "$dir"/ck.st.tmp.* >/dev/null 2>&1 || fail "round $round: no save was seen in progress"
-      pkill -TERM -f "starpipe-gpt $big --steps 1000 --save-every 1 --save $dir/ck.st"
+      # as scancel does: SIGTERM to every task, the moment a save is seen being written
+      # (a save takes tens of ms: seen, it is most likely still under way when the signal
+      # lands; the old build left a temporary in every round)
+      seen=0
+      for i in $(seq 3000); do
+        if ls "$dir"/ck.st.tmp.* >/dev/null 2>&1; then
+          pkill -TERM -f "starpipe-gpt $big --steps 1000 --save-every 1 --save $dir/ck.st"
+          seen=1
+          break
+        fi
+        sleep 0.01
+      done
+      [ $seen = 1 ] || fail "round $round: no save was seen in progress"
       wait
       sleep 0.5
       if ls "$dir"/ck.st.tmp.* >/dev/null 2>&1; then ls -l "$dir"; fail "round $round: a temporary stayed"; fi
