@@ -30,6 +30,16 @@ static int check_failures, check_count;
         }                                                                                  \
     } while (0)
 
+/* "dir/name" in one of eight rotating buffers: eight results stay valid at once. */
+static inline const char *check_path(const char *dir, const char *name)
+{
+    static char buf[8][768];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
 static inline int check_summary(const char *name)
 {
     printf("%s: %d checks, %d failed\n", name, check_count, check_failures);

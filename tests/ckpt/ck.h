@@ -44,6 +44,9 @@ static void ck_rm_dir(void)
     if (ck_dir[0]) ck_rm_tree(ck_dir);
 }
 
+/* A file in the scratch directory of ck_tmpdir (eight results stay valid at once). */
+static inline const char *ck_at(const char *name) { return check_path(ck_dir, name); }
+
 /* A fresh scratch directory, removed at exit. */
 static inline const char *ck_tmpdir(const char *tag)
 {

@@ -10,16 +10,6 @@
 #include "ck.h"
 #include "starpipe/models.h"
 
-static char dir_path[600];
-static const char *at(const char *name)
-{
-    static char p[4][700];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s", dir_path, name);
-    return p[k];
-}
-
 /* The run: a Llama of 2 layers, heads of 8 (inv_freq of 4), its parameters in a store. */
 static sp_llama_config cfg = { .vocab = 16, .context = 4, .layers = 2, .heads = 2,
                                .kv_heads = 1, .channels = 16, .hidden = 24, .batch = 1,
@@ -188,12 +178,12 @@ static void init_nonfinite(void)
     for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
         hf_tensors();
         poke_f32(c[i].name, c[i].k, c[i].bits);
-        write_file(at("bad.safetensors"));
+        write_file(ck_at("bad.safetensors"));
         mark_store(-7.0f);
         char elem[64];
         snprintf(elem, sizeof elem, "%s at element %lld", c[i].word, (long long)c[i].k);
         const char *want[] = { "bad.safetensors", c[i].name, elem, NULL };
-        refused(c[i].word, ckpt_load_values(at("bad.safetensors"), g, &io), want);
+        refused(c[i].word, ckpt_load_values(ck_at("bad.safetensors"), g, &io), want);
     }
     /* a BF16 file with a NaN (its exponent all ones, a payload) */
     hf_tensors();
@@ -204,10 +194,10 @@ static void init_nonfinite(void)
     free(ft[k].data);
     ft[k].data = (unsigned char *)h;
     ft[k].dtype = SP_ST_BF16;
-    write_file(at("bad_bf16.safetensors"));
+    write_file(ck_at("bad_bf16.safetensors"));
     mark_store(-7.0f);
     const char *want[] = { "bad_bf16.safetensors", "'model.norm.weight'", "NaN at element 3", NULL };
-    refused("bf16 NaN", ckpt_load_values(at("bad_bf16.safetensors"), g, &io), want);
+    refused("bf16 NaN", ckpt_load_values(ck_at("bad_bf16.safetensors"), g, &io), want);
 }
 
 /* the store after loading path, copied into out (the values of every parameter) */
@@ -231,8 +221,8 @@ static void init_inv_freq(void)
 {
     static float plain[1 << 16], with[1 << 16];
     hf_tensors();
-    write_file(at("plain.safetensors"));
-    size_t n = load_values(at("plain.safetensors"), plain, 1 << 16);
+    write_file(ck_at("plain.safetensors"));
+    size_t n = load_values(ck_at("plain.safetensors"), plain, 1 << 16);
     CHECK(n > 0 && plain[0] != -7.0f, "nothing loaded");
     /* the run's theta, 10000 by default and 500000 given, in F32 and in BF16 */
     const float thetas[2] = { 0, 500000 };
@@ -241,8 +231,8 @@ static void init_inv_freq(void)
             cfg.rope_theta = thetas[t];
             hf_tensors();
             for (int l = 0; l < cfg.layers; l++) add_inv_freq(l, t ? thetas[t] : 10000.0f, bf);
-            write_file(at("with.safetensors"));
-            size_t m = load_values(at("with.safetensors"), with, 1 << 16);
+            write_file(ck_at("with.safetensors"));
+            size_t m = load_values(ck_at("with.safetensors"), with, 1 << 16);
             CHECK(m == n && !memcmp(plain, with, 4 * n), "theta %g%s: other values with the "
                   "inv_freq buffers", thetas[t], bf ? " (BF16)" : "");
         }
@@ -255,29 +245,29 @@ static void init_inv_freq(void)
         cfg.rope_theta = run_theta[c];
         hf_tensors();
         for (int l = 0; l < cfg.layers; l++) add_inv_freq(l, file_theta[c], 0);
-        write_file(at("theta.safetensors"));
+        write_file(ck_at("theta.safetensors"));
         mark_store(-7.0f);
         const char *want[] = { "theta.safetensors", "'model.layers.0.self_attn.rotary_emb.inv_freq'",
                                implied[c], run[c], NULL };
-        refused("theta", ckpt_load_values(at("theta.safetensors"), g, &io), want);
+        refused("theta", ckpt_load_values(ck_at("theta.safetensors"), g, &io), want);
     }
     cfg.rope_theta = 0;
     /* a layer the model does not have: an unknown tensor, as before */
     hf_tensors();
     for (int l = 0; l < cfg.layers + 1; l++) add_inv_freq(l, 10000, 0);
-    write_file(at("layer.safetensors"));
+    write_file(ck_at("layer.safetensors"));
     mark_store(-7.0f);
     const char *want[] = { "'model.layers.2.self_attn.rotary_emb.inv_freq' is not a parameter",
                            NULL };
-    refused("layer 2", ckpt_load_values(at("layer.safetensors"), g, &io), want);
+    refused("layer 2", ckpt_load_values(ck_at("layer.safetensors"), g, &io), want);
     /* one of another head size */
     hf_tensors();
     add_inv_freq(0, 10000, 0);
     ft[nft - 1].shape[0] = 2;
-    write_file(at("shape.safetensors"));
+    write_file(ck_at("shape.safetensors"));
     mark_store(-7.0f);
     const char *want2[] = { "'model.layers.0.self_attn.rotary_emb.inv_freq' is F32 (2)", NULL };
-    refused("shape", ckpt_load_values(at("shape.safetensors"), g, &io), want2);
+    refused("shape", ckpt_load_values(ck_at("shape.safetensors"), g, &io), want2);
 }
 
 /* --load: a starpipe checkpoint with a NaN or an infinity in a value or a moment */
@@ -285,10 +275,10 @@ static void load_nonfinite(void)
 {
     const char *sig = "llama test";
     mark_store(0.5f);
-    REQUIRE(ckpt_save(at("ok.st"), g, sig, NULL, 3, &io) == SP_OK, "save: %s", sp_last_error());
+    REQUIRE(ckpt_save(ck_at("ok.st"), g, sig, NULL, 3, &io) == SP_OK, "save: %s", sp_last_error());
     int steps = -1;
     mark_store(-7.0f);
-    CHECK(ckpt_load(at("ok.st"), g, sig, &steps, &io) == SP_OK && steps == 3 &&
+    CHECK(ckpt_load(ck_at("ok.st"), g, sig, &steps, &io) == SP_OK && steps == 3 &&
               nsets == 3 * sp_graph_num_params(g) && store[0][3][0] == 0.5f,
           "a clean checkpoint: %s", sp_last_error());
     const char *names[3] = { "model.embed_tokens.weight", "model.layers.0.mlp.up_proj.weight.adam_m",
@@ -296,7 +286,7 @@ static void load_nonfinite(void)
     const uint32_t bits[3] = { 0x7FC00001u, 0x7F800000u, 0xFFC00000u };
     const char *words[3] = { "NaN at element 2", "+Inf at element 2", "NaN at element 2" };
     for (int c = 0; c < 3; c++) {
-        sp_safetensors *f = sp_safetensors_open(at("ok.st"), 0, NULL);
+        sp_safetensors *f = sp_safetensors_open(ck_at("ok.st"), 0, NULL);
         REQUIRE(f, "open: %s", sp_last_error());
         int n = sp_safetensors_count(f), nm = sp_safetensors_meta_count(f);
         sp_st_tensor *t = calloc((size_t)n, sizeof *t);
@@ -315,20 +305,20 @@ static void load_nonfinite(void)
                 !strstr(sp_safetensors_meta_at(f, k)->key, "crc32"))
                 meta[m++] = *sp_safetensors_meta_at(f, k);
         REQUIRE(found, "no tensor %s in the checkpoint", names[c]);
-        REQUIRE(sp_safetensors_write(at("bad.st"), t, n, meta, m, SP_ST_CHECKSUM) == SP_OK,
+        REQUIRE(sp_safetensors_write(ck_at("bad.st"), t, n, meta, m, SP_ST_CHECKSUM) == SP_OK,
                 "write: %s", sp_last_error());
         for (int k = 0; k < n; k++) free(data[k]);
         free(data), free(t), free(meta);
         sp_safetensors_close(f);
         mark_store(-7.0f);
         const char *want[] = { "bad.st", names[c], words[c], NULL };
-        refused(names[c], ckpt_load(at("bad.st"), g, sig, &steps, &io), want);
+        refused(names[c], ckpt_load(ck_at("bad.st"), g, sig, &steps, &io), want);
     }
 }
 
 int main(void)
 {
-    snprintf(dir_path, sizeof dir_path, "%s", ck_tmpdir("init"));
+    ck_tmpdir("init");
     sp_status st;
     g = sp_model_llama(&cfg, &st);
     REQUIRE(g, "sp_model_llama: %s", sp_last_error());

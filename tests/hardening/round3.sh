@@ -7,23 +7,7 @@ mpiexec=$1 gpt=$2 llama=$3 mlp=$4 poke=$5 case=$6
 dir=$(mktemp -d); trap 'pkill -f "$dir" 2>/dev/null; rm -rf "$dir"' EXIT
 run2="$mpiexec -np 2 --oversubscribe"
 small="--layers 2 --channels 16 --heads 2 --context 16"
-fail() { [ -f "$dir/out" ] && tail -20 "$dir/out"; [ -f "$dir/err" ] && cat "$dir/err"; echo "FAIL: $case: $*"; exit 1; }
-
-refused() { # LIMIT_S PATTERN CMD...
-  limit=$1 pattern=$2; shift 2
-  start=$(date +%s)
-  timeout $((limit + 20)) "$@" >"$dir/out" 2>"$dir/err.raw"; rc=$?
-  took=$(( $(date +%s) - start ))
-  grep -v '^\[starpu\]' "$dir/err.raw" | grep -v -- '^---' | grep -v '^ *$' >"$dir/err"
-  [ "$rc" -ne 0 ] || fail "exited 0: $*"
-  [ "$rc" -ne 124 ] || fail "hung: $*"
-  [ "$took" -le "$limit" ] || fail "took $took s (limit $limit s)"
-  grep -Eq -- "$pattern" "$dir/err" || fail "no message matching '$pattern'"
-  n=$(grep -c 'error' "$dir/err")
-  [ "$n" -eq 1 ] || fail "$n error lines, expected exactly one"
-  ! grep -q '^step ' "$dir/out" || fail "a step ran before the refusal"
-  echo "ok: $(grep error "$dir/err" | cut -c1-160)"
-}
+. "$(dirname "$0")/refused.sh" # fail, refused
 
 shard() { # FILE N [POS TOKEN]: N tokens 'a'..'t', one TOKEN at POS
   python3 - "$@" <<'PY'

@@ -11,14 +11,7 @@
 
 static char dir[256];
 
-static const char *at(const char *name)
-{
-    static char buf[8][512];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
+static const char *at(const char *name) { return check_path(dir, name); }
 
 static void scratch_open(const char *name)
 {
