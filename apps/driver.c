@@ -1026,7 +1026,8 @@ static int run_reference(sp_app_model *m, const sp_app_opts *o, sp_adamw_config 
             eval_reference(m, r, ev, K, step, &x.eval_loss))
             return 1;
         x.has_eval_loss = eval_due(o, step, start + o->steps);
-        stop = o->save_on_signal ? app_stop_requested() : 0;
+        /* a signal during the last step stops nothing: the run is complete */
+        stop = o->save_on_signal && step < start + o->steps ? app_stop_requested() : 0;
         sp_status cst = app_log_write(&rr.log, &x);
         if (cst == SP_OK && o->dump_grads && step == start + 1)
             cst = ckpt_dump_grads(o->dump_grads, g, sig, step, &io);
@@ -1643,8 +1644,10 @@ static int run_pipelined(int argc, char **argv, sp_app_model *m, const sp_app_op
             code = 1;
             goto out;
         }
-        /* a signal may reach some ranks only, or at different steps: they agree */
-        if (o->save_on_signal && (st = agree_stop(o, &stop)) != SP_OK) {
+        /* a signal may reach some ranks only, or at different steps: they agree (not
+         * after the last step: the run is complete) */
+        if (o->save_on_signal && step < start + o->steps &&
+            (st = agree_stop(o, &stop)) != SP_OK) {
             sp_exec_abort(1, "%s: error at step %d: %s", m->name, step, sp_last_error());
         }
         st = SP_OK;

@@ -207,6 +207,16 @@ print(json.loads(b[8:8 + n])['__metadata__']['starpipe.model'])" "$dir/r.st")
       fail "--total-steps 5 after step 3 did not run 2 steps"
     "$mlp" --reference --resume "$dir/a.st" --total-steps 2 >"$dir/out" 2>&1 && grep -q "^done: 0 steps" "$dir/out" ||
       fail "--total-steps 2 after step 3 ran steps"
+    # a signal during the last step stops nothing: the run is complete (no "stopped by",
+    # which the README's job script would take for a reason to requeue)
+    "$gpt" --layers 8 --channels 256 --heads 4 --context 128 --reference --steps 1 \
+      --save "$dir/last.st" --save-on-signal USR1 >"$dir/out" 2>&1 &
+    lp=$!
+    for i in $(seq 1000); do grep -q "^resumed\|^throughput" "$dir/out" 2>/dev/null && break; sleep 0.01; done
+    kill -USR1 $lp
+    wait $lp || fail "a signal during the last step failed the run"
+    ! grep -q "stopped by" "$dir/out" || fail "a signal during the last step said the run stopped"
+    grep -q "^done: 1 steps" "$dir/out" || fail "the run did not complete its step"
     echo "ok: --save-on-signal and --total-steps checked like any flag" ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac
