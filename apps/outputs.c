@@ -18,15 +18,10 @@ typedef struct {
     const char *what, *path;
 } named_file;
 
-/* The inputs a run reads: --load, --init, the schedule file and each data file. */
-static int run_inputs(const sp_app_opts *o, const char *data, named_file *in, int cap,
-                      glob_t *g)
+/* The inputs a run reads (free() them; NULL: out of memory): --load, --init, the
+ * schedule file and each data file (the paths in g, which the caller frees). */
+static named_file *run_inputs(const sp_app_opts *o, const char *data, int *n, glob_t *g)
 {
-    int n = 0;
-    if (o->load) in[n++] = (named_file){ "--load file", o->load };
-    if (o->init) in[n++] = (named_file){ "--init file", o->init };
-    if (o->schedule && !strncmp(o->schedule, "file:", 5))
-        in[n++] = (named_file){ "schedule file", o->schedule + 5 };
     char *copy = data ? strdup(data) : NULL;
     int flags = 0;
     for (char *part = copy, *next; part; part = next) { /* as sp_tokens_open_pattern splits */
@@ -34,9 +29,16 @@ static int run_inputs(const sp_app_opts *o, const char *data, named_file *in, in
         if (*part && !glob(part, flags | GLOB_NOCHECK, NULL, g)) flags = GLOB_APPEND;
     }
     free(copy);
-    for (size_t i = 0; flags && i < g->gl_pathc && n < cap; i++)
-        in[n++] = (named_file){ "data file", g->gl_pathv[i] };
-    return n;
+    size_t ndata = flags ? g->gl_pathc : 0;
+    named_file *in = malloc((3 + ndata) * sizeof *in);
+    *n = 0;
+    if (!in) return NULL;
+    if (o->load) in[(*n)++] = (named_file){ "--load file", o->load };
+    if (o->init) in[(*n)++] = (named_file){ "--init file", o->init };
+    if (o->schedule && !strncmp(o->schedule, "file:", 5))
+        in[(*n)++] = (named_file){ "schedule file", o->schedule + 5 };
+    for (size_t i = 0; i < ndata; i++) in[(*n)++] = (named_file){ "data file", g->gl_pathv[i] };
+    return in;
 }
 
 sp_status app_check_outputs(const sp_app_opts *o, const char *trace, const char *data)
@@ -63,9 +65,9 @@ sp_status app_check_outputs(const sp_app_opts *o, const char *trace, const char 
                                     "output needs a path of its own", out[i].what, out[i].path,
                                     out[j].what, out[j].path);
     glob_t g = { 0 };
-    named_file in[64];
-    int nin = run_inputs(o, data, in, 64, &g);
-    st = SP_OK;
+    int nin;
+    named_file *in = run_inputs(o, data, &nin, &g);
+    st = in ? SP_OK : sp_set_error(SP_ERR_NOMEM, "out of memory");
     for (int i = 0; i < nout && !st; i++)
         for (int j = 0; j < nin && !st; j++)
             if (!(out[i].path == o->save && in[j].path == o->load) &&
@@ -73,6 +75,7 @@ sp_status app_check_outputs(const sp_app_opts *o, const char *trace, const char 
                 st = sp_set_error(SP_ERR_IO, "the %s '%s' is the %s '%s': the run would "
                                   "overwrite its own input; give the output another path",
                                   out[i].what, out[i].path, in[j].what, in[j].path);
+    free(in);
     globfree(&g);
     return st;
 }

@@ -85,6 +85,14 @@ print(json.loads(b[8:8 + n])['__metadata__']['starpipe.model'])" "$dir/r.st")
     mkdir "$dir/sub"
     refused 20 "the --dump-grads file '$dir/sub/../o' and the --log file '$dir/o' are one file" \
       $run2 "$gpt" $small --steps 1 --log "$dir/o" --dump-grads "$dir/sub/../o"
+    # the 70th shard of a glob is an input as much as the first
+    mkdir "$dir/sh"
+    shard "$dir/sh/s01.bin" 100
+    for i in $(seq -w 2 70); do cp "$dir/sh/s01.bin" "$dir/sh/s$i.bin"; done
+    cp "$dir/sh/s70.bin" "$dir/keep70.bin"
+    refused 20 "the --log file '$dir/sh/s70.bin' is the data file" \
+      $run2 "$gpt" $small --data "$dir/sh/*.bin" --steps 1 --log "$dir/sh/s70.bin"
+    cmp "$dir/sh/s70.bin" "$dir/keep70.bin" || fail "the 70th shard changed"
     cmp "$dir/in.st" "$dir/keep.st" || fail "the input checkpoint changed"
     cmp "$dir/data.txt" /usr/share/common-licenses/GPL-3 || fail "the data file changed"
     [ ! -e "$dir/x.st" ] || fail "a refused run left x.st"
