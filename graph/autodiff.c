@@ -15,7 +15,7 @@
  * an activation gradient assigns, later ones add; parameter gradients always add. A bias
  * add's input gradient that is only the copy of its output gradient is that storage
  * (grad_root): the job emits nothing, and the gradient is the same floats. */
-#include "graph/program_impl.h"
+#include "graph/autodiff.h"
 
 #include <stdlib.h>
 #include <string.h>

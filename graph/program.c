@@ -1,6 +1,7 @@
 /* Stage programs: the forward programs, the build (analysis, layout, emission of every
  * program, autodiff.c for the backward ones, the stage model handed to the planner) and
  * the queries. The layout is layout.c's; the interpreter that runs a program, run.c's. */
+#include "graph/autodiff.h"
 #include "graph/program_impl.h"
 
 #include <inttypes.h>

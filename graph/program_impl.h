@@ -174,9 +174,6 @@ static inline void sp_rope_sizes(sp_kinstr *I, const sp_node *n)
  * whichever is larger. */
 int64_t sp_attention_scratch_need(const sp_program *p, const sp_node *n, int backward);
 
-/* Emits B, W and BW of every stage. Returns SP_OK or an error. */
-sp_status sp_autodiff_emit(sp_program *p);
-
 /* layout.c: the first layout (every value in ACT, fp32), then the placement once the
  * programs' readers are known. */
 sp_status sp_program_layout(sp_program *p);

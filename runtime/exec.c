@@ -32,6 +32,7 @@
 #include "comm/transport.h"
 #include "runtime/binding_impl.h"
 #include "runtime/exec_impl.h"
+#include "runtime/group.h"
 #include "runtime/gpumap.h"
 #include "runtime/launch.h"
 #include "sched/policy.h"

@@ -20,7 +20,7 @@
 
 #include "codelets/cpu/kernels.h"
 #include "comm/nccl_tp.h"
-#include "runtime/exec_impl.h"
+#include "runtime/group.h"
 #include "starpipe/program.h"
 
 /* tag = (seq mod 2^20) << 10 | k: 1024 all-reduces per task, 2^20 tasks of a step apart */

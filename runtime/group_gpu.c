@@ -8,7 +8,7 @@
  * chunks of the result (2 (T-1)/T of the vector over NCCL per member, not T - 1
  * vectors). All of it is stream-ordered: the task's later kernels follow it, and the
  * function returns at once, as the task's do. */
-#include "runtime/exec_impl.h"
+#include "runtime/group.h"
 
 #include "comm/nccl_tp.h"
 #include "starpipe/backend.h"
