@@ -1,0 +1,37 @@
+/* The registry of devices (include/starpipe/device.h): one row per kind this build has,
+ * in the order the executor tries them. A new device is its folder of codelets/ and one
+ * row here. */
+#include "starpipe/device.h"
+
+#ifdef STARPIPE_HAVE_CUDA
+#include "codelets/cuda/device.h"
+#endif
+
+const sp_device_kind *const *sp_device_kinds(void)
+{
+    static const sp_device_kind *kinds[4]; /* NULL-terminated */
+    static int listed;
+    if (!listed) {
+        int n = 0;
+#ifdef STARPIPE_HAVE_CUDA
+        kinds[n++] = sp_device_kind_cuda();
+#endif
+        (void)n;
+        listed = 1;
+    }
+    return kinds;
+}
+
+const sp_device_kind *sp_device_kind_of_arch(int starpu_arch)
+{
+    for (const sp_device_kind *const *k = sp_device_kinds(); *k; k++)
+        if ((*k)->starpu_arch == starpu_arch) return *k;
+    return NULL;
+}
+
+const sp_device_kind *sp_device_kind_of_type(sp_device_type type)
+{
+    for (const sp_device_kind *const *k = sp_device_kinds(); *k; k++)
+        if ((*k)->type == type) return *k;
+    return NULL;
+}
