@@ -13,7 +13,7 @@ include(CheckCCompilerFlag)
 set(_sp_parts starpipe_base starpipe_kernels starpipe_formats starpipe_sched starpipe_graph
               starpipe_tasks)
 if(TARGET starpipe_runtime)
-  list(APPEND _sp_parts starpipe_comm starpipe_policy starpipe_runtime)
+  list(APPEND _sp_parts starpipe_devices starpipe_comm starpipe_policy starpipe_runtime)
 endif()
 if(TARGET starpipe_cuda_kernels)
   get_target_property(_sp_type starpipe_cuda_kernels TYPE)

@@ -3,6 +3,8 @@
  * row here. */
 #include "starpipe/device.h"
 
+#include <string.h>
+
 #ifdef STARPIPE_HAVE_CUDA
 #include "codelets/cuda/device.h"
 #endif
@@ -22,16 +24,9 @@ const sp_device_kind *const *sp_device_kinds(void)
     return kinds;
 }
 
-const sp_device_kind *sp_device_kind_of_arch(int starpu_arch)
+const sp_device_kind *sp_device_kind_by_name(const char *name)
 {
-    for (const sp_device_kind *const *k = sp_device_kinds(); *k; k++)
-        if ((*k)->starpu_arch == starpu_arch) return *k;
-    return NULL;
-}
-
-const sp_device_kind *sp_device_kind_of_type(sp_device_type type)
-{
-    for (const sp_device_kind *const *k = sp_device_kinds(); *k; k++)
-        if ((*k)->type == type) return *k;
+    for (const sp_device_kind *const *k = sp_device_kinds(); name && *k; k++)
+        if (!strcmp((*k)->name, name)) return *k;
     return NULL;
 }

@@ -63,6 +63,8 @@ static void stop(void)
     host_stream_dev = -1;
 }
 
+static int owns_worker(unsigned w) { return starpu_worker_get_type((int)w) == STARPU_CUDA_WORKER; }
+
 static sp_device worker_device(void *ctx_storage)
 {
     _Static_assert(sizeof(sp_cuda_ctx) <= SP_DEVICE_CTX_BYTES, "SP_DEVICE_CTX_BYTES");
@@ -170,8 +172,8 @@ const sp_device_kind *sp_device_kind_cuda(void)
     static sp_device_kind kind;
     if (!kind.name)
         kind = (sp_device_kind){ .name = "cuda", .type = SP_DEVICE_CUDA,
-                                 .starpu_arch = STARPU_CUDA_WORKER,
-                                 .kernels = sp_backend_cuda(), .count = count, .bus_id = bus_id,
+                                 .starpu_arch = STARPU_CUDA_WORKER, .async = 1,
+                                 .kernels = sp_backend_cuda(), .owns_worker = owns_worker, .count = count, .bus_id = bus_id,
                                  .mem_info = mem_info, .start = start, .stop = stop,
                                  .worker_device = worker_device, .zero = zero, .copy = copy,
                                  .task_alloc = task_alloc, .task_free = task_free,

@@ -26,10 +26,19 @@ extern "C" {
 #define SP_DEVICE_CTX_BYTES 64
 
 typedef struct sp_device_kind {
-    const char *name;       /* "cuda": for messages and STARPIPE_* variables */
-    sp_device_type type;    /* what sp_device.type says on its workers */
+    const char *name;       /* "cuda": for messages and STARPIPE_DEVICE */
+    /* what sp_device.type says on its workers: SP_DEVICE_CPU for a kind whose memory the
+     * host addresses and whose kernels have ended when they return */
+    sp_device_type type;
     int starpu_arch;        /* the StarPU worker type that runs it (STARPU_CUDA_WORKER) */
+    /* 1: its kernels only enqueue work on the worker's stream (STARPU_CUDA_ASYNC): a task
+     * has ended when StarPU sees the stream done, not when its function returns */
+    int async;
+    /* 1: used only when STARPIPE_DEVICE names it (a test device), never by default */
+    int opt_in;
     const sp_backend *kernels;
+    /* whether StarPU's worker workerid is one of this kind's */
+    int (*owns_worker)(unsigned workerid);
 
     /* -- the devices: the rank's choice (runtime/gpumap.c decides; these inform it) -- */
     int (*count)(void);                              /* devices visible; 0 if none */
@@ -71,9 +80,8 @@ typedef struct sp_device_kind {
 /* The registered kinds besides the CPU, NULL-terminated, in the order the executor tries
  * them (codelets/devices.c): those this build has. */
 const sp_device_kind *const *sp_device_kinds(void);
-/* The kind whose workers are StarPU's arch, or whose type is type; NULL if none. */
-const sp_device_kind *sp_device_kind_of_arch(int starpu_arch);
-const sp_device_kind *sp_device_kind_of_type(sp_device_type type);
+/* The registered kind named name ("cuda"); NULL if none. */
+const sp_device_kind *sp_device_kind_by_name(const char *name);
 
 #ifdef __cplusplus
 }
