@@ -36,6 +36,9 @@ typedef struct sp_device_kind {
     int async;
     /* 1: used only when STARPIPE_DEVICE names it (a test device), never by default */
     int opt_in;
+    /* 1: every kernel gives the CPU table's bits (test_backend_ops compares bits); 0: within
+     * the tolerances that test states per entry */
+    int cpu_bits;
     const sp_backend *kernels;
     /* whether StarPU's worker workerid is one of this kind's */
     int (*owns_worker)(unsigned workerid);
