@@ -1,7 +1,9 @@
-/* The trainer's state and the helpers its files share (runtime/train.c: steps and
- * creation; submit.c: tasks, groups and messages into the executor; buffers.c: the
- * per-microbatch pool and the slabs; host.c: host access, traces; replicas.c: the
- * replicas' reductions). Private to runtime/. */
+/* The trainer's state and the helpers its files share (runtime/train.c: the step;
+ * train_instr.c: one plan instruction into tasks; train_eval.c: evaluation; train_trace.c:
+ * the step's trace and timeline; train_create.c: creation and destruction; submit.c:
+ * tasks, groups and messages into the executor; buffers.c: the per-microbatch pool and
+ * the slabs; host.c: host access, checkpoints' fetch and store; replicas.c: the replicas'
+ * reductions). Private to runtime/. */
 #ifndef STARPIPE_TRAINER_IMPL_H
 #define STARPIPE_TRAINER_IMPL_H
 
@@ -114,6 +116,38 @@ static inline int peer_rank(const sp_trainer *t, int actor)
 {
     return sp_layout_rank_t(&t->layout, t->replica, actor, t->trank);
 }
+
+/* Instructions of the update phase (phase 2 of a step): OPTIMIZER, and the tied
+ * parameters' sends and receives that follow it. */
+static inline int sp_tr_is_update_phase(const sp_instr *in)
+{
+    return in->op == SP_OP_OPTIMIZER ||
+           ((in->op == SP_OP_SEND || in->op == SP_OP_RECV) && in->buf.cls == SP_BUF_SHARED_PARAM);
+}
+
+/* ---- train_instr.c: one instruction of the plan into tasks ---- */
+/* RUN of task (instruction instr): the stage program, with its recomputed forward and
+ * the stage's local adds after its last weight gradient. */
+sp_status sp_tr_do_run(sp_trainer *t, const sp_task *task, int instr);
+/* SEND or RECV, with a tied parameter's or gradient's packing and unpacking. */
+sp_status sp_tr_do_transfer(sp_trainer *t, const sp_instr *in);
+/* COMBINE of tied parameter k's gradients into its owner stage's. */
+sp_status sp_tr_do_combine(sp_trainer *t, int k, int instr);
+/* The NCCL group of the plan whose call is `call` (t->ncalls), at its first call. */
+sp_status sp_tr_do_nccl(sp_trainer *t, int call);
+/* OPTIMIZER of stage s with the clipping scale, then its shards' gather (ZeRO-1) and its
+ * tied parameters' local copies. */
+sp_status sp_tr_do_optimizer(sp_trainer *t, int s, float scale);
+
+/* ---- train.c, train_eval.c: the walks (also walked dry to plan the pool) ---- */
+sp_status sp_tr_walk_pipeline(sp_trainer *t);
+sp_status sp_tr_walk_eval(sp_trainer *t);
+
+/* ---- train_trace.c: the step's trace (opts.trace) ---- */
+/* This rank's executed tasks and messages as events, named by plan instruction. */
+sp_status sp_tr_record_events(sp_trainer *t);
+/* Every actor's instruction times (t->tstart, t->tend), gathered on every rank. */
+sp_status sp_tr_gather_times(sp_trainer *t);
 
 /* ---- submit.c: the walks' way to the executor ---- */
 /* Submits a task as the next of this rank's order (id: what the trace calls it), on the
