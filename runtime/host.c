@@ -23,7 +23,7 @@ int sp_trainer_replica(const sp_trainer *t) { return t ? t->replica : 0; }
 void sp_trainer_shard(const sp_trainer *t, int stage, int64_t *lo, int64_t *hi)
 {
     *lo = 0;
-    *hi = (int64_t)(sp_program_buf_bytes(t->p, SP_BUF_PARAMS, stage) / 4);
+    *hi = (int64_t)(sp_tr_bytes(t, SP_BUF_PARAMS, stage) / 4);
     if (t->rep && t->rep[stage].bounds) {
         *lo = t->rep[stage].bounds[t->replica];
         *hi = t->rep[stage].bounds[t->replica + 1];

@@ -28,7 +28,7 @@ static double now(void)
  * per stage as sp_optim_sumsq would: v[s]. */
 static sp_status stage_sumsq(sp_trainer *t, double *v)
 {
-    int np = sp_graph_num_params(t->g);
+    int np = t->nparams;
     double *each = calloc((size_t)np + 1, sizeof *each);
     if (!each) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
     sp_status st = SP_OK;
@@ -155,7 +155,7 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
     const void *const *mine = inputs + (size_t)t->replica * t->m * t->nin;
     for (int i = 0; i < t->m * t->nin && st == SP_OK; i++)
         if (!(st = sp_exec_buf_acquire(t->h_input[i], SP_ACCESS_W, &ptr))) {
-            size_t bytes = sp_program_buf_bytes(t->p, SP_BUF_INPUT, i % t->nin);
+            size_t bytes = sp_tr_bytes(t, SP_BUF_INPUT, i % t->nin);
             memcpy(ptr, mine[i], bytes);
             t->host_bytes += bytes;
             st = sp_exec_buf_release(t->h_input[i]);
@@ -175,7 +175,7 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
     if (end) return end;
     sp_run_measure run = { 0 };
     if (t->o.trace && ((st = sp_tr_record_events(t)) || (st = sp_tr_gather_times(t)) ||
-                       (st = sp_plan_measure(pl, sp_program_stage_model(t->p),
+                       (st = sp_plan_measure(pl, t->model,
                                              (const double *const *)t->tstart,
                                              (const double *const *)t->tend, &run))))
         return st;

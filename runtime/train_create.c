@@ -66,7 +66,44 @@ static sp_status alloc_arrays(sp_trainer *t)
     ALLOC(h_input, m * t->nin) ALLOC(input_host, m * t->nin) ALLOC(h_loss, m)
     ALLOC(shared_param, t->nshared) ALLOC(h_sgrad, t->nshared * S)
     ALLOC(h_sparam, t->nshared) ALLOC(h_sumsq, S) ALLOC(footprint, S * SP_NUM_TASK_KINDS)
+    ALLOC(progbuf_at, S * SP_NUM_TASK_KINDS) ALLOC(nlocal, S)
+    ALLOC(shared_off, t->nshared * S) ALLOC(shared_numel, t->nshared)
 #undef ALLOC
+    return SP_OK;
+}
+
+/* The program's sizes, buffer lists, local adds and tied parameters, looked up once
+ * (trainer_impl.h): a step then never calls into graph/ for them. After alloc_arrays and
+ * the tied parameters. */
+static sp_status program_tables(sp_trainer *t)
+{
+    const sp_program *p = t->p;
+    int K = SP_NUM_TASK_KINDS;
+    for (int c = 0; c <= SP_BUF_SCRATCH; c++) {
+        int n = c == SP_BUF_EDGE_FWD || c == SP_BUF_EDGE_GRAD ? t->E
+              : c == SP_BUF_INPUT ? t->nin : c == SP_BUF_LOSS ? 0 : t->S;
+        if (!(t->bytes[c] = malloc(sizeof(size_t) * (size_t)(n + 1))))
+            return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+        t->nbytes[c] = n;
+        for (int i = 0; i < n; i++)
+            t->bytes[c][i] = sp_program_buf_bytes(p, (sp_buf_class)c, i);
+    }
+    for (int k = 0; k < t->S * K; k++)
+        t->progbuf_at[k + 1] =
+            t->progbuf_at[k] + sp_program_num_bufs(p, k / K, (sp_task_kind)(k % K));
+    if (!(t->progbuf = malloc(sizeof *t->progbuf * (size_t)(t->progbuf_at[t->S * K] + 1))))
+        return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    for (int k = 0; k < t->S * K; k++)
+        for (int j = t->progbuf_at[k]; j < t->progbuf_at[k + 1]; j++)
+            t->progbuf[j] =
+                sp_program_buf(p, k / K, (sp_task_kind)(k % K), j - t->progbuf_at[k]);
+    for (int s = 0; s < t->S; s++) t->nlocal[s] = sp_program_local_adds(p, s, NULL);
+    for (int k = 0; k < t->nshared; k++) {
+        t->shared_numel[k] = sp_tensor_numel(t->g, t->shared_param[k]);
+        for (int s = 0; s < t->S; s++)
+            t->shared_off[k * t->S + s] = sp_program_param_offset(p, s, t->shared_param[k]);
+    }
+    t->nparams = sp_graph_num_params(t->g);
     return SP_OK;
 }
 
@@ -168,6 +205,7 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
         goto out;
     t->S = sp_program_num_stages(p);
     const sp_stage_model *model = sp_program_stage_model(p);
+    t->model = model;
     t->E = model->nedges;
     t->m = sched->nmicro;
     t->nin = sp_program_num_inputs(p);
@@ -247,7 +285,9 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
         for (int s = 0; s < t->S; s++) users += sp_program_param_offset(p, s, x) >= 0;
         if (users > 1) t->shared_param[k++] = x;
     }
-    if ((st = sp_tr_replicas_create(t)) || (st = find_grads_last(t))) goto out;
+    if ((st = program_tables(t)) || (st = sp_tr_replicas_create(t)) ||
+        (st = find_grads_last(t)))
+        goto out;
     for (int s = 0; s < t->S; s++) {
         if (!owns(t, s)) continue;
         size_t pb = sp_program_buf_bytes(p, SP_BUF_PARAMS, s);
@@ -308,6 +348,9 @@ void sp_trainer_free(sp_trainer *t)
     free(t->h_sgrad), free(t->h_sparam), free(t->seq_task), free(t->events), free(t->msg_instr);
     free(t->nccl_of), free(t->ncalls), free(t->grads_last), free(t->footprint);
     free(t->tbuf), free(t->tstart), free(t->tend);
+    for (int c = 0; c <= SP_BUF_SCRATCH; c++) free(t->bytes[c]);
+    free(t->progbuf), free(t->progbuf_at), free(t->nlocal), free(t->shared_off);
+    free(t->shared_numel);
     sp_plan_free(t->plan);
     sp_plan_free(t->eval_plan);
     sp_exec_tensor_group_free(t->tgroup);

@@ -73,7 +73,7 @@ sp_status sp_trainer_eval(sp_trainer *t, const void *const *inputs, float *loss)
     const void *const *mine = inputs + (size_t)t->replica * km * t->nin;
     for (int i = 0; i < km * t->nin && st == SP_OK; i++)
         if (!(st = sp_exec_buf_acquire(t->h_input[i], SP_ACCESS_W, &ptr))) {
-            memcpy(ptr, mine[i], sp_program_buf_bytes(t->p, SP_BUF_INPUT, i % t->nin));
+            memcpy(ptr, mine[i], sp_tr_bytes(t, SP_BUF_INPUT, i % t->nin));
             st = sp_exec_buf_release(t->h_input[i]);
         }
     if (st) return st;

@@ -21,14 +21,14 @@ static sp_access_mode exec_mode(sp_buf_class c, sp_access_mode m)
 static sp_status submit_program(sp_trainer *t, int s, sp_task_kind kind, int mb, int act_mb,
                                 int redo, int instr, sp_exec_buf **bufs, sp_access_mode *modes)
 {
-    int nb = sp_program_num_bufs(t->p, s, kind), nscratch = 0;
+    int nb = sp_tr_num_bufs(t, s, kind), nscratch = 0;
     sp_exec_buf *scratch[8] = { NULL };
     sp_status st = SP_OK;
     for (int j = 0; st == SP_OK && j < nb; j++) {
-        sp_slab_ref r = sp_program_buf(t->p, s, kind, j);
+        sp_slab_ref r = sp_tr_prog_buf(t, s, kind, j);
         if (redo && r.cls == SP_BUF_EDGE_FWD && r.mode != SP_ACCESS_R && nscratch < 8)
             bufs[j] = sp_tr_pool_scratch(t, &scratch[nscratch++],
-                                         sp_program_buf_bytes(t->p, r.cls, r.index) / 4);
+                                         sp_tr_bytes(t, r.cls, r.index) / 4);
         else
             bufs[j] = sp_tr_slab_buf(t, r.cls, r.index, r.cls == SP_BUF_ACT ? act_mb : mb);
         modes[j] = exec_mode(r.cls, r.mode);
@@ -56,7 +56,7 @@ sp_status sp_tr_do_run(sp_trainer *t, const sp_task *task, int instr)
 {
     int s = task->stage, mb = task->mb;
     sp_task_kind kind = (sp_task_kind)task->kind;
-    int nb = sp_program_num_bufs(t->p, s, kind), nf = sp_program_num_bufs(t->p, s, SP_TASK_F);
+    int nb = sp_tr_num_bufs(t, s, kind), nf = sp_tr_num_bufs(t, s, SP_TASK_F);
     if (nf > nb) nb = nf;
     sp_exec_buf *stack_bufs[32];
     sp_access_mode stack_modes[32];
@@ -66,7 +66,7 @@ sp_status sp_tr_do_run(sp_trainer *t, const sp_task *task, int instr)
     if (!bufs || !modes) st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
     /* activation recomputation (sp_program_set_recompute): F again, into the backward's
      * own activations, right before the first backward task of the microbatch */
-    int rec = sp_program_stage_model(t->p)->stage[s].recompute && !t->evaluating;
+    int rec = t->model->stage[s].recompute && !t->evaluating;
     int act_mb = rec && kind != SP_TASK_F ? mb + t->m : mb;
     if (st == SP_OK && rec && (kind == SP_TASK_B || kind == SP_TASK_BW))
         st = submit_program(t, s, SP_TASK_F, mb, act_mb, 1, instr, bufs, modes);
@@ -78,7 +78,7 @@ sp_status sp_tr_do_run(sp_trainer *t, const sp_task *task, int instr)
         /* after the stage's last weight gradient: repeated uses of a parameter in the
          * stage are added into its first accumulator (program.h) */
         if (st == SP_OK && (kind == SP_TASK_W || kind == SP_TASK_BW) && mb == t->m - 1 &&
-            sp_program_local_adds(t->p, s, NULL) > 0) {
+            t->nlocal[s] > 0) {
             sp_exec_buf *g = t->h_grads[s];
             sp_access_mode rw = SP_ACCESS_RW;
             sp_local_add_task_args la = { .prog = t->p, .stage = s };
@@ -130,7 +130,7 @@ sp_status sp_tr_do_transfer(sp_trainer *t, const sp_instr *in)
 
 sp_status sp_tr_do_combine(sp_trainer *t, int k, int instr)
 {
-    const sp_stage_shared *sh = &sp_program_stage_model(t->p)->shared[k];
+    const sp_stage_shared *sh = &t->model->shared[k];
     int o = sh->stages[0];
     sp_exec_buf *bufs[SP_COMBINE_MAX];
     sp_access_mode modes[SP_COMBINE_MAX];
@@ -190,7 +190,7 @@ sp_status sp_tr_do_optimizer(sp_trainer *t, int s, float scale)
     if (st == SP_OK && t->rep && t->o.shard_optimizer) st = sp_tr_gather_params(t, s);
     /* tied parameters with a copy in another stage of this rank: no message, a copy */
     for (int k = 0; st == SP_OK && k < t->nshared; k++) {
-        const sp_stage_shared *sh = &sp_program_stage_model(t->p)->shared[k];
+        const sp_stage_shared *sh = &t->model->shared[k];
         if (sh->stages[0] != s) continue;
         for (int q = 1; st == SP_OK && q < sh->nstages; q++)
             if (owns(t, sh->stages[q]))

@@ -46,6 +46,18 @@ struct sp_trainer {
     sp_plan *plan;
     sp_train_opts o;
     int rank, S, E, m, nin, nshared, steps;
+    /* What a step would otherwise ask the program again and again, looked up once at
+     * creation (train_create.c); the program is fixed once planned (program.h). The
+     * stage model (recompute, tied parameters) is the program's own. */
+    const sp_stage_model *model;
+    size_t *bytes[SP_BUF_SCRATCH + 1]; /* [class][index]: sp_program_buf_bytes (not LOSS) */
+    int nbytes[SP_BUF_SCRATCH + 1];    /* the indexes of each class */
+    sp_slab_ref *progbuf; /* each stage program's buffers, (s, kind)'s from progbuf_at[k] */
+    int *progbuf_at;      /* [S * SP_NUM_TASK_KINDS + 1], k = s * SP_NUM_TASK_KINDS + kind */
+    int *nlocal;          /* [S]: sp_program_local_adds */
+    int64_t *shared_off;  /* [nshared * S]: tied parameter k's offset in stage s's slab */
+    int64_t *shared_numel; /* [nshared] */
+    int nparams;          /* sp_graph_num_params */
     /* evaluation (sp_trainer_eval): the forward-only plan of eval_m microbatches per
      * replica, or NULL; per-microbatch slots exist for mcap = max(m, eval_m) */
     sp_plan *eval_plan;
@@ -109,6 +121,25 @@ struct sp_trainer {
 static inline int owns(const sp_trainer *t, int stage)
 {
     return t->plan->stage_actor[stage] == t->actor;
+}
+
+/* sp_program_buf_bytes(t->p, c, index), from the trainer's table. */
+static inline size_t sp_tr_bytes(const sp_trainer *t, sp_buf_class c, int index)
+{
+    if (c == SP_BUF_LOSS) return 4;
+    return (int)c >= 0 && c <= SP_BUF_SCRATCH && index >= 0 && index < t->nbytes[c]
+               ? t->bytes[c][index] : 0;
+}
+
+/* sp_program_num_bufs and sp_program_buf of stage s's program `kind`, from the table. */
+static inline int sp_tr_num_bufs(const sp_trainer *t, int s, sp_task_kind kind)
+{
+    int k = s * SP_NUM_TASK_KINDS + (int)kind;
+    return t->progbuf_at[k + 1] - t->progbuf_at[k];
+}
+static inline sp_slab_ref sp_tr_prog_buf(const sp_trainer *t, int s, sp_task_kind kind, int j)
+{
+    return t->progbuf[t->progbuf_at[s * SP_NUM_TASK_KINDS + (int)kind] + j];
 }
 
 /* The world rank of actor a in this rank's replica (plans name actors). */
