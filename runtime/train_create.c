@@ -203,6 +203,15 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
     if (T > 1 && (st = sp_exec_tensor_group_create(sp_layout_rank(&t->layout, t->replica, t->actor),
                                                    t->trank, T, &t->tgroup)))
         goto out;
+    if (!(t->peer = malloc(sizeof(int) * (size_t)sched->nactors)) ||
+        !(t->replica_peer = malloc(sizeof(int) * (size_t)R))) {
+        st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+        goto out;
+    }
+    for (int a = 0; a < sched->nactors; a++)
+        t->peer[a] = sp_layout_rank_t(&t->layout, t->replica, a, t->trank);
+    for (int c = 0; c < R; c++)
+        t->replica_peer[c] = sp_layout_rank_t(&t->layout, c, t->actor, t->trank);
     t->S = sp_program_num_stages(p);
     const sp_stage_model *model = sp_program_stage_model(p);
     t->model = model;
@@ -350,7 +359,7 @@ void sp_trainer_free(sp_trainer *t)
     free(t->tbuf), free(t->tstart), free(t->tend);
     for (int c = 0; c <= SP_BUF_SCRATCH; c++) free(t->bytes[c]);
     free(t->progbuf), free(t->progbuf_at), free(t->nlocal), free(t->shared_off);
-    free(t->shared_numel);
+    free(t->shared_numel), free(t->peer), free(t->replica_peer);
     sp_plan_free(t->plan);
     sp_plan_free(t->eval_plan);
     sp_exec_tensor_group_free(t->tgroup);

@@ -65,6 +65,9 @@ struct sp_trainer {
     /* replicas: this rank is actor `actor` of replica `replica` (layout) */
     sp_layout layout;
     int actor, replica, R;
+    /* the world ranks of the actors of this replica, and of this rank's actor in each
+     * replica, at this tensor rank: [actors], [R] (sp_layout_rank_t, once) */
+    int *peer, *replica_peer;
     /* tensor parallelism: this rank is member trank of its actor's group of T */
     int T, trank;
     sp_exec_tensor_group *tgroup; /* NULL when T = 1 */
@@ -145,7 +148,7 @@ static inline sp_slab_ref sp_tr_prog_buf(const sp_trainer *t, int s, sp_task_kin
 /* The world rank of actor a in this rank's replica (plans name actors). */
 static inline int peer_rank(const sp_trainer *t, int actor)
 {
-    return sp_layout_rank_t(&t->layout, t->replica, actor, t->trank);
+    return t->peer[actor];
 }
 
 /* Instructions of the update phase (phase 2 of a step): OPTIMIZER, and the tied
