@@ -9,7 +9,7 @@
 
 static size_t floats_of(const sp_trainer *t, sp_buf_class c, int idx)
 {
-    size_t b = sp_program_buf_bytes(t->p, c, idx) / 4;
+    size_t b = sp_tr_bytes(t, c, idx) / 4;
     return b ? b : 1; /* StarPU wants non-empty buffers */
 }
 
@@ -187,18 +187,19 @@ void sp_tr_free_buf(sp_trainer *t, const sp_buf *b)
     sp_tr_pool_give(t, slot);
 }
 
-/* Index of the tied parameter behind the plan's shared k, and its slab offsets. */
+/* The tied parameter behind the plan's shared k: its slab offsets, its size, its owner
+ * (the tables of train_create.c). */
 int64_t sp_tr_shared_off(const sp_trainer *t, int k, int stage)
 {
-    return sp_program_param_offset(t->p, stage, t->shared_param[k]);
+    return t->shared_off[k * t->S + stage];
 }
 int64_t sp_tr_shared_numel(const sp_trainer *t, int k)
 {
-    return sp_tensor_numel(t->g, t->shared_param[k]);
+    return t->shared_numel[k];
 }
 int sp_tr_shared_owner(const sp_trainer *t, int k)
 {
-    return sp_program_stage_model(t->p)->shared[k].stages[0];
+    return t->model->shared[k].stages[0];
 }
 
 /* The buffer a SEND or RECV of the plan moves. */

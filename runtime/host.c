@@ -1,5 +1,6 @@
-/* The trainer seen from the host: its stage slabs and moments (checks, checkpoints),
- * parameters gathered or stored across ranks, memory, and the trace of the last step. */
+/* The trainer seen from the host: what it is (owned stages, shards, the plan, the layout)
+ * and its settings between steps, its stage slabs and moments (checks, checkpoints),
+ * parameters gathered or stored across ranks, and memory. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,6 +8,27 @@
 
 #include "runtime/exec_impl.h" /* the broadcast named for the watchdog */
 #include "runtime/trainer_impl.h"
+
+int sp_trainer_owns_stage(const sp_trainer *t, int stage)
+{
+    return t && stage >= 0 && stage < t->S && owns(t, stage);
+}
+int sp_trainer_steps_done(const sp_trainer *t) { return t ? t->steps : 0; }
+void sp_trainer_set_steps_done(sp_trainer *t, int steps) { t->steps = steps; }
+void sp_trainer_set_lr(sp_trainer *t, float lr) { t->o.opt.lr = lr; }
+const sp_plan *sp_trainer_plan(const sp_trainer *t) { return t ? t->plan : NULL; }
+sp_layout sp_trainer_layout(const sp_trainer *t) { return t->layout; }
+int sp_trainer_replica(const sp_trainer *t) { return t ? t->replica : 0; }
+
+void sp_trainer_shard(const sp_trainer *t, int stage, int64_t *lo, int64_t *hi)
+{
+    *lo = 0;
+    *hi = (int64_t)(sp_tr_bytes(t, SP_BUF_PARAMS, stage) / 4);
+    if (t->rep && t->rep[stage].bounds) {
+        *lo = t->rep[stage].bounds[t->replica];
+        *hi = t->rep[stage].bounds[t->replica + 1];
+    }
+}
 
 const char *sp_trainer_notice(const sp_trainer *t) { return t ? t->notice : ""; }
 
@@ -134,79 +156,6 @@ sp_status sp_trainer_store(sp_trainer *t, sp_tensor param, int what, const float
         st = sp_exec_buf_write(slab_buf(t, what, s), 4 * (size_t)off, 4 * (size_t)n, src);
     }
     free(part);
-    return st;
-}
-
-sp_status sp_trainer_trace(sp_trainer *t, const sp_train_event **events, int *n)
-{
-    if (!t || !events || !n) return sp_set_error(SP_ERR_ARG, "sp_trainer_trace: NULL");
-    *events = t->events;
-    *n = t->nevents;
-    return SP_OK;
-}
-
-/* ---- timeline of what ran --------------------------------------------------------- */
-
-sp_status sp_trainer_write_timeline(sp_trainer *t, const char *json_path, const char *svg_path)
-{
-    if (!t) return sp_set_error(SP_ERR_ARG, "sp_trainer_write_timeline: NULL");
-    if (!t->tbuf)
-        return sp_set_error(SP_ERR_ARG, "sp_trainer_write_timeline: no step was traced");
-    if (t->rank != 0) return SP_OK;
-    const sp_plan *pl = t->plan;
-    sp_status st = SP_OK;
-    sp_sim_result r = { .nactors = pl->nactors, .nmessages = pl->nmessages,
-                        .async_transfers = 1 };
-    r.busy = calloc((size_t)pl->nactors, sizeof(double));
-    r.idle = calloc((size_t)pl->nactors, sizeof(double));
-    r.start = calloc((size_t)pl->nactors, sizeof(double *));
-    r.end = calloc((size_t)pl->nactors, sizeof(double *));
-    if (!r.busy || !r.idle || !r.start || !r.end) st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
-    /* times from the first measured start; instructions not measured drawn as empty */
-    double t0 = -1;
-    for (int a = 0; st == SP_OK && a < pl->nactors; a++)
-        for (int i = 0; i < pl->ninstr[a]; i++)
-            if (t->tstart[a][i] >= 0 && (t0 < 0 || t->tstart[a][i] < t0)) t0 = t->tstart[a][i];
-    for (int a = 0; st == SP_OK && a < pl->nactors; a++) {
-        r.start[a] = calloc((size_t)pl->ninstr[a] + 1, sizeof(double));
-        r.end[a] = calloc((size_t)pl->ninstr[a] + 1, sizeof(double));
-        if (!r.start[a] || !r.end[a]) {
-            st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
-            break;
-        }
-        for (int i = 0; i < pl->ninstr[a]; i++) {
-            if (t->tstart[a][i] < 0) continue;
-            r.start[a][i] = t->tstart[a][i] - t0;
-            r.end[a][i] = t->tend[a][i] - t0;
-            int op = pl->instr[a][i].op;
-            if (op != SP_OP_SEND && op != SP_OP_RECV) r.busy[a] += r.end[a][i] - r.start[a][i];
-            if (r.end[a][i] > r.step_time) r.step_time = r.end[a][i];
-        }
-    }
-    /* the replicas' collectives of each stage, on a row of their own (gather_times) */
-    const double *ar = t->tbuf + 2 * (size_t)pl->nactors * (size_t)t->tmax;
-    if (st == SP_OK && t->R > 1) {
-        r.nstages = t->S;
-        r.ar_start = calloc((size_t)t->S, sizeof(double));
-        r.ar_end = calloc((size_t)t->S, sizeof(double));
-        if (!r.ar_start || !r.ar_end) st = sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
-        for (int s = 0; st == SP_OK && s < t->S; s++)
-            if (ar[2 * s + 1] > ar[2 * s]) {
-                r.ar_start[s] = ar[2 * s] - t0;
-                r.ar_end[s] = ar[2 * s + 1] - t0;
-                if (r.ar_end[s] > r.step_time) r.step_time = r.ar_end[s];
-            }
-    }
-    double idle = 0;
-    for (int a = 0; st == SP_OK && a < pl->nactors; a++) idle += r.idle[a] = r.step_time - r.busy[a];
-    r.bubble_fraction = r.step_time > 0 ? idle / (pl->nactors * r.step_time) : 0;
-    if (st == SP_OK && json_path) st = sp_sim_write_trace(pl, &r, json_path);
-    if (st == SP_OK && svg_path) st = sp_sim_write_svg(pl, &r, svg_path);
-    for (int a = 0; a < pl->nactors; a++) {
-        if (r.start) free(r.start[a]);
-        if (r.end) free(r.end[a]);
-    }
-    free(r.start), free(r.end), free(r.busy), free(r.idle), free(r.ar_start), free(r.ar_end);
     return st;
 }
 

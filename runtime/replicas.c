@@ -48,7 +48,7 @@ static int64_t shard_n(const sp_trainer *t, int s, int c)
 /* The rank holding this rank's actor in replica c. */
 static int replica_rank(const sp_trainer *t, int c)
 {
-    return sp_layout_rank_t(&t->layout, c, t->actor, t->trank);
+    return t->replica_peer[c];
 }
 
 sp_status sp_tr_replicas_create(sp_trainer *t)

@@ -1,7 +1,9 @@
-/* The trainer's state and the helpers its files share (runtime/train.c: steps and
- * creation; submit.c: tasks, groups and messages into the executor; buffers.c: the
- * per-microbatch pool and the slabs; host.c: host access, traces; replicas.c: the
- * replicas' reductions). Private to runtime/. */
+/* The trainer's state and the helpers its files share (runtime/train.c: the step;
+ * train_instr.c: one plan instruction into tasks; train_eval.c: evaluation; train_trace.c:
+ * the step's trace and timeline; train_create.c: creation and destruction; submit.c:
+ * tasks, groups and messages into the executor; buffers.c: the per-microbatch pool and
+ * the slabs; host.c: host access, checkpoints' fetch and store; replicas.c: the replicas'
+ * reductions). Private to runtime/. */
 #ifndef STARPIPE_TRAINER_IMPL_H
 #define STARPIPE_TRAINER_IMPL_H
 
@@ -44,6 +46,18 @@ struct sp_trainer {
     sp_plan *plan;
     sp_train_opts o;
     int rank, S, E, m, nin, nshared, steps;
+    /* What a step would otherwise ask the program again and again, looked up once at
+     * creation (train_create.c); the program is fixed once planned (program.h). The
+     * stage model (recompute, tied parameters) is the program's own. */
+    const sp_stage_model *model;
+    size_t *bytes[SP_BUF_SCRATCH + 1]; /* [class][index]: sp_program_buf_bytes (not LOSS) */
+    int nbytes[SP_BUF_SCRATCH + 1];    /* the indexes of each class */
+    sp_slab_ref *progbuf; /* each stage program's buffers, (s, kind)'s from progbuf_at[k] */
+    int *progbuf_at;      /* [S * SP_NUM_TASK_KINDS + 1], k = s * SP_NUM_TASK_KINDS + kind */
+    int *nlocal;          /* [S]: sp_program_local_adds */
+    int64_t *shared_off;  /* [nshared * S]: tied parameter k's offset in stage s's slab */
+    int64_t *shared_numel; /* [nshared] */
+    int nparams;          /* sp_graph_num_params */
     /* evaluation (sp_trainer_eval): the forward-only plan of eval_m microbatches per
      * replica, or NULL; per-microbatch slots exist for mcap = max(m, eval_m) */
     sp_plan *eval_plan;
@@ -51,6 +65,9 @@ struct sp_trainer {
     /* replicas: this rank is actor `actor` of replica `replica` (layout) */
     sp_layout layout;
     int actor, replica, R;
+    /* the world ranks of the actors of this replica, and of this rank's actor in each
+     * replica, at this tensor rank: [actors], [R] (sp_layout_rank_t, once) */
+    int *peer, *replica_peer;
     /* tensor parallelism: this rank is member trank of its actor's group of T */
     int T, trank;
     sp_exec_tensor_group *tgroup; /* NULL when T = 1 */
@@ -109,11 +126,62 @@ static inline int owns(const sp_trainer *t, int stage)
     return t->plan->stage_actor[stage] == t->actor;
 }
 
+/* sp_program_buf_bytes(t->p, c, index), from the trainer's table. */
+static inline size_t sp_tr_bytes(const sp_trainer *t, sp_buf_class c, int index)
+{
+    if (c == SP_BUF_LOSS) return 4;
+    return (int)c >= 0 && c <= SP_BUF_SCRATCH && index >= 0 && index < t->nbytes[c]
+               ? t->bytes[c][index] : 0;
+}
+
+/* sp_program_num_bufs and sp_program_buf of stage s's program `kind`, from the table. */
+static inline int sp_tr_num_bufs(const sp_trainer *t, int s, sp_task_kind kind)
+{
+    int k = s * SP_NUM_TASK_KINDS + (int)kind;
+    return t->progbuf_at[k + 1] - t->progbuf_at[k];
+}
+static inline sp_slab_ref sp_tr_prog_buf(const sp_trainer *t, int s, sp_task_kind kind, int j)
+{
+    return t->progbuf[t->progbuf_at[s * SP_NUM_TASK_KINDS + (int)kind] + j];
+}
+
 /* The world rank of actor a in this rank's replica (plans name actors). */
 static inline int peer_rank(const sp_trainer *t, int actor)
 {
-    return sp_layout_rank_t(&t->layout, t->replica, actor, t->trank);
+    return t->peer[actor];
 }
+
+/* Instructions of the update phase (phase 2 of a step): OPTIMIZER, and the tied
+ * parameters' sends and receives that follow it. */
+static inline int sp_tr_is_update_phase(const sp_instr *in)
+{
+    return in->op == SP_OP_OPTIMIZER ||
+           ((in->op == SP_OP_SEND || in->op == SP_OP_RECV) && in->buf.cls == SP_BUF_SHARED_PARAM);
+}
+
+/* ---- train_instr.c: one instruction of the plan into tasks ---- */
+/* RUN of task (instruction instr): the stage program, with its recomputed forward and
+ * the stage's local adds after its last weight gradient. */
+sp_status sp_tr_do_run(sp_trainer *t, const sp_task *task, int instr);
+/* SEND or RECV, with a tied parameter's or gradient's packing and unpacking. */
+sp_status sp_tr_do_transfer(sp_trainer *t, const sp_instr *in);
+/* COMBINE of tied parameter k's gradients into its owner stage's. */
+sp_status sp_tr_do_combine(sp_trainer *t, int k, int instr);
+/* The NCCL group of the plan whose call is `call` (t->ncalls), at its first call. */
+sp_status sp_tr_do_nccl(sp_trainer *t, int call);
+/* OPTIMIZER of stage s with the clipping scale, then its shards' gather (ZeRO-1) and its
+ * tied parameters' local copies. */
+sp_status sp_tr_do_optimizer(sp_trainer *t, int s, float scale);
+
+/* ---- train.c, train_eval.c: the walks (also walked dry to plan the pool) ---- */
+sp_status sp_tr_walk_pipeline(sp_trainer *t);
+sp_status sp_tr_walk_eval(sp_trainer *t);
+
+/* ---- train_trace.c: the step's trace (opts.trace) ---- */
+/* This rank's executed tasks and messages as events, named by plan instruction. */
+sp_status sp_tr_record_events(sp_trainer *t);
+/* Every actor's instruction times (t->tstart, t->tend), gathered on every rank. */
+sp_status sp_tr_gather_times(sp_trainer *t);
 
 /* ---- submit.c: the walks' way to the executor ---- */
 /* Submits a task as the next of this rank's order (id: what the trace calls it), on the
