@@ -13,7 +13,7 @@ typedef struct {
     int recompute_stages[1024], nrecompute; /* --recompute-stages */
     float lr, clip;
     /* the learning-rate schedule (sp_lr_schedule): --warmup, --lr-min, --lr-decay, and
-     * --decay-steps, its horizon (0: the run's last step, see horizon_of in driver.c) */
+     * --decay-steps, its horizon (0: the run's last step, see app_horizon, settings.h) */
     int warmup, lr_decay, decay_steps;
     float lr_min;
     float peak_tflops; /* --peak-tflops: MFU's peak per device; 0: measured or datasheet */

@@ -1,7 +1,7 @@
 /* starpipe-gpt and starpipe-llama: train a small GPT-2 or Llama (--arch) on a text file
  * (bytes) or token shards, pipelined over MPI ranks (mpirun -np P), or with --reference
- * in one process. The training loop, flags and checks are in driver.c; this file is the
- * two models and their data. Built twice: starpipe-llama is this file with
+ * in one process. The training loop, flags and checks are in the driver (driver.h); this
+ * file is the two models and their data. Built twice: starpipe-llama is this file with
  * STARPIPE_APP_LLAMA, Llama its default architecture. */
 #include <stdio.h>
 #include <string.h>

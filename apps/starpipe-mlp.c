@@ -1,6 +1,6 @@
 /* starpipe-mlp: trains an MLP classifier on a synthetic teacher task, pipelined over MPI
  * ranks (mpirun -np P), or with --reference in one process. The smallest model that
- * exercises every part of the runtime; the loop and flags are in driver.c. */
+ * exercises every part of the runtime; the loop and flags are in the driver (driver.h). */
 #include <stdio.h>
 #include <string.h>
 
