@@ -1,5 +1,5 @@
 /* The transports: how the pipeline's messages move between ranks, behind one table that
- * the executor (runtime/exec.c) drives and never looks past. Three implementations:
+ * the executor (runtime/exec/) drives and never looks past. Three implementations:
  *
  *   sp_transport_starpu_mpi  StarPU-MPI's detached sends (of private copies, stage.h)
  *                            and receives, progressed by its own thread (starpu_mpi.c;

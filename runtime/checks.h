@@ -1,4 +1,4 @@
-/* The runtime's checks of StarPU and MPI calls (runtime/exec.c, runtime/binding.c): the
+/* The runtime's checks of StarPU and MPI calls (runtime/exec/, runtime/binding.c): the
  * message names the call and where it was made, the function returns SP_ERR_RUNTIME. */
 #ifndef STARPIPE_RUNTIME_CHECKS_H
 #define STARPIPE_RUNTIME_CHECKS_H

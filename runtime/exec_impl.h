@@ -1,6 +1,6 @@
-/* Internals of the executor (runtime/exec.c): the buffer struct, the step counter and the
- * collectives of the main thread. comm/ and sched/policy.c sit below and never include
- * it; the tensor groups' functions are in runtime/group.h. */
+/* Internals of the executor (runtime/exec/) for the rest of runtime/: the buffer struct,
+ * the step counter and the collectives of the main thread. comm/ and sched/policy.c sit
+ * below and never include it; the tensor groups' functions are in runtime/group.h. */
 #ifndef STARPIPE_EXEC_IMPL_H
 #define STARPIPE_EXEC_IMPL_H
 
@@ -19,7 +19,7 @@ struct sp_exec_buf {
     starpu_data_handle_t handle;
     size_t count, elemsize;
     /* The last task submitted that writes it, and the step of that submission: a send of
-     * it is posted by that task's wrapper when its data is ready (exec.c, send_early). */
+     * it is posted by that task's wrapper when its data is ready (runtime/exec/sends.c). */
     struct task_args *writer;
     uint64_t writer_step;
     /* sp_exec_buf_create's: the memory node it lives on and the memory the executor
@@ -29,7 +29,7 @@ struct sp_exec_buf {
     void *mem;
 };
 
-/* A collective of the main thread, outside tasks (exec.c): with a watchdog
+/* A collective of the main thread, outside tasks (runtime/exec/watchdog.c): with a watchdog
  * (opts.watchdog_s) posted nonblocking and tested until it ends, or given up with
  * SP_ERR_TIMEOUT (the executor unusable, a line on stderr naming what) when it has not
  * ended after watchdog_s; without one, the blocking call. The one way the runtime runs

@@ -7,7 +7,7 @@
  * at once on several workers, and a collective would need every member to enter the
  * group's collectives in one order; a tag made of the task's seq and the all-reduce's
  * place in its program pairs each message with its own whatever the order. A task of a
- * failed step still meets its group (runtime/exec.c, meet_only), so no member waits for
+ * failed step still meets its group (runtime/exec/codelet.c, meet_only), so no member waits for
  * one that gave up. A vector of SP_GROUP_CHUNKED_FLOATS or more goes as a reduce-scatter
  * then an all-gather instead (task_reduce_chunked): member r sums chunk r of every
  * member's values, in the same member order, and sends the sums to the others, 2 (T-1)/T

@@ -1,8 +1,8 @@
 /* The tensor groups (runtime/group.c, and runtime/group_gpu.c on CUDA workers): a group
  * of T ranks' all-reduces inside tasks (MPI between CPU ranks, NCCL between GPU ranks) and
- * its main-thread gathers between steps. The executor (exec.c) creates a group and hands
- * each task its view; nothing here calls the executor back except through the collective
- * function it hands down. */
+ * its main-thread gathers between steps. The executor (runtime/exec/) creates a group and
+ * hands each task its view; nothing here calls the executor back except through the
+ * collective function it hands down. */
 #ifndef STARPIPE_RUNTIME_GROUP_H
 #define STARPIPE_RUNTIME_GROUP_H
 
@@ -37,7 +37,7 @@ int sp_exec_gpu_allreduce_max(struct sp_nccl_tp *nc, int size, const sp_device *
 /* A tensor group on comm (split from the executor's; the group takes it over); device:
  * the rank's CUDA device, whose NCCL communicator the group makes, or -1; collective: how
  * its main-thread collectives run (the executor's sp_exec_collective, handed down so that
- * group.c calls nothing of exec.c: the layers point one way). */
+ * group.c calls nothing of runtime/exec/: the layers point one way). */
 sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, int device,
                                      sp_exec_collective_fn collective,
                                      sp_exec_tensor_group **out);

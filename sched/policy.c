@@ -64,7 +64,7 @@ static void init_sched(unsigned ctx)
     starpu_task_list_init(&d->ready);
     starpu_sched_ctx_set_policy_data(ctx, d);
     main_ctx = ctx;
-    /* the starter's hook (starpu_conf.sched_policy_init): runtime/exec.c releases its
+    /* the starter's hook (starpu_conf.sched_policy_init): runtime/exec/buslock.c releases its
      * lock on StarPU's bus files here, as StarPU has loaded them by now */
 #if STARPU_MAJOR_VERSION > 1 || STARPU_MINOR_VERSION >= 4
     void (*hook)(unsigned) = starpu_sched_ctx_get_sched_policy_callback(ctx);

@@ -1,4 +1,4 @@
-/* The "starpipe" StarPU scheduling policy (policy.c): what the executor (runtime/exec.c)
+/* The "starpipe" StarPU scheduling policy (policy.c): what the executor (runtime/exec/)
  * uses of it. The only StarPU-facing file of sched/; it includes no runtime header. */
 #ifndef STARPIPE_SCHED_POLICY_H
 #define STARPIPE_SCHED_POLICY_H

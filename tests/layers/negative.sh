@@ -4,6 +4,8 @@
 #   2. an upward call (an object of the kernels library calling the executor),
 #   3. two files of one library that call each other,
 #   4. a STARPIPE_* variable read outside base/env.c,
+#   5. a header of the executor's private folder (runtime/exec/) included outside it,
+#   6. two objects of one library with one name,
 # and pass on the tree as it is (the layers test). Usage: negative.sh SRC BUILD
 set -euo pipefail
 src=$1 build=$2
@@ -29,6 +31,10 @@ expect "upward include" 'graph/graph\.c:1: includes "starpipe/exec\.h": graph \(
 cp "$src/graph/graph.c" "$tmp/src/graph/graph.c"
 printf 'static const char *peek(void) { return getenv("STARPIPE_VERBOSE"); }\n' >>"$tmp/src/sched/plan.c"
 expect "a variable read outside base/env.c" 'sched/plan\.c:[0-9]+: reads a STARPIPE_\* variable' \
+  -- --src "$tmp/src"
+cp "$src/sched/plan.c" "$tmp/src/sched/plan.c"
+sed -i '1i #include "runtime/exec/exec_int.h"' "$tmp/src/runtime/host.c"
+expect "a private header" 'runtime/host\.c:1: includes "runtime/exec/exec_int\.h", private to runtime/exec/' \
   -- --src "$tmp/src"
 
 # the build's libraries (links), spoiled one at a time: spoil LIB OBJECTS... puts a copy of
@@ -66,4 +72,15 @@ cc -c "$tmp/b.c" -o "$tmp/ping_b.o"
 spoil libstarpipe_graph.a "$tmp/ping_a.o" "$tmp/ping_b.o"
 expect "files that call each other" 'starpipe_graph: files that call each other: ping_a\.o -> ping_b\.o -> ping_a\.o' \
   -- --src "$src" --build "$tmp/build"
-echo "layers_negative: ok (4 spoiled trees refused)"
+unspoil libstarpipe_graph.a
+
+# ar q appends where ar r would replace the member of the same name
+first=$(ar t "$tmp/orig/libstarpipe_graph.a" | head -1)
+mkdir "$tmp/dup"
+cc -c "$tmp/a.c" -o "$tmp/dup/$first"
+rm "$tmp/build/libstarpipe_graph.a"
+cp "$(readlink -f "$tmp/orig/libstarpipe_graph.a")" "$tmp/build/libstarpipe_graph.a"
+ar q "$tmp/build/libstarpipe_graph.a" "$tmp/dup/$first"
+expect "two objects of one name" "starpipe_graph: two objects named ${first//./\\.}" \
+  -- --src "$src" --build "$tmp/build"
+echo "layers_negative: ok (6 spoiled trees refused)"

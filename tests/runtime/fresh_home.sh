@@ -1,7 +1,7 @@
 #!/bin/sh
 # fresh_home.sh MPIEXEC APP: the first run in a fresh StarPU home. StarPU measures the bus
 # and writes its files there when they are missing; ranks that did so at once read each
-# other's half-written files and aborted (4 runs in 15 at 8 ranks before runtime/exec.c
+# other's half-written files and aborted (4 runs in 15 at 8 ranks before runtime/exec/buslock.c
 # took a lock around it). Now one rank measures, the others read its files: exactly one
 # "calibrating" line per run, and every run passes. StarPU prints that line only when not
 # told to be silent: a user's STARPU_SILENT is cleared here.

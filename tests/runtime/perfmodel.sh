@@ -6,7 +6,7 @@
 # starts with a run whose step 2 fails (STARPIPE_FAULT): its failed and drained tasks took
 # microseconds and must not land under the stages' keys (the next run's times would
 # deviate by orders of magnitude, and StarPU would flush the history and warn on stderr);
-# they go to a key of their own (runtime/exec.c, task_footprint: 0badf00d).
+# they go to a key of their own (runtime/exec/codelet.c, task_footprint: 0badf00d).
 set -e
 mpiexec=$1; app=$2
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT

@@ -1,0 +1,59 @@
+/* The bottom of the executor: its state X, the rank and size, the step's counters and a
+ * task's failure (the first one wins; sp_exec_end_step agrees on it), and the executor
+ * given up. Relies on nothing of the folder but device.h (the CUDA workers' count). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mpi.h>
+
+#include "runtime/exec/device.h"
+#include "runtime/exec/exec_int.h"
+
+int sp_exec_rank_ = 0, sp_exec_size_ = 1;
+uint64_t sp_exec_step_ = 0;
+
+struct sp_exec_state sp_exec_state_;
+
+/* ---- failure of a task: first one wins, later tasks of the step skip their work ---- */
+atomic_int sp_exec_step_failed_;
+atomic_ulong sp_exec_tasks_done_;
+atomic_uint sp_exec_last_done_;
+static starpu_pthread_mutex_t fail_lock = STARPU_PTHREAD_MUTEX_INITIALIZER;
+char sp_exec_fail_msg_[512];
+
+void sp_exec_fail_step(const char *fmt, ...)
+{
+    STARPU_PTHREAD_MUTEX_LOCK(&fail_lock);
+    if (!atomic_load(&sp_exec_step_failed_)) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(sp_exec_fail_msg_, sizeof sp_exec_fail_msg_, fmt, ap);
+        va_end(ap);
+        atomic_store(&sp_exec_step_failed_, 1);
+    }
+    STARPU_PTHREAD_MUTEX_UNLOCK(&fail_lock);
+}
+
+sp_status sp_exec_broken_error(const char *what)
+{
+    return sp_set_error(SP_ERR_RUNTIME, "%s: the executor gave up a step%s%s%s and cannot go "
+                        "on; end the process (sp_exec_abort)", what,
+                        X.broken_why[0] ? " (" : "", X.broken_why, X.broken_why[0] ? ")" : "");
+}
+
+sp_status sp_exec_give_up(sp_status st)
+{
+    X.broken = 1;
+    snprintf(X.broken_why, sizeof X.broken_why, "%s", sp_last_error());
+    return st;
+}
+
+int sp_exec_usable(void) { return X.started && !X.broken; }
+
+int sp_exec_rank(void) { return sp_exec_rank_; }
+
+int sp_exec_num_cuda(void) { return X.started ? sp_exec_dev_nworkers() : 0; }
+
+int sp_exec_size(void) { return sp_exec_size_; }
