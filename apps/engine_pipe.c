@@ -13,6 +13,7 @@
 #include "apps/outputs.h"
 #include "apps/preflight.h"
 #include "apps/reference.h"
+#include "starpipe/device.h"
 #include "starpipe/exec.h"
 #include "starpipe/train.h"
 
@@ -172,7 +173,7 @@ static int pipe_describe(app_engine *e)
     pipe_engine *pe = (pipe_engine *)e;
     int verbose = e->env->verbose;
     if (pe->me == 0) {
-        if (e->cuda) printf("transfers: %s\n", sp_trainer_notice(pe->t));
+        if (sp_exec_device()) printf("transfers: %s\n", sp_trainer_notice(pe->t));
         if (verbose >= 1) app_describe_plan(sp_trainer_plan(pe->t), pe->p, verbose);
         if (verbose >= 1 && e->R > 1) app_describe_layout(&pe->lay);
         fflush(stdout);
@@ -342,7 +343,8 @@ static void describe_run(pipe_engine *pe)
                                       : ", checked against the reference";
     snprintf(e->head, sizeof e->head, "%s: %d actors%s, schedule %s, %d stages, %d "
              "microbatches, %s%s%s", e->m->name, pe->lay.actors, reps, pe->sch->name,
-             pe->sch->nstages, pe->sch->nmicro, e->cuda ? "CUDA" : "CPU",
+             pe->sch->nstages, pe->sch->nmicro,
+             e->cuda ? "CUDA" : sp_exec_device() ? sp_exec_device()->name : "CPU",
              o->bf16 ? ", bf16 matmuls" : "", checked);
     if (!o->check) return;
     e->same_note = pe->tol > 0 ? "  (~ reference)" : "  (= reference)";
@@ -394,12 +396,14 @@ app_engine *app_engine_pipelined(int argc, char **argv, sp_app_model *m, const s
         *code = pipe_end(e, 1);
         return NULL;
     }
-    /* a GPU run is checked against the CPU reference within a tolerance, not bitwise */
+    /* a GPU run is checked against the CPU reference within a tolerance, not bitwise; a
+     * device whose kernels are the CPU's (the test device) bitwise */
     /* (bf16: a float near a bfloat16 rounding boundary falls on either side depending on
      * the order of summation, and AdamW turns a tiny gradient of the other sign into a
      * step of the other sign: 2e-2 per float; tests/gpu/emu checks bf16 by L2 norm) */
     e->cuda = sp_exec_num_cuda() > 0;
-    pe->tol = e->cuda ? (o->bf16 ? 2e-2 : 1e-4) : 0.0;
+    const sp_device_kind *dk = sp_exec_device();
+    pe->tol = dk && !dk->cpu_bits ? (o->bf16 ? 2e-2 : 1e-4) : 0.0;
     e->ranks = sp_exec_size(), e->local = sp_app_launcher_local_size();
     e->io = (ckpt_io){ .ctx = pe->t, .get = tr_get, .set = tr_set, .writer = pe->me == 0,
                        .layout = m->ckpt_layout, .layout_ctx = m->cfg };

@@ -93,7 +93,8 @@ sp_status sp_env_read(sp_env *e)
         (st = sp_env_int("STARPIPE_TF32", 0, 1, &tf32)) ||
         (st = sp_env_string("STARPIPE_TRANSPORT", &e->transport)) ||
         (st = sp_env_int("STARPIPE_SHM_PIECES", 0, 1, &pieces)) ||
-        (st = sp_env_string("STARPIPE_GPU", &e->gpu))) {
+        (st = sp_env_string("STARPIPE_GPU", &e->gpu)) ||
+        (st = sp_env_string("STARPIPE_DEVICE", &e->device))) {
         *e = none;
         return st; /* the message names the variable */
     }

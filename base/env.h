@@ -46,6 +46,7 @@ typedef struct {
     const char *transport;  /* STARPIPE_TRANSPORT: "starpu-mpi" or "direct", or NULL */
     int shm_pieces;         /* STARPIPE_SHM_PIECES: 0, 1; -1 unset */
     const char *gpu;        /* STARPIPE_GPU, or NULL (its forms: runtime/gpumap.c) */
+    const char *device;     /* STARPIPE_DEVICE: a device kind's name or "cpu", or NULL */
 } sp_env;
 
 /* Reads and checks every STARPIPE_* variable; the first bad one fails (SP_ERR_ARG, its

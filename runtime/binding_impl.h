@@ -27,7 +27,7 @@ typedef struct sp_binding {
  * spare. */
 sp_status sp_binding_plan(MPI_Comm node, int want, const cpu_set_t *near, int gpus,
                           sp_binding *b);
-/* The CPUs near the PCI device busid (as cudaDeviceGetPCIBusId writes it), from the
+/* The CPUs near the PCI device busid (as a device kind's bus_id writes it), from the
  * host's hwloc topology (loaded once for the process, runtime/topology.c); empty when
  * unknown. where: the hwloc object they belong to, e.g. "Package L#1" ("" when unknown). */
 void sp_binding_near(const char *busid, cpu_set_t *near, char *where, size_t len);

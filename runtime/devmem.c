@@ -1,15 +1,13 @@
 /* The device memory a GPU rank can still give its buffers, read before step 1 so that the
- * apps refuse a run that cannot fit (apps/driver.c) instead of failing inside StarPU in
+ * apps refuse a run that cannot fit (apps/preflight.c) instead of failing inside StarPU in
  * the middle of a step. */
 #include <stdio.h>
 #include <string.h>
 
 #include <starpu.h>
-#if defined(STARPU_USE_CUDA) && defined(STARPIPE_HAVE_CUDA)
-#include <cuda_runtime_api.h>
-#endif
 
 #include "comm/nccl_peers.h" /* the host and GPU as NCCL identifies them */
+#include "starpipe/device.h"
 #include "starpipe/exec.h"
 
 sp_status sp_exec_device_memory(sp_exec_devmem *out)
@@ -17,23 +15,21 @@ sp_status sp_exec_device_memory(sp_exec_devmem *out)
     if (!out) return sp_set_error(SP_ERR_ARG, "sp_exec_device_memory: NULL argument");
     memset(out, 0, sizeof *out);
     out->device = -1;
-#if defined(STARPU_USE_CUDA) && defined(STARPIPE_HAVE_CUDA)
-    if (sp_exec_num_cuda() <= 0) return SP_OK;
-    /* the device of the rank's (first) CUDA worker, where StarPU puts the buffers: the
+    const sp_device_kind *k = sp_exec_device();
+    if (!k) return SP_OK;
+    /* the device of the rank's (first) device worker, where StarPU puts the buffers: the
      * main thread's current device may be another (device 0 by default) */
-    int worker = starpu_worker_get_by_type(STARPU_CUDA_WORKER, 0);
-    int dev = starpu_worker_get_devid(worker), prev = 0;
-    unsigned node = starpu_worker_get_memory_node((unsigned)worker);
+    unsigned worker = 0;
+    while (worker < starpu_worker_get_count() && !k->owns_worker(worker)) worker++;
+    int dev = starpu_worker_get_devid((int)worker);
+    unsigned node = starpu_worker_get_memory_node(worker);
     size_t cuda_free = 0, total = 0;
-    cudaError_t c = cudaGetDevice(&prev);
-    if (c == cudaSuccess) c = cudaSetDevice(dev);
-    if (c == cudaSuccess) c = cudaMemGetInfo(&cuda_free, &total);
     char bus[32] = "";
-    if (c == cudaSuccess) c = cudaDeviceGetPCIBusId(bus, (int)sizeof bus, dev);
-    cudaSetDevice(prev);
-    if (c != cudaSuccess)
+    int c = k->mem_info(dev, &cuda_free, &total);
+    if (c)
         return sp_set_error(SP_ERR_RUNTIME, "%s:%d: device %d's memory: %s", __FILE__, __LINE__,
-                            dev, cudaGetErrorString(c));
+                            dev, k->error(c));
+    if (k->bus_id(dev, bus, (int)sizeof bus)) bus[0] = 0; /* unknown: the host alone */
     out->device = dev;
     sp_nccl_peer me;
     sp_nccl_peer_local(bus, &me);
@@ -57,6 +53,5 @@ sp_status sp_exec_device_memory(sp_exec_devmem *out)
         out->starpu_cap = (size_t)cap;
         if ((size_t)cap < out->free) out->free = (size_t)cap;
     }
-#endif
     return SP_OK;
 }

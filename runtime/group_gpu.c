@@ -12,21 +12,31 @@
 
 #include "comm/nccl_tp.h"
 #include "starpipe/backend.h"
+#include "starpipe/device.h"
+#include "starpipe/exec.h"
 
-#if defined(STARPU_USE_CUDA) && defined(STARPIPE_HAVE_CUDA)
-#include <cuda_runtime_api.h>
-#endif
+/* Stream-ordered scratch on the task's stream (the device's task_alloc): 0 or a code. */
+static int scratch(const sp_device *dev, float **p, size_t floats)
+{
+    const sp_device_kind *k = sp_exec_device();
+    *p = NULL;
+    return k ? k->task_alloc(dev, (void **)p, sizeof(float) * floats) : 1;
+}
 
-#if defined(STARPU_USE_CUDA) && defined(STARPIPE_HAVE_CUDA)
+static void scratch_free(const sp_device *dev, float *p)
+{
+    const sp_device_kind *k = sp_exec_device();
+    if (k && p) k->task_free(dev, p);
+}
+
 /* Every member's n floats of src in *all (size rows, stream-ordered scratch on the task's
  * stream: the caller frees it there). */
 static int gather(sp_nccl_tp *nc, int size, const sp_device *dev, const float *src, int64_t n,
                   float **all, const char **why)
 {
-    cudaStream_t s = (cudaStream_t)dev->stream;
+    void *s = dev->stream;
     *all = NULL;
-    if (!nc || cudaMallocAsync((void **)all, sizeof(float) * (size_t)size * (size_t)n, s) !=
-                   cudaSuccess) {
+    if (!nc || scratch(dev, all, (size_t)size * (size_t)n)) {
         *why = nc ? "no device memory for the tensor group's all-gather"
                   : "a GPU rank's tensor group has no NCCL communicator";
         return 1;
@@ -35,22 +45,18 @@ static int gather(sp_nccl_tp *nc, int size, const sp_device *dev, const float *s
     if (rc) *why = sp_nccl_tp_error(rc);
     return rc;
 }
-#endif
 
-#if defined(STARPU_USE_CUDA) && defined(STARPIPE_HAVE_CUDA)
 /* The chunked all-reduce (sum, or max with is_max) on the task's stream: stream-ordered
  * scratch of size rows of the widest chunk, then the whole result; dst written last. */
 static int chunked(sp_nccl_tp *nc, int T, const sp_device *dev, float *dst, const float *src,
                    int64_t n, int acc, int is_max, const char **why)
 {
-    cudaStream_t s = (cudaStream_t)dev->stream;
+    void *s = dev->stream;
     const int me = nc ? sp_nccl_tp_rank(nc) : 0;
     const int64_t widest = (n + T - 1) / T, lo = sp_exec_group_chunk(n, T, me);
     const int64_t len = sp_exec_group_chunk(n, T, me + 1) - lo;
     float *rows = NULL;
-    if (!nc || T > SP_NCCL_TP_MAX ||
-        cudaMallocAsync((void **)&rows, sizeof(float) * ((size_t)T * (size_t)widest + (size_t)n),
-                        s) != cudaSuccess) {
+    if (!nc || T > SP_NCCL_TP_MAX || scratch(dev, &rows, (size_t)T * (size_t)widest + (size_t)n)) {
         *why = !nc ? "a GPU rank's tensor group has no NCCL communicator"
                    : "no device memory for the tensor group's reduce-scatter";
         return 1;
@@ -81,16 +87,14 @@ static int chunked(sp_nccl_tp *nc, int T, const sp_device *dev, float *dst, cons
                     : dev->be->scale(dev->ctx, dst, out, 1.0f, n, acc);
     if (nr) *why = sp_nccl_tp_error(nr);
     else if (rc) *why = dev->be->status_string(rc);
-    cudaFreeAsync(rows, s);
+    scratch_free(dev, rows);
     return rc || nr ? 1 : 0;
 }
-#endif
 
 int sp_exec_gpu_allreduce(sp_nccl_tp *nc, int size, const sp_device *dev, float *dst,
                           const float *src, int64_t n, int acc, const char **why)
 {
     *why = NULL;
-#if defined(STARPU_USE_CUDA) && defined(STARPIPE_HAVE_CUDA)
     if (n >= SP_GROUP_CHUNKED_FLOATS) return chunked(nc, size, dev, dst, src, n, acc, 0, why);
     float *all;
     int rc = gather(nc, size, dev, src, n, &all, why);
@@ -98,20 +102,14 @@ int sp_exec_gpu_allreduce(sp_nccl_tp *nc, int size, const sp_device *dev, float 
         rc = dev->be->scale(dev->ctx, all, all + (int64_t)r * n, 1.0f, n, 1);
     if (!rc) rc = dev->be->scale(dev->ctx, dst, all, 1.0f, n, acc);
     if (rc && !*why) *why = dev->be->status_string(rc);
-    if (all) cudaFreeAsync(all, (cudaStream_t)dev->stream);
+    scratch_free(dev, all);
     return rc ? 1 : 0;
-#else
-    (void)nc, (void)size, (void)dev, (void)dst, (void)src, (void)n, (void)acc;
-    *why = "a GPU all-reduce in a build without CUDA";
-    return 1;
-#endif
 }
 
 int sp_exec_gpu_allreduce_max(sp_nccl_tp *nc, int size, const sp_device *dev, float *x,
                               int64_t n, const char **why)
 {
     *why = NULL;
-#if defined(STARPU_USE_CUDA) && defined(STARPIPE_HAVE_CUDA)
     if (n >= SP_GROUP_CHUNKED_FLOATS) return chunked(nc, size, dev, x, x, n, 0, 1, why);
     float *all;
     int rc = gather(nc, size, dev, x, n, &all, why);
@@ -120,11 +118,6 @@ int sp_exec_gpu_allreduce_max(sp_nccl_tp *nc, int size, const sp_device *dev, fl
     for (int r = 1; r < size && !rc; r++)
         rc = dev->be->maximum(dev->ctx, x, x, all + (int64_t)r * n, n);
     if (rc && !*why) *why = dev->be->status_string(rc);
-    if (all) cudaFreeAsync(all, (cudaStream_t)dev->stream);
+    scratch_free(dev, all);
     return rc ? 1 : 0;
-#else
-    (void)nc, (void)size, (void)dev, (void)x, (void)n;
-    *why = "a GPU all-reduce in a build without CUDA";
-    return 1;
-#endif
 }

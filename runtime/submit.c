@@ -36,7 +36,7 @@ sp_status sp_tr_submit(sp_trainer *t, const char *name, sp_task_fn fn, int nbufs
     int64_t seq = next_seq(t, id);
     if (seq < 0) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
     /* on a rank with a GPU every task runs there (the data stays on it) */
-    unsigned where = sp_exec_num_cuda() > 0 ? SP_EXEC_ON_CUDA : SP_EXEC_ON_CPU;
+    unsigned where = sp_exec_num_devices() > 0 ? SP_EXEC_ON_DEVICE : SP_EXEC_ON_CPU;
     uint32_t key = id.kind >= 0 ? t->footprint[id.stage * SP_NUM_TASK_KINDS + id.kind] : 0;
     sp_exec_task task = { .name = name, .fn = fn, .where = where, .nbufs = nbufs, .bufs = bufs,
                           .modes = modes, .args = args, .args_size = args_size, .codelet = cls,

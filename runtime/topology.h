@@ -22,7 +22,7 @@ sp_status sp_topo_host(int io, sp_topo **out);
 
 /* The PUs in hwloc's logical order into pus[max]; returns their count. */
 int sp_topo_pus(const sp_topo *t, sp_pu *pus, int max);
-/* The CPUs near the PCI device busid ("0000:1b:00.0", as cudaDeviceGetPCIBusId writes
+/* The CPUs near the PCI device busid ("0000:1b:00.0", as a device kind's bus_id writes
  * it): the cpuset of its first non-I/O ancestor. Returns 0 with set empty when hwloc does
  * not know the device; where (may be NULL): that ancestor, e.g. "Package L#1". */
 int sp_topo_pci_cpus(const sp_topo *t, const char *busid, cpu_set_t *set, char *where,

@@ -173,6 +173,8 @@ const sp_device_kind *sp_device_kind_cuda(void)
     if (!kind.name)
         kind = (sp_device_kind){ .name = "cuda", .type = SP_DEVICE_CUDA,
                                  .starpu_arch = STARPU_CUDA_WORKER, .async = 1,
+                                 .starpu_count_var = "STARPU_NCUDA",
+                                 .starpu_ids_var = "STARPU_WORKERS_CUDAID",
                                  .kernels = sp_backend_cuda(), .owns_worker = owns_worker, .count = count, .bus_id = bus_id,
                                  .mem_info = mem_info, .start = start, .stop = stop,
                                  .worker_device = worker_device, .zero = zero, .copy = copy,

@@ -31,6 +31,10 @@ typedef struct sp_device_kind {
      * host addresses and whose kernels have ended when they return */
     sp_device_type type;
     int starpu_arch;        /* the StarPU worker type that runs it (STARPU_CUDA_WORKER) */
+    /* The StarPU variables that open its workers, one device per rank (STARPU_NCUDA,
+     * STARPU_WORKERS_CUDAID): set from the executor's device choice (runtime/gpumap.c);
+     * NULL for a kind whose workers StarPU opens by other means (the test device) */
+    const char *starpu_count_var, *starpu_ids_var;
     /* 1: its kernels only enqueue work on the worker's stream (STARPU_CUDA_ASYNC): a task
      * has ended when StarPU sees the stream done, not when its function returns */
     int async;

@@ -53,6 +53,11 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts);
 sp_status sp_exec_shutdown(void);
 int sp_exec_rank(void);
 int sp_exec_size(void);
+/* The rank's device (include/starpipe/device.h: STARPIPE_DEVICE, else the first kind
+ * this build registers), NULL on a rank that runs on CPUs only; and how many of StarPU's
+ * workers are its. */
+const struct sp_device_kind *sp_exec_device(void);
+int sp_exec_num_devices(void);
 /* CUDA workers of this rank (0 without a GPU, with STARPU_NCUDA=0, or a CPU-only StarPU). */
 int sp_exec_num_cuda(void);
 /* Before sp_exec_init (before MPI): whether rank local_rank of local_size on this host
@@ -213,12 +218,13 @@ sp_status sp_exec_group(const sp_exec_xfer *x, int n, const char *name, uint32_t
 
 /* Where a task may run (sp_exec_task.where): */
 #define SP_EXEC_ON_CPU 1u
-#define SP_EXEC_ON_CUDA 2u
+#define SP_EXEC_ON_DEVICE 2u /* the workers of the rank's device (sp_exec_device) */
+#define SP_EXEC_ON_CUDA SP_EXEC_ON_DEVICE
 
 typedef struct sp_exec_task {
     const char *name;           /* copied (first 31 bytes); in traces and errors */
     sp_task_fn fn;
-    unsigned where;             /* SP_EXEC_ON_CPU | SP_EXEC_ON_CUDA: the workers that may
+    unsigned where;             /* SP_EXEC_ON_CPU | SP_EXEC_ON_DEVICE: the workers that may
                                    run it; 0: any */
     int nbufs;                  /* any number; the same buffer may appear once */
     sp_exec_buf *const *bufs;

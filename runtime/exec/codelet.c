@@ -49,16 +49,18 @@ static void run_task(void *descr[], struct task_args *a)
         counts[i] = STARPU_VECTOR_GET_NX(descr[i]);
     }
     double t0 = X.opts.trace ? starpu_timing_now() : 0;
-    sp_cuda_ctx cuda;
-    sp_device dev = sp_exec_dev_of_worker(&cuda);
+    _Alignas(max_align_t) unsigned char state[SP_DEVICE_CTX_BYTES];
+    int async;
+    sp_device dev = sp_exec_dev_of_worker(state, &async);
     sp_exec_task_group tg;
     dev.group = a->group ? sp_exec_tensor_group_of_task(a->group, a->seq, &dev, &tg) : NULL;
     dev.meet_only = lost;
     int rc = a->fn(&dev, ptrs, counts, n, a->payload);
     if (lost) rc = 0, a->unrun = 1; /* met its group; the step's failure is reported */
-    /* A CUDA function only enqueues its kernels (STARPU_CUDA_ASYNC): its end is when
-     * StarPU sees the stream done and calls the task's callback (cuda_task_done). */
-    if (dev.type == SP_DEVICE_CUDA) {
+    /* A device's function may only enqueue its kernels (an async kind: STARPU_CUDA_ASYNC):
+     * its end is when StarPU sees the stream done and calls the task's callback
+     * (cuda_task_done). */
+    if (async) {
         a->on_cuda = 1;
         a->t0 = t0;
         sp_exec_send_early(task, a, NULL, 0); /* the data is on the device */
@@ -94,11 +96,9 @@ void sp_exec_run_cuda(void *descr[], void *cl_arg) { run_task(descr, cl_arg); }
 static int can_execute(unsigned worker, struct starpu_task *task, unsigned nimpl)
 {
     const struct task_args *a = task->cl_arg;
-    switch (starpu_worker_get_type((int)worker)) {
-    case STARPU_CPU_WORKER: return (a->where & SP_EXEC_ON_CPU) != 0;
-    case STARPU_CUDA_WORKER: return (a->where & SP_EXEC_ON_CUDA) != 0;
-    default: return 0;
-    }
+    if (sp_exec_dev_is_worker(worker)) return (a->where & SP_EXEC_ON_DEVICE) != 0;
+    return starpu_worker_get_type((int)worker) == STARPU_CPU_WORKER &&
+           (a->where & SP_EXEC_ON_CPU) != 0;
 }
 
 /* One codelet per task class (sp_exec_task.codelet: "F", "B", "W", "BW", "AdamW", ...),
@@ -155,6 +155,6 @@ struct starpu_codelet *sp_exec_codelet_for(const char *cls)
         .nbuffers = STARPU_VARIABLE_NBUFFERS,
         .name = codelet_names[i],
     };
-    sp_exec_dev_codelet(&codelets[i], sp_exec_run_cuda); /* where StarPU has CUDA */
+    sp_exec_dev_codelet(&codelets[i], sp_exec_run_cuda); /* a device's own worker type */
     return &codelets[i];
 }

@@ -1,6 +1,7 @@
-/* The executor's device (device.c): all that runtime/exec/ does with CUDA, behind plain
- * functions of StarPU's memory nodes and workers, so that no other file of the folder
- * names CUDA. In a build without CUDA each one answers as a rank without a GPU. */
+/* The executor's device (device.c): the rank's device kind (include/starpipe/device.h,
+ * one row of codelets/devices.c) as StarPU's workers and memory nodes see it, so that no
+ * file of runtime/ names a device API. A rank of CPUs only has no kind, and each function
+ * answers as such a rank. */
 #ifndef STARPIPE_RUNTIME_EXEC_DEVICE_H
 #define STARPIPE_RUNTIME_EXEC_DEVICE_H
 
@@ -8,36 +9,43 @@
 
 #include <starpu.h>
 
-#include "codelets/cuda/backend.h" /* sp_cuda_ctx, and sp_device (starpipe/backend.h) */
+#include "runtime/gpumap.h"
+#include "starpipe/device.h"
 #include "starpipe/status.h"
 
-/* What was built: StarPU with CUDA workers (STARPU_USE_CUDA: a task may be held to
- * them), and StarPU with starpipe's CUDA kernels (STARPIPE_HAVE_CUDA too: a rank may
- * run on a GPU). */
-int sp_exec_dev_starpu_cuda(void);
-int sp_exec_dev_cuda(void);
+/* The rank's kind from STARPIPE_DEVICE (name: a kind, "cpu" for none; NULL: the first
+ * registered kind that is not opt-in), before StarPU starts. A name no kind has is
+ * SP_ERR_ARG, naming the kinds this build has. */
+sp_status sp_exec_dev_select(const char *name);
+const sp_device_kind *sp_exec_dev_kind(void);
 
-/* The host's GPUs as the CUDA runtime sees them (0 without CUDA), and GPU dev's PCI
- * address into bus: 1, or 0 when unknown. */
+/* The devices the kind sees for the GPU choice (0 for a kind that StarPU opens by other
+ * means, or none), and device dev's PCI address into bus: 1, or 0 when unknown. */
 int sp_exec_dev_count(void);
 int sp_exec_dev_pci(int dev, char *bus, size_t len);
+/* The StarPU variables of the choice (a user's own settings win); every other kind's
+ * workers are left closed. */
+void sp_exec_dev_open(const sp_gpu_choice *gpu);
+/* Whether the choice gives the rank a device worker (before StarPU starts). */
+int sp_exec_dev_chosen(const sp_gpu_choice *gpu);
 
-/* The workers. How many CUDA workers StarPU started. */
+/* The workers, once StarPU has started (sp_exec_dev_start): how many are the kind's, and
+ * whether worker w is. */
 int sp_exec_dev_nworkers(void);
-/* The calling worker's device: a CUDA worker's stream and cuBLAS handle (kept in *c, the
- * caller's while the device is in use), else the CPU's. */
-sp_device sp_exec_dev_of_worker(sp_cuda_ctx *c);
-/* Gives codelet cl its CUDA implementation, run, asynchronous (the task ends when StarPU
- * sees its stream done); without CUDA, nothing. */
+int sp_exec_dev_is_worker(unsigned w);
+/* The calling worker's device: the kind's on its workers (state in storage,
+ * SP_DEVICE_CTX_BYTES bytes, the caller's while the device is in use), else the CPU's.
+ * *async: the task's kernels only enqueue (the kind's async). */
+sp_device sp_exec_dev_of_worker(void *storage, int *async);
+/* Gives codelet cl run as the implementation of the kind's StarPU worker type. */
 void sp_exec_dev_codelet(struct starpu_codelet *cl, starpu_cuda_func_t run);
-/* Once StarPU has started: a cuBLAS handle per CUDA worker, TF32 products if tf32. Before
- * it stops: the handles and the main thread's stream go. */
-void sp_exec_dev_start(int tf32);
+/* Once StarPU has started: the kind's workers found and its libraries started (TF32
+ * products if tf32). Before it stops: what start made goes. */
+sp_status sp_exec_dev_start(int tf32);
 void sp_exec_dev_stop(void);
 
-/* The rank's device memory, from the main thread (on a stream of its own, synchronised
- * before each call returns). The CUDA worker's memory node and *devid its device, or -1
- * on a rank without one. */
+/* The rank's device memory, from the main thread. The memory node of the kind's first
+ * worker and *devid its device, or -1 on a rank without one. */
 int sp_exec_dev_node(int *devid);
 /* bytes of zeroed memory on node, device devid's, into *mem. */
 sp_status sp_exec_dev_alloc(int node, int devid, size_t bytes, void **mem);

@@ -81,10 +81,11 @@ static sp_status choose_gpu(MPI_Comm node, sp_gpu_choice *gpu, cpu_set_t *near)
 
 int sp_exec_expect_cuda(int local_rank, int local_size)
 {
-    if (!sp_exec_dev_cuda())
-        return 0;
-    const char *ncuda = getenv("STARPU_NCUDA");
-    if ((ncuda && !strcmp(ncuda, "0")) || sp_env_read(&env) != SP_OK) return 0;
+    if (sp_env_read(&env) != SP_OK || sp_exec_dev_select(env.device) != SP_OK) return 0;
+    const sp_device_kind *k = sp_exec_dev_kind();
+    if (!k || !k->starpu_count_var) return 0; /* the test device keeps all on the host */
+    const char *n = getenv(k->starpu_count_var);
+    if (n && !strcmp(n, "0")) return 0;
     sp_gpu_choice gpu;
     return pick_gpu(local_rank, local_size, &gpu) == SP_OK && gpu.device >= 0 &&
            strcmp(gpu.ncuda, "0") != 0;
@@ -100,6 +101,8 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     sp_status st = check_sched_env();
     if (!st)
         st = check_transport_env();
+    if (!st) /* STARPIPE_DEVICE: the rank's device kind (codelets/devices.c) */
+        st = sp_exec_dev_select(env.device);
     if (st)
         return st;
 
@@ -192,11 +195,10 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
         return st ? st : sp_set_error(SP_ERR_ARG, "another rank could not choose its GPU "
                                       "(STARPIPE_GPU)");
     }
-    setenv("STARPU_NCUDA", gpu.ncuda, 0); /* a user's own StarPU settings win */
-    if (gpu.device >= 0) setenv("STARPU_WORKERS_CUDAID", gpu.cudaid, 0);
+    sp_exec_dev_open(&gpu); /* a user's own StarPU settings win */
     sp_binding b;
     st = sp_binding_plan(node, X.opts.ncpus, CPU_COUNT(&near) ? &near : NULL,
-                         gpu.device >= 0 && strcmp(getenv("STARPU_NCUDA"), "0") != 0, &b);
+                         sp_exec_dev_chosen(&gpu), &b);
     MPI_Comm_free(&node);
     if (st)
         return st;
@@ -256,9 +258,10 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
         return sp_set_error(SP_ERR_RUNTIME, "transport %s cannot run: %s", X.host->name, notice);
     if (X.host->inflight) /* idle workers drive its requests while there are some */
         sp_policy_set_idle_poll(X.host->inflight);
-    /* a cuBLAS handle per CUDA worker; exact fp32 products unless STARPIPE_TF32=1 asks for
-     * TF32 tensor cores */
-    sp_exec_dev_start(env.tf32);
+    /* the device's workers found, its libraries started (CUDA: a cuBLAS handle per worker,
+     * exact fp32 products unless STARPIPE_TF32=1 asks for TF32 tensor cores) */
+    if ((st = sp_exec_dev_start(env.tf32)))
+        return st;
     /* The CPU kernels' bits and speed must not depend on how the rank was launched:
      * OpenBLAS would otherwise run its own thread pool inside our tasks whenever the
      * launcher leaves the rank more than one core (--bind-to none, -np > 2). */

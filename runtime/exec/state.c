@@ -54,6 +54,17 @@ int sp_exec_usable(void) { return X.started && !X.broken; }
 
 int sp_exec_rank(void) { return sp_exec_rank_; }
 
-int sp_exec_num_cuda(void) { return X.started ? sp_exec_dev_nworkers() : 0; }
+int sp_exec_num_devices(void) { return X.started ? sp_exec_dev_nworkers() : 0; }
+
+int sp_exec_num_cuda(void)
+{
+    const sp_device_kind *k = sp_exec_dev_kind();
+    return k && k->type == SP_DEVICE_CUDA ? sp_exec_num_devices() : 0;
+}
+
+const sp_device_kind *sp_exec_device(void)
+{
+    return sp_exec_num_devices() > 0 ? sp_exec_dev_kind() : NULL;
+}
 
 int sp_exec_size(void) { return sp_exec_size_; }

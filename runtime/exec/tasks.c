@@ -25,11 +25,12 @@ static sp_status check_task(const sp_exec_task *t)
     const char *name = t->name ? t->name : "(unnamed)";
     if (!t->fn)
         return sp_set_error(SP_ERR_ARG, "task '%s': no function", name);
-    if (t->where & ~(SP_EXEC_ON_CPU | SP_EXEC_ON_CUDA))
+    if (t->where & ~(SP_EXEC_ON_CPU | SP_EXEC_ON_DEVICE))
         return sp_set_error(SP_ERR_ARG, "task '%s': where = %#x names no kind of worker", name,
                             t->where);
-    if (t->where == SP_EXEC_ON_CUDA && !sp_exec_dev_starpu_cuda())
-        return sp_set_error(SP_ERR_ARG, "task '%s': CUDA only, but StarPU has no CUDA", name);
+    if (t->where == SP_EXEC_ON_DEVICE && !sp_exec_dev_kind())
+        return sp_set_error(SP_ERR_ARG, "task '%s': device only, but the rank has no device "
+                            "(STARPIPE_DEVICE)", name);
     if (t->nbufs < 0 || (t->nbufs > 0 && (!t->bufs || !t->modes)))
         return sp_set_error(SP_ERR_ARG, "task '%s': bad buffer list (%d)", name, t->nbufs);
     if (t->args_size && !t->args)
