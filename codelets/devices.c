@@ -8,6 +8,7 @@
 #ifdef STARPIPE_HAVE_CUDA
 #include "codelets/cuda/device.h"
 #endif
+#include "codelets/testdev/device.h"
 
 const sp_device_kind *const *sp_device_kinds(void)
 {
@@ -18,7 +19,7 @@ const sp_device_kind *const *sp_device_kinds(void)
 #ifdef STARPIPE_HAVE_CUDA
         kinds[n++] = sp_device_kind_cuda();
 #endif
-        (void)n;
+        kinds[n++] = sp_device_kind_testdev(); /* only when STARPIPE_DEVICE=testdev */
         listed = 1;
     }
     return kinds;
