@@ -36,6 +36,10 @@ cp "$src/sched/plan.c" "$tmp/src/sched/plan.c"
 sed -i '1i #include "runtime/exec/exec_int.h"' "$tmp/src/runtime/host.c"
 expect "a private header" 'runtime/host\.c:1: includes "runtime/exec/exec_int\.h", private to runtime/exec/' \
   -- --src "$tmp/src"
+cp "$src/runtime/host.c" "$tmp/src/runtime/host.c"
+printf 'static int zap(void *p, size_t n) { return cudaMemset(p, 0, n); }\n' >>"$tmp/src/runtime/exec/buf.c"
+expect "a device API in runtime/" 'runtime/exec/buf\.c:[0-9]+: names a device API' -- --src "$tmp/src"
+cp "$src/runtime/exec/buf.c" "$tmp/src/runtime/exec/buf.c"
 
 # the build's libraries (links), spoiled one at a time: spoil LIB OBJECTS... puts a copy of
 # LIB with the objects added in its place, unspoil LIB the link back
@@ -83,4 +87,4 @@ cp "$(readlink -f "$tmp/orig/libstarpipe_graph.a")" "$tmp/build/libstarpipe_grap
 ar q "$tmp/build/libstarpipe_graph.a" "$tmp/dup/$first"
 expect "two objects of one name" "starpipe_graph: two objects named ${first//./\\.}" \
   -- --src "$src" --build "$tmp/build"
-echo "layers_negative: ok (6 spoiled trees refused)"
+echo "layers_negative: ok (7 spoiled trees refused)"
