@@ -1,6 +1,6 @@
 /* Direct transfers: the pipeline's messages as plain MPI_Isend / MPI_Irecv, posted by the
  * thread that makes the buffer ready and completed by the rank's idle workers, with no
- * StarPU-MPI progress thread on the path (runtime/README.md, "Transfers").
+ * StarPU-MPI progress thread on the path (docs/runtime.md, "Transfers").
  *
  * A send acquires its buffer for reading on the host (StarPU's sequential consistency
  * puts the acquire after the producing task). The task that wrote the data usually posts

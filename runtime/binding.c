@@ -104,7 +104,7 @@ sp_status sp_binding_plan(MPI_Comm node, int want, const cpu_set_t *near, int gp
                             ", NUMA node unknown or several");
     }
     /* The progress thread takes a spare core of this rank if there is one; else it is
-     * left unbound (-1): as fast as sharing the worker's core (runtime/README.md), and
+     * left unbound (-1): as fast as sharing the worker's core (docs/runtime.md), and
      * StarPU then does not warn on every start about binding two threads to one core. */
     int used = b->nworkers + (cuda_at >= b->nworkers ? 1 : 0);
     b->mpi_cpu = used < ncpus ? sp_topo_logical(topo, cpus[used]) : -1;

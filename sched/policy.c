@@ -215,7 +215,7 @@ static struct starpu_task *take(struct sp_policy_data *d, int self)
 /* Debian's StarPU is built with non-blocking drivers: an idle worker never sleeps, its
  * driver calls pop in a loop with sched_yield. Next to other ranks' workers and the
  * StarPU-MPI progress thread on few cores, that spin takes their time (measured in
- * runtime/README.md). So an idle CPU worker waits here, relaxed (wakers may take its
+ * docs/runtime.md). So an idle CPU worker waits here, relaxed (wakers may take its
  * scheduling mutex meanwhile), until a push makes a task poppable. CUDA workers keep
  * polling: their driver loop also completes asynchronous copies and kernels. */
 static int may_wait(int self)
@@ -287,7 +287,7 @@ static struct starpu_task *pop_task(unsigned ctx)
 
 /* After a task its outputs are released, and a send waiting for them has become a ready
  * request of StarPU-MPI's progress thread. Where that thread shares the worker's core it
- * polls with sched_yield (runtime/README.md) and is not woken: the worker would keep the
+ * polls with sched_yield (docs/runtime.md) and is not woken: the worker would keep the
  * core for the rest of its time slice (up to 4 ms) with the send not even posted, while
  * the peer waits for it. One yield here lets the thread post it now; with nothing else
  * runnable on the core it returns at once. */

@@ -33,10 +33,10 @@ static sp_status check_sched_env(void)
                         "scheduling policy; unset it or set it to \"starpipe\"", s);
 }
 
-/* The transport when STARPIPE_TRANSPORT says nothing (comm/README.md). */
+/* The transport when STARPIPE_TRANSPORT says nothing (docs/transports.md). */
 #define SP_DEFAULT_TRANSPORT "starpu-mpi"
 
-/* STARPIPE_TRANSPORT: how messages travel (comm/README.md), decided before MPI starts. */
+/* STARPIPE_TRANSPORT: how messages travel (docs/transports.md), decided before MPI starts. */
 static sp_env env;
 static sp_status check_transport_env(void)
 {
@@ -47,7 +47,7 @@ static sp_status check_transport_env(void)
     /* Large transfers between ranks of one node: eager pieces (1), or one message from a
      * copy as between nodes (0, what tests use to reach that path on one machine); unset,
      * pieces unless ranks share cores: a sender preempted half-way through its pieces
-     * would hold the rest back for a time slice (runtime/README.md, "Transfers"). */
+     * would hold the rest back for a time slice (docs/runtime.md, "Transfers"). */
     X.pieces = env.shm_pieces;
     return SP_OK;
 }
@@ -119,7 +119,7 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     if (tuned) {
         /* OpenMPI's polling never yields the core unless the node is oversubscribed, and
          * StarPU-MPI's progress thread polls while any request is pending: on a rank with
-         * one core it took half of it from the worker (runtime/README.md). Yielding costs
+         * one core it took half of it from the worker (docs/runtime.md). Yielding costs
          * a system call per idle poll where the thread has a core of its own, and gives
          * the worker the core where it has not. A transport the rank's workers drive
          * (direct) has no such thread: only an idle worker polls, and it yields between
@@ -132,7 +132,7 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
          * limit the receiver pulls it when it next polls (CMA, a system call pinning
          * every page: 25-45 us for 64 KB on the 2-core VM); eager, the sender copies it
          * into shared memory at once and the receiver only copies it out. Up to 128 KB
-         * (the default GPT's 64 KB activations), halving their wait (runtime/README.md);
+         * (the default GPT's 64 KB activations), halving their wait (docs/runtime.md);
          * larger transfers go as pieces of that size with direct (comm/direct.c). The
          * limit counts OpenMPI's header: SP_COMM_EAGER_LIMIT leaves it room beside 128 KB
          * of data. */
