@@ -1,6 +1,7 @@
 /* CUDA kernels: the same ops as codelets/cpu/kernels.h (read it first: shapes, size letters,
  * the acc rule, aliasing), on device memory, checked against the CPU ones by
- * tests/gpu/test_cuda_kernels.c. Plain C: includable without the CUDA headers.
+ * tests/backend/test_backend_ops.c through their table (backend.c), and what it does not
+ * reach by tests/gpu/test_cuda_kernels.c. Plain C: includable without the CUDA headers.
  *
  * Conventions, for every function below:
  * - Same name with sp_cuda_ for sp_, same arguments in the same order, then `stream`

@@ -4,7 +4,8 @@
 # packages. It brings them from .gpu-deps/ (made beforehand by scripts/fetch-gpu-deps on
 # a CPU machine): unpacks the .debs into a local prefix, builds starpipe with
 # STARPIPE_CUDA=ON against .gpu-deps/starpu, then runs
-#   (a) the CUDA kernel checks (tests/gpu/test_cuda_kernels),
+#   (a) the CUDA kernel checks (tests/backend/test_backend_ops: every entry of the CUDA
+#       table against the CPU's; tests/gpu/test_cuda_kernels: the rest, and the rates),
 #   (b) starpipe-gpt --check with 1 actor, and with 2 ranks sharing the GPU (MPI;
 #       with --eval-every 2: the forward-only evaluation checked too), bf16, and
 #       starpipe-llama (grouped-query attention) on 2 ranks,
@@ -239,21 +240,29 @@ if ((nfail == 0)); then
 fi
 
 # ---------------------------------------------------------------- 3. (a) CUDA kernels
-if ((built)); then
-  if [ -x "$B/tests/gpu/test_cuda_kernels" ]; then
-    run_phase "3. (a) CUDA kernels vs CPU (test_cuda_kernels)" 150 kernels "$B/tests/gpu/test_cuda_kernels"
-    case $prc in
-      0) record PASS "3. (a) CUDA kernels" "${ptime}s" ;;
-      77) if [ "$nogpu" = 1 ]; then record SKIP "3. (a) CUDA kernels" "no GPU (CHECK_NO_GPU=1)"
-          else record FAIL "3. (a) CUDA kernels" "skipped: the test saw no CUDA device"; fi ;;
-      *) record FAIL "3. (a) CUDA kernels" "rc $prc" ;;
-    esac
-  else
-    banner "3. (a) CUDA kernels"
-    note "NOTICE: no tests/gpu/test_cuda_kernels target in this tree (tests/gpu/test_cuda_kernels.c"
-    note "        or .cu, built with STARPIPE_CUDA): the kernel checks did not run"
-    record NOTICE "3. (a) CUDA kernels" "test binary missing"
+# kernel_phase TEST TITLE LIMIT_S LOGNAME: build-gpu/tests/TEST, which must pass here (77, no
+# device, is a failure on a GPU machine)
+kernel_phase() {
+  local bin=$B/tests/$1 name="3. (a) $2"
+  if [ ! -x "$bin" ]; then
+    banner "$name"
+    note "NOTICE: no tests/$1 target in this tree (built with STARPIPE_CUDA): it did not run"
+    record NOTICE "$name" "test binary missing"
+    return 0
   fi
+  run_phase "$name ($(basename "$1"))" "$3" "$4" "$bin"
+  case $prc in
+    0) record PASS "$name" "${ptime}s" ;;
+    77) if [ "$nogpu" = 1 ]; then record SKIP "$name" "no GPU (CHECK_NO_GPU=1)"
+        else record FAIL "$name" "skipped: the test saw no CUDA device"; fi ;;
+    *) record FAIL "$name" "rc $prc" ;;
+  esac
+}
+if ((built)); then
+  # every entry of the CUDA table against the CPU table (tests/backend); then what the
+  # table does not reach, the sgemm and attention rates and their bits run to run
+  kernel_phase backend/test_backend_ops "CUDA table vs CPU table" 90 ops
+  kernel_phase gpu/test_cuda_kernels "CUDA kernels: rates" 150 kernels
 fi
 
 # ---------------------------------------------------------------- 4. (b) GPT --check
