@@ -63,7 +63,7 @@ static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 3
 }
 
 /* Integer atomics only: threads never run at the same time here, and float atomics would
- * break the kernels' determinism (codelets/cuda/README.md), so their absence is wanted. */
+ * break the kernels' determinism (docs/cuda-kernels.md), so their absence is wanted. */
 static inline int atomicAdd(int *p, int v)
 {
     int old = *p;
