@@ -68,6 +68,7 @@
 #include "starpipe/stages.h"
 #include "starpipe/program.h"
 #include "starpipe/backend.h"
+#include "starpipe/device.h"
 #include "starpipe/optim.h"
 #include "starpipe/reference.h"
 #include "starpipe/sample.h"
