@@ -130,13 +130,25 @@ static void wake(const char *mask)
             starpu_wake_worker_relax_light(w);
 }
 
-/* A GPU task's inputs start moving to the device as it becomes ready, not when its
+/* A device task's inputs start moving to the device as it becomes ready, not when its
  * turn comes: a task held behind an earlier one (or popped at once) then finds them
  * there, and the copies overlap the task that runs meanwhile. Asked before the task is
  * in a list, so no worker can pop it yet, and without d->lock (the prefetch takes the
  * data's locks, under which StarPU may push). CPU workers read host memory in place:
  * nothing to prefetch for them. STARPU_PREFETCH=0 turns it off, as for StarPU's own
  * policies (tests/gpu/check.sh measures a step both ways). */
+static unsigned char device_workers[STARPU_NMAXWORKERS];
+static int any_device_worker;
+
+void sp_policy_set_device_workers(const unsigned char *is_device)
+{
+    any_device_worker = 0;
+    for (unsigned w = 0; w < STARPU_NMAXWORKERS; w++) {
+        device_workers[w] = is_device ? is_device[w] : 0;
+        any_device_worker |= device_workers[w];
+    }
+}
+
 static void prefetch_for_device(unsigned ctx, struct starpu_task *task)
 {
     struct starpu_worker_collection *workers = starpu_sched_ctx_get_worker_collection(ctx);
@@ -144,8 +156,7 @@ static void prefetch_for_device(unsigned ctx, struct starpu_task *task)
     workers->init_iterator(workers, &it);
     while (workers->has_next(workers, &it)) {
         int w = workers->get_next(workers, &it);
-        if (starpu_worker_get_type(w) == STARPU_CUDA_WORKER &&
-            starpu_worker_can_execute_task_first_impl(w, task, NULL)) {
+        if (device_workers[w] && starpu_worker_can_execute_task_first_impl(w, task, NULL)) {
             starpu_prefetch_task_input_for(task, (unsigned)w);
             return;
         }
@@ -157,7 +168,7 @@ static int push_task(struct starpu_task *task)
     unsigned ctx = task->sched_ctx;
     struct sp_policy_data *d = policy_data(ctx);
 
-    if (is_ordered(task) && starpu_cuda_worker_get_count() > 0 && starpu_get_prefetch_flag())
+    if (is_ordered(task) && any_device_worker && starpu_get_prefetch_flag())
         prefetch_for_device(ctx, task);
     starpu_worker_relax_on();
     pthread_mutex_lock(&d->lock);

@@ -26,6 +26,10 @@ void sp_policy_drain(void);
  * of parking while that is not 0; poke() wakes parked workers after a request is handed
  * to MPI. */
 void sp_policy_set_idle_poll(int (*inflight)(void));
+/* The workers of the rank's device (runtime/exec/device.c: its kind's workers), whose
+ * tasks' inputs the policy prefetches to their memory node as the task becomes ready:
+ * is_device[w] for each of StarPU's workers; NULL: none. */
+void sp_policy_set_device_workers(const unsigned char *is_device);
 void sp_policy_poke(void);
 
 #endif

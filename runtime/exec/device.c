@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "runtime/exec/device.h"
+#include "sched/policy.h"
 
 static const sp_device_kind *kind; /* the rank's; NULL: CPUs only */
 static int nworkers;
@@ -102,6 +103,7 @@ sp_status sp_exec_dev_start(int tf32)
     unsigned n = starpu_worker_get_count();
     for (unsigned w = 0; w < n && w < STARPU_NMAXWORKERS; w++)
         if (kind->owns_worker(w)) is_worker[w] = 1, nworkers++;
+    sp_policy_set_device_workers(is_worker); /* their inputs prefetched as tasks get ready */
     int rc = kind->start(tf32);
     return rc ? sp_set_error(SP_ERR_RUNTIME, "starting the %s device's workers failed: %s",
                              kind->name, kind->error(rc))
@@ -111,6 +113,7 @@ sp_status sp_exec_dev_start(int tf32)
 void sp_exec_dev_stop(void)
 {
     if (kind) kind->stop();
+    sp_policy_set_device_workers(NULL);
     nworkers = 0;
     memset(is_worker, 0, sizeof is_worker);
 }
