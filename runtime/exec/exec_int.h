@@ -60,6 +60,11 @@ extern atomic_uint sp_exec_last_done_;
 extern char sp_exec_fail_msg_[512];
 /* A task's failure: the first one wins, later tasks of the step skip their work. */
 void sp_exec_fail_step(const char *fmt, ...);
+/* A task or message of the step completed: wakes the main thread's wait. */
+void sp_exec_progress(void);
+/* Waits until the count of completions differs from seen, at most timeout seconds (0:
+ * not at all); returns the count. */
+unsigned long sp_exec_progress_wait(unsigned long seen, double timeout);
 /* The error of every call after a step was given up (sp_exec_cancel_step, watchdog). */
 sp_status sp_exec_broken_error(const char *what);
 /* Gives up: the executor is unusable from now on, and later calls repeat why (the error

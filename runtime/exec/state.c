@@ -1,6 +1,8 @@
 /* The bottom of the executor: its state X, the rank and size, the step's counters and a
- * task's failure (the first one wins; sp_exec_end_step agrees on it), and the executor
- * given up. Relies on nothing of the folder but device.h (the CUDA workers' count). */
+ * task's failure (the first one wins; sp_exec_end_step agrees on it), completions waking
+ * the main thread, and the executor given up. Relies on nothing of the folder but
+ * device.h (the CUDA workers' count). */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +36,49 @@ void sp_exec_fail_step(const char *fmt, ...)
         atomic_store(&sp_exec_step_failed_, 1);
     }
     STARPU_PTHREAD_MUTEX_UNLOCK(&fail_lock);
+}
+
+/* ---- completions wake the main thread (sp_exec_wait_tasks) ----
+ * Each task's completion callback and each message's end count here and wake the main
+ * thread, so that a watched step ends when its last task or message does, not at the
+ * main thread's next look. */
+static pthread_once_t progress_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t progress_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t progress_cond;
+static unsigned long progress_n; /* completions since init */
+
+static void progress_init(void)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&progress_cond, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+void sp_exec_progress(void)
+{
+    pthread_once(&progress_once, progress_init);
+    pthread_mutex_lock(&progress_lock);
+    progress_n++;
+    pthread_cond_broadcast(&progress_cond);
+    pthread_mutex_unlock(&progress_lock);
+}
+
+unsigned long sp_exec_progress_wait(unsigned long seen, double timeout)
+{
+    pthread_once(&progress_once, progress_init);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    long ns = until.tv_nsec + (long)(timeout * 1e9);
+    until.tv_sec += ns / 1000000000L;
+    until.tv_nsec = ns % 1000000000L;
+    pthread_mutex_lock(&progress_lock);
+    while (timeout > 0 && progress_n == seen &&
+           pthread_cond_timedwait(&progress_cond, &progress_lock, &until) == 0) {}
+    seen = progress_n;
+    pthread_mutex_unlock(&progress_lock);
+    return seen;
 }
 
 sp_status sp_exec_broken_error(const char *what)

@@ -80,12 +80,14 @@ void sp_exec_free_args(void)
     X.nargs = 0;
 }
 
-/* Completion of a task that may have run on a CUDA worker: the end of its trace record. */
-static void cuda_task_done(void *arg)
+/* Completion of a task: the end of its trace record if it ran on a CUDA worker, and the
+ * main thread woken (a step ends with its last task or message). */
+static void task_done(void *arg)
 {
     struct task_args *a = arg;
     if (a->on_cuda && X.opts.trace)
         sp_exec_trace_add(a->name, a->seq, a->t0, starpu_timing_now(), 0, -1);
+    sp_exec_progress();
 }
 
 /* StarPU refuses to destroy a never-submitted task still marked destroy-on-completion. */
@@ -140,10 +142,8 @@ sp_status sp_exec_submit(const sp_exec_task *t)
     }
     a->order = X.posted++;
     atomic_init(&a->early, NULL);
-    if (a->where & SP_EXEC_ON_CUDA) {
-        task->callback_func = cuda_task_done;
-        task->callback_arg = a;
-    }
+    task->callback_func = task_done;
+    task->callback_arg = a;
     task->cl_arg_size = sizeof *a + tail;
     task->cl_arg_free = 1;
     task->name = a->name;

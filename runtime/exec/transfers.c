@@ -32,6 +32,7 @@ static void transfer_finish(void *arg, const char *err)
     if (err)
         sp_exec_fail_step("rank %d: %s", sp_exec_rank_, err);
     atomic_fetch_add(&sp_exec_tasks_done_, 1); /* progress, for the watchdog */
+    sp_exec_progress();
     if (!t)
         return;
     atomic_store(&t->done, 1);

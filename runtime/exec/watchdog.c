@@ -45,13 +45,21 @@ sp_status sp_exec_wait_tasks(void)
     /* with a watchdog: a stalled rank may ask this one for its report */
     int asking = X.opts.watchdog_s > 0 && sp_exec_size_ > 1 && mpi_multiple(), asker, on;
     int pending;
+    unsigned long heard = sp_exec_progress_wait(0, 0); /* completions so far */
+    int heard_new = 0;                                 /* the last wait was woken by one */
     while ((pending = starpu_task_nsubmitted() + sp_exec_transfers_pending()) > 0) {
         /* once the tasks are done, the last messages may still be in flight: the main
          * thread, which has nothing else to do, tests them as the idle workers do */
         if (X.host->progress && starpu_task_nsubmitted() == 0) {
             if (!X.host->progress()) sched_yield();
         } else {
-            nanosleep(&(struct timespec){ 0, 2000000 }, NULL); /* the main thread only watches */
+            /* the main thread only watches: it sleeps until a task or message completes,
+             * or 2 ms. A completion wakes it just before StarPU or the transport counts it
+             * done: where that may have been the last, it looks again 50 us later. */
+            double nap = pending == 1 && heard_new ? 50e-6 : 2e-3;
+            unsigned long n = sp_exec_progress_wait(heard, nap);
+            heard_new = n != heard;
+            heard = n;
         }
         const char *gerr = async ? X.group->error() : NULL;
         if (gerr) { /* the transport is dead: this step and the executor are lost */
