@@ -173,7 +173,7 @@ static int pipe_describe(app_engine *e)
     pipe_engine *pe = (pipe_engine *)e;
     int verbose = e->env->verbose;
     if (pe->me == 0) {
-        if (sp_exec_device()) printf("transfers: %s\n", sp_trainer_notice(pe->t));
+        if (e->cuda) printf("transfers: %s\n", sp_trainer_notice(pe->t));
         if (verbose >= 1) app_describe_plan(sp_trainer_plan(pe->t), pe->p, verbose);
         if (verbose >= 1 && e->R > 1) app_describe_layout(&pe->lay);
         fflush(stdout);
