@@ -18,6 +18,7 @@ static void usage(FILE *f)
             "                     [--cost F=1,B=1,W=1,BW=2,lat=0,bw=0] [--bytes N]\n"
             "                     [--rendezvous] [--json] [--svg FILE] [--trace FILE]\n"
             "                     [--save-schedule FILE] [--print-plan]\n"
+            "                     [--stage-costs X0,X1,...] [--memory-cap N[,N,...]]\n"
             "                     [--gpt gpt3-175b[,B]|L,C,T,V,B] [--device-flops X]\n"
             "                     [--llama llama2-7b[,B]|llama2-70b[,B]|L,C,H,Hkv,I,T,V,B]\n"
             "                     [--replicas R[,R,...]] [--rank-order pipeline|replica]\n"
@@ -27,7 +28,12 @@ static void usage(FILE *f)
             "Stages are a synthetic chain: each stage costs F, B, W (BW defaults to B+W),\n"
             "saves one unit of activations, and sends N bytes to the next (default 1).\n"
             "lat is the per-message latency, bw the bandwidth in bytes per time unit\n"
-            "(0: infinite). Flags override STARPIPE_SCHEDULE, STARPIPE_MICROBATCHES and\n"
+            "(0: infinite). --stage-costs: stage s's F, B, W and BW times X_s (one factor per\n"
+            "stage; 1,1,1,3: a head stage three times a block). --schedule auto synthesizes\n"
+            "a schedule for these costs and messages that holds at most --memory-cap\n"
+            "activation units per actor (one stage's saved activations of one microbatch;\n"
+            "one value for all actors or one each; default 1F1B's peak, min(P, M)).\n"
+            "Flags override STARPIPE_SCHEDULE, STARPIPE_MICROBATCHES and\n"
             "STARPIPE_CHUNKS. --schedule help lists the schedules.\n"
             "--gpt: stages of a GPT of L layers, C channels, context T, vocabulary V, B\n"
             "sequences per microbatch (gpt3-175b: 96,12288,2048,50257 and B = 1 unless\n"
@@ -280,6 +286,7 @@ int main(int argc, char **argv)
     sp_allreduce_model arm = { .alpha = 1e-5, .bw_intra = 450e9, .bw_inter = 50e9,
                                .hierarchical = 1 };
     int node = 8, T = 1, recompute = 0, zero1 = 0;
+    const char *stage_costs = NULL, *memory_cap = NULL;
     /* the tensor group's link: NVLink 4 (H100/H200), 450 GB/s per GPU and direction */
     sp_tensor_link tpl = { .alpha = 1e-6, .bw = 450e9 };
     for (int i = 1; i < argc; i++) {
@@ -305,6 +312,8 @@ int main(int argc, char **argv)
             order = val, i++, ok = 1;
         else if (!strcmp(a, "--allreduce") && val) ok = !parse_allreduce(val, &arm, &node, &tpl), i++;
         else if (!strcmp(a, "--tensor")) ok = !to_int(a, val, &T), i++;
+        else if (!strcmp(a, "--stage-costs") && val) stage_costs = val, i++, ok = 1;
+        else if (!strcmp(a, "--memory-cap") && val) memory_cap = val, i++, ok = 1;
         else if (!strcmp(a, "--recompute")) recompute = ok = 1;
         else if (!strcmp(a, "--shard-optimizer")) zero1 = ok = 1;
         else if ((!strcmp(a, "--device-flops") || !strcmp(a, "--grad-bytes")) && val) {
@@ -363,16 +372,32 @@ int main(int argc, char **argv)
     tpl.tensor = T;
 
     sp_schedule *sch = NULL;
-    if (sp_schedule_from_env(name, p, m, v, &sch)) return invalid(json, sp_last_error());
-    if (S && S != sch->nstages) {
+    /* auto is made for the model's costs, so the model (S = p) comes first */
+    int is_auto = !strcmp(name ? name : env.schedule ? env.schedule : "", "auto");
+    if (memory_cap && !is_auto) {
+        fprintf(stderr, "starpipe-plan: --memory-cap applies to --schedule auto\n");
+        return 1;
+    }
+    if (is_auto) {
+        if (!m) m = env.microbatches > 0 ? env.microbatches : 2 * p;
+        if (v > 1 || (S && S != p))
+            return invalid(json, "schedule 'auto' places one stage per actor: no --chunks, "
+                                 "--stages equal to --actors");
+        S = p;
+    } else if (sp_schedule_from_env(name, p, m, v, &sch)) {
+        return invalid(json, sp_last_error());
+    }
+    if (is_auto) {
+        /* made below, once the model is */
+    } else if (S && S != sch->nstages) {
         char msg[256];
         snprintf(msg, sizeof msg, "schedule '%s' with %d actors has %d stages, but --stages "
                  "says %d", sch->name, p, sch->nstages, S);
         sp_schedule_free(sch);
         return invalid(json, msg);
     }
-    S = sch->nstages;
-    if (save && sp_schedule_save(sch, save)) {
+    if (sch) S = sch->nstages;
+    if (sch && save && sp_schedule_save(sch, save)) {
         fprintf(stderr, "starpipe-plan: %s\n", sp_last_error());
         sp_schedule_free(sch);
         return 1;
@@ -404,6 +429,55 @@ int main(int argc, char **argv)
     }
     for (int s = 0; !shaped && s < S; s++) model->stage[s].cost[SP_TASK_BW] = kind[SP_TASK_BW];
     for (int s = 0; recompute && s < S; s++) model->stage[s].recompute = 1;
+    if (stage_costs) {
+        double x[1024];
+        int n = 0, bad = shaped != NULL;
+        for (const char *q = stage_costs; !bad && *q && n < 1024;) {
+            char *end;
+            errno = 0;
+            x[n] = strtod(q, &end);
+            bad = end == q || errno || !isfinite(x[n]) || x[n] < 0 || x[n] > 1e100 ||
+                  (*end && *end != ',');
+            n++;
+            q = *end ? end + 1 : end;
+        }
+        if (bad || n != S) {
+            fprintf(stderr, "starpipe-plan: --stage-costs: expected %d non-negative factors "
+                    "separated by commas, one per stage of the synthetic chain (not with "
+                    "--gpt or --llama), got '%s'\n", S, stage_costs);
+            sp_stage_model_free(model);
+            sp_schedule_free(sch);
+            return 1;
+        }
+        for (int s = 0; s < S; s++)
+            for (int k = 0; k < SP_NUM_TASK_KINDS; k++) model->stage[s].cost[k] *= x[s];
+    }
+    if (is_auto) {
+        int caps[1024], ncap = 0;
+        if (memory_cap) {
+            ncap = parse_ints(memory_cap, caps, p < 1024 ? p : 1024);
+            if (ncap != 1 && ncap != p) {
+                fprintf(stderr, "starpipe-plan: --memory-cap: expected one positive integer "
+                        "or %d of them separated by commas (activation units per actor), got "
+                        "'%s'\n", p, memory_cap);
+                sp_stage_model_free(model);
+                return 1;
+            }
+        }
+        for (int a = ncap; ncap == 1 && a < p; a++) caps[a] = caps[0];
+        sp_auto_config acfg = { .latency = lat, .bandwidth = bw, .mem_caps = ncap ? caps : NULL };
+        if (sp_schedule_auto(model, p, m, &acfg, &sch)) {
+            int r = invalid(json, sp_last_error());
+            sp_stage_model_free(model);
+            return r;
+        }
+        if (save && sp_schedule_save(sch, save)) {
+            fprintf(stderr, "starpipe-plan: %s\n", sp_last_error());
+            sp_schedule_free(sch);
+            sp_stage_model_free(model);
+            return 1;
+        }
+    }
     /* the model's FLOPs of one replica's step (no recomputation), for TFLOP/s per device */
     double step_flops = 0;
     for (int s = 0; shaped && s < S; s++)

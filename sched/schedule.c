@@ -419,6 +419,9 @@ const char *sp_schedule_help(void)
             n += (size_t)snprintf(text + n, sizeof text - n, "  %-17s %s [%s]\n",
                                   builtins[i].info.name, builtins[i].info.summary,
                                   builtins[i].info.constraint);
+        n += (size_t)snprintf(text + n, sizeof text - n, "  %-17s %s\n", "auto",
+                              "synthesized for the stage costs and a memory cap (Qi et al. "
+                              "2024's greedy; the planner only, --memory-cap)");
         snprintf(text + n, sizeof text - n, "  %-17s %s\n", "file:PATH",
                  "a schedule in the text format of docs/planner.md");
     }
@@ -439,7 +442,7 @@ static sp_status unknown_name(const char *name)
     for (int i = 0; i < NBUILTINS; i++)
         n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "",
                               builtins[i].info.name);
-    return sp_set_error(SP_ERR_ARG, "unknown schedule '%s'; valid: %s, file:PATH, help",
+    return sp_set_error(SP_ERR_ARG, "unknown schedule '%s'; valid: %s, auto, file:PATH, help",
                         name, list);
 }
 

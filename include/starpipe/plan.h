@@ -89,6 +89,24 @@ int sp_schedule_builtin_stages(const char *name, int nactors, int nchunks);
 /* One line per built-in, plus file:PATH; what STARPIPE_SCHEDULE=help prints. */
 const char *sp_schedule_help(void);
 
+/* The schedule `auto` (docs/planner.md, section 1): synthesized for the model's stage
+ * costs (a chain of p stages, stage s on actor s), the message time latency + bytes /
+ * bandwidth, and a cap on each actor's live activation units (sp_mem_peak.act_units: one
+ * stage's saved activations of one microbatch). A greedy event-by-event pass (Zero
+ * Bubble's heuristic, Qi et al. 2024) is run with a few in-flight limits and W policies;
+ * the candidate with the shortest simulated step is kept. Valid by construction and
+ * checked: its plan never holds more than the cap. A cap below 1 is SP_ERR_ARG. */
+typedef struct {
+    double latency;      /* per message, as sp_sim_config */
+    double bandwidth;    /* bytes per time unit; 0: infinite */
+    int mem_cap;         /* activation units per actor; 0: 1F1B's peak, min(p, m) */
+    const int *mem_caps; /* [p] one cap per actor; overrides mem_cap when given */
+} sp_auto_config;
+sp_status sp_schedule_auto(const sp_stage_model *model, int nactors, int nmicro,
+                           const sp_auto_config *cfg, sp_schedule **out);
+/* The default cap: 1F1B's largest peak, min(p, m) units (stage 0's). */
+int sp_schedule_auto_default_cap(int nactors, int nmicro);
+
 /* The schedule the user asked for. Explicit arguments win (a flag overrides the
  * environment): name (NULL: STARPIPE_SCHEDULE, default "1f1b"; "file:PATH" reads a text
  * file), nmicro (<= 0: STARPIPE_MICROBATCHES, default 2p), nchunks (<= 0:

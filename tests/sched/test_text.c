@@ -183,7 +183,7 @@ int main(void)
               "help lacks %s", sp_schedule_builtin_info(i)->name);
     int lines = 0;
     for (const char *c = sp_schedule_help(); *c; c++) lines += *c == '\n';
-    CHECK(lines == sp_schedule_builtin_count() + 1, "help: one line per schedule + file:PATH");
+    CHECK(lines == sp_schedule_builtin_count() + 2, "help: one line per schedule + auto + file:PATH");
     /* file:PATH through the environment */
     sp_schedule *z;
     MUST(sp_schedule_builtin("zb-v", 3, 5, 2, &z));
