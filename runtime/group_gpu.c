@@ -74,7 +74,8 @@ static int chunked(sp_nccl_tp *nc, int T, const sp_device *dev, float *dst, cons
     int nr = rc ? 0 : sp_nccl_tp_exchange(nc, send, scount, recv, rcount, s);
     if (!rc && !nr) rc = dev->be->copy(dev->ctx, out + lo, rows, len); /* member 0's, then */
     for (int q = 1; q < T && !rc && !nr; q++) /* each next member's, in rank order */
-        rc = is_max ? dev->be->maximum(dev->ctx, out + lo, out + lo, rows + (int64_t)q * widest, len)
+        rc = is_max ? dev->be->maximum(dev->ctx, out + lo, out + lo,
+                                       rows + (int64_t)q * widest, len)
                     : dev->be->scale(dev->ctx, out + lo, rows + (int64_t)q * widest, 1.0f, len, 1);
     for (int q = 0; q < T; q++) { /* my chunk of the result out, theirs in */
         const int64_t qlo = sp_exec_group_chunk(n, T, q);

@@ -9,8 +9,8 @@
 #include <string.h>
 
 /* One greedy pass's knobs: actor s runs at most p - s + extra forwards ahead of its
- * backwards (1F1B's warm-up at extra = 0; no limit but the cap when extra < 0); fit = 1 runs a W in an idle slot only when it ends before the
- * next known arrival of a B or F input, 0 whenever nothing else is ready; steady = 1
+ * backwards (1F1B's warm-up at extra = 0; no limit but the cap when extra < 0); fit = 1
+ * runs a W in an idle slot only when it ends before the next known arrival of a B or F input, 0 whenever nothing else is ready; steady = 1
  * defers at most cap - (p - s + extra) W's, and runs a W before an F beyond that (ZB-H1's
  * F B W cadence once the deferred W's fill the memory the warm-up leaves). */
 typedef struct {
@@ -158,7 +158,8 @@ sp_status sp_schedule_auto(const sp_stage_model *model, int p, int m, const sp_a
                             "and >= 0");
     int *cap = malloc((size_t)p * sizeof *cap);
     double *cost = malloc((size_t)p * 4 * sizeof *cost), *msg = malloc((size_t)p * sizeof *msg);
-    double *fend = malloc((size_t)m * p * sizeof *fend), *bend = malloc((size_t)m * p * sizeof *bend);
+    double *fend = malloc((size_t)m * p * sizeof *fend);
+    double *bend = malloc((size_t)m * p * sizeof *bend);
     sp_schedule *best = NULL;
     sp_status st = SP_OK;
     if (!cap || !cost || !msg || !fend || !bend) {

@@ -137,16 +137,13 @@ static void wake(const char *mask)
  * data's locks, under which StarPU may push). CPU workers read host memory in place:
  * nothing to prefetch for them. STARPU_PREFETCH=0 turns it off, as for StarPU's own
  * policies (tests/gpu/check.sh measures a step both ways). */
-static unsigned char device_workers[STARPU_NMAXWORKERS];
-static int any_device_worker;
+static const unsigned char *device_workers; /* the runtime's table; NULL: none */
 
 void sp_policy_set_device_workers(const unsigned char *is_device)
 {
-    any_device_worker = 0;
-    for (unsigned w = 0; w < STARPU_NMAXWORKERS; w++) {
-        device_workers[w] = is_device ? is_device[w] : 0;
-        any_device_worker |= device_workers[w];
-    }
+    device_workers = NULL;
+    for (unsigned w = 0; is_device && w < STARPU_NMAXWORKERS && !device_workers; w++)
+        if (is_device[w]) device_workers = is_device;
 }
 
 static void prefetch_for_device(unsigned ctx, struct starpu_task *task)
@@ -168,7 +165,7 @@ static int push_task(struct starpu_task *task)
     unsigned ctx = task->sched_ctx;
     struct sp_policy_data *d = policy_data(ctx);
 
-    if (is_ordered(task) && any_device_worker && starpu_get_prefetch_flag())
+    if (is_ordered(task) && device_workers && starpu_get_prefetch_flag())
         prefetch_for_device(ctx, task);
     starpu_worker_relax_on();
     pthread_mutex_lock(&d->lock);

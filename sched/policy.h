@@ -28,7 +28,8 @@ void sp_policy_drain(void);
 void sp_policy_set_idle_poll(int (*inflight)(void));
 /* The workers of the rank's device (runtime/exec/device.c: its kind's workers), whose
  * tasks' inputs the policy prefetches to their memory node as the task becomes ready:
- * is_device[w] for each of StarPU's workers; NULL: none. */
+ * is_device[w] for each of StarPU's workers, read in place (the caller keeps it until it
+ * passes NULL: none). */
 void sp_policy_set_device_workers(const unsigned char *is_device);
 void sp_policy_poke(void);
 
