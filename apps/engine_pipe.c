@@ -12,6 +12,7 @@
 #include "apps/describe.h"
 #include "apps/outputs.h"
 #include "apps/preflight.h"
+#include "apps/profile.h"
 #include "apps/reference.h"
 #include "starpipe/device.h"
 #include "starpipe/exec.h"
@@ -30,6 +31,13 @@ typedef struct {
     int last_step;        /* the last step that ran */
     double *bound_ratio;  /* each step's pipeline span over what its schedule allows */
     int nratio;
+    double *step_s, *span_s; /* each step's time and its pipeline's span (--profile,
+                                --calibrate) */
+    int ntimes;
+    sp_profile *calib;       /* --calibrate's profile, and what it predicts */
+    sp_prediction pred;
+    int predicted;
+    char command[2048];      /* the command line, for --profile's header */
     double dev_buffers;   /* this GPU rank's buffers as preflight foresaw them */
 } pipe_engine;
 
@@ -107,6 +115,7 @@ static sp_status pipe_step(app_engine *e, int step, float lr, app_step_out *out)
     }
     pe->last_step = step;
     if (s.plan_span_s > 0) pe->bound_ratio[pe->nratio++] = s.span_s / s.plan_span_s;
+    pe->step_s[pe->ntimes] = s.step_s, pe->span_s[pe->ntimes++] = s.span_s;
     *out = (app_step_out){ .loss = s.loss, .step_s = s.step_s, .grad_norm = s.grad_norm,
                            .skipped = s.skipped, .has_bubble = 1, .bubble = s.bubble,
                            .plan_bubble = s.plan_bubble };
@@ -168,10 +177,26 @@ static int pipe_stop(app_engine *e, int step)
     return v > 0 ? e->o->save_on_signal : 0;
 }
 
+/* What --profile and --calibrate need of the run. */
+static app_profile_run profile_run(pipe_engine *pe)
+{
+    app_engine *e = &pe->e;
+    return (app_profile_run){ .app = e->m->name, .command = pe->command, .p = pe->p,
+                              .t = pe->t, .schedule = pe->sch->name, .replicas = e->R,
+                              .tensor = e->T, .sharded = e->o->shard_optimizer,
+                              .bf16 = e->o->bf16 };
+}
+
 static int pipe_describe(app_engine *e)
 {
     pipe_engine *pe = (pipe_engine *)e;
     int verbose = e->env->verbose;
+    if (pe->calib) { /* every rank predicts (the same numbers), rank 0 says */
+        app_profile_run r = profile_run(pe);
+        sp_status st = app_predict(pe->calib, &r, &pe->pred);
+        pe->predicted = st == SP_OK;
+        if (any_failed(st != SP_OK, e->m->name, sp_last_error())) return 1;
+    }
     if (pe->me == 0) {
         if (e->cuda) printf("transfers: %s\n", sp_trainer_notice(pe->t));
         if (verbose >= 1) app_describe_plan(sp_trainer_plan(pe->t), pe->p, verbose);
@@ -210,8 +235,24 @@ static int pipe_finish(app_engine *e)
                              pe->bound_ratio[skip + (pe->nratio - skip) / 2]);
     }
     if (trace && e->o->steps > 0 && k < sizeof e->tail)
-        snprintf(e->tail + k, sizeof e->tail - k, "trace of the last step: %s (open in "
-                 "https://ui.perfetto.dev), picture: %s.svg\n", trace, trace);
+        k += (size_t)snprintf(e->tail + k, sizeof e->tail - k, "trace of the last step: %s "
+                              "(open in https://ui.perfetto.dev), picture: %s.svg\n", trace,
+                              trace);
+    app_profile_run r = profile_run(pe);
+    if (pe->predicted && k < sizeof e->tail &&
+        any_failed(app_predict_report(&pe->pred, &r, pe->step_s, pe->ntimes, e->tail + k,
+                                      sizeof e->tail - k), e->m->name, "out of memory"))
+        return 1;
+    k = strlen(e->tail);
+    if (e->o->profile) {
+        char msg[SP_ERROR_MAX + 64] = "";
+        if (any_failed(app_profile_write(e->o->profile, &r, pe->step_s, pe->span_s, pe->ntimes,
+                                         msg, sizeof msg), e->m->name, msg))
+            return 1;
+        if (k < sizeof e->tail)
+            snprintf(e->tail + k, sizeof e->tail - k, "profile: %s (the cost model of this "
+                     "machine: --calibrate, starpipe-plan --calibrate)\n", e->o->profile);
+    }
     return 0;
 }
 
@@ -222,7 +263,9 @@ static int pipe_end(app_engine *e, int code)
     if (code == 0 && e->env->verbose >= 1 && e->o->steps > 0)
         app_describe_use(pe->t, pe->p, pe->actor, pe->last_step, pe->dev_buffers);
     app_inputs_free(e->ev, e->K, pe->p);
-    free(pe->bound_ratio);
+    free(pe->bound_ratio), free(pe->step_s), free(pe->span_s);
+    sp_prediction_free(&pe->pred);
+    sp_profile_free(pe->calib);
     if (pe->sch) app_inputs_free(e->in, e->R * pe->sch->nmicro, pe->p);
     app_ref_free(pe->ref);
     sp_trainer_free(pe->t);
@@ -286,6 +329,16 @@ static int check_run(pipe_engine *pe, const sp_app_opts *o, const sp_env *env, c
         snprintf(msg, len, "%s", sp_last_error());
         return 1;
     }
+    if (o->profile && o->steps < 2) {
+        snprintf(msg, len, "--profile needs --steps 2 or more: the first step (first touches, "
+                 "lazy loading) is left out of what it measures");
+        return 1;
+    }
+    sp_status st = SP_OK;
+    if (o->calibrate && !(pe->calib = sp_profile_read(o->calibrate, &st))) {
+        snprintf(msg, len, "--calibrate: %s", sp_last_error());
+        return 1;
+    }
     if (m->prepare(m->cfg, &e->samples, msg, len) || app_hold_out(m, o, msg, len)) return 1;
     return pe->me == 0 && app_scan_data(m, env->verbose, msg, len); /* one reader of the data */
 }
@@ -301,6 +354,7 @@ static int build(pipe_engine *pe, const sp_adamw_config *opt, char *msg, size_t 
     int nmb = pe->sch->nmicro;
     e->K = o->eval_every ? (o->eval_batches ? o->eval_batches : e->R * nmb) : 0;
     sp_train_opts to = { .opt = *opt, .seed = (uint64_t)o->seed, .trace = 1, .replicas = e->R,
+                         .profile = o->profile != NULL,
                          .rank_order = pe->lay.order, .shard_optimizer = o->shard_optimizer,
                          .eval_microbatches = e->K, .tensor = e->T };
     sp_status st = SP_OK;
@@ -319,7 +373,9 @@ static int build(pipe_engine *pe, const sp_adamw_config *opt, char *msg, size_t 
     if (pe->t && o->check)
         pe->ref = app_ref_create(m, o, pe->sch->nstages, e->T, nmb, e->R, opt, &st);
     pe->bound_ratio = calloc((size_t)o->steps + 1, sizeof *pe->bound_ratio);
-    if (!e->in || (o->check && !pe->ref) || !pe->bound_ratio) {
+    pe->step_s = calloc((size_t)o->steps + 1, sizeof *pe->step_s);
+    pe->span_s = calloc((size_t)o->steps + 1, sizeof *pe->span_s);
+    if (!e->in || (o->check && !pe->ref) || !pe->bound_ratio || !pe->step_s || !pe->span_s) {
         snprintf(msg, len, "%s", st ? sp_last_error() : "out of memory");
         return 1;
     }
@@ -388,6 +444,11 @@ app_engine *app_engine_pipelined(int argc, char **argv, sp_app_model *m, const s
                        .cpu_peak = cpu_peak, .done_note = "", .per_step_ms = 1 };
     pe->me = sp_exec_rank();
     e->speaks = pe->me == 0;
+    for (int i = 0, k = 0; i < argc && k < (int)sizeof pe->command - 1; i++)
+        k += snprintf(pe->command + k, sizeof pe->command - (size_t)k, "%s%s", i ? " " : "",
+                      argv[i]);
+    for (char *c = pe->command; *c; c++) /* one line in the profile */
+        if (*c == '\n' || *c == '\r') *c = ' ';
     /* creating the trainer is collective (the NCCL bootstrap): agree first, so that a
      * rank that found bad input does not leave the others in a collective of their own */
     int bad = any_failed(check_run(pe, o, env, msg, sizeof msg), m->name, msg) ? -1 : 0;

@@ -144,6 +144,12 @@ static void usage(const sp_app_model *m, FILE *f)
             "                      up to its checkpoint's step and appends\n"
             "  --peak-tflops X     the peak TFLOP/s of one device for MFU (default: a measured\n"
             "                      sgemm rate on CPU, the datasheet figure of a known GPU)\n"
+            "  --profile FILE      write what the steps after the first measured: task, op,\n"
+            "                      message and update times, memory per rank (a cost model\n"
+            "                      of this machine for --calibrate and starpipe-plan)\n"
+            "  --calibrate FILE    predict this run's step time and memory per rank from\n"
+            "                      FILE (another run's --profile), print it before step 1\n"
+            "                      and its error against the measured median at the end\n"
             "evaluation and sampling:\n"
             "  --eval-every N      the loss on held-out data every N steps and at the end,\n"
             "                      forward only through the pipeline (0: off; 0)\n"
@@ -208,7 +214,8 @@ static const char *const common[] = { "--steps", "--microbatches", "--chunks", "
                                       "--eval-batches", "--sample",
                                       "--prompt", "--temperature", "--top-k", "--sample-seed",
                                       "--data-format", "--tensor", "--init",
-                                      "--save-on-signal", "--total-steps", NULL };
+                                      "--save-on-signal", "--total-steps", "--profile",
+                                      "--calibrate", NULL };
 enum { MODEL_BITS = 40 }; /* the model's flags' bits start here (a common flag's end before) */
 
 /* The bit of a flag that takes a value in sp_app_opts.given: common flags first, then
@@ -271,6 +278,8 @@ static int apply(const sp_app_model *m, sp_app_opts *o, const char *a, const cha
         if (ok) o->peak_tflops = x;
     }
     else if (!strcmp(a, "--log")) o->log = v;
+    else if (!strcmp(a, "--profile")) o->profile = v;
+    else if (!strcmp(a, "--calibrate")) o->calibrate = v;
     else if (!strcmp(a, "--total-steps")) ok = app_parse_int(a, v, 0, 1 << 30, &o->total_steps);
     else if (!strcmp(a, "--save-on-signal")) {
         ok = (o->save_on_signal = app_signal_parse(v)) > 0;
@@ -424,6 +433,11 @@ int sp_app_parse(int argc, char **argv, const sp_app_model *m, sp_app_opts *o)
     if (rc == 1 && sp_app_given(m, o, "--total-steps") && sp_app_given(m, o, "--steps")) {
         fprintf(err, "%s: error: --steps counts this run's steps, --total-steps the step the "
                 "run ends at: give one of them\n", m->name);
+        rc = -1;
+    }
+    if (rc == 1 && o->reference && (o->profile || o->calibrate)) {
+        fprintf(err, "%s: error: %s times the pipelined run; --reference has no pipeline\n",
+                m->name, o->profile ? "--profile" : "--calibrate");
         rc = -1;
     }
     if (rc == 1) rc = check_eval_sample(m, o, err);

@@ -18,6 +18,9 @@ typedef struct {
     float lr_min;
     float peak_tflops; /* --peak-tflops: MFU's peak per device; 0: measured or datasheet */
     const char *schedule, *save, *load, *init, *dump_grads, *rank_order, *log;
+    /* --profile FILE: write what the run measured; --calibrate FILE: predict this run's
+     * step from such a file (apps/profile.c) */
+    const char *profile, *calibrate;
     /* evaluation: every N steps and at the end (0: off), on K held-out microbatches (0:
      * R x m, one step's worth) */
     int eval_every, eval_batches;

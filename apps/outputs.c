@@ -18,7 +18,7 @@ typedef struct {
     const char *what, *path;
 } named_file;
 
-/* The inputs a run reads (free() them; NULL: out of memory): --load, --init, the
+/* The inputs a run reads (free() them; NULL: out of memory): --load, --init, --calibrate, the
  * schedule file and each data file (the paths in g, which the caller frees). */
 static named_file *run_inputs(const sp_app_opts *o, const char *data, int *n, glob_t *g)
 {
@@ -30,11 +30,12 @@ static named_file *run_inputs(const sp_app_opts *o, const char *data, int *n, gl
     }
     free(copy);
     size_t ndata = flags ? g->gl_pathc : 0;
-    named_file *in = malloc((3 + ndata) * sizeof *in);
+    named_file *in = malloc((4 + ndata) * sizeof *in);
     *n = 0;
     if (!in) return NULL;
     if (o->load) in[(*n)++] = (named_file){ "--load file", o->load };
     if (o->init) in[(*n)++] = (named_file){ "--init file", o->init };
+    if (o->calibrate) in[(*n)++] = (named_file){ "--calibrate file", o->calibrate };
     if (o->schedule && !strncmp(o->schedule, "file:", 5))
         in[(*n)++] = (named_file){ "schedule file", o->schedule + 5 };
     for (size_t i = 0; i < ndata; i++) in[(*n)++] = (named_file){ "data file", g->gl_pathv[i] };
@@ -46,11 +47,12 @@ sp_status app_check_outputs(const sp_app_opts *o, const char *trace, const char 
     char svg[PATH_MAX + 8] = "";
     if (trace) snprintf(svg, sizeof svg, "%s.svg", trace);
     int run = o->steps > 0;
-    named_file out[5];
+    named_file out[6];
     int nout = 0;
     if (o->save) out[nout++] = (named_file){ "--save file", o->save };
     if (run && o->dump_grads) out[nout++] = (named_file){ "--dump-grads file", o->dump_grads };
     if (run && o->log) out[nout++] = (named_file){ "--log file", o->log };
+    if (run && o->profile) out[nout++] = (named_file){ "--profile file", o->profile };
     if (run && trace) {
         out[nout++] = (named_file){ "STARPIPE_TRACE file", trace };
         out[nout++] = (named_file){ "STARPIPE_TRACE picture", svg };

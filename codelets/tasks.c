@@ -5,6 +5,7 @@
 #include "codelets/tasks.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 /* A failed kernel: its code, with the backend's name for it. */
@@ -38,8 +39,17 @@ SP_TASK_FN(sp_stage_task)
         return 99;
     }
     while (a->fault == 2) sleep(60); /* injected hang: only the watchdog or a kill ends it */
+    sp_op_clock *c = a->clock && dev->type == SP_DEVICE_CPU && !run.meet_only ? a->clock : NULL;
+    if (c && !(run.op_seconds = calloc((size_t)c->nops + 1, sizeof(double)))) c = NULL;
     sp_status st = sp_program_run_on(a->prog, a->stage, (sp_task_kind)a->kind, bufs, &run,
                                      dev->be, dev->ctx);
+    if (c && st == SP_OK) {
+        pthread_mutex_lock(&c->lock);
+        for (int j = 0; j < c->nops; j++) c->sum[j] += run.op_seconds[j];
+        c->runs++;
+        pthread_mutex_unlock(&c->lock);
+    }
+    free(run.op_seconds);
     return run.meet_only ? 0 : failed("stage", a->stage, st);
 }
 

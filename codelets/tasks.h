@@ -12,6 +12,7 @@
 #ifndef STARPIPE_CODELETS_TASKS_H
 #define STARPIPE_CODELETS_TASKS_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,14 +24,26 @@
     int name(const sp_device *dev, void *const *bufs, const size_t *counts, int nbufs, \
              const void *args)
 
+/* The seconds of each instruction of one stage program, summed over the runs timed
+ * (sp_train_opts.profile): a CPU task times its instructions into an array of its own
+ * and adds it here under the lock, so tasks on several workers never mix their sums. */
+typedef struct sp_op_clock {
+    pthread_mutex_t lock;
+    double *sum; /* [nops] */
+    int nops;
+    int64_t runs;
+} sp_op_clock;
+
 /* A stage program: bufs in sp_program_buf order. fault: injected by tests
- * (STARPIPE_FAULT), 0 none, 1 fail, 2 hang. */
+ * (STARPIPE_FAULT), 0 none, 1 fail, 2 hang. clock: NULL, or where a CPU run adds its
+ * instructions' times. */
 typedef struct {
     const sp_program *prog;
     int stage;
     int kind; /* sp_task_kind */
     float dloss;
     int fault;
+    sp_op_clock *clock;
 } sp_stage_task_args;
 SP_TASK_FN(sp_stage_task);
 

@@ -5,6 +5,14 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <time.h>
+
+static double sp_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static const char *const icode_names[SP_I_COUNT] = {
     "matmul", "bias_add", "add", "gelu", "relu", "layernorm", "embed", "attention", "ce", "sum",
@@ -155,6 +163,48 @@ static int run_instr(const sp_kinstr *I, void *const *bufs, const sp_run_args *a
     }
 }
 
+/* What an instruction's time grows with (sp_op_desc.work): FLOPs of products and
+ * attention, floats read plus written by the rest. Only ratios within one kernel matter. */
+static double work_of(const sp_kinstr *I)
+{
+    const int64_t *n = I->n;
+    double mn = (double)n[0] * (double)n[1];
+    switch (I->code) {
+    case SP_I_MATMUL: case SP_I_MATMUL_DA: case SP_I_MATMUL_DB:
+        return 2.0 * mn * (double)n[2];
+    case SP_I_ATTENTION: return 2.0 * mn * (double)n[1] * (double)n[2];
+    case SP_I_ATTN_DX: return 4.0 * mn * (double)n[1] * (double)n[2];
+    case SP_I_EMBED: case SP_I_EMBED_DP: case SP_I_ROPE: return 2.0 * mn * (double)n[2];
+    case SP_I_ADD: case SP_I_GELU_DX: case SP_I_RELU_DX: return 3.0 * (double)n[0];
+    case SP_I_SCALE: case SP_I_GELU: case SP_I_RELU: case SP_I_ALLREDUCE:
+        return 2.0 * (double)n[0];
+    case SP_I_TO_BF16: return 1.5 * (double)n[0];
+    case SP_I_SUM: case SP_I_SUM_DX: case SP_I_ZERO: case SP_I_ALLREDUCE_MAX:
+        return (double)n[0];
+    case SP_I_SEED: return 1.0;
+    case SP_I_ADD_POS: return 3.0 * mn;
+    case SP_I_BIAS_DB: case SP_I_VCE_MAX: return mn;
+    case SP_I_SWIGLU: return 3.0 * mn;
+    case SP_I_SWIGLU_DX: return 5.0 * mn;
+    case SP_I_LN_DX: case SP_I_RMS_DX: return 3.0 * mn;
+    default: /* bias_add, norms, embeddings by vocabulary, cross-entropies: in and out */
+        return 2.0 * mn;
+    }
+}
+
+int sp_program_op(const sp_program *p, int stage, sp_task_kind kind, int j, sp_op_desc *d)
+{
+    const sp_kprog *kp = p && d ? sp_prog_of(p, stage, kind) : NULL;
+    if (!kp || j < 0 || j >= kp->nins || (unsigned)kp->ins[j].code >= SP_I_COUNT) return -1;
+    const sp_kinstr *I = &kp->ins[j];
+    d->kernel = icode_names[I->code];
+    for (int k = 0; k < 5; k++) d->n[k] = I->n[k];
+    d->flag[0] = I->flag[0], d->flag[1] = I->flag[1];
+    d->half = I->half;
+    d->work = work_of(I);
+    return 0;
+}
+
 const char *sp_icode_name(sp_icode code)
 {
     return (unsigned)code < SP_I_COUNT ? icode_names[code] : "?";
@@ -179,7 +229,9 @@ sp_status sp_program_run_on(const sp_program *p, int stage, sp_task_kind kind, v
                 args->group->allreduce_max(args->group, F32(I->o[0]), I->n[0]);
             continue;
         }
+        double t0 = args && args->op_seconds ? sp_now_s() : 0;
         int rc = run_instr(I, bufs, args, p->precision == SP_PRECISION_BF16, be, ctx);
+        if (args && args->op_seconds) args->op_seconds[j] += sp_now_s() - t0;
         if (rc) {
             st = sp_set_error(rc == SP_BACKEND_BAD_INDEX ? SP_ERR_ARG : SP_ERR_RUNTIME,
                               "stage %d %s, instruction %d (%s, node %d) failed on %s: %s",

@@ -25,6 +25,16 @@ static sp_exec_buf *lazy_buf(sp_trainer *t, sp_exec_buf **slot, size_t floats)
     return *slot;
 }
 
+/* A buffer made on first use that lives as long as the trainer (task scratch, a tied
+ * parameter's transfer buffers): counted with the persistent ones. */
+static sp_exec_buf *lazy_persistent(sp_trainer *t, sp_exec_buf **slot, size_t floats)
+{
+    if (*slot) return *slot;
+    sp_exec_buf *b = lazy_buf(t, slot, floats);
+    if (b) t->persistent_bytes += floats * sizeof(float);
+    return b;
+}
+
 /* The same in host memory, for what the host reads every step (the losses). */
 static sp_exec_buf *lazy_host_buf(sp_trainer *t, sp_exec_buf **slot, size_t floats)
 {
@@ -162,7 +172,7 @@ sp_exec_buf *sp_tr_slab_buf(sp_trainer *t, sp_buf_class c, int idx, int mb)
     case SP_BUF_PARAMS: return t->h_params[idx];
     case SP_BUF_GRADS: return t->h_grads[idx];
     case SP_BUF_SCRATCH:
-        return lazy_buf(t, &t->h_scratch[idx], floats_of(t, c, idx));
+        return lazy_persistent(t, &t->h_scratch[idx], floats_of(t, c, idx));
     case SP_BUF_ACT:
     case SP_BUF_BGRAD: return pool_take(t, sp_tr_mb_slot(t, c, idx, mb), floats_of(t, c, idx), 0);
     case SP_BUF_EDGE_FWD:
@@ -209,9 +219,10 @@ sp_exec_buf *sp_tr_transfer_buf(sp_trainer *t, const sp_buf *b)
     case SP_BUF_EDGE_FWD: return sp_tr_slab_buf(t, SP_BUF_EDGE_FWD, b->idx, b->mb);
     case SP_BUF_EDGE_GRAD: return sp_tr_slab_buf(t, SP_BUF_EDGE_GRAD, b->idx, b->mb);
     case SP_BUF_SHARED_GRAD:
-        return lazy_buf(t, &t->h_sgrad[b->idx * t->S + b->stage], (size_t)sp_tr_shared_numel(t, b->idx));
+        return lazy_persistent(t, &t->h_sgrad[b->idx * t->S + b->stage],
+                               (size_t)sp_tr_shared_numel(t, b->idx));
     case SP_BUF_SHARED_PARAM:
-        return lazy_buf(t, &t->h_sparam[b->idx], (size_t)sp_tr_shared_numel(t, b->idx));
+        return lazy_persistent(t, &t->h_sparam[b->idx], (size_t)sp_tr_shared_numel(t, b->idx));
     default: return NULL;
     }
 }

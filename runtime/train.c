@@ -177,7 +177,8 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
     if (t->o.trace && ((st = sp_tr_record_events(t)) || (st = sp_tr_gather_times(t)) ||
                        (st = sp_plan_measure(pl, t->model,
                                              (const double *const *)t->tstart,
-                                             (const double *const *)t->tend, &run))))
+                                             (const double *const *)t->tend, &run)) ||
+                       (st = sp_tr_profile_step(t))))
         return st;
 
     float loss = 0.0f;
@@ -227,6 +228,7 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
     }
     end = sp_exec_end_step();
     if (end) return end;
+    sp_tr_profile_update(t);
     t->steps++;
     if (stats) stats->step_s = now() - t0;
     return SP_OK;

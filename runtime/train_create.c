@@ -295,7 +295,7 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
         if (users > 1) t->shared_param[k++] = x;
     }
     if ((st = program_tables(t)) || (st = sp_tr_replicas_create(t)) ||
-        (st = find_grads_last(t)))
+        (st = find_grads_last(t)) || (st = sp_tr_profile_init(t)))
         goto out;
     for (int s = 0; s < t->S; s++) {
         if (!owns(t, s)) continue;
@@ -345,6 +345,7 @@ void sp_trainer_free(sp_trainer *t)
             if (lists[l][i]) sp_exec_buf_unregister(lists[l][i]);
     sp_tr_pool_free(t);
     sp_tr_replicas_free(t);
+    sp_tr_profile_free(t);
     /* the memory behind every buffer, once none is registered any more */
     for (size_t i = 0; i < t->nhost; i++) sp_exec_host_free(t->host[i].p, t->host[i].bytes);
     free(t->host);

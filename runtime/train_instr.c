@@ -41,7 +41,8 @@ static sp_status submit_program(sp_trainer *t, int s, sp_task_kind kind, int mb,
         snprintf(name, sizeof name, "%s%s mb%d s%d", sp_task_kind_name(kind), redo ? "'" : "",
                  mb, s);
         sp_stage_task_args a = { .prog = t->p, .stage = s, .kind = kind,
-                                 .dloss = 1.0f / (float)(t->R * t->m) };
+                                 .dloss = 1.0f / (float)(t->R * t->m),
+                                 .clock = redo ? NULL : sp_tr_profile_clock(t, s, kind) };
         if (t->fault.kind && !redo && !t->evaluating && t->fault.step == t->steps + 1 &&
             t->fault.stage == s && kind == SP_TASK_F && mb == 0)
             a.fault = t->fault.kind;

@@ -119,6 +119,7 @@ struct sp_trainer {
      * clock, -1 where nothing was measured: [actor][instr] rows of one allocation */
     double **tstart, **tend, *tbuf;
     int tmax; /* longest actor program */
+    struct sp_tr_profile *prof; /* opts.profile: what the steps measured (train_profile.c) */
 };
 
 static inline int owns(const sp_trainer *t, int stage)
@@ -182,6 +183,16 @@ sp_status sp_tr_walk_eval(sp_trainer *t);
 sp_status sp_tr_record_events(sp_trainer *t);
 /* Every actor's instruction times (t->tstart, t->tend), gathered on every rank. */
 sp_status sp_tr_gather_times(sp_trainer *t);
+
+/* ---- train_profile.c: what the steps measured (opts.profile), for sp_trainer_profile */
+typedef struct sp_tr_profile sp_tr_profile;
+sp_status sp_tr_profile_init(sp_trainer *t);
+void sp_tr_profile_free(sp_trainer *t);
+/* Where the CPU run of a stage program adds its op times; NULL: not profiled. */
+struct sp_op_clock *sp_tr_profile_clock(sp_trainer *t, int stage, int kind);
+/* After the pipelined phase's gather, and after the update phase. */
+sp_status sp_tr_profile_step(sp_trainer *t);
+void sp_tr_profile_update(sp_trainer *t);
 
 /* ---- submit.c: the walks' way to the executor ---- */
 /* Submits a task as the next of this rank's order (id: what the trace calls it), on the

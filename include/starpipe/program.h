@@ -84,6 +84,23 @@ int sp_program_num_ops(const sp_program *p, int stage, sp_task_kind kind);
 /* FLOPs of one run of a program. */
 double sp_program_flops(const sp_program *p, int stage, sp_task_kind kind);
 
+/* Instruction j of program (stage, kind) as a cost model sees it: its kernel ("matmul",
+ * "attention", "allreduce", ...), its sizes (meaning per kernel: a product's M, N, K),
+ * transposes, bf16 operands, and `work`, the quantity its time grows with: FLOPs of a
+ * product (2 M N K) or of attention (2 B T^2 C), floats moved for everything else
+ * (elementwise ops, norms, copies, all-reduces: their input plus output elements).
+ * Two instructions with the same kernel, sizes and flags do the same work at the same
+ * speed; across sizes the calibration scales a measured time by `work`. 0, or -1 for j
+ * out of range. */
+typedef struct {
+    const char *kernel;
+    int64_t n[5];
+    int flag[2];
+    int half;
+    double work;
+} sp_op_desc;
+int sp_program_op(const sp_program *p, int stage, sp_task_kind kind, int j, sp_op_desc *d);
+
 /* Graph inputs, numbered as SP_BUF_INPUT indexes. */
 int sp_program_num_inputs(const sp_program *p);
 sp_tensor sp_program_input(const sp_program *p, int k);
@@ -141,6 +158,10 @@ typedef struct {
      * of a failed step still meets its group, so that no member waits for it forever.
      * A program whose kernel fails does the same for the rest of its all-reduces. */
     int meet_only;
+    /* NULL, or one double per instruction of the program (sp_program_num_ops): each gets
+     * its instruction's wall seconds added. For a synchronous backend (the CPU); a GPU's
+     * kernels return at launch. The profile's op times (docs/planner.md, calibration). */
+    double *op_seconds;
 } sp_run_args;
 sp_status sp_program_run(const sp_program *p, int stage, sp_task_kind kind, void *const *bufs,
                          const sp_run_args *args);

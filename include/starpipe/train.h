@@ -50,6 +50,10 @@ typedef struct {
      * replicas; 0: none. Its forward-only plan is built and checked here, with the
      * training plan. */
     int eval_microbatches;
+    /* Keep what the steps after the first measured, for sp_trainer_profile: every
+     * instruction's time of every actor, each stage program's per-op times (CPU ranks),
+     * the AdamW updates. Needs trace. */
+    int profile;
 } sp_train_opts;
 
 typedef struct {
@@ -145,7 +149,8 @@ void sp_trainer_set_lr(sp_trainer *t, float lr);
  * their gradients) at their high-water mark, which the pool keeps to what the plan's
  * liveness allows, and bytes of the persistent buffers the trainer allocated (parameters,
  * gradients, AdamW moments, of its shard when sharded; inputs; the replicas' send and
- * receive buffers). */
+ * receive buffers; made on first use: each stage's task scratch, a tied parameter's
+ * transfer buffers). */
 typedef struct {
     size_t transient, persistent;
     size_t optimizer; /* of persistent: the AdamW moments (1/R of them when sharded) */
@@ -156,6 +161,30 @@ typedef struct {
                          (inputs, losses, the norm's terms), the rest is device memory */
 } sp_train_memory;
 sp_train_memory sp_trainer_memory(const sp_trainer *t);
+
+/* What a run measured, for a cost model of the machine (docs/planner.md, calibration):
+ * medians over the steps after the first (which pays first touches and lazy loading)
+ * and over microbatches. Seconds. Task and message times come from every actor (replica
+ * 0, tensor rank 0 speaking for its actor); op times from the rank that ran them. */
+typedef struct {
+    int steps;          /* steps measured */
+    int nstages;
+    int64_t nmessages;  /* the plan's */
+    double *task_s;     /* [S * SP_NUM_TASK_KINDS]: a task of (stage, kind); 0: none ran */
+    int64_t *op_at;     /* [S * SP_NUM_TASK_KINDS + 1]: program k = s * 4 + kind's first op */
+    double *op_s;       /* [op_at[last]]: each instruction's mean (sp_program_op); 0 on a
+                           GPU, whose kernels return at launch */
+    double *opt_s;      /* [S]: the stage's AdamW update (0 where none ran) */
+    double *msg_s;      /* [nmessages]: from the end of the task that made the data to the
+                           start of the one that reads it, where the receiver was idle
+                           by then (what a message adds to a path); -1: never idle */
+    double gap_s;       /* between two tasks of an actor with no message between them */
+    double *ar_s;       /* [S]: the replicas' all-reduce of the stage's gradients, first
+                           task to last message (0 without replicas) */
+} sp_train_profile;
+/* Collective (every rank, between steps); needs opts.profile and two steps. */
+sp_status sp_trainer_profile(sp_trainer *t, sp_train_profile *out);
+void sp_train_profile_free(sp_train_profile *p);
 
 /* How transfers between GPU actors travel (NCCL, or why not), one line. Large boundary
  * tensors use NCCL when every rank has its own GPU; STARPIPE_NCCL_THRESHOLD (bytes,

@@ -1,0 +1,60 @@
+/* A machine's costs as one run measured them, and what they predict for another run on
+ * the same machine: the profile the apps write (--profile FILE; its format in
+ * docs/planner.md, "Calibration") read back, each stage program's time predicted op by
+ * op, the plan simulated with those times and the fitted message link, the update phase
+ * and the rest of a step added. Pure C: no StarPU, no MPI. */
+#ifndef STARPIPE_CALIBRATE_H
+#define STARPIPE_CALIBRATE_H
+
+#include "starpipe/plan.h"
+#include "starpipe/program.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sp_profile sp_profile;
+
+/* NULL, with one message naming the file and line, for a file that is not a profile. */
+sp_profile *sp_profile_read(const char *path, sp_status *status);
+void sp_profile_free(sp_profile *pf);
+
+/* Predicted seconds of every stage program of p, cost[s * SP_NUM_TASK_KINDS + kind], op
+ * by op (sp_program_op): an op of the kernel, sizes and flags the profile measured takes
+ * its measured time; another size of that kernel, the time of the nearest measured size
+ * (in log sizes) scaled by work; a kernel the profile never timed, the profile's seconds
+ * per unit of work of its class (products, attention, the rest), and an all-reduce the
+ * message link's time. */
+sp_status sp_profile_task_costs(const sp_profile *pf, const sp_program *p, double *cost);
+
+typedef struct {
+    double step_s;   /* span + update + other */
+    double span_s;   /* the plan simulated: first task to the last */
+    double update_s; /* the slowest rank's AdamW updates (its shard under ZeRO-1) */
+    double other_s;  /* the rest of a step (norm, losses, barriers), the profile's */
+    double bubble;
+    double latency, bandwidth; /* the message link, fitted: seconds, bytes per second */
+    int nactors;
+    double *mem_bytes; /* [nactors]: a rank of replica 0's buffers, persistent and
+                          per-microbatch (sp_predict_memory) */
+} sp_prediction;
+
+/* The step of plan (of program p, `replicas` copies, ZeRO-1 when sharded, m microbatches
+ * per replica) on the profile's machine. */
+sp_status sp_profile_predict(const sp_profile *pf, const sp_program *p, const sp_plan *plan,
+                             int replicas, int sharded, sp_prediction *out);
+void sp_prediction_free(sp_prediction *pr);
+
+/* Memory of the rank of actor a in replica r, predicted as the runtime allocates it
+ * (sp_trainer_memory, transient + persistent): parameters, gradients and AdamW moments of
+ * its stages (of its shard when sharded: sp_optim_shards), each stage's task scratch, the
+ * replicas' exchange buffers, a tied parameter's two transfer buffers where it spans
+ * actors, the per-microbatch pool of the plan (sp_plan_pool_bytes) and the step's
+ * inputs. */
+double sp_predict_memory(const sp_program *p, const sp_plan *plan, int actor, int replica,
+                         int replicas, int sharded);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,480 @@
+/* Calibrated costs (starpipe/calibrate.h): a profile read back, stage programs timed op
+ * by op from it, and a step predicted by the planner's simulator with those times. */
+#include "starpipe/calibrate.h"
+
+#include "starpipe/optim.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    char kernel[24];
+    int64_t n[5];
+    int flag[2], half;
+    double work, seconds;
+    int count; /* measurements averaged in */
+} op_sample;
+
+struct sp_profile {
+    op_sample *op;
+    int nop, capop;
+    double *msg; /* (bytes, seconds) pairs */
+    int nmsg, capmsg;
+    double *ar;  /* (bytes, seconds) pairs of the replicas' all-reduces */
+    double *link; /* (bytes, seconds) pairs: an all-reduce of two ranks, ascending bytes */
+    int nlink, caplink;
+    int nar, capar, replicas;
+    double upd_seconds, upd_floats; /* AdamW: summed over the profiled stages */
+    double step_s, span_s, update_s, other_s;
+    double gap_s; /* the runtime's time between two tasks of an actor */
+    int have_step;
+};
+
+enum { CLASS_PRODUCT, CLASS_ATTENTION, CLASS_REST, NCLASS };
+
+static int kernel_class(const char *k)
+{
+    if (!strncmp(k, "matmul", 6)) return CLASS_PRODUCT;
+    if (!strncmp(k, "attention", 9) || !strcmp(k, "attn_dqkv")) return CLASS_ATTENTION;
+    return CLASS_REST;
+}
+
+static int is_allreduce(const char *k) { return !strncmp(k, "allreduce", 9); }
+
+/* value of key in "key=value" tokens of a line; NULL if absent */
+static const char *field(char *const *tok, int ntok, const char *key)
+{
+    size_t n = strlen(key);
+    for (int i = 1; i < ntok; i++)
+        if (!strncmp(tok[i], key, n) && tok[i][n] == '=') return tok[i] + n + 1;
+    return NULL;
+}
+
+static int num(char *const *tok, int ntok, const char *key, double *out)
+{
+    const char *v = field(tok, ntok, key);
+    char *end;
+    if (!v) return -1;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || *end || errno || !isfinite(x) || x < 0) return -1;
+    *out = x;
+    return 0;
+}
+
+/* "a,b,c" into up to n integers (missing ones 0) */
+static int ints(char *const *tok, int ntok, const char *key, int64_t *out, int n)
+{
+    const char *v = field(tok, ntok, key);
+    if (!v) return -1;
+    for (int i = 0; i < n; i++) out[i] = 0;
+    for (int i = 0; i < n && *v; i++) {
+        char *end;
+        errno = 0;
+        long long x = strtoll(v, &end, 10);
+        if (end == v || errno || x < 0) return -1;
+        out[i] = x;
+        v = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    return 0;
+}
+
+static int push(double **a, int *n, int *cap, double x, double y)
+{
+    if (*n == *cap) {
+        int c = *cap ? 2 * *cap : 64;
+        double *b = realloc(*a, (size_t)c * 2 * sizeof *b);
+        if (!b) return -1;
+        *a = b, *cap = c;
+    }
+    (*a)[2 * *n] = x, (*a)[2 * *n + 1] = y;
+    (*n)++;
+    return 0;
+}
+
+static int same_op(const op_sample *a, const op_sample *b)
+{
+    return !strcmp(a->kernel, b->kernel) && !memcmp(a->n, b->n, sizeof a->n) &&
+           a->flag[0] == b->flag[0] && a->flag[1] == b->flag[1] && a->half == b->half;
+}
+
+static int add_op(sp_profile *pf, const op_sample *s)
+{
+    for (int i = 0; i < pf->nop; i++)
+        if (same_op(&pf->op[i], s)) { /* the same op elsewhere: one mean */
+            op_sample *o = &pf->op[i];
+            o->seconds = (o->seconds * o->count + s->seconds) / (o->count + 1);
+            o->count++;
+            return 0;
+        }
+    if (pf->nop == pf->capop) {
+        int c = pf->capop ? 2 * pf->capop : 64;
+        op_sample *b = realloc(pf->op, (size_t)c * sizeof *b);
+        if (!b) return -1;
+        pf->op = b, pf->capop = c;
+    }
+    pf->op[pf->nop++] = *s;
+    return 0;
+}
+
+/* One line's record; 0, or -1 with msg set. */
+static int parse_line(sp_profile *pf, char *const *tok, int ntok, char *msg, size_t len)
+{
+    const char *k = tok[0];
+    double a = 0, b = 0, c = 0, d = 0;
+    if (!strcmp(k, "op")) {
+        op_sample s = { .count = 1 };
+        const char *kern = field(tok, ntok, "kernel");
+        int64_t fl[2];
+        if (!kern || strlen(kern) >= sizeof s.kernel || ints(tok, ntok, "n", s.n, 5) ||
+            ints(tok, ntok, "flag", fl, 2) || num(tok, ntok, "half", &a) ||
+            num(tok, ntok, "work", &s.work) || num(tok, ntok, "seconds", &s.seconds)) {
+            snprintf(msg, len, "an op needs kernel=, n=, flag=, half=, work= and seconds=");
+            return -1;
+        }
+        snprintf(s.kernel, sizeof s.kernel, "%s", kern);
+        s.flag[0] = (int)fl[0], s.flag[1] = (int)fl[1], s.half = (int)a;
+        if (s.seconds <= 0) return 0; /* not timed (a GPU's op): nothing to learn */
+        return add_op(pf, &s) ? (snprintf(msg, len, "out of memory"), -1) : 0;
+    }
+    if (!strcmp(k, "message")) {
+        if (num(tok, ntok, "bytes", &a) || num(tok, ntok, "seconds", &b)) {
+            snprintf(msg, len, "a message needs bytes= and seconds=");
+            return -1;
+        }
+        return b > 0 && push(&pf->msg, &pf->nmsg, &pf->capmsg, a, b)
+                   ? (snprintf(msg, len, "out of memory"), -1) : 0;
+    }
+    if (!strcmp(k, "allreduce")) {
+        if (num(tok, ntok, "bytes", &a) || num(tok, ntok, "seconds", &b) ||
+            num(tok, ntok, "replicas", &c)) {
+            snprintf(msg, len, "an allreduce needs bytes=, seconds= and replicas=");
+            return -1;
+        }
+        pf->replicas = (int)c;
+        return b > 0 && push(&pf->ar, &pf->nar, &pf->capar, a, b)
+                   ? (snprintf(msg, len, "out of memory"), -1) : 0;
+    }
+    if (!strcmp(k, "link")) {
+        if (num(tok, ntok, "bytes", &a) || num(tok, ntok, "seconds", &b)) {
+            snprintf(msg, len, "a link needs bytes= and seconds=");
+            return -1;
+        }
+        if (pf->nlink && a <= pf->link[2 * (pf->nlink - 1)]) {
+            snprintf(msg, len, "link sizes must ascend");
+            return -1;
+        }
+        return b > 0 && push(&pf->link, &pf->nlink, &pf->caplink, a, b)
+                   ? (snprintf(msg, len, "out of memory"), -1) : 0;
+    }
+    if (!strcmp(k, "update")) {
+        if (num(tok, ntok, "seconds", &a) || num(tok, ntok, "floats", &b)) {
+            snprintf(msg, len, "an update needs seconds= and floats=");
+            return -1;
+        }
+        if (a > 0) pf->upd_seconds += a, pf->upd_floats += b;
+        return 0;
+    }
+    if (!strcmp(k, "step")) {
+        if (num(tok, ntok, "seconds", &a) || num(tok, ntok, "span", &b) ||
+            num(tok, ntok, "update", &c) || num(tok, ntok, "other", &d)) {
+            snprintf(msg, len, "a step needs seconds=, span=, update= and other=");
+            return -1;
+        }
+        pf->step_s = a, pf->span_s = b, pf->update_s = c, pf->other_s = d;
+        if (num(tok, ntok, "gap", &pf->gap_s)) pf->gap_s = 0;
+        pf->have_step = 1;
+        return 0;
+    }
+    return 0; /* other records (task, memory, layout, ...) are for people and later use */
+}
+
+sp_profile *sp_profile_read(const char *path, sp_status *status)
+{
+    sp_status st = SP_OK;
+    sp_profile *pf = NULL;
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f) {
+        st = sp_set_error(SP_ERR_IO, "profile %s: cannot open: %s", path ? path : "(null)",
+                          strerror(errno));
+        goto out;
+    }
+    if (!(pf = calloc(1, sizeof *pf))) {
+        st = sp_set_error(SP_ERR_NOMEM, "profile %s: out of memory", path);
+        goto out;
+    }
+    char line[4096], msg[256];
+    int ln = 0;
+    while (fgets(line, sizeof line, f)) {
+        ln++;
+        size_t L = strlen(line);
+        if (L == sizeof line - 1 && line[L - 1] != '\n') {
+            st = sp_set_error(SP_ERR_FORMAT, "%s:%d: line too long", path, ln);
+            goto out;
+        }
+        char *hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        char *tok[32], *save = NULL;
+        int ntok = 0;
+        for (char *t = strtok_r(line, " \t\r\n", &save); t && ntok < 32;
+             t = strtok_r(NULL, " \t\r\n", &save))
+            tok[ntok++] = t;
+        if (!ntok) continue;
+        if (ln == 1 || (ntok && !strcmp(tok[0], "starpipe-profile"))) {
+            if (ln != 1 || strcmp(tok[0], "starpipe-profile") || ntok != 2 || strcmp(tok[1], "1")) {
+                st = sp_set_error(SP_ERR_FORMAT, "%s:%d: not a starpipe profile (the first "
+                                  "line must be 'starpipe-profile 1'; written by --profile)",
+                                  path, ln);
+                goto out;
+            }
+            continue;
+        }
+        if (!strcmp(tok[0], "command")) continue; /* free text */
+        if (parse_line(pf, tok, ntok, msg, sizeof msg)) {
+            st = sp_set_error(SP_ERR_FORMAT, "%s:%d: %s", path, ln, msg);
+            goto out;
+        }
+    }
+    if (ln == 0)
+        st = sp_set_error(SP_ERR_FORMAT, "%s: empty, not a starpipe profile", path);
+    else if (!pf->have_step || !pf->nop)
+        st = sp_set_error(SP_ERR_FORMAT, "%s: no %s: a profile of a run that made at least "
+                          "two steps on CPU ranks has both", path,
+                          !pf->have_step ? "step record" : "op timed");
+out:
+    if (f) fclose(f);
+    if (st) {
+        sp_profile_free(pf);
+        pf = NULL;
+    }
+    if (status) *status = st;
+    return pf;
+}
+
+void sp_profile_free(sp_profile *pf)
+{
+    if (!pf) return;
+    free(pf->op), free(pf->msg), free(pf->ar), free(pf->link), free(pf);
+}
+
+/* latency + bytes / bandwidth, least squares over (bytes, seconds); one size (or sizes
+ * too close to tell apart): the median time as latency, no bandwidth term. */
+static void fit_link(const double *xy, int n, double *lat, double *bw)
+{
+    *lat = 0, *bw = 0;
+    if (n <= 0) return;
+    double sx = 0, sy = 0, sxx = 0, sxy = 0, lo = xy[0], hi = xy[0];
+    for (int i = 0; i < n; i++) {
+        double x = xy[2 * i], y = xy[2 * i + 1];
+        sx += x, sy += y, sxx += x * x, sxy += x * y;
+        if (x < lo) lo = x;
+        if (x > hi) hi = x;
+    }
+    double den = n * sxx - sx * sx, slope = den > 0 ? (n * sxy - sx * sy) / den : 0;
+    if (hi > 2 * lo && slope > 0) {
+        double a = (sy - slope * sx) / n;
+        *lat = a > 0 ? a : 0;
+        *bw = 1.0 / slope;
+        return;
+    }
+    *lat = sy / n;
+}
+
+static double op_distance(const op_sample *a, const sp_op_desc *d)
+{
+    double x = 0;
+    for (int i = 0; i < 5; i++) x += fabs(log1p((double)a->n[i]) - log1p((double)d->n[i]));
+    return x;
+}
+
+/* An all-reduce of `bytes` between two ranks by the profile's link probe: interpolated
+ * linearly between the measured sizes, extrapolated by the last two; -1 without them. */
+static double link_time(const sp_profile *pf, double bytes)
+{
+    const double *L = pf->link;
+    int n = pf->nlink;
+    if (n == 0) return -1;
+    if (n == 1 || bytes <= L[0]) return L[1] * (n == 1 && bytes > L[0] ? bytes / L[0] : 1);
+    int i = 1;
+    while (i < n - 1 && L[2 * i] < bytes) i++;
+    double x0 = L[2 * (i - 1)], y0 = L[2 * (i - 1) + 1], x1 = L[2 * i], y1 = L[2 * i + 1];
+    double y = y0 + (y1 - y0) * (bytes - x0) / (x1 - x0);
+    return y > 0 ? y : y0;
+}
+
+/* Seconds of one op; the link probe, else link_lat/link_bw, for an all-reduce no sample
+ * covers. */
+static double op_seconds(const sp_profile *pf, const sp_op_desc *d, const double *class_rate,
+                         double link_lat, double link_bw)
+{
+    const op_sample *best = NULL;
+    double bestd = 0;
+    int best_flags = 0;
+    for (int i = 0; i < pf->nop; i++) {
+        const op_sample *s = &pf->op[i];
+        if (strcmp(s->kernel, d->kernel)) continue;
+        int flags = s->flag[0] == d->flag[0] && s->flag[1] == d->flag[1] && s->half == d->half;
+        double dist = op_distance(s, d);
+        if (!best || flags > best_flags || (flags == best_flags && dist < bestd))
+            best = s, bestd = dist, best_flags = flags;
+    }
+    if (best && best->work > 0) return best->seconds * d->work / best->work;
+    if (best) return best->seconds;
+    if (is_allreduce(d->kernel)) { /* two ranks' exchange of the buffer (work: in + out) */
+        double t = link_time(pf, 2.0 * d->work);
+        if (t >= 0) return t;
+        return 2 * link_lat + (link_bw > 0 ? 2.0 * d->work : 0) / (link_bw > 0 ? link_bw : 1);
+    }
+    return d->work * class_rate[kernel_class(d->kernel)];
+}
+
+static void class_rates(const sp_profile *pf, double *rate)
+{
+    double sec[NCLASS] = { 0 }, work[NCLASS] = { 0 }, all_s = 0, all_w = 0;
+    for (int i = 0; i < pf->nop; i++) {
+        int c = kernel_class(pf->op[i].kernel);
+        sec[c] += pf->op[i].seconds, work[c] += pf->op[i].work;
+        all_s += pf->op[i].seconds, all_w += pf->op[i].work;
+    }
+    for (int c = 0; c < NCLASS; c++)
+        rate[c] = work[c] > 0 ? sec[c] / work[c] : all_w > 0 ? all_s / all_w : 0;
+}
+
+sp_status sp_profile_task_costs(const sp_profile *pf, const sp_program *p, double *cost)
+{
+    if (!pf || !p || !cost) return sp_set_error(SP_ERR_ARG, "sp_profile_task_costs: NULL");
+    double rate[NCLASS], lat, bw;
+    class_rates(pf, rate);
+    fit_link(pf->msg, pf->nmsg, &lat, &bw);
+    for (int s = 0; s < sp_program_num_stages(p); s++)
+        for (int k = 0; k < SP_NUM_TASK_KINDS; k++) {
+            double t = 0;
+            sp_op_desc d;
+            int j = 0;
+            for (; sp_program_op(p, s, (sp_task_kind)k, j, &d) == 0; j++)
+                t += op_seconds(pf, &d, rate, lat, bw);
+            cost[s * SP_NUM_TASK_KINDS + k] = j ? t + pf->gap_s : 0;
+        }
+    return SP_OK;
+}
+
+double sp_predict_memory(const sp_program *p, const sp_plan *plan, int actor, int replica,
+                         int replicas, int sharded)
+{
+    const sp_stage_model *model = sp_program_stage_model(p);
+    int R = replicas > 1 ? replicas : 1, r = replica >= 0 && replica < R ? replica : 0;
+    int64_t *bounds = malloc(sizeof *bounds * ((size_t)R + 1));
+    double b = 0;
+    for (int s = 0; s < plan->nstages; s++) {
+        if (plan->stage_actor[s] != actor) continue;
+        double pb = (double)sp_program_buf_bytes(p, SP_BUF_PARAMS, s), own = pb;
+        if (R > 1 && bounds) { /* this replica's shard (sp_optim_shards: uneven) */
+            sp_optim_shards(p, s, R, bounds);
+            own = 4.0 * (double)(bounds[r + 1] - bounds[r]);
+        }
+        b += pb + (double)sp_program_buf_bytes(p, SP_BUF_GRADS, s);
+        b += 2 * (sharded && R > 1 ? own : pb); /* the AdamW moments */
+        b += (double)sp_program_buf_bytes(p, SP_BUF_SCRATCH, s);
+        /* the replicas' exchange: the others' shards out, its own in from each, its sum */
+        if (R > 1) b += pb - own + R * own;
+    }
+    free(bounds);
+    /* a tied parameter spread over actors: on each, a buffer its gradient or its value
+     * travels in each way */
+    for (int k = 0; k < model->nshared; k++) {
+        int here = 0, away = 0;
+        for (int j = 0; j < model->shared[k].nstages; j++)
+            plan->stage_actor[model->shared[k].stages[j]] == actor ? here++ : away++;
+        if (here && away) b += 2.0 * (double)model->shared[k].bytes;
+    }
+    size_t pool = 0;
+    if (sp_plan_pool_bytes(plan, model, actor, &pool) == SP_OK) b += (double)pool;
+    for (int k = 0; k < sp_program_num_inputs(p); k++)
+        b += (double)plan->nmicro * (double)sp_program_buf_bytes(p, SP_BUF_INPUT, k);
+    return b;
+}
+
+sp_status sp_profile_predict(const sp_profile *pf, const sp_program *p, const sp_plan *plan,
+                             int replicas, int sharded, sp_prediction *out)
+{
+    if (!pf || !p || !plan || !out) return sp_set_error(SP_ERR_ARG, "sp_profile_predict: NULL");
+    memset(out, 0, sizeof *out);
+    int S = plan->nstages, A = plan->nactors, R = replicas > 1 ? replicas : 1;
+    const sp_stage_model *model = sp_program_stage_model(p);
+    double *cost = calloc((size_t)S * SP_NUM_TASK_KINDS, sizeof *cost);
+    sp_stage_model m = *model;
+    sp_stage_info *info = malloc((size_t)S * sizeof *info);
+    out->mem_bytes = calloc((size_t)A, sizeof(double));
+    if (!cost || !info || !out->mem_bytes) {
+        free(cost), free(info);
+        sp_prediction_free(out);
+        return sp_set_error(SP_ERR_NOMEM, "sp_profile_predict: out of memory");
+    }
+    sp_profile_task_costs(pf, p, cost);
+    memcpy(info, model->stage, (size_t)S * sizeof *info);
+    for (int s = 0; s < S; s++)
+        for (int k = 0; k < SP_NUM_TASK_KINDS; k++) info[s].cost[k] = cost[s * 4 + k];
+    m.stage = info;
+    fit_link(pf->msg, pf->nmsg, &out->latency, &out->bandwidth);
+
+    /* the replicas' all-reduce: a flat ring whose bandwidth the profile's all-reduces
+     * give (bytes x 2 (R-1)/R over their time), else the message link's */
+    sp_allreduce_model arm = { 0 };
+    if (R > 1) {
+        double bytes = 0, sec = 0;
+        for (int i = 0; i < pf->nar; i++) bytes += pf->ar[2 * i], sec += pf->ar[2 * i + 1];
+        int Rp = pf->replicas > 1 ? pf->replicas : 2;
+        arm.alpha = out->latency;
+        arm.bw_intra = arm.bw_inter = bytes > 0 && sec > 0 ? bytes * 2.0 * (Rp - 1) / Rp / sec
+                                      : out->bandwidth > 0 ? out->bandwidth : 1e12;
+        arm.replicas = R;
+        arm.replicas_per_node = R;
+    }
+    /* a tied gradient's combine: adds of its floats, at the rate of the profile's copies */
+    double combine = 0;
+    for (int k = 0; k < m.nshared; k++) {
+        int64_t n = (int64_t)(m.shared[k].bytes / 4);
+        sp_op_desc d = { .kernel = "scale", .n = { n }, .flag = { 0, 0 }, .work = 3.0 * n };
+        double rate[NCLASS];
+        class_rates(pf, rate);
+        combine += op_seconds(pf, &d, rate, out->latency, out->bandwidth);
+    }
+    sp_sim_config cfg = { .latency = out->latency, .bandwidth = out->bandwidth,
+                          .combine_time = m.nshared ? combine / m.nshared : 0,
+                          .allreduce = R > 1 ? &arm : NULL };
+    sp_sim_result *r = NULL;
+    sp_status st = sp_simulate(plan, &m, &cfg, &r);
+    if (st == SP_OK) {
+        out->span_s = r->step_time;
+        out->bubble = r->bubble_fraction;
+        sp_sim_result_free(r);
+    }
+    /* the update phase: AdamW seconds per float, the slowest rank's share */
+    double spf = pf->upd_floats > 0 ? pf->upd_seconds / pf->upd_floats : 0;
+    out->nactors = A;
+    for (int a = 0; a < A; a++) {
+        double floats = 0;
+        for (int s = 0; s < S; s++)
+            if (plan->stage_actor[s] == a)
+                floats += (double)sp_program_buf_bytes(p, SP_BUF_PARAMS, s) / 4;
+        double u = spf * floats / (sharded && R > 1 ? R : 1);
+        if (u > out->update_s) out->update_s = u;
+        out->mem_bytes[a] = sp_predict_memory(p, plan, a, 0, R, sharded);
+    }
+    out->other_s = pf->other_s;
+    out->step_s = out->span_s + out->update_s + out->other_s;
+    free(cost), free(info);
+    if (st) sp_prediction_free(out);
+    return st;
+}
+
+void sp_prediction_free(sp_prediction *pr)
+{
+    if (!pr) return;
+    free(pr->mem_bytes);
+    pr->mem_bytes = NULL;
+}

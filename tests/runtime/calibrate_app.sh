@@ -1,0 +1,50 @@
+#!/bin/sh
+# calibrate_app.sh MPIEXEC APP: --profile and --calibrate as a user runs them. A run on 2
+# ranks writes a profile; in it, each stage task's median time is the sum of its ops'
+# times within 10% (the op clock and the trace measure the same work; op times from
+# the rank that ran them). Other runs predict from it: the memory each rank allocates
+# (sp_trainer_memory) equals the prediction to the byte (the planner's pool, slabs,
+# scratch and transfer buffers), under 1F1B, ZB-H1 with recomputation, two replicas
+# with ZeRO-1 and T = 2; the step time is printed, not judged (the machine is shared:
+# bench/plan_fidelity.sh measures it). Bad input: one message, exit 2, nothing written.
+set -e
+mpiexec=$1; app=$2
+dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
+"$mpiexec" -np 2 "$app" --steps 4 --profile "$dir/p.txt" >"$dir/log" 2>&1 || { cat "$dir/log"; exit 1; }
+head -1 "$dir/p.txt" | grep -qx 'starpipe-profile 1' || { echo "FAIL: header"; head -3 "$dir/p.txt"; exit 1; }
+awk '$1 == "task" || $1 == "op" { split($2, s, "="); split($3, k, "="); key = s[2] " " k[2]
+       for (i = 2; i <= NF; i++) if ($i ~ /^seconds=/) { split($i, v, "="); x = v[2] }
+       if ($1 == "task") task[key] = x; else ops[key] += x }
+     END { n = 0
+       for (key in task) { n++; r = ops[key] / task[key]
+         if (r < 0.9 || r > 1.1) { print "FAIL: stage/kind " key ": ops sum " ops[key] " s, task " task[key] " s"; bad = 1 } }
+       if (n < 4) { print "FAIL: " n " task lines"; bad = 1 }
+       exit bad }' "$dir/p.txt"
+grep -q '^link kind=allreduce ranks=2 bytes=' "$dir/p.txt" || { echo "FAIL: no link probe"; exit 1; }
+for args in "--schedule 1f1b --microbatches 8" "--schedule zb-h1 --recompute --layers 6" \
+            "--replicas 2 --shard-optimizer" "--tensor 2"; do
+  # shellcheck disable=SC2086
+  "$mpiexec" -np 2 "$app" --steps 3 $args --calibrate "$dir/p.txt" >"$dir/log" 2>&1 || { cat "$dir/log"; exit 1; }
+  grep -q '^prediction: step .* ms (pipeline' "$dir/log" || { cat "$dir/log"; echo "FAIL: $args: no prediction"; exit 1; }
+  line=$(grep '^prediction: step .* predicted' "$dir/log") || { cat "$dir/log"; echo "FAIL: $args: no report"; exit 1; }
+  echo "$args: $line"
+  echo "$line" | grep -q 'memory per rank: largest error [-+]0\.0%' || { echo "FAIL: $args: memory"; exit 1; }
+done
+# bad input: a file that is not a profile; --profile on the reference; one step
+printf 'hello\n' >"$dir/bad.txt"
+for args in "--calibrate $dir/bad.txt|bad.txt:1: not a starpipe profile" \
+            "--calibrate $dir/none.txt|none.txt: cannot open" \
+            "--reference --profile $dir/x.txt|--reference has no pipeline" \
+            "--steps 1 --profile $dir/x.txt|--profile needs --steps 2 or more" \
+            "--profile $dir/p.txt --calibrate $dir/p.txt|is the --calibrate file"; do
+  a=${args%%|*}; want=${args#*|}
+  set +e
+  # shellcheck disable=SC2086
+  "$mpiexec" -np 2 "$app" --steps 2 $a >"$dir/log" 2>&1; rc=$?
+  set -e
+  [ "$rc" -ne 0 ] || { cat "$dir/log"; echo "FAIL: '$a' exited 0"; exit 1; }
+  n=$(grep -c -e "$want" "$dir/log" || true)
+  [ "$n" = 1 ] || { cat "$dir/log"; echo "FAIL: '$a': $n lines saying '$want'"; exit 1; }
+  [ ! -e "$dir/x.txt" ] || { echo "FAIL: '$a' wrote a profile"; exit 1; }
+done
+echo "ok: profile consistent, memory predicted to the byte, bad input refused"
