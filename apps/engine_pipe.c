@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "apps/auto.h"
 #include "apps/data.h"
 #include "apps/describe.h"
 #include "apps/outputs.h"
@@ -38,6 +39,8 @@ typedef struct {
     sp_prediction pred;
     int predicted;
     char command[2048];      /* the command line, for --profile's header */
+    int auto_sched;          /* --schedule auto: pe->sch is ZB-H1's probe until build */
+    char auto_why[1024];
     double dev_buffers;   /* this GPU rank's buffers as preflight foresaw them */
 } pipe_engine;
 
@@ -198,6 +201,7 @@ static int pipe_describe(app_engine *e)
         if (any_failed(st != SP_OK, e->m->name, sp_last_error())) return 1;
     }
     if (pe->me == 0) {
+        if (pe->auto_sched) fputs(pe->auto_why, stdout);
         if (e->cuda) printf("transfers: %s\n", sp_trainer_notice(pe->t));
         if (verbose >= 1) app_describe_plan(sp_trainer_plan(pe->t), pe->p, verbose);
         if (verbose >= 1 && e->R > 1) app_describe_layout(&pe->lay);
@@ -305,7 +309,20 @@ static int check_run(pipe_engine *pe, const sp_app_opts *o, const sp_env *env, c
         snprintf(msg, len, "--shard-optimizer needs --replicas R > 1");
         return 1;
     }
-    if (sp_schedule_from_env(o->schedule, P, o->microbatches, o->chunks, &pe->sch) != SP_OK) {
+    const char *name = o->schedule ? o->schedule : env->schedule;
+    pe->auto_sched = name && !strcmp(name, "auto");
+    if (pe->auto_sched && (o->chunks > 1 || (!o->chunks && env->chunks > 1))) {
+        snprintf(msg, len, "schedule auto places one stage per actor: no --chunks (or "
+                 "STARPIPE_CHUNKS) above 1");
+        return 1;
+    }
+    if (o->memory_cap && !pe->auto_sched) {
+        snprintf(msg, len, "--memory-cap caps the schedule auto's activations: it needs "
+                 "--schedule auto");
+        return 1;
+    }
+    if (sp_schedule_from_env(pe->auto_sched ? "zb-h1" : o->schedule, P, o->microbatches,
+                             pe->auto_sched ? 1 : o->chunks, &pe->sch) != SP_OK) {
         snprintf(msg, len, "%s", sp_last_error());
         return 1;
     }
@@ -365,6 +382,16 @@ static int build(pipe_engine *pe, const sp_adamw_config *opt, char *msg, size_t 
     if (any_failed(app_device_memory_short(m, o, pe->p, pe->sch, &pe->lay, e->K, e->env->verbose,
                                            &pe->dev_buffers, msg, len), m->name, msg))
         return -1;
+    if (pe->p && pe->auto_sched) { /* collective: the probe's steps, rank 0's costs */
+        sp_schedule *a = NULL;
+        if (app_auto_schedule(pe->p, pe->sch, &to, e->R, pe->calib, o->memory_cap, &a,
+                              pe->auto_why, sizeof pe->auto_why) != SP_OK) {
+            snprintf(msg, len, "schedule auto: %s", sp_last_error());
+            return 1;
+        }
+        sp_schedule_free(pe->sch);
+        e->sch = pe->sch = a;
+    }
     pe->t = pe->p ? sp_trainer_create(pe->p, pe->sch, &to, &st) : NULL;
     e->in = pe->t ? app_inputs_alloc(pe->p, e->R * nmb) : NULL;
     if (e->in && e->K && !(e->ev = app_eval_inputs(m, o, pe->p, e->K)))

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "apps/data.h"
@@ -107,7 +108,12 @@ app_engine *app_engine_reference(sp_app_model *m, const sp_app_opts *o, const sp
     *e = (app_engine){ .ops = &ref_ops, .m = m, .o = o, .env = env, .speaks = 1, .cuda = 0,
                        .ranks = 1, .local = 1, .same_note = NULL, .done_note = "",
                        .log_after_sample = 1 };
-    if (sp_schedule_from_env(o->schedule, P, o->microbatches, o->chunks, &re->sch) != SP_OK)
+    /* the schedule sets only the stages and microbatches here: auto's are 1F1B's (one stage
+     * per actor), whatever order it picks */
+    const char *name = o->schedule ? o->schedule : env->schedule;
+    if (name && !strcmp(name, "auto")) name = "1f1b";
+    else name = o->schedule;
+    if (sp_schedule_from_env(name, P, o->microbatches, o->chunks, &re->sch) != SP_OK)
         return refuse(re, m->name, sp_last_error(), 2, code);
     e->sch = re->sch;
     if (app_check_data(m, o) != SP_OK) return refuse(re, m->name, sp_last_error(), 1, code);

@@ -161,7 +161,11 @@ static void usage(const sp_app_model *m, FILE *f)
             "  --sample-seed N     seed of the sample's draws (--seed)\n"
             "pipeline:\n"
             "  --schedule NAME     gpipe, 1f1b, eager-1f1b, interleaved-1f1b, zb-h1, zb-v,\n"
-            "                      dualpipe-v or file:PATH (STARPIPE_SCHEDULE; 1f1b); 'help' lists them\n"
+            "                      dualpipe-v, auto or file:PATH (STARPIPE_SCHEDULE; 1f1b);\n"
+            "                      'help' lists them. auto: synthesized for this run's task\n"
+            "                      times (two probe steps first, or --calibrate's profile)\n"
+            "  --memory-cap N      auto: at most N microbatches' activations per actor\n"
+            "                      (1F1B's by default)\n"
             "  --chunks V          stages per actor for interleaved and V-shaped schedules\n"
             "                      (STARPIPE_CHUNKS; 2)\n"
             "  --actors P          expected number of actors per replica (with --reference:\n"
@@ -215,7 +219,7 @@ static const char *const common[] = { "--steps", "--microbatches", "--chunks", "
                                       "--prompt", "--temperature", "--top-k", "--sample-seed",
                                       "--data-format", "--tensor", "--init",
                                       "--save-on-signal", "--total-steps", "--profile",
-                                      "--calibrate", NULL };
+                                      "--calibrate", "--memory-cap", NULL };
 enum { MODEL_BITS = 40 }; /* the model's flags' bits start here (a common flag's end before) */
 
 /* The bit of a flag that takes a value in sp_app_opts.given: common flags first, then
@@ -280,6 +284,7 @@ static int apply(const sp_app_model *m, sp_app_opts *o, const char *a, const cha
     else if (!strcmp(a, "--log")) o->log = v;
     else if (!strcmp(a, "--profile")) o->profile = v;
     else if (!strcmp(a, "--calibrate")) o->calibrate = v;
+    else if (!strcmp(a, "--memory-cap")) ok = app_parse_int(a, v, 1, SP_SCHEDULE_MAX_COUNT, &o->memory_cap);
     else if (!strcmp(a, "--total-steps")) ok = app_parse_int(a, v, 0, 1 << 30, &o->total_steps);
     else if (!strcmp(a, "--save-on-signal")) {
         ok = (o->save_on_signal = app_signal_parse(v)) > 0;

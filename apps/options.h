@@ -21,6 +21,7 @@ typedef struct {
     /* --profile FILE: write what the run measured; --calibrate FILE: predict this run's
      * step from such a file (apps/profile.c) */
     const char *profile, *calibrate;
+    int memory_cap; /* --memory-cap N: the schedule auto's activations per actor (0: 1F1B's) */
     /* evaluation: every N steps and at the end (0: off), on K held-out microbatches (0:
      * R x m, one step's worth) */
     int eval_every, eval_batches;

@@ -110,8 +110,8 @@ static void write_body(FILE *f, const app_profile_run *r, const sp_train_profile
             fprintf(f, "task stage=%d kind=%s seconds=%.9g flops=%.9g\n", k / 4,
                     sp_task_kind_name(k % 4), pf->task_s[k],
                     sp_program_flops(r->p, k / 4, (sp_task_kind)(k % 4)));
-    for (int k = 0; k < S * SP_NUM_TASK_KINDS; k++)
-        for (int64_t j = pf->op_at[k]; j < pf->op_at[k + 1]; j++) {
+    for (int k = 0; k < S * SP_NUM_TASK_KINDS; k++) /* the programs that ran */
+        for (int64_t j = pf->op_at[k]; pf->task_s[k] > 0 && j < pf->op_at[k + 1]; j++) {
             sp_op_desc d;
             if (sp_program_op(r->p, k / 4, (sp_task_kind)(k % 4), (int)(j - pf->op_at[k]), &d))
                 continue;

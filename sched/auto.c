@@ -141,15 +141,17 @@ sp_status sp_schedule_auto(const sp_stage_model *model, int p, int m, const sp_a
     if (!model || p < 1 || m < 1 || p > SP_MAX_INDEX || m > SP_MAX_INDEX)
         return sp_set_error(SP_ERR_ARG, "auto: needs a stage model, p >= 1 and m >= 1 "
                             "(p = %d, m = %d)", p, m);
-    int chain = model->nstages == p && model->nedges == p - 1 && !model->nshared;
+    /* (a tied weight adds its messages and combine after the loop, and a recomputing
+     * stage's first backward its forward: the planner places both, and every candidate
+     * is ranked by the plan's simulation) */
+    int chain = model->nstages == p && model->nedges == p - 1;
     for (int e = 0; chain && e < model->nedges; e++)
         chain = model->edge[e].src_stage == e && model->edge[e].dst_stage == e + 1 &&
                 model->edge[e].needs_grad;
-    for (int s = 0; chain && s < p; s++) chain = !model->stage[s].recompute;
     if (!chain)
         return sp_set_error(SP_ERR_ARG, "auto: synthesizes for a chain of %d stages, one per "
-                            "actor, without shared weights or recomputation (this model has "
-                            "%d stages, %d edges)", p, model->nstages, model->nedges);
+                            "actor (this model has %d stages, %d edges)", p, model->nstages,
+                            model->nedges);
     if ((int64_t)p * m > (1 << 22))
         return sp_set_error(SP_ERR_ARG, "auto: %d actors x %d microbatches is too large", p, m);
     if (!isfinite(cfg->latency) || cfg->latency < 0 || !isfinite(cfg->bandwidth) ||
@@ -179,6 +181,8 @@ sp_status sp_schedule_auto(const sp_stage_model *model, int p, int m, const sp_a
         }
         cap[s] = c > m ? m : c;
         for (int k = 0; k < 4; k++) cost[4 * s + k] = model->stage[s].cost[k];
+        if (model->stage[s].recompute) /* the first backward task runs F again */
+            cost[4 * s + SP_TASK_B] += cost[4 * s + SP_TASK_F];
         msg[s] = s + 1 < p ? cfg->latency + (cfg->bandwidth > 0
                                                  ? (double)model->edge[s].bytes / cfg->bandwidth
                                                  : 0)

@@ -284,6 +284,11 @@ static void fit_link(const double *xy, int n, double *lat, double *bw)
     *lat = sy / n;
 }
 
+void sp_profile_link(const sp_profile *pf, double *latency, double *bandwidth)
+{
+    fit_link(pf->msg, pf->nmsg, latency, bandwidth);
+}
+
 static double op_distance(const op_sample *a, const sp_op_desc *d)
 {
     double x = 0;

@@ -25,8 +25,9 @@ sp_status sp_schedule_from_env(const char *name, int p, int m, int v, sp_schedul
     }
     if (!strcmp(name, "auto"))
         return sp_set_error(SP_ERR_ARG, "schedule 'auto' is synthesized for the stages' costs "
-                            "and a memory cap: the planner takes it (starpipe-plan --schedule "
-                            "auto, sp_schedule_auto); the apps do not yet");
+                            "and a memory cap, which a name alone does not give: "
+                            "sp_schedule_auto takes them (the apps measure them first, "
+                            "starpipe-plan --schedule auto)");
     if (!strncmp(name, "file:", 5)) {
         sp_schedule *s;
         st = sp_schedule_load(name + 5, &s);

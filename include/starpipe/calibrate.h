@@ -27,6 +27,10 @@ void sp_profile_free(sp_profile *pf);
  * message link's time. */
 sp_status sp_profile_task_costs(const sp_profile *pf, const sp_program *p, double *cost);
 
+/* The message link fitted to the profile's messages: latency (s) and bandwidth (bytes per
+ * second, 0: none fitted, one size only). */
+void sp_profile_link(const sp_profile *pf, double *latency, double *bandwidth);
+
 typedef struct {
     double step_s;   /* span + update + other */
     double span_s;   /* the plan simulated: first task to the last */

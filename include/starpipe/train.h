@@ -172,8 +172,9 @@ typedef struct {
     int64_t nmessages;  /* the plan's */
     double *task_s;     /* [S * SP_NUM_TASK_KINDS]: a task of (stage, kind); 0: none ran */
     int64_t *op_at;     /* [S * SP_NUM_TASK_KINDS + 1]: program k = s * 4 + kind's first op */
-    double *op_s;       /* [op_at[last]]: each instruction's mean (sp_program_op); 0 on a
-                           GPU, whose kernels return at launch */
+    double *op_s;       /* [op_at[last]]: each instruction's time (sp_program_op): its
+                           mean's share of the task's median; 0 on a GPU, whose kernels
+                           return at launch */
     double *opt_s;      /* [S]: the stage's AdamW update (0 where none ran) */
     double *msg_s;      /* [nmessages]: from the end of the task that made the data to the
                            start of the one that reads it, where the receiver was idle

@@ -32,7 +32,7 @@ same() {
   cmp "$dir/ref.grads" "$dir/run.grads" || fail "R=$R P=$P T=$T $sched $*: gradients differ"
   cmp "$dir/ref.ckpt" "$dir/run.ckpt" || fail "R=$R P=$P T=$T $sched $*: checkpoint differs"
 }
-for sched in gpipe 1f1b eager-1f1b interleaved-1f1b zb-h1 zb-v dualpipe-v; do
+for sched in gpipe 1f1b eager-1f1b interleaved-1f1b zb-h1 zb-v dualpipe-v auto; do
   same 1 2 1 "$sched" $tiny
 done
 same 1 4 1 1f1b $tiny

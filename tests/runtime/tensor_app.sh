@@ -34,7 +34,7 @@ same() {
   cmp "$dir/ref.ckpt" "$dir/run.ckpt" || fail "R=$R P=$P T=$T $sched: checkpoint differs"
 }
 for sched in gpipe 1f1b eager-1f1b zb-h1; do same 1 1 2 "$sched" "$gpt" $tiny; done
-for sched in gpipe 1f1b eager-1f1b interleaved-1f1b zb-h1 zb-v dualpipe-v; do
+for sched in gpipe 1f1b eager-1f1b interleaved-1f1b zb-h1 zb-v dualpipe-v auto; do
   same 1 2 2 "$sched" "$gpt" $tiny
 done
 same 2 2 2 1f1b "$gpt" $tiny

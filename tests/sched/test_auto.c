@@ -177,9 +177,10 @@ static void refused(void)
     CHECK(sp_schedule_auto(md, 2, 8, NULL, &s) == SP_ERR_ARG && strstr(sp_last_error(), "chain"),
           "4 stages on 2 actors: %s", sp_last_error());
     sp_stage_model_free(md);
-    /* the apps take schedules by name without costs: one clear refusal */
+    /* a name alone gives no costs: one clear refusal */
     CHECK(sp_schedule_from_env("auto", 4, 8, 0, &s) == SP_ERR_ARG &&
-              strstr(sp_last_error(), "the apps do not yet"), "apps: %s", sp_last_error());
+              strstr(sp_last_error(), "which a name alone does not give"), "by name: %s",
+          sp_last_error());
 }
 
 int main(void)
