@@ -360,6 +360,15 @@ static int check_run(pipe_engine *pe, const sp_app_opts *o, const sp_env *env, c
     return pe->me == 0 && app_scan_data(m, env->verbose, msg, len); /* one reader of the data */
 }
 
+/* --schedule auto's other cut: this rank's member of the model in nstages stages. */
+static sp_program *cut_program(void *ctx, int nstages, sp_graph **g, sp_status *st)
+{
+    pipe_engine *pe = ctx;
+    app_engine *e = &pe->e;
+    *g = e->m->build(e->m->cfg, nstages, e->T, pe->trank, st);
+    return *g ? app_program(*g, e->o, 1, st) : NULL;
+}
+
 /* The trainer of this rank's member and what a step needs beside it: the inputs, the
  * held-out ones, --check's reference. Collective: -1 on every rank when the device's
  * memory is short (said); 1 with msg when this rank failed, for the ranks to agree on. */
@@ -382,15 +391,24 @@ static int build(pipe_engine *pe, const sp_adamw_config *opt, char *msg, size_t 
     if (any_failed(app_device_memory_short(m, o, pe->p, pe->sch, &pe->lay, e->K, e->env->verbose,
                                            &pe->dev_buffers, msg, len), m->name, msg))
         return -1;
-    if (pe->p && pe->auto_sched) { /* collective: the probe's steps, rank 0's costs */
+    if (pe->p && pe->auto_sched) { /* collective: the probe's steps, rank 0's choice */
         sp_schedule *a = NULL;
-        if (app_auto_schedule(pe->p, pe->sch, &to, e->R, pe->calib, o->memory_cap, &a,
-                              pe->auto_why, sizeof pe->auto_why) != SP_OK) {
+        int chain_only = o->nrecompute > 0 || sp_app_given(m, o, "--stage-layers");
+        if (app_auto_schedule(pe->p, cut_program, pe, pe->sch, &to, e->R, pe->calib,
+                              o->memory_cap, chain_only, &a, pe->auto_why,
+                              sizeof pe->auto_why) != SP_OK) {
             snprintf(msg, len, "schedule auto: %s", sp_last_error());
             return 1;
         }
         sp_schedule_free(pe->sch);
         e->sch = pe->sch = a;
+        if (a->nstages != sp_program_num_stages(pe->p)) { /* two stages per actor */
+            sp_program_free(pe->p);
+            sp_graph_free(pe->g);
+            pe->g = m->build(m->cfg, a->nstages, e->T, pe->trank, &st);
+            pe->p = pe->g ? app_program(pe->g, o, 1, &st) : NULL;
+            e->g = pe->g, e->p = pe->p;
+        }
     }
     pe->t = pe->p ? sp_trainer_create(pe->p, pe->sch, &to, &st) : NULL;
     e->in = pe->t ? app_inputs_alloc(pe->p, e->R * nmb) : NULL;

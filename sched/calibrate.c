@@ -121,33 +121,57 @@ static int add_op(sp_profile *pf, const op_sample *s)
     return 0;
 }
 
+sp_profile *sp_profile_create(void) { return calloc(1, sizeof(sp_profile)); }
+
+sp_status sp_profile_add_op(sp_profile *pf, const sp_op_desc *d, double seconds)
+{
+    if (!pf || !d || !d->kernel || strlen(d->kernel) >= sizeof pf->op->kernel)
+        return sp_set_error(SP_ERR_ARG, "sp_profile_add_op: no profile or kernel");
+    if (!(seconds > 0) || !isfinite(seconds)) return SP_OK; /* not timed: nothing learnt */
+    op_sample s = { .count = 1, .flag = { d->flag[0], d->flag[1] }, .half = d->half,
+                    .work = d->work, .seconds = seconds };
+    snprintf(s.kernel, sizeof s.kernel, "%s", d->kernel);
+    memcpy(s.n, d->n, sizeof s.n);
+    return add_op(pf, &s) ? sp_set_error(SP_ERR_NOMEM, "profile: out of memory") : SP_OK;
+}
+
+sp_status sp_profile_add_message(sp_profile *pf, double bytes, double seconds)
+{
+    if (!pf) return sp_set_error(SP_ERR_ARG, "sp_profile_add_message: no profile");
+    if (!(seconds > 0) || !isfinite(seconds) || !(bytes >= 0)) return SP_OK;
+    return push(&pf->msg, &pf->nmsg, &pf->capmsg, bytes, seconds)
+               ? sp_set_error(SP_ERR_NOMEM, "profile: out of memory") : SP_OK;
+}
+
+void sp_profile_set_gap(sp_profile *pf, double seconds)
+{
+    if (pf && seconds >= 0 && isfinite(seconds)) pf->gap_s = seconds;
+}
+
 /* One line's record; 0, or -1 with msg set. */
 static int parse_line(sp_profile *pf, char *const *tok, int ntok, char *msg, size_t len)
 {
     const char *k = tok[0];
     double a = 0, b = 0, c = 0, d = 0;
     if (!strcmp(k, "op")) {
-        op_sample s = { .count = 1 };
-        const char *kern = field(tok, ntok, "kernel");
+        sp_op_desc d = { .kernel = field(tok, ntok, "kernel") };
         int64_t fl[2];
-        if (!kern || strlen(kern) >= sizeof s.kernel || ints(tok, ntok, "n", s.n, 5) ||
-            ints(tok, ntok, "flag", fl, 2) || num(tok, ntok, "half", &a) ||
-            num(tok, ntok, "work", &s.work) || num(tok, ntok, "seconds", &s.seconds)) {
+        if (!d.kernel || strlen(d.kernel) >= sizeof pf->op->kernel ||
+            ints(tok, ntok, "n", d.n, 5) || ints(tok, ntok, "flag", fl, 2) ||
+            num(tok, ntok, "half", &a) || num(tok, ntok, "work", &d.work) ||
+            num(tok, ntok, "seconds", &b)) {
             snprintf(msg, len, "an op needs kernel=, n=, flag=, half=, work= and seconds=");
             return -1;
         }
-        snprintf(s.kernel, sizeof s.kernel, "%s", kern);
-        s.flag[0] = (int)fl[0], s.flag[1] = (int)fl[1], s.half = (int)a;
-        if (s.seconds <= 0) return 0; /* not timed (a GPU's op): nothing to learn */
-        return add_op(pf, &s) ? (snprintf(msg, len, "out of memory"), -1) : 0;
+        d.flag[0] = (int)fl[0], d.flag[1] = (int)fl[1], d.half = (int)a;
+        return sp_profile_add_op(pf, &d, b) ? (snprintf(msg, len, "out of memory"), -1) : 0;
     }
     if (!strcmp(k, "message")) {
         if (num(tok, ntok, "bytes", &a) || num(tok, ntok, "seconds", &b)) {
             snprintf(msg, len, "a message needs bytes= and seconds=");
             return -1;
         }
-        return b > 0 && push(&pf->msg, &pf->nmsg, &pf->capmsg, a, b)
-                   ? (snprintf(msg, len, "out of memory"), -1) : 0;
+        return sp_profile_add_message(pf, a, b) ? (snprintf(msg, len, "out of memory"), -1) : 0;
     }
     if (!strcmp(k, "allreduce")) {
         if (num(tok, ntok, "bytes", &a) || num(tok, ntok, "seconds", &b) ||
@@ -186,7 +210,8 @@ static int parse_line(sp_profile *pf, char *const *tok, int ntok, char *msg, siz
             return -1;
         }
         pf->step_s = a, pf->span_s = b, pf->update_s = c, pf->other_s = d;
-        if (num(tok, ntok, "gap", &pf->gap_s)) pf->gap_s = 0;
+        if (num(tok, ntok, "gap", &c)) c = 0;
+        sp_profile_set_gap(pf, c);
         pf->have_step = 1;
         return 0;
     }

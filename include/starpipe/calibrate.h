@@ -19,6 +19,15 @@ typedef struct sp_profile sp_profile;
 sp_profile *sp_profile_read(const char *path, sp_status *status);
 void sp_profile_free(sp_profile *pf);
 
+/* A profile made in memory from what a run measured (the apps' --schedule auto probe):
+ * ops timed (the same op again: one mean; untimed, seconds <= 0: ignored), messages
+ * (bytes, the time each added to a path), the runtime's gap between tasks. What a file
+ * holds besides (the step, updates, the link probe) stays unknown: zero. */
+sp_profile *sp_profile_create(void);
+sp_status sp_profile_add_op(sp_profile *pf, const sp_op_desc *d, double seconds);
+sp_status sp_profile_add_message(sp_profile *pf, double bytes, double seconds);
+void sp_profile_set_gap(sp_profile *pf, double seconds);
+
 /* Predicted seconds of every stage program of p, cost[s * SP_NUM_TASK_KINDS + kind], op
  * by op (sp_program_op): an op of the kernel, sizes and flags the profile measured takes
  * its measured time; another size of that kernel, the time of the nearest measured size

@@ -52,6 +52,16 @@ for launch in "default" "--bind-to none" "env STARPU_WORKERS_NOBIND=1" "calibrat
   cmp "$dir/ref.ckpt" "$dir/run.ckpt" || { echo "FAIL: auto ($launch): checkpoint differs"; exit 1; }
 done
 grep '^schedule auto' "$dir/log"
+# where two stages per actor are faster (8 layers, 8 microbatches: usually ZB-V), auto runs
+# the model cut into 4 stages: the same bits as the reference's 2
+"$app" --reference --actors 2 --microbatches 8 --layers 8 --steps 2 --dump-grads "$dir/ref.grads" \
+  --save "$dir/ref.ckpt" >"$dir/log" 2>&1 || { cat "$dir/log"; echo "FAIL: reference"; exit 1; }
+"$mpiexec" -np 2 "$app" --schedule auto --microbatches 8 --layers 8 --steps 2 \
+  --dump-grads "$dir/run.grads" --save "$dir/run.ckpt" >"$dir/log" 2>&1 ||
+  { cat "$dir/log"; echo "FAIL: auto (8 layers)"; exit 1; }
+grep '^schedule auto' "$dir/log"
+cmp "$dir/ref.grads" "$dir/run.grads" || { echo "FAIL: auto (8 layers): gradients differ"; exit 1; }
+cmp "$dir/ref.ckpt" "$dir/run.ckpt" || { echo "FAIL: auto (8 layers): checkpoint differs"; exit 1; }
 # bad input: a file that is not a profile; --profile on the reference; one step
 printf 'hello\n' >"$dir/bad.txt"
 for args in "--calibrate $dir/bad.txt|bad.txt:1: not a starpipe profile" \
