@@ -1,8 +1,9 @@
 /* Layout search (include/starpipe/search.h; docs/planner.md, section 10). A layout is a
  * group (T, P, R, B, m, v, schedule, cut) tried with three recomputation modes. Each gets
  * a step-time and a memory bound from its stage model alone; groups are taken best bound
- * first, and only those whose bound beats the n-th best so far are planned and simulated.
- * brute_force plans and simulates every one, in the same order of ties. */
+ * first, their schedules run dry on the task lists for tighter bounds of both, and only
+ * those whose bounds beat the n-th best so far are planned and simulated. brute_force
+ * plans and simulates every one; ties go to the first enumerated either way. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,9 +18,7 @@ enum { RC_NONE, RC_BINDING, RC_ALL, NRC };
 /* Enumeration order, which is also the order of ties: the plainest first. */
 static const char *const scheds[] = { "1f1b", "gpipe", "eager-1f1b", "zb-h1",
                                       "interleaved-1f1b", "zb-v", "dualpipe-v", "auto" };
-#define NSCHED 8
-#define SCHED_INTERLEAVED 4
-#define SCHED_AUTO 7
+enum { SCHED_INTERLEAVED = 4, SCHED_ZBV = 5, SCHED_DUALPIPEV = 6, SCHED_AUTO = 7, NSCHED = 8 };
 
 /* Layers taken off the first and the last stage (the middle ones share them): the
  * embedding's memory and the head's work sit there. */
@@ -110,9 +109,10 @@ char *sp_search_format_recompute(const unsigned char *rc, int n, char *buf, size
     return buf;
 }
 
+/* The built-ins' placements: V-shaped, or stage s on actor s mod P. */
 static int actor_of(int sched, int P, int s)
 {
-    if (sched == 5 || sched == 6) return s < P ? s : 2 * P - 1 - s; /* V-shaped */
+    if (sched == SCHED_ZBV || sched == SCHED_DUALPIPEV) return s < P ? s : 2 * P - 1 - s;
     return s % P;
 }
 
@@ -122,8 +122,8 @@ static int sched_fits(const ctx *c, int k, int P, int m, int v)
     int max_auto = c->cfg->max_auto_tasks > 0 ? c->cfg->max_auto_tasks : 4096;
     switch (k) {
     case SCHED_INTERLEAVED: return v >= 2 && P >= 2 && m >= P && m % P == 0;
-    case 5: return v == 2;
-    case 6: return v == 2 && m >= 2 * P;
+    case SCHED_ZBV: return v == 2;
+    case SCHED_DUALPIPEV: return v == 2 && m >= 2 * P;
     case SCHED_AUTO: return v == 1 && P >= 2 && (long)P * m <= max_auto;
     default: return v == 1;
     }
