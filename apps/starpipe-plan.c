@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/env.h"
+#include "apps/plan_search.h"
 #include "starpipe/plan.h"
 
 static void usage(FILE *f)
@@ -19,8 +20,8 @@ static void usage(FILE *f)
             "                     [--rendezvous] [--json] [--svg FILE] [--trace FILE]\n"
             "                     [--save-schedule FILE] [--print-plan]\n"
             "                     [--stage-costs X0,X1,...] [--memory-cap N[,N,...]]\n"
-            "                     [--gpt gpt3-175b[,B]|L,C,T,V,B] [--device-flops X]\n"
-            "                     [--llama llama2-7b[,B]|llama2-70b[,B]|L,C,H,Hkv,I,T,V,B]\n"
+            "                     [--gpt gpt3-175b[,B]|L,C,T,V[,B]] [--device-flops X]\n"
+            "                     [--llama llama2-7b[,B]|llama2-70b[,B]|L,C,H,Hkv,I,T,V[,B]]\n"
             "                     [--replicas R[,R,...]] [--rank-order pipeline|replica]\n"
             "                     [--allreduce alpha=1e-5,intra=450e9,inter=50e9,node=8,hier=1,\n"
             "                                  tp_alpha=1e-6,tp_bw=450e9]\n"
@@ -54,7 +55,23 @@ static void usage(FILE *f)
             "B among the group, tp_alpha s per step and tp_bw bytes/s per rank (NVLink),\n"
             "added to the tasks. --recompute: every stage recomputes its activations;\n"
             "--shard-optimizer: ZeRO-1, the AdamW state of 1/R per replica. Memory is\n"
-            "per device (one rank of a group).\n");
+            "per device (one rank of a group).\n"
+            "\n"
+            "       starpipe-plan --search --gpt ...|--llama ... --devices N --global-batch G\n"
+            "                     [--device h100|h200] [--device-memory BYTES] [--efficiency X]\n"
+            "                     [--gpus-per-node N] [--heads H] [--max-batch B] [--top K]\n"
+            "                     [--links nvlink=450e9,network=50e9,nvlink_alpha=1e-6,\n"
+            "                              network_alpha=1e-5] [--grad-bytes 2]\n"
+            "                     [--brute-force] [--save-schedule FILE]\n"
+            "--search: the K (5) best layouts of the model on N devices for a global batch of\n"
+            "G sequences: replicas x actors x tensor = N, sequences per microbatch B (up to\n"
+            "--max-batch, 8) and G / (R B) microbatches, every schedule (auto too), cuts of\n"
+            "the layers, recomputation, ZeRO-1 and rank order, each planned and simulated on\n"
+            "the device (--device: its datasheet peak, memory, links, GPUs per node; tasks\n"
+            "at --efficiency of the peak, assumed 0.75), pruned by bounds (--brute-force:\n"
+            "none). Prints each one's step time, TFLOP/s per device, MFU, bubble, memory and\n"
+            "what binds it, and the best as the app's command line; --save-schedule writes\n"
+            "its schedule. --heads: a --gpt shape's heads (gpt3-175b: 96; else C/128).\n");
 }
 
 static int to_int(const char *flag, const char *v, int *out)
@@ -189,14 +206,14 @@ static int preset(const char *spec, const char *name, int *batch)
 /* "gpt3-175b[,B]" or "L,C,T,V,B" */
 static int parse_gpt(const char *spec, sp_gpt_shape *g)
 {
-    int v[5], k = preset(spec, "gpt3-175b", &g->batch);
+    int v[5] = { 0, 0, 0, 0, 1 }, k = preset(spec, "gpt3-175b", &g->batch), n = 0;
     if (k == 1) {
         g->layers = 96, g->channels = 12288, g->context = 2048, g->vocab = 50257;
         return 0;
     }
-    if (k < 0 || parse_ints(spec, v, 5) != 5) {
-        fprintf(stderr, "starpipe-plan: --gpt: expected gpt3-175b[,B] or L,C,T,V,B (five "
-                "positive integers), got '%s'\n", spec);
+    if (k < 0 || ((n = parse_ints(spec, v, 5)) != 5 && n != 4)) {
+        fprintf(stderr, "starpipe-plan: --gpt: expected gpt3-175b[,B] or L,C,T,V[,B] (four or "
+                "five positive integers), got '%s'\n", spec);
         return -1;
     }
     g->layers = v[0], g->channels = v[1], g->context = v[2], g->vocab = v[3], g->batch = v[4];
@@ -209,12 +226,13 @@ static int parse_llama(const char *spec, sp_llama_shape *l)
     static const struct { const char *name; int v[7]; } presets[] = {
         { "llama2-7b", { 32, 4096, 32, 32, 11008, 4096, 32000 } },
         { "llama2-70b", { 80, 8192, 64, 8, 28672, 4096, 32000 } } };
-    int v[8], k = 0;
+    int v[8], k = 0, n = 0;
     for (int i = 0; i < 2 && !k; i++)
         if ((k = preset(spec, presets[i].name, &v[7])) == 1) memcpy(v, presets[i].v, sizeof presets[i].v);
-    if (k < 0 || (!k && parse_ints(spec, v, 8) != 8)) {
+    if (!k) v[7] = 1;
+    if (k < 0 || (!k && (n = parse_ints(spec, v, 8)) != 8 && n != 7)) {
         fprintf(stderr, "starpipe-plan: --llama: expected llama2-7b[,B], llama2-70b[,B] or "
-                "L,C,H,Hkv,I,T,V,B (eight positive integers), got '%s'\n", spec);
+                "L,C,H,Hkv,I,T,V[,B] (seven or eight positive integers), got '%s'\n", spec);
         return -1;
     }
     l->layers = v[0], l->channels = v[1], l->heads = v[2], l->kv_heads = v[3];
@@ -222,33 +240,62 @@ static int parse_llama(const char *spec, sp_llama_shape *l)
     return 0;
 }
 
-/* How many of a stage's R replicas share a node of `node` GPUs (node 0: one node), when
- * each actor is a group of T consecutive ranks (the layout (replica, stage, tensor rank),
- * tensor innermost): a node holds node / T groups. */
-static int replicas_per_node(int R, int P, int node, int T, int replica_major)
-{
-    if (node <= 0) return R;
-    node /= T;
-    int g = replica_major ? node : (P <= node ? node / P : 1);
-    if (g < 1) g = 1;
-    return g > R ? R : g;
-}
-
-/* One device's peak bytes on actor a: the plan's peak, with the AdamW state of 1/R of the
- * parameters under ZeRO-1 (it is persistent, so it shifts the peak by its change). */
-static double device_bytes(const sp_plan *plan, int a, int R, int zero1)
-{
-    const sp_mem_peak *pk = &plan->peak[a];
-    double opt = (double)pk->opt;
-    return (double)pk->total - opt + (zero1 && R > 1 ? opt / R : opt);
-}
-
+/* One device's peak bytes on the largest actor (ZeRO-1: the AdamW state of 1/R). */
 static double max_device_bytes(const sp_plan *plan, int R, int zero1, int *actor)
 {
     double x = -1;
     for (int a = 0; a < plan->nactors; a++)
-        if (device_bytes(plan, a, R, zero1) > x) x = device_bytes(plan, a, R, zero1), *actor = a;
+        if (sp_plan_device_bytes(plan, a, R, zero1) > x)
+            x = sp_plan_device_bytes(plan, a, R, zero1), *actor = a;
     return x;
+}
+
+/* The rank order's replicas of a stage per node (node GPUs; 0: one node). */
+static int replicas_per_node(int R, int P, int node, int T, int replica_major)
+{
+    sp_layout l = { .replicas = R, .actors = P, .tensor = T,
+                    .order = replica_major ? SP_RANK_ORDER_REPLICA : SP_RANK_ORDER_PIPELINE };
+    return sp_layout_replicas_per_node(&l, node);
+}
+
+/* --links "nvlink=450e9,network=50e9,nvlink_alpha=1e-6,network_alpha=1e-5" */
+static int set_link(void *ctx, const char *t, double v)
+{
+    sp_device_spec *d = ctx;
+    if (!strcmp(t, "nvlink") && v > 0) d->nvlink_bw = v;
+    else if (!strcmp(t, "network") && v > 0) d->network_bw = v;
+    else if (!strcmp(t, "nvlink_alpha")) d->nvlink_alpha = v;
+    else if (!strcmp(t, "network_alpha")) d->network_alpha = v;
+    else {
+        fprintf(stderr, "starpipe-plan: --links: bad key or value '%s' (nvlink, network: "
+                "bytes/s above 0; nvlink_alpha, network_alpha: seconds)\n", t);
+        return -1;
+    }
+    return 0;
+}
+
+/* --search: the model and the links, then the search and its report. */
+static int search_main(plan_search_args *sa, const char *gpt, const char *llama,
+                       const char *links)
+{
+    sp_gpt_shape g = { .elem_bytes = 2 };
+    sp_llama_shape l = { .elem_bytes = 2 };
+    if (!gpt == !llama) {
+        fprintf(stderr, "starpipe-plan: --search needs one model, --gpt or --llama\n");
+        return 1;
+    }
+    if (!sa->cfg.devices || !sa->cfg.global_batch) {
+        fprintf(stderr, "starpipe-plan: --search needs --devices N and --global-batch G "
+                "(sequences per step)\n");
+        return 1;
+    }
+    if ((gpt && parse_gpt(gpt, &g)) || (llama && parse_llama(llama, &l)) ||
+        (links && parse_pairs(links, "--links", "", set_link, &sa->cfg.device)))
+        return 1;
+    if (gpt && !sa->cfg.gpt_heads && !strncmp(gpt, "gpt3-175b", 9)) sa->cfg.gpt_heads = 96;
+    sa->cfg.gpt = gpt ? &g : NULL;
+    sa->cfg.llama = llama ? &l : NULL;
+    return plan_search(sa);
 }
 
 static void json_string(FILE *f, const char *s)
@@ -289,6 +336,12 @@ int main(int argc, char **argv)
     const char *stage_costs = NULL, *memory_cap = NULL;
     /* the tensor group's link: NVLink 4 (H100/H200), 450 GB/s per GPU and direction */
     sp_tensor_link tpl = { .alpha = 1e-6, .bw = 450e9 };
+    /* --search: the layout search (apps/plan_search.c) */
+    int search = 0, grad_given = 0;
+    plan_search_args sa = { .cfg = { .device = *sp_device_spec_find("h100") } };
+    double dev_memory = 0, efficiency = 0;
+    int per_node = 0;
+    const char *links = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = 0;
@@ -316,14 +369,33 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--memory-cap") && val) memory_cap = val, i++, ok = 1;
         else if (!strcmp(a, "--recompute")) recompute = ok = 1;
         else if (!strcmp(a, "--shard-optimizer")) zero1 = ok = 1;
-        else if ((!strcmp(a, "--device-flops") || !strcmp(a, "--grad-bytes")) && val) {
+        else if (!strcmp(a, "--search")) search = ok = 1;
+        else if (!strcmp(a, "--brute-force")) sa.cfg.brute_force = ok = 1;
+        else if (!strcmp(a, "--devices")) ok = !to_int(a, val, &sa.cfg.devices), i++;
+        else if (!strcmp(a, "--global-batch")) ok = !to_int(a, val, &sa.cfg.global_batch), i++;
+        else if (!strcmp(a, "--gpus-per-node")) ok = !to_int(a, val, &per_node), i++;
+        else if (!strcmp(a, "--heads")) ok = !to_int(a, val, &sa.cfg.gpt_heads), i++;
+        else if (!strcmp(a, "--max-batch")) ok = !to_int(a, val, &sa.cfg.max_batch), i++;
+        else if (!strcmp(a, "--top")) ok = !to_int(a, val, &sa.cfg.top), i++;
+        else if (!strcmp(a, "--links") && val) links = val, i++, ok = 1;
+        else if (!strcmp(a, "--device") && val) {
+            const sp_device_spec *d = sp_device_spec_find(val);
+            if (d) sa.cfg.device = *d;
+            else fprintf(stderr, "starpipe-plan: --device: %s\n", sp_last_error());
+            ok = d != NULL, i++;
+        } else if ((!strcmp(a, "--device-flops") || !strcmp(a, "--grad-bytes") ||
+                    !strcmp(a, "--device-memory") || !strcmp(a, "--efficiency")) && val) {
             char *end;
             errno = 0;
             double x = strtod(val, &end);
-            ok = end != val && !*end && !errno && isfinite(x) && x > 0 && x < 1e30;
-            if (!ok) fprintf(stderr, "starpipe-plan: %s needs a positive number, got '%s'\n", a, val);
-            else if (a[2] == 'd') device_flops = x;
-            else grad_bytes = x;
+            ok = end != val && !*end && !errno && isfinite(x) && x > 0 && x < 1e30 &&
+                 (strcmp(a, "--efficiency") || x <= 1);
+            if (!ok) fprintf(stderr, "starpipe-plan: %s needs a positive number%s, got '%s'\n", a,
+                             strcmp(a, "--efficiency") ? "" : " up to 1", val);
+            else if (!strcmp(a, "--device-flops")) device_flops = x;
+            else if (!strcmp(a, "--device-memory")) dev_memory = x;
+            else if (!strcmp(a, "--efficiency")) efficiency = x;
+            else grad_bytes = x, grad_given = 1;
             i++;
         }
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -345,6 +417,21 @@ int main(int argc, char **argv)
     if ((name && !strcmp(name, "help")) || (!name && env.schedule && !strcmp(env.schedule, "help"))) {
         printf("schedules (--schedule or STARPIPE_SCHEDULE):\n%s", sp_schedule_help());
         return 0;
+    }
+    if (search && (p || S || m || v || name || reps || T > 1 || recompute || zero1 ||
+                   stage_costs || memory_cap)) {
+        fprintf(stderr, "starpipe-plan: --search chooses the actors, tensor degree, replicas, "
+                "schedule, chunks, microbatches, recomputation and ZeRO-1 itself: leave those "
+                "flags out\n");
+        return 1;
+    }
+    if (search) {
+        if (dev_memory > 0) sa.cfg.device.memory = dev_memory;
+        if (per_node) sa.cfg.device.gpus_per_node = per_node;
+        if (efficiency > 0) sa.cfg.device.efficiency = efficiency;
+        sa.cfg.grad_bytes = grad_given ? grad_bytes : 0;
+        sa.save = save;
+        return search_main(&sa, gpt, llama, links);
     }
     if (!p) {
         fprintf(stderr, "starpipe-plan: --actors P is required\n");

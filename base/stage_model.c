@@ -51,11 +51,31 @@ void sp_stage_model_free(sp_stage_model *m)
  * the Llama (stages.h). */
 typedef struct {
     int layers, tp;
+    const int *stage_layers;    /* NULL: even, the remainder to the first stages */
     double N, C, V, eb, device_flops;
     double f, b, w;             /* one block's FLOPs, before the split by tp */
     double params, acts;        /* one block's, one rank's: parameters (count), bytes */
     double first, last;         /* parameters (count) the first and last stages add */
 } decoder_costs;
+
+/* A cut of `layers` into nstages counts (the apps' rule: only the first and the last stage
+ * may be empty), or the message of why not. */
+static const char *bad_cut(const int *cut, int nstages, int layers, char *msg, size_t len)
+{
+    long long sum = 0;
+    for (int s = 0; s < nstages; s++) {
+        if (cut[s] < 0 || (cut[s] == 0 && s > 0 && s < nstages - 1)) {
+            snprintf(msg, len, "stage %d of %d would have %d layers (only the first and the "
+                     "last stage may be empty)", s, nstages, cut[s]);
+            return msg;
+        }
+        sum += cut[s];
+    }
+    if (sum == layers) return NULL;
+    snprintf(msg, len, "the stages' layer counts add up to %lld, not the model's %d layers", sum,
+             layers);
+    return msg;
+}
 
 static sp_stage_model *decoder_stages(const decoder_costs *d, int nstages)
 {
@@ -67,7 +87,8 @@ static sp_stage_model *decoder_stages(const decoder_costs *d, int nstages)
     double N = d->N, C = d->C, V = d->V, act = N * C * d->eb;
     int tp = d->tp;
     for (int s = 0; s < nstages; s++) {
-        int nl = d->layers / nstages + (s < d->layers % nstages);
+        int nl = d->stage_layers ? d->stage_layers[s]
+                                 : d->layers / nstages + (s < d->layers % nstages);
         double f = nl * d->f, b = nl * d->b, w = nl * d->w, params = nl * d->params;
         int nf = 2 * nl, nb = 2 * nl;        /* the group's all-reduces of (N, C) */
         double xf = 0;                       /* and of the cross-entropy's N floats */
@@ -101,14 +122,24 @@ static sp_stage_model *decoder_stages(const decoder_costs *d, int nstages)
 sp_stage_model *sp_stage_model_gpt(const sp_gpt_shape *g, int nstages)
 {
     int tp = g && g->tensor > 1 ? g->tensor : 1;
-    if (!g || nstages < 1 || g->layers < nstages || g->channels < 1 || g->context < 1 ||
-        g->vocab < 1 || g->batch < 1 || !(g->device_flops > 0) || g->channels % tp)
+    char msg[160];
+    if (!g || nstages < 1 || (!g->stage_layers && g->layers < nstages) || g->channels < 1 ||
+        g->context < 1 || g->vocab < 1 || g->batch < 1 || !(g->device_flops > 0) ||
+        g->channels % tp) {
+        sp_set_error(SP_ERR_ARG, "GPT shape: a size below 1, T not dividing the channels, or "
+                     "fewer layers than stages");
         return NULL;
+    }
+    if (g->stage_layers && bad_cut(g->stage_layers, nstages, g->layers, msg, sizeof msg)) {
+        sp_set_error(SP_ERR_ARG, "GPT shape: %s", msg);
+        return NULL;
+    }
     double N = (double)g->batch * g->context, C = g->channels, T = g->context, V = g->vocab;
     double eb = g->elem_bytes > 0 ? g->elem_bytes : 2;
     /* one rank's part of a block (stages.h): the split weights and biases, the rest whole */
     decoder_costs d = {
-        .layers = g->layers, .tp = tp, .N = N, .C = C, .V = V, .eb = eb,
+        .layers = g->layers, .tp = tp, .stage_layers = g->stage_layers,
+        .N = N, .C = C, .V = V, .eb = eb,
         .device_flops = g->device_flops,
         .f = 24 * N * C * C + 4 * N * T * C, .b = 24 * N * C * C + 8 * N * T * C,
         .w = 24 * N * C * C,
@@ -147,9 +178,11 @@ sp_stage_model *sp_stage_model_llama(const sp_llama_shape *l, int nstages)
         snprintf(msg, sizeof msg, "tensor %d must divide the %d KV heads, the %d hidden "
                  "units and the vocabulary of %d", tp, l->kv_heads, l->hidden, l->vocab),
             why = msg;
-    else if (nstages < 1 || l->layers < nstages)
+    else if (nstages < 1 || (!l->stage_layers && l->layers < nstages))
         snprintf(msg, sizeof msg, "%d layers cannot be cut into %d stages", l->layers,
                  nstages), why = msg;
+    else if (l->stage_layers)
+        why = bad_cut(l->stage_layers, nstages, l->layers, msg, sizeof msg);
     if (why) {
         sp_set_error(SP_ERR_ARG, "Llama shape: %s", why);
         return NULL;
@@ -159,7 +192,8 @@ sp_stage_model *sp_stage_model_llama(const sp_llama_shape *l, int nstages)
     double eb = l->elem_bytes > 0 ? l->elem_bytes : 2;
     double prod = 2 * N * C * (2 * C + 2 * kv + 3 * I); /* q, k, v, o, gate, up, down */
     decoder_costs d = {
-        .layers = l->layers, .tp = tp, .N = N, .C = C, .V = V, .eb = eb,
+        .layers = l->layers, .tp = tp, .stage_layers = l->stage_layers,
+        .N = N, .C = C, .V = V, .eb = eb,
         .device_flops = l->device_flops,
         .f = prod + 4 * N * T * C, .b = prod + 8 * N * T * C, .w = prod,
         .params = (2 * C * C + 2 * C * kv + 3 * C * I) / tp + 2 * C,

@@ -373,7 +373,7 @@ sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
     r->bubble_fraction = T > 0 ? 1.0 - busy / ((double)p * T) : 0;
     st = memory(plan, model, r);
     if (st) goto fail;
-    if (ar) { /* exposed: what the collectives add to the step without them */
+    if (ar && !cfg->skip_exposed) { /* exposed: what the collectives add without them */
         sp_sim_config alone = *cfg;
         alone.allreduce = NULL;
         sp_sim_result *r0 = NULL;

@@ -341,6 +341,7 @@ typedef struct {
      * tp_bytes for its kind; a recomputing stage's first backward task also F's again)
      * on this link, added to its time. NULL: none. Not applied to instr_time replays. */
     const sp_tensor_link *tensor;
+    int skip_exposed; /* 1: leave sp_sim_result.exposed_comm at 0 (spares a second run) */
 } sp_sim_config;
 
 typedef struct {

@@ -133,12 +133,16 @@ void sp_stage_model_free(sp_stage_model *m);
  * the MLP's second product) and two in B (the gradients of the inputs of qkv and fc), none
  * in W; the embedding one in F, the head one in B (its input's gradient); the
  * vocabulary-parallel cross-entropy three of N floats in F (max, sum of exponentials,
- * target logit). BW has B's. T must divide the channels (NULL otherwise). */
+ * target logit). BW has B's. T must divide the channels, and stage_layers, when given, be a
+ * cut of the layers (NULL otherwise, with sp_last_error() saying why). */
 typedef struct {
     int layers, channels, context, vocab, batch;
     double device_flops; /* FLOP/s of one device */
     int elem_bytes;      /* bytes per activation element (2 for bf16) */
     int tensor;          /* T ranks per actor; 0 or 1: one */
+    /* blocks per stage, nstages counts adding up to layers (the first and the last may be
+     * 0: the embedding or the head alone, as the apps' --stage-layers); NULL: even */
+    const int *stage_layers;
 } sp_gpt_shape;
 sp_stage_model *sp_stage_model_gpt(const sp_gpt_shape *g, int nstages);
 
@@ -174,12 +178,13 @@ sp_stage_model *sp_stage_model_gpt(const sp_gpt_shape *g, int nstages);
  * vocabulary-parallel cross-entropy three of N floats in F; BW has B's.
  * NULL, with sp_last_error() saying why, for a bad shape: a size below 1, C not a
  * multiple of H, an odd head size (rotary embeddings rotate pairs), Hkv not dividing H,
- * T not dividing Hkv, I or V, fewer layers than stages. */
+ * T not dividing Hkv, I or V, fewer layers than stages, a stage_layers that is no cut. */
 typedef struct {
     int layers, channels, heads, kv_heads, hidden, context, vocab, batch;
     double device_flops; /* FLOP/s of one device */
     int elem_bytes;      /* bytes per activation element (2 for bf16) */
     int tensor;          /* T ranks per actor; 0 or 1: one */
+    const int *stage_layers; /* as sp_gpt_shape's */
 } sp_llama_shape;
 sp_stage_model *sp_stage_model_llama(const sp_llama_shape *l, int nstages);
 

@@ -56,10 +56,12 @@
  *
  * The modules: status.h (errors), graph.h (the model), program.h (stage programs),
  * backend.h (the table of kernels a program runs on), stages.h and plan.h (schedules,
- * plans, simulator), optim.h (AdamW), reference.h (the single-process reference), exec.h
- * and train.h (the StarPU runtime and the pipelined trainer), models.h and data.h (the
- * built-in GPT and MLP, and their data), safetensors.h (checkpoints), tokens.h (token
- * shards, the layout of llm.c). */
+ * plans, simulator), calibrate.h (a run's measured costs and the prediction of another),
+ * search.h (layouts searched on the simulator; device descriptions),
+ * optim.h (AdamW), reference.h (the single-process reference), exec.h and train.h (the
+ * StarPU runtime and the pipelined trainer), models.h and data.h (the built-in GPT and
+ * MLP, and their data), safetensors.h (checkpoints), tokens.h (token shards, the layout
+ * of llm.c). */
 #ifndef STARPIPE_STARPIPE_H
 #define STARPIPE_STARPIPE_H
 
@@ -73,6 +75,8 @@
 #include "starpipe/reference.h"
 #include "starpipe/sample.h"
 #include "starpipe/plan.h"
+#include "starpipe/calibrate.h"
+#include "starpipe/search.h"
 #include "starpipe/exec.h"
 #include "starpipe/train.h"
 #include "starpipe/models.h"

@@ -215,27 +215,32 @@ static void refused(void)
         sp_llama_shape l;
         int S;
     } bad[] = {
+        { "an empty middle stage", "stage 1 of 3 would have 0 layers",
+          { 4, 64, 8, 8, 128, 16, 100, 1, 1e12, 2, 1, (const int[]){ 2, 0, 2 } }, 3 },
+        { "a cut of other layers", "add up to 2, not the model's 4 layers",
+          { 4, 64, 8, 8, 128, 16, 100, 1, 1e12, 2, 1, (const int[]){ 1, 1 } }, 2 },
         { "KV heads not dividing heads", "3 KV heads do not divide 8 heads",
-          { 4, 64, 8, 3, 128, 16, 100, 1, 1e12, 2, 1 }, 2 },
+          { 4, 64, 8, 3, 128, 16, 100, 1, 1e12, 2, 1, NULL }, 2 },
         { "C not a multiple of H", "100 channels are not a multiple of 8 heads",
-          { 4, 100, 8, 8, 128, 16, 100, 1, 1e12, 2, 1 }, 2 },
+          { 4, 100, 8, 8, 128, 16, 100, 1, 1e12, 2, 1, NULL }, 2 },
         { "an odd head size", "head size 9 (72 channels / 8 heads) is odd",
-          { 4, 72, 8, 8, 128, 16, 100, 1, 1e12, 2, 1 }, 2 },
+          { 4, 72, 8, 8, 128, 16, 100, 1, 1e12, 2, 1, NULL }, 2 },
         { "T not dividing Hkv", "tensor 4 must divide the 2 KV heads",
-          { 4, 64, 8, 2, 128, 16, 100, 1, 1e12, 2, 4 }, 2 },
+          { 4, 64, 8, 2, 128, 16, 100, 1, 1e12, 2, 4, NULL }, 2 },
         { "T not dividing I", "tensor 4 must divide the 8 KV heads, the 130 hidden",
-          { 4, 64, 8, 8, 130, 16, 100, 1, 1e12, 2, 4 }, 2 },
+          { 4, 64, 8, 8, 130, 16, 100, 1, 1e12, 2, 4, NULL }, 2 },
         { "T not dividing V", "and the vocabulary of 102",
-          { 4, 64, 8, 8, 128, 16, 102, 1, 1e12, 2, 4 }, 2 },
+          { 4, 64, 8, 8, 128, 16, 102, 1, 1e12, 2, 4, NULL }, 2 },
         { "fewer layers than stages", "4 layers cannot be cut into 5 stages",
-          { 4, 64, 8, 8, 128, 16, 100, 1, 1e12, 2, 1 }, 5 },
+          { 4, 64, 8, 8, 128, 16, 100, 1, 1e12, 2, 1, NULL }, 5 },
         { "no stages", "cannot be cut into 0 stages",
-          { 4, 64, 8, 8, 128, 16, 100, 1, 1e12, 2, 1 }, 0 },
-        { "no KV heads", "must be at least 1", { 4, 64, 8, 0, 128, 16, 100, 1, 1e12, 2, 1 }, 2 },
-        { "no batch", "must be at least 1", { 4, 64, 8, 8, 128, 16, 100, 0, 1e12, 2, 1 }, 2 },
-        { "no FLOP rate", "device_flops", { 4, 64, 8, 8, 128, 16, 100, 1, 0, 2, 1 }, 2 },
+          { 4, 64, 8, 8, 128, 16, 100, 1, 1e12, 2, 1, NULL }, 0 },
+        { "no KV heads", "must be at least 1",
+          { 4, 64, 8, 0, 128, 16, 100, 1, 1e12, 2, 1, NULL }, 2 },
+        { "no batch", "must be at least 1", { 4, 64, 8, 8, 128, 16, 100, 0, 1e12, 2, 1, NULL }, 2 },
+        { "no FLOP rate", "device_flops", { 4, 64, 8, 8, 128, 16, 100, 1, 0, 2, 1, NULL }, 2 },
         { "past a size_t", "past 1e18 bytes",
-          { 1 << 20, 1 << 20, 8, 8, 1 << 22, 1 << 20, 100, 1 << 20, 1e12, 2, 1 }, 2 },
+          { 1 << 20, 1 << 20, 8, 8, 1 << 22, 1 << 20, 100, 1 << 20, 1e12, 2, 1, NULL }, 2 },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         sp_clear_error();
@@ -247,7 +252,7 @@ static void refused(void)
     }
     CHECK(sp_stage_model_llama(NULL, 2) == NULL, "NULL shape accepted");
     /* the same shapes fixed are taken */
-    sp_llama_shape ok = { 4, 64, 8, 2, 130, 16, 102, 1, 1e12, 2, 2 };
+    sp_llama_shape ok = { 4, 64, 8, 2, 130, 16, 102, 1, 1e12, 2, 2, NULL };
     sp_stage_model *m = sp_stage_model_llama(&ok, 4);
     CHECK(m != NULL, "a good shape refused: %s", sp_last_error());
     sp_stage_model_free(m);
