@@ -9,6 +9,7 @@
 
 #include "base/env.h"
 #include "apps/plan_search.h"
+#include "starpipe/calibrate.h"
 #include "starpipe/plan.h"
 
 static void usage(FILE *f)
@@ -26,6 +27,7 @@ static void usage(FILE *f)
             "                     [--allreduce alpha=1e-5,intra=450e9,inter=50e9,node=8,hier=1,\n"
             "                                  tp_alpha=1e-6,tp_bw=450e9]\n"
             "                     [--grad-bytes 4] [--tensor T] [--recompute] [--shard-optimizer]\n"
+            "                     [--calibrate PROFILE]\n"
             "Stages are a synthetic chain: each stage costs F, B, W (BW defaults to B+W),\n"
             "saves one unit of activations, and sends N bytes to the next (default 1).\n"
             "lat is the per-message latency, bw the bandwidth in bytes per time unit\n"
@@ -40,6 +42,10 @@ static void usage(FILE *f)
             "sequences per microbatch (gpt3-175b: 96,12288,2048,50257 and B = 1 unless\n"
             "given), costs in seconds at --device-flops FLOP/s (457e12, JaxPP's measured\n"
             "bf16 rate per GPU).\n"
+            "--calibrate PROFILE (with --gpt or --llama): the rates of the machine an app's\n"
+            "--profile measured, where no flag gives them: the FLOP rate of its stage\n"
+            "programs, its message latency and bandwidth, its tensor group's link and the\n"
+            "replicas' all-reduce. An app run with --calibrate predicts its own step op by op.\n"
             "--llama: stages of a Llama of L layers, C channels, H query heads, Hkv KV heads\n"
             "(grouped-query attention), I SwiGLU hidden units, context T, vocabulary V, B\n"
             "sequences per microbatch (llama2-7b: 32,4096,32,32,11008,4096,32000;\n"
@@ -341,7 +347,8 @@ int main(int argc, char **argv)
     plan_search_args sa = { .cfg = { .device = *sp_device_spec_find("h100") } };
     double dev_memory = 0, efficiency = 0;
     int per_node = 0;
-    const char *links = NULL;
+    const char *links = NULL, *calibrate = NULL;
+    int flops_given = 0, cost_given = 0, allreduce_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = 0;
@@ -351,7 +358,9 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--microbatches")) ok = !to_int(a, val, &m), i++;
         else if (!strcmp(a, "--chunks")) ok = !to_int(a, val, &v), i++;
         else if (!strcmp(a, "--bytes")) ok = !to_int(a, val, &bytes), i++;
-        else if (!strcmp(a, "--cost") && val) ok = !parse_cost(val, kind, &bw_given, &lat, &bw), i++;
+        else if (!strcmp(a, "--cost") && val)
+            ok = !parse_cost(val, kind, &bw_given, &lat, &bw), cost_given = 1, i++;
+        else if (!strcmp(a, "--calibrate") && val) calibrate = val, i++, ok = 1;
         else if (!strcmp(a, "--svg") && val) svg = val, i++, ok = 1;
         else if (!strcmp(a, "--trace") && val) trace = val, i++, ok = 1;
         else if (!strcmp(a, "--save-schedule") && val) save = val, i++, ok = 1;
@@ -363,7 +372,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--replicas") && val) reps = val, i++, ok = 1;
         else if (!strcmp(a, "--rank-order") && val && (!strcmp(val, "pipeline") || !strcmp(val, "replica")))
             order = val, i++, ok = 1;
-        else if (!strcmp(a, "--allreduce") && val) ok = !parse_allreduce(val, &arm, &node, &tpl), i++;
+        else if (!strcmp(a, "--allreduce") && val)
+            ok = !parse_allreduce(val, &arm, &node, &tpl), allreduce_given = 1, i++;
         else if (!strcmp(a, "--tensor")) ok = !to_int(a, val, &T), i++;
         else if (!strcmp(a, "--stage-costs") && val) stage_costs = val, i++, ok = 1;
         else if (!strcmp(a, "--memory-cap") && val) memory_cap = val, i++, ok = 1;
@@ -392,7 +402,7 @@ int main(int argc, char **argv)
                  (strcmp(a, "--efficiency") || x <= 1);
             if (!ok) fprintf(stderr, "starpipe-plan: %s needs a positive number%s, got '%s'\n", a,
                              strcmp(a, "--efficiency") ? "" : " up to 1", val);
-            else if (!strcmp(a, "--device-flops")) device_flops = x;
+            else if (!strcmp(a, "--device-flops")) device_flops = x, flops_given = 1;
             else if (!strcmp(a, "--device-memory")) dev_memory = x;
             else if (!strcmp(a, "--efficiency")) efficiency = x;
             else grad_bytes = x, grad_given = 1;
@@ -424,6 +434,36 @@ int main(int argc, char **argv)
                 "schedule, chunks, microbatches, recomputation and ZeRO-1 itself: leave those "
                 "flags out\n");
         return 1;
+    }
+    if (calibrate && (search || !(gpt || llama))) {
+        fprintf(stderr, "starpipe-plan: --calibrate prices a model given by its shape (--gpt "
+                "or --llama) on the machine of the profile%s\n",
+                search ? "; --search prices a --device" : "");
+        return 1;
+    }
+    if (calibrate) { /* this machine's rates, where no flag gave them */
+        sp_status st;
+        sp_profile *pf = sp_profile_read(calibrate, &st);
+        if (!pf) {
+            fprintf(stderr, "starpipe-plan: --calibrate: %s\n", sp_last_error());
+            return 1;
+        }
+        sp_profile_rate rt;
+        sp_profile_rates(pf, &rt);
+        sp_profile_free(pf);
+        if (!flops_given && rt.flops > 0) device_flops = rt.flops;
+        if (!cost_given) lat = rt.latency, bw = rt.bandwidth;
+        if (!allreduce_given) {
+            if (rt.tp_bw > 0) tpl.alpha = rt.tp_alpha, tpl.bw = rt.tp_bw;
+            arm.alpha = rt.latency;
+            arm.bw_intra = arm.bw_inter = rt.ar_bw > 0 ? rt.ar_bw : rt.tp_bw > 0 ? rt.tp_bw : 0;
+        }
+        if (!json)
+            printf("calibrated by %s: %.3g GFLOP/s of the programs' FLOPs (all ops' time "
+                   "included), messages %.0f us%s, tensor group %.1f us per step + %.3g GB/s\n",
+                   calibrate, device_flops / 1e9, 1e6 * lat,
+                   bw > 0 ? "" : " (one size: no bandwidth term)", 1e6 * tpl.alpha,
+                   tpl.bw / 1e9);
     }
     if (search) {
         if (dev_memory > 0) sa.cfg.device.memory = dev_memory;

@@ -30,6 +30,7 @@ struct sp_profile {
     double upd_seconds, upd_floats; /* AdamW: summed over the profiled stages */
     double step_s, span_s, update_s, other_s;
     double gap_s; /* the runtime's time between two tasks of an actor */
+    double task_flops, task_seconds; /* summed over the task records */
     int have_step;
 };
 
@@ -195,6 +196,14 @@ static int parse_line(sp_profile *pf, char *const *tok, int ntok, char *msg, siz
         return b > 0 && push(&pf->link, &pf->nlink, &pf->caplink, a, b)
                    ? (snprintf(msg, len, "out of memory"), -1) : 0;
     }
+    if (!strcmp(k, "task")) {
+        if (num(tok, ntok, "seconds", &a) || num(tok, ntok, "flops", &b)) {
+            snprintf(msg, len, "a task needs seconds= and flops=");
+            return -1;
+        }
+        pf->task_seconds += a, pf->task_flops += b;
+        return 0;
+    }
     if (!strcmp(k, "update")) {
         if (num(tok, ntok, "seconds", &a) || num(tok, ntok, "floats", &b)) {
             snprintf(msg, len, "an update needs seconds= and floats=");
@@ -312,6 +321,22 @@ static void fit_link(const double *xy, int n, double *lat, double *bw)
 void sp_profile_link(const sp_profile *pf, double *latency, double *bandwidth)
 {
     fit_link(pf->msg, pf->nmsg, latency, bandwidth);
+}
+
+void sp_profile_rates(const sp_profile *pf, sp_profile_rate *out)
+{
+    memset(out, 0, sizeof *out);
+    out->flops = pf->task_seconds > 0 ? pf->task_flops / pf->task_seconds : 0;
+    fit_link(pf->msg, pf->nmsg, &out->latency, &out->bandwidth);
+    /* the probe's all-reduce of two ranks: 2 alpha + bytes / bw (sp_tensor_allreduce_time
+     * at T = 2), fitted */
+    double lat = 0, bw = 0;
+    fit_link(pf->link, pf->nlink, &lat, &bw);
+    out->tp_alpha = lat / 2, out->tp_bw = bw;
+    double bytes = 0, sec = 0;
+    for (int i = 0; i < pf->nar; i++) bytes += pf->ar[2 * i], sec += pf->ar[2 * i + 1];
+    int R = pf->replicas > 1 ? pf->replicas : 2;
+    out->ar_bw = bytes > 0 && sec > 0 ? bytes * 2.0 * (R - 1) / R / sec : 0;
 }
 
 static double op_distance(const op_sample *a, const sp_op_desc *d)
@@ -455,11 +480,10 @@ sp_status sp_profile_predict(const sp_profile *pf, const sp_program *p, const sp
      * give (bytes x 2 (R-1)/R over their time), else the message link's */
     sp_allreduce_model arm = { 0 };
     if (R > 1) {
-        double bytes = 0, sec = 0;
-        for (int i = 0; i < pf->nar; i++) bytes += pf->ar[2 * i], sec += pf->ar[2 * i + 1];
-        int Rp = pf->replicas > 1 ? pf->replicas : 2;
+        sp_profile_rate rt;
+        sp_profile_rates(pf, &rt);
         arm.alpha = out->latency;
-        arm.bw_intra = arm.bw_inter = bytes > 0 && sec > 0 ? bytes * 2.0 * (Rp - 1) / Rp / sec
+        arm.bw_intra = arm.bw_inter = rt.ar_bw > 0 ? rt.ar_bw
                                       : out->bandwidth > 0 ? out->bandwidth : 1e12;
         arm.replicas = R;
         arm.replicas_per_node = R;

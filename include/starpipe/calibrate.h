@@ -40,6 +40,19 @@ sp_status sp_profile_task_costs(const sp_profile *pf, const sp_program *p, doubl
  * second, 0: none fitted, one size only). */
 void sp_profile_link(const sp_profile *pf, double *latency, double *bandwidth);
 
+/* The profile as rates, for models known by their shape only (starpipe-plan --gpt,
+ * --llama): the stage programs' FLOPs (sp_program_flops) over their measured task time,
+ * all ops included; the message link; the tensor group's link (alpha per step, bytes/s)
+ * fitted to the all-reduces of the link probe; the replicas' all-reduce bandwidth (0
+ * where the profile had no replicas). */
+typedef struct {
+    double flops;
+    double latency, bandwidth;
+    double tp_alpha, tp_bw;
+    double ar_bw;
+} sp_profile_rate;
+void sp_profile_rates(const sp_profile *pf, sp_profile_rate *out);
+
 typedef struct {
     double step_s;   /* span + update + other */
     double span_s;   /* the plan simulated: first task to the last */

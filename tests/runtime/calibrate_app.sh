@@ -31,6 +31,16 @@ for args in "--schedule 1f1b --microbatches 8" "--schedule zb-h1 --recompute --l
   echo "$args: $line"
   echo "$line" | grep -q 'memory per rank: largest error [-+]0\.0%' || { echo "FAIL: $args: memory"; exit 1; }
 done
+# starpipe-plan prices a shape on the profile's machine; a synthetic chain it refuses
+plan=$(dirname "$app")/starpipe-plan
+"$plan" --gpt 4,64,64,256,4 --actors 2 --schedule 1f1b --microbatches 4 --calibrate "$dir/p.txt" \
+  >"$dir/log" 2>&1 || { cat "$dir/log"; echo "FAIL: starpipe-plan --calibrate"; exit 1; }
+grep -q '^calibrated by .* GFLOP/s of the programs' "$dir/log" && grep -q '^step time ' "$dir/log" ||
+  { cat "$dir/log"; echo "FAIL: starpipe-plan --calibrate said nothing"; exit 1; }
+if "$plan" --actors 2 --schedule 1f1b --calibrate "$dir/p.txt" >"$dir/log" 2>&1; then
+  echo "FAIL: starpipe-plan --calibrate without a shape exited 0"; exit 1
+fi
+grep -q -e '--calibrate prices a model given by its shape' "$dir/log" || { cat "$dir/log"; exit 1; }
 # --schedule auto as users run it: files byte for byte against a --reference run, with the
 # default launch, ranks unbound, the user's StarPU variables set, and costs from the profile
 "$app" --reference --actors 2 --microbatches 6 --steps 2 --dump-grads "$dir/ref.grads" \
