@@ -17,7 +17,7 @@
  * measured, as a profile in memory: the ops of the programs that ran, the messages, the
  * gap between tasks. */
 static sp_status measure(const sp_program *p, const sp_schedule *probe,
-                         const sp_train_opts *opts, int R, sp_profile **out)
+                         const sp_train_opts *opts, int R, sp_profile **out, int64_t *msgs)
 {
     sp_train_opts to = *opts;
     to.trace = to.profile = 1;
@@ -43,6 +43,7 @@ static sp_status measure(const sp_program *p, const sp_schedule *probe,
                     st = sp_profile_add_op(pf, &d, tp.op_s[j]);
         }
         const sp_plan *pl = sp_trainer_plan(t);
+        *msgs = pl->nmessages;
         for (int a = 0; pf && st == SP_OK && a < pl->nactors; a++)
             for (int i = 0; st == SP_OK && i < pl->ninstr[a]; i++) {
                 const sp_instr *x = &pl->instr[a][i];
@@ -128,7 +129,8 @@ sp_status app_auto_schedule(const sp_program *p, app_program_fn build, void *ctx
 {
     int P = probe->nactors, m = probe->nmicro;
     sp_profile *mine = NULL;
-    sp_status st = calib ? SP_OK : measure(p, probe, opts, R, &mine);
+    int64_t msgs = 0;
+    sp_status st = calib ? SP_OK : measure(p, probe, opts, R, &mine, &msgs);
     const sp_profile *pf = calib ? calib : mine;
     enum { NC = 4 };
     static const char *const vnames[NC] = { "auto", "interleaved-1f1b", "zb-v", "dualpipe-v" };
@@ -165,8 +167,12 @@ sp_status app_auto_schedule(const sp_program *p, app_program_fn build, void *ctx
                               i ? vnames[i] : "synthesized", 1e3 * c[i].step,
                               i && c[i].acts > c[0].acts ? " (more memory)" : "");
         if (k < (int)len)
-            snprintf(why + k, len - (size_t)k, "; runs %s\n",
-                     pick ? vnames[(int)pick] : "the synthesized one");
+            k += snprintf(why + k, len - (size_t)k, "; runs %s",
+                          pick ? vnames[(int)pick] : "the synthesized one");
+        if (k < (int)len && !calib) /* (what the transports count besides the run's) */
+            k += snprintf(why + k, len - (size_t)k, " (the probe: 2 steps of %lld messages)",
+                          (long long)msgs);
+        if (k < (int)len) snprintf(why + k, len - (size_t)k, "\n");
         *out = c[(int)pick].s;
         c[(int)pick].s = NULL;
     }
