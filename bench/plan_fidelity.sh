@@ -6,11 +6,12 @@
 # planner predicts from that profile before step 1, and the errors against the run's
 # measured median step (steps 2..N) and memory per rank at the end. Ends with one line:
 #   fidelity: N configurations, step time error median X% max Y%, memory error max Z%
-# Every configuration runs in two rounds (the configurations alternate); its measured step
-# is the lower of the two medians, so that a few seconds of someone else's load on this
-# shared machine do not count as the model's error. --quick: one round of fewer steps (a
-# regular check, under a minute). Two ranks at most, so that every rank has a core of
-# its own here (the model knows no oversubscription).
+# Three rounds, each profiling the bases afresh and then running every configuration
+# against them: a configuration's error is the median of its three rounds' errors, so
+# that the speed of this shared VM drifting between a profile and a run (it does, by
+# tens of percent over minutes) counts once, not always. --quick: one round of fewer
+# steps (a regular check, under a minute). Two ranks at most, so that every rank has a
+# core of its own here (the model knows no oversubscription).
 set -euo pipefail
 quick=0
 [[ ${1:-} == --quick ]] && { quick=1; shift; }
@@ -21,7 +22,7 @@ APPS=$BUILD/apps
     exit 2
 }
 steps=$((quick ? 6 : 16))
-rounds=$((quick ? 1 : 2))
+rounds=$((quick ? 1 : 3))
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi=(mpirun --oversubscribe --bind-to none)
 work=$(mktemp -d)
@@ -34,10 +35,12 @@ run() { # ranks app args...: the run's output
     if [[ $np == 1 ]]; then "$APPS/$app" "$@"; else "${mpi[@]}" -np "$np" "$APPS/$app" "$@"; fi
 }
 
-for model in gpt llama; do
-    run 2 starpipe-$model $base_args --profile "$work/$model.profile" >"$work/$model.base" 2>&1 ||
-        { cat "$work/$model.base" >&2; exit 1; }
-done
+profile_bases() {
+    for model in gpt llama; do
+        run 2 starpipe-$model $base_args --profile "$work/$model.profile" >"$work/$model.base" 2>&1 ||
+            { cat "$work/$model.base" >&2; exit 1; }
+    done
+}
 
 # ranks | app | arguments (never the base's own)
 configs=(
@@ -91,25 +94,25 @@ measure() { # app np args: "predicted measured memory-error"
     }
     sed -E 's/^prediction: step ([0-9.]+) ms predicted, ([0-9.]+) ms measured.*largest error ([-+0-9.]+)%.*/\1 \2 \3/' <<<"$line"
 }
-declare -a pred meas merr
+declare -a preds meass errs_r merr
 for ((r = 0; r < rounds; r++)); do
+    profile_bases
     for i in "${!configs[@]}"; do
         IFS='|' read -r np app args <<<"${configs[$i]}"
         read -r p m e < <(measure "$np" "$app" "$args") || exit 1
-        pred[i]=$p merr[i]=$e
-        if [[ -z ${meas[i]:-} ]] || awk -v a="$m" -v b="${meas[i]}" 'BEGIN { exit !(a < b) }'; then
-            meas[i]=$m
-        fi
+        preds[i]="${preds[i]:-} $p" meass[i]="${meass[i]:-} $m" merr[i]=$e
+        errs_r[i]="${errs_r[i]:-} $(awk -v p="$p" -v m="$m" 'BEGIN { printf "%.4f", 100 * (p / m - 1) }')"
     done
 done
+med() { tr ' ' '\n' | grep . | sort -g | awk '{ v[n++] = $1 } END { print (n % 2) ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2 }'; }
 printf '%-6s %-66s %10s %10s %8s %8s\n' model configuration predicted measured error memory
 errs=()
 merrs=()
 for i in "${!configs[@]}"; do
     IFS='|' read -r np app args <<<"${configs[$i]}"
-    err=$(awk -v p="${pred[i]}" -v m="${meas[i]}" 'BEGIN { printf "%+.1f", 100 * (p / m - 1) }')
-    printf '%-6s %-66s %7s ms %7s ms %7s%% %7s%%\n' "$app" "ranks $np $args" "${pred[i]}" \
-        "${meas[i]}" "$err" "${merr[i]}"
+    err=$(med <<<"${errs_r[i]}")
+    printf '%-6s %-66s %7.1f ms %7.1f ms %+7.1f%% %7s%%\n' "$app" "ranks $np $args" \
+        "$(med <<<"${preds[i]}")" "$(med <<<"${meass[i]}")" "$err" "${merr[i]}"
     errs+=("$err")
     merrs+=("${merr[i]}")
 done

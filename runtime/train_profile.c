@@ -35,6 +35,15 @@ static int reads(const sp_plan *pl, const sp_instr *in, sp_buf b)
     return 0;
 }
 
+/* Task, message and gap times are means: a step adds up many of them, so its time
+ * follows their mean, which on a shared machine sits above their median. */
+static double mean(const double *v, int n)
+{
+    double s = 0;
+    for (int i = 0; i < n; i++) s += v[i];
+    return n > 0 ? s / n : 0;
+}
+
 static double median(double *v, int n)
 {
     if (n <= 0) return 0;
@@ -173,7 +182,7 @@ sp_status sp_trainer_profile(sp_trainer *t, sp_train_profile *out)
                         v[n++] = h[cells + c] - h[c];
                 }
         }
-        out->task_s[k] = median(v, n);
+        out->task_s[k] = mean(v, n);
     }
     /* messages, as the receiver meets them: from the data's readiness (the end of the
      * last task before the SEND: a SEND follows its producer) to the start of the task
@@ -221,9 +230,9 @@ sp_status sp_trainer_profile(sp_trainer *t, sp_train_profile *out)
                         idle = h[cells + (size_t)a * t->tmax + (size_t)j];
                 if (h[cc] > 0 && ready > 0 && idle < ready) v[n++] = h[cc] - ready;
             }
-            if (n) out->msg_s[in->seq] = median(v, n);
+            if (n) out->msg_s[in->seq] = mean(v, n);
         }
-    out->gap_s = median(gap, ngap);
+    out->gap_s = mean(gap, ngap);
     /* the replicas' all-reduces: [2 s] start, [2 s + 1] end, after the rows */
     for (int s = 0; s < S; s++) {
         int n = 0;
@@ -253,8 +262,8 @@ sp_status sp_trainer_profile(sp_trainer *t, sp_train_profile *out)
         return st;
     }
     memcpy(out->opt_s, sum + out->op_at[K], (size_t)S * sizeof(double));
-    /* the op means as shares of the task's median: a mean takes a slow run in full, the
-     * median does not (a program's ops add up to its task within 1% in quiet runs) */
+    /* the op means as shares of the task's mean (the op clock and the trace time the same
+     * runs: a program's ops add up to its task within 1% in quiet runs) */
     for (int k = 0; k < K; k++) {
         double tot = 0;
         for (int64_t j = out->op_at[k]; j < out->op_at[k + 1]; j++) tot += sum[j];

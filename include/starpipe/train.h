@@ -163,17 +163,20 @@ typedef struct {
 sp_train_memory sp_trainer_memory(const sp_trainer *t);
 
 /* What a run measured, for a cost model of the machine (docs/planner.md, calibration):
- * medians over the steps after the first (which pays first touches and lazy loading)
- * and over microbatches. Seconds. Task and message times come from every actor (replica
- * 0, tensor rank 0 speaking for its actor); op times from the rank that ran them. */
+ * over the steps after the first (which pays first touches and lazy loading) and over
+ * microbatches, means of what a step adds up (tasks, messages, gaps: a step's time
+ * follows their mean), medians of the rest. Seconds. Task and message times come from
+ * every actor (replica 0, tensor rank 0 speaking for its actor); op times from the rank
+ * that ran them. */
 typedef struct {
     int steps;          /* steps measured */
     int nstages;
     int64_t nmessages;  /* the plan's */
-    double *task_s;     /* [S * SP_NUM_TASK_KINDS]: a task of (stage, kind); 0: none ran */
+    double *task_s;     /* [S * SP_NUM_TASK_KINDS]: a task of (stage, kind), its mean; 0:
+                           none ran */
     int64_t *op_at;     /* [S * SP_NUM_TASK_KINDS + 1]: program k = s * 4 + kind's first op */
     double *op_s;       /* [op_at[last]]: each instruction's time (sp_program_op): its
-                           mean's share of the task's median; 0 on a GPU, whose kernels
+                           mean's share of the task's mean; 0 on a GPU, whose kernels
                            return at launch */
     double *opt_s;      /* [S]: the stage's AdamW update (0 where none ran) */
     double *msg_s;      /* [nmessages]: from the end of the task that made the data to the
