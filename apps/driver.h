@@ -29,6 +29,13 @@ typedef struct {
     /* The model cut into `stages`, as member tensor_rank of a tensor group of `tensor`
      * ranks (1, 0: the whole model; graph.h, sp_graph_set_tensor). */
     sp_graph *(*build)(void *cfg, int stages, int tensor, int tensor_rank, sp_status *st);
+    /* A cut balanced by cost (apps/cut.c): how many blocks the driver may cut (0: none,
+     * e.g. the user gave --stage-layers), and the cut build() then uses for that many
+     * stages (stage_layers NULL: the even cut again). Each stage but the first and the
+     * last needs a block; those two may hold none (the embedding, the head alone). May be
+     * NULL: the model is cut evenly. */
+    int (*cut_layers)(void *cfg);
+    void (*set_cut)(void *cfg, const int *stage_layers, int stages);
     /* Fills the graph inputs (in sp_program_input order) of microbatch mb of step. */
     void (*batch)(void *cfg, uint64_t seed, int step, int mb, void *const *inputs);
     /* "220544 parameters, ..." line after the banner; may be NULL. */

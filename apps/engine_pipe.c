@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "apps/auto.h"
+#include "apps/cut.h"
 #include "apps/data.h"
 #include "apps/describe.h"
 #include "apps/outputs.h"
@@ -41,6 +42,7 @@ typedef struct {
     char command[2048];      /* the command line, for --profile's header */
     int auto_sched;          /* --schedule auto: pe->sch is ZB-H1's probe until build */
     char auto_why[1024];
+    char cut_why[256];
     double dev_buffers;   /* this GPU rank's buffers as preflight foresaw them */
 } pipe_engine;
 
@@ -201,6 +203,7 @@ static int pipe_describe(app_engine *e)
         if (any_failed(st != SP_OK, e->m->name, sp_last_error())) return 1;
     }
     if (pe->me == 0) {
+        if (pe->cut_why[0]) fputs(pe->cut_why, stdout);
         if (pe->auto_sched) fputs(pe->auto_why, stdout);
         if (e->cuda) printf("transfers: %s\n", sp_trainer_notice(pe->t));
         if (verbose >= 1) app_describe_plan(sp_trainer_plan(pe->t), pe->p, verbose);
@@ -365,6 +368,9 @@ static sp_program *cut_program(void *ctx, int nstages, sp_graph **g, sp_status *
 {
     pipe_engine *pe = ctx;
     app_engine *e = &pe->e;
+    int cut[1026];
+    if (nstages <= 1024) app_balanced_cut(e->m, e->o, nstages, e->T, pe->trank, pe->calib, cut,
+                                          NULL, 0);
     *g = e->m->build(e->m->cfg, nstages, e->T, pe->trank, st);
     return *g ? app_program(*g, e->o, 1, st) : NULL;
 }
@@ -384,6 +390,10 @@ static int build(pipe_engine *pe, const sp_adamw_config *opt, char *msg, size_t 
                          .rank_order = pe->lay.order, .shard_optimizer = o->shard_optimizer,
                          .eval_microbatches = e->K, .tensor = e->T };
     sp_status st = SP_OK;
+    int cut[1026];
+    if (pe->sch->nstages <= 1024)
+        app_balanced_cut(m, o, pe->sch->nstages, e->T, pe->trank, pe->calib, cut, pe->cut_why,
+                         sizeof pe->cut_why);
     pe->g = m->build(m->cfg, pe->sch->nstages, e->T, pe->trank, &st); /* this rank's member */
     pe->p = pe->g ? app_program(pe->g, o, 1, &st) : NULL;
     e->g = pe->g, e->p = pe->p;
@@ -405,6 +415,9 @@ static int build(pipe_engine *pe, const sp_adamw_config *opt, char *msg, size_t 
         if (a->nstages != sp_program_num_stages(pe->p)) { /* two stages per actor */
             sp_program_free(pe->p);
             sp_graph_free(pe->g);
+            if (a->nstages <= 1024)
+                app_balanced_cut(m, o, a->nstages, e->T, pe->trank, pe->calib, cut, pe->cut_why,
+                                 sizeof pe->cut_why);
             pe->g = m->build(m->cfg, a->nstages, e->T, pe->trank, &st);
             pe->p = pe->g ? app_program(pe->g, o, 1, &st) : NULL;
             e->g = pe->g, e->p = pe->p;

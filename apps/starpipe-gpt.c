@@ -18,6 +18,7 @@ typedef struct {
     float rope_theta;
     sp_gpt_config model; /* the sizes both share */
     int stage_layers[1024], nstage_layers; /* --stage-layers, one count per stage */
+    int cut[1026], ncut; /* the driver's balanced cut (apps/cut.c), for ncut stages */
     sp_text *text;
 } gpt_app;
 
@@ -125,8 +126,24 @@ static sp_graph *gpt_build(void *cfg, int stages, int tensor, int tensor_rank, s
     c->model.tensor = tensor;
     c->model.tensor_rank = tensor_rank;
     if (app_check_stage_layers(c->nstage_layers, stages, st)) return NULL;
-    c->model.stage_layers = c->nstage_layers ? c->stage_layers : NULL;
+    c->model.stage_layers = c->nstage_layers ? c->stage_layers
+                          : c->ncut == stages ? c->cut : NULL;
     return build_model(c, &c->model, st);
+}
+
+static int gpt_cut_layers(void *cfg)
+{
+    const gpt_app *c = cfg;
+    return c->nstage_layers ? 0 : c->model.layers;
+}
+
+static void gpt_set_cut(void *cfg, const int *stage_layers, int stages)
+{
+    gpt_app *c = cfg;
+    c->ncut = 0;
+    if (!stage_layers || stages < 1 || stages > (int)(sizeof c->cut / sizeof *c->cut)) return;
+    memcpy(c->cut, stage_layers, (size_t)stages * sizeof *c->cut);
+    c->ncut = stages;
 }
 
 static void gpt_batch(void *cfg, uint64_t seed, int step, int mb, void *const *in)
@@ -295,6 +312,7 @@ int main(int argc, char **argv)
              GPT_APP_LLAMA ? "llama" : "gpt", SP_DEFAULT_CORPUS);
     sp_app_model m = { .name = GPT_APP_NAME, .flags = gpt_flags, .defaults = defaults, .cfg = &cfg,
                        .flag = gpt_flag, .prepare = gpt_prepare, .scan_data = gpt_scan_data, .build = gpt_build,
+                       .cut_layers = gpt_cut_layers, .set_cut = gpt_set_cut,
                        .batch = gpt_batch, .describe = gpt_describe, .sample_unit = "tok",
                        .signature = gpt_signature, .settings = gpt_settings,
                        .settings_flags = gpt_settings_flags, .kind_flag = "--arch",
