@@ -412,12 +412,14 @@ static int build(pipe_engine *pe, const sp_adamw_config *opt, char *msg, size_t 
         }
         sp_schedule_free(pe->sch);
         e->sch = pe->sch = a;
+        /* the cut of the stages that run (auto's candidates set others), which --check's
+         * reference is built with too */
+        if (a->nstages <= 1024)
+            app_balanced_cut(m, o, a->nstages, e->T, pe->trank, pe->calib, cut, pe->cut_why,
+                             sizeof pe->cut_why);
         if (a->nstages != sp_program_num_stages(pe->p)) { /* two stages per actor */
             sp_program_free(pe->p);
             sp_graph_free(pe->g);
-            if (a->nstages <= 1024)
-                app_balanced_cut(m, o, a->nstages, e->T, pe->trank, pe->calib, cut, pe->cut_why,
-                                 sizeof pe->cut_why);
             pe->g = m->build(m->cfg, a->nstages, e->T, pe->trank, &st);
             pe->p = pe->g ? app_program(pe->g, o, 1, &st) : NULL;
             e->g = pe->g, e->p = pe->p;
