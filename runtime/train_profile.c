@@ -136,6 +136,14 @@ void sp_tr_profile_update(sp_trainer *t)
     }
 }
 
+/* Whether any rank failed, agreed before the all-reduce of the sums: no rank then waits
+ * in it for one that will not come. */
+static int any_failed(int bad)
+{
+    double x = bad;
+    return sp_exec_allreduce_sum_named(&x, 1, 1, "the profile's agreement") != SP_OK || x > 0;
+}
+
 sp_status sp_trainer_profile(sp_trainer *t, sp_train_profile *out)
 {
     if (!t || !out) return sp_set_error(SP_ERR_ARG, "sp_trainer_profile: NULL argument");
@@ -256,6 +264,10 @@ sp_status sp_trainer_profile(sp_trainer *t, sp_train_profile *out)
         }
     free(v), free(send_at), free(gap);
     v = NULL, send_at = NULL, gap = NULL;
+    if (any_failed(0)) {
+        sp_train_profile_free(out);
+        return sp_set_error(SP_ERR_RUNTIME, "sp_trainer_profile: another rank failed");
+    }
     sp_status st = sp_exec_allreduce_sum_named(sum, nsum, 1, "the profile's all-reduce");
     if (st) {
         sp_train_profile_free(out);
@@ -274,6 +286,7 @@ sp_status sp_trainer_profile(sp_trainer *t, sp_train_profile *out)
 nomem:
     free(v), free(send_at), free(gap);
     sp_train_profile_free(out);
+    any_failed(1);
     return sp_set_error(SP_ERR_NOMEM, "sp_trainer_profile: out of memory");
 }
 
