@@ -197,13 +197,20 @@ sp_status app_predict(const sp_profile *pf, const app_profile_run *r, sp_predict
     const sp_plan *pl = sp_trainer_plan(r->t);
     sp_status st = sp_profile_predict(pf, r->p, pl, r->replicas, r->sharded, out);
     if (st || sp_exec_rank() != 0) return st;
+    char link[64];
+    if (out->bandwidth > 0)
+        snprintf(link, sizeof link, "+ bytes at %.2f GB/s", out->bandwidth / 1e9);
+    else
+        snprintf(link, sizeof link, "each (one size: no bandwidth term)");
     printf("prediction: step %.1f ms (pipeline %.1f ms, bubble %.1f%%, update %.1f ms, "
-           "other %.1f ms; messages %.0f us + bytes at %.2f GB/s); memory per rank",
-           1e3 * out->step_s, 1e3 * out->span_s, 100 * out->bubble, 1e3 * out->update_s,
-           1e3 * out->other_s, 1e6 * out->latency, out->bandwidth / 1e9);
+           "other %.1f ms; messages %.0f us %s); memory per rank", 1e3 * out->step_s,
+           1e3 * out->span_s, 100 * out->bubble, 1e3 * out->update_s, 1e3 * out->other_s,
+           1e6 * out->latency, link);
     for (int a = 0; a < out->nactors; a++)
         printf("%s %.2f MiB", a ? "," : "", out->mem_bytes[a] / 1048576.0);
-    printf(" (by actor)\n");
+    printf(" (by actor); ops of the stage programs: %d measured, %d scaled from another "
+           "size, %d guessed%s\n", out->ops[0], out->ops[1], out->ops[2],
+           out->ops[2] ? " (kernels the profile never ran)" : "");
     fflush(stdout);
     return SP_OK;
 }

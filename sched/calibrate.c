@@ -363,9 +363,15 @@ static double link_time(const sp_profile *pf, double bytes)
 
 /* Seconds of one op; the link probe, else link_lat/link_bw, for an all-reduce no sample
  * covers. */
+/* How an op's time was found: measured (the same op), scaled (another size of its
+ * kernel), guessed (its class's rate, or the link's for an all-reduce). */
+enum { HOW_MEASURED, HOW_SCALED, HOW_GUESSED };
+
 static double op_seconds(const sp_profile *pf, const sp_op_desc *d, const double *class_rate,
-                         double link_lat, double link_bw)
+                         double link_lat, double link_bw, int *how)
 {
+    int dummy;
+    if (!how) how = &dummy;
     const op_sample *best = NULL;
     double bestd = 0;
     int best_flags = 0;
@@ -377,6 +383,7 @@ static double op_seconds(const sp_profile *pf, const sp_op_desc *d, const double
         if (!best || flags > best_flags || (flags == best_flags && dist < bestd))
             best = s, bestd = dist, best_flags = flags;
     }
+    *how = best && bestd == 0 && best_flags ? HOW_MEASURED : best ? HOW_SCALED : HOW_GUESSED;
     if (best && best->work > 0) return best->seconds * d->work / best->work;
     if (best) return best->seconds;
     if (is_allreduce(d->kernel)) { /* two ranks' exchange of the buffer (work: in + out) */
@@ -401,7 +408,14 @@ static void class_rates(const sp_profile *pf, double *rate)
 
 sp_status sp_profile_task_costs(const sp_profile *pf, const sp_program *p, double *cost)
 {
+    return sp_profile_task_costs_n(pf, p, cost, NULL);
+}
+
+sp_status sp_profile_task_costs_n(const sp_profile *pf, const sp_program *p, double *cost,
+                                  int *found)
+{
     if (!pf || !p || !cost) return sp_set_error(SP_ERR_ARG, "sp_profile_task_costs: NULL");
+    if (found) found[0] = found[1] = found[2] = 0;
     double rate[NCLASS], lat, bw;
     class_rates(pf, rate);
     fit_link(pf->msg, pf->nmsg, &lat, &bw);
@@ -410,8 +424,11 @@ sp_status sp_profile_task_costs(const sp_profile *pf, const sp_program *p, doubl
             double t = 0;
             sp_op_desc d;
             int j = 0;
-            for (; sp_program_op(p, s, (sp_task_kind)k, j, &d) == 0; j++)
-                t += op_seconds(pf, &d, rate, lat, bw);
+            for (; sp_program_op(p, s, (sp_task_kind)k, j, &d) == 0; j++) {
+                int how;
+                t += op_seconds(pf, &d, rate, lat, bw, &how);
+                if (found && k != SP_TASK_BW) found[how]++; /* (BW: B's and W's ops again) */
+            }
             cost[s * SP_NUM_TASK_KINDS + k] = j ? t + pf->gap_s : 0;
         }
     return SP_OK;
@@ -469,7 +486,7 @@ sp_status sp_profile_predict(const sp_profile *pf, const sp_program *p, const sp
         sp_prediction_free(out);
         return sp_set_error(SP_ERR_NOMEM, "sp_profile_predict: out of memory");
     }
-    sp_profile_task_costs(pf, p, cost);
+    sp_profile_task_costs_n(pf, p, cost, out->ops);
     memcpy(info, model->stage, (size_t)S * sizeof *info);
     for (int s = 0; s < S; s++)
         for (int k = 0; k < SP_NUM_TASK_KINDS; k++) info[s].cost[k] = cost[s * 4 + k];
@@ -495,7 +512,7 @@ sp_status sp_profile_predict(const sp_profile *pf, const sp_program *p, const sp
         sp_op_desc d = { .kernel = "scale", .n = { n }, .flag = { 0, 0 }, .work = 3.0 * n };
         double rate[NCLASS];
         class_rates(pf, rate);
-        combine += op_seconds(pf, &d, rate, out->latency, out->bandwidth);
+        combine += op_seconds(pf, &d, rate, out->latency, out->bandwidth, NULL);
     }
     sp_sim_config cfg = { .latency = out->latency, .bandwidth = out->bandwidth,
                           .combine_time = m.nshared ? combine / m.nshared : 0,

@@ -35,6 +35,11 @@ void sp_profile_set_gap(sp_profile *pf, double seconds);
  * per unit of work of its class (products, attention, the rest), and an all-reduce the
  * message link's time. */
 sp_status sp_profile_task_costs(const sp_profile *pf, const sp_program *p, double *cost);
+/* The same, and found[3]: how many of the ops of the F, B and W programs took a measured
+ * time (the same op), a scaled one (another size of the kernel), a guessed one (a kernel
+ * the profile never timed: its class's rate, the link's). */
+sp_status sp_profile_task_costs_n(const sp_profile *pf, const sp_program *p, double *cost,
+                                  int *found);
 
 /* The message link fitted to the profile's messages: latency (s) and bandwidth (bytes per
  * second, 0: none fitted, one size only). */
@@ -60,6 +65,7 @@ typedef struct {
     double other_s;  /* the rest of a step (norm, losses, barriers), the profile's */
     double bubble;
     double latency, bandwidth; /* the message link, fitted: seconds, bytes per second */
+    int ops[3];      /* the ops measured, scaled, guessed (sp_profile_task_costs_n) */
     int nactors;
     double *mem_bytes; /* [nactors]: a rank of replica 0's buffers, persistent and
                           per-microbatch (sp_predict_memory) */

@@ -73,7 +73,13 @@ static void check_costs(const sp_profile *pf, int batch)
 {
     sp_program *p = gpt(batch, 2);
     double cost[2 * SP_NUM_TASK_KINDS];
-    MUST(sp_profile_task_costs(pf, p, cost));
+    int found[3];
+    MUST(sp_profile_task_costs_n(pf, p, cost, found));
+    /* the profiled shape: every op measured; another batch: products and the rest
+     * scaled from the profiled sizes, none guessed */
+    CHECK(found[2] == 0 && (batch == 2 ? found[1] == 0 && found[0] > 0 : found[1] > 0),
+          "batch %d: ops %d measured, %d scaled, %d guessed", batch, found[0], found[1],
+          found[2]);
     int nb[2] = { 2, 1 }; /* 3 blocks on 2 stages: the remainder to the first */
     for (int s = 0; s < 2; s++)
         for (int bw = 0; bw < 2; bw++) {
