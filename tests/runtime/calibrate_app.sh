@@ -13,6 +13,9 @@ mpiexec=$1; app=$2
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
 "$mpiexec" -np 2 "$app" --steps 4 --profile "$dir/p.txt" >"$dir/log" 2>&1 || { cat "$dir/log"; exit 1; }
 head -1 "$dir/p.txt" | grep -qx 'starpipe-profile 1' || { echo "FAIL: header"; head -3 "$dir/p.txt"; exit 1; }
+# the default cut, said once (the small GPT's head is light: the even cut)
+[ "$(grep -c "^cut: blocks per stage 2,2 (balanced by the programs' FLOPs" "$dir/log")" = 1 ] ||
+  { cat "$dir/log"; echo "FAIL: the cut line"; exit 1; }
 awk '$1 == "task" || $1 == "op" { split($2, s, "="); split($3, k, "="); key = s[2] " " k[2]
        for (i = 2; i <= NF; i++) if ($i ~ /^seconds=/) { split($i, v, "="); x = v[2] }
        if ($1 == "task") task[key] = x; else { ops[key] += x; if (x <= 0) { print "FAIL: untimed op: " $0; bad = 1 } } }
