@@ -70,55 +70,37 @@ typedef struct {
 
 static void evaluate(const sp_profile *pf, const sp_program *p, candidate *c)
 {
-    const sp_stage_model *model = sp_program_stage_model(p);
-    int S = model->nstages;
-    double *cost = calloc((size_t)S * SP_NUM_TASK_KINDS, sizeof *cost);
-    sp_stage_info *info = malloc((size_t)S * sizeof *info);
+    sp_stage_model m;
+    sp_stage_info *info = sp_profile_costed_model(pf, p, &m, NULL);
     sp_plan *pl = NULL;
     sp_sim_result *r = NULL;
     double lat = 0, bw = 0;
     c->step = -1;
-    if (cost && info && sp_profile_task_costs(pf, p, cost) == SP_OK) {
-        memcpy(info, model->stage, (size_t)S * sizeof *info);
-        for (int s = 0; s < S; s++)
-            for (int k = 0; k < SP_NUM_TASK_KINDS; k++) info[s].cost[k] = cost[s * 4 + k];
-        sp_stage_model m = *model;
-        m.stage = info;
-        sp_profile_link(pf, &lat, &bw);
-        sp_sim_config cfg = { .latency = lat, .bandwidth = bw };
-        if (sp_plan_build(&m, c->s, &pl) == SP_OK && sp_simulate(pl, &m, &cfg, &r) == SP_OK) {
-            c->step = r->step_time;
-            c->acts = 0;
-            for (int a = 0; a < pl->nactors; a++)
-                if ((double)pl->peak[a].acts > c->acts) c->acts = (double)pl->peak[a].acts;
-        }
+    sp_profile_link(pf, &lat, &bw);
+    sp_sim_config cfg = { .latency = lat, .bandwidth = bw };
+    if (info && sp_plan_build(&m, c->s, &pl) == SP_OK && sp_simulate(pl, &m, &cfg, &r) == SP_OK) {
+        c->step = r->step_time;
+        c->acts = 0;
+        for (int a = 0; a < pl->nactors; a++)
+            if ((double)pl->peak[a].acts > c->acts) c->acts = (double)pl->peak[a].acts;
     }
     sp_sim_result_free(r);
     sp_plan_free(pl);
-    free(cost), free(info);
+    free(info);
 }
 
 /* The chain's schedule, synthesized for its stage costs at the cap. */
 static sp_status synthesize(const sp_profile *pf, const sp_program *p, int P, int m, int cap,
                             sp_schedule **out)
 {
-    const sp_stage_model *model = sp_program_stage_model(p);
-    int S = model->nstages;
-    double *cost = calloc((size_t)S * SP_NUM_TASK_KINDS, sizeof *cost), lat = 0, bw = 0;
-    sp_stage_info *info = malloc((size_t)S * sizeof *info);
-    sp_status st = cost && info ? sp_profile_task_costs(pf, p, cost)
-                                : sp_set_error(SP_ERR_NOMEM, "out of memory");
-    if (st == SP_OK) {
-        memcpy(info, model->stage, (size_t)S * sizeof *info);
-        for (int s = 0; s < S; s++)
-            for (int k = 0; k < SP_NUM_TASK_KINDS; k++) info[s].cost[k] = cost[s * 4 + k];
-        sp_stage_model costed = *model;
-        costed.stage = info;
-        sp_profile_link(pf, &lat, &bw);
-        sp_auto_config cfg = { .latency = lat, .bandwidth = bw, .mem_cap = cap };
-        st = sp_schedule_auto(&costed, P, m, &cfg, out);
-    }
-    free(cost), free(info);
+    sp_stage_model costed;
+    sp_stage_info *info = sp_profile_costed_model(pf, p, &costed, NULL);
+    if (!info) return sp_set_error(SP_ERR_NOMEM, "out of memory");
+    double lat = 0, bw = 0;
+    sp_profile_link(pf, &lat, &bw);
+    sp_auto_config cfg = { .latency = lat, .bandwidth = bw, .mem_cap = cap };
+    sp_status st = sp_schedule_auto(&costed, P, m, &cfg, out);
+    free(info);
     return st;
 }
 

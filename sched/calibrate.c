@@ -434,6 +434,27 @@ sp_status sp_profile_task_costs_n(const sp_profile *pf, const sp_program *p, dou
     return SP_OK;
 }
 
+sp_stage_info *sp_profile_costed_model(const sp_profile *pf, const sp_program *p,
+                                      sp_stage_model *out, int *found)
+{
+    const sp_stage_model *model = sp_program_stage_model(p);
+    int S = model->nstages;
+    double *cost = calloc((size_t)S * SP_NUM_TASK_KINDS, sizeof *cost);
+    sp_stage_info *info = malloc((size_t)S * sizeof *info);
+    if (!cost || !info || sp_profile_task_costs_n(pf, p, cost, found) != SP_OK) {
+        free(cost), free(info);
+        return NULL;
+    }
+    memcpy(info, model->stage, (size_t)S * sizeof *info);
+    for (int s = 0; s < S; s++)
+        for (int k = 0; k < SP_NUM_TASK_KINDS; k++)
+            info[s].cost[k] = cost[s * SP_NUM_TASK_KINDS + k];
+    *out = *model;
+    out->stage = info;
+    free(cost);
+    return info;
+}
+
 double sp_predict_memory(const sp_program *p, const sp_plan *plan, int actor, int replica,
                          int replicas, int sharded)
 {
@@ -476,21 +497,14 @@ sp_status sp_profile_predict(const sp_profile *pf, const sp_program *p, const sp
     if (!pf || !p || !plan || !out) return sp_set_error(SP_ERR_ARG, "sp_profile_predict: NULL");
     memset(out, 0, sizeof *out);
     int S = plan->nstages, A = plan->nactors, R = replicas > 1 ? replicas : 1;
-    const sp_stage_model *model = sp_program_stage_model(p);
-    double *cost = calloc((size_t)S * SP_NUM_TASK_KINDS, sizeof *cost);
-    sp_stage_model m = *model;
-    sp_stage_info *info = malloc((size_t)S * sizeof *info);
+    sp_stage_model m;
+    sp_stage_info *info = sp_profile_costed_model(pf, p, &m, out->ops);
     out->mem_bytes = calloc((size_t)A, sizeof(double));
-    if (!cost || !info || !out->mem_bytes) {
-        free(cost), free(info);
+    if (!info || !out->mem_bytes) {
+        free(info);
         sp_prediction_free(out);
         return sp_set_error(SP_ERR_NOMEM, "sp_profile_predict: out of memory");
     }
-    sp_profile_task_costs_n(pf, p, cost, out->ops);
-    memcpy(info, model->stage, (size_t)S * sizeof *info);
-    for (int s = 0; s < S; s++)
-        for (int k = 0; k < SP_NUM_TASK_KINDS; k++) info[s].cost[k] = cost[s * 4 + k];
-    m.stage = info;
     fit_link(pf->msg, pf->nmsg, &out->latency, &out->bandwidth);
 
     /* the replicas' all-reduce: a flat ring whose bandwidth the profile's all-reduces
@@ -538,7 +552,7 @@ sp_status sp_profile_predict(const sp_profile *pf, const sp_program *p, const sp
     }
     out->other_s = pf->other_s;
     out->step_s = out->span_s + out->update_s + out->other_s;
-    free(cost), free(info);
+    free(info);
     if (st) sp_prediction_free(out);
     return st;
 }

@@ -40,6 +40,10 @@ sp_status sp_profile_task_costs(const sp_profile *pf, const sp_program *p, doubl
  * the profile never timed: its class's rate, the link's). */
 sp_status sp_profile_task_costs_n(const sp_profile *pf, const sp_program *p, double *cost,
                                   int *found);
+/* p's stage model with those costs: *out is a copy whose stages are the returned array
+ * (free() it; NULL: out of memory). found as above, may be NULL. */
+sp_stage_info *sp_profile_costed_model(const sp_profile *pf, const sp_program *p,
+                                      sp_stage_model *out, int *found);
 
 /* The message link fitted to the profile's messages: latency (s) and bandwidth (bytes per
  * second, 0: none fitted, one size only). */
