@@ -161,7 +161,7 @@ sp_status sp_trainer_profile(sp_trainer *t, sp_train_profile *out)
     out->opt_s = calloc((size_t)S, sizeof(double));
     out->msg_s = calloc((size_t)pl->nmessages + 1, sizeof(double));
     out->ar_s = calloc((size_t)S, sizeof(double));
-    int64_t maxn = (int64_t)ns * pl->ntasks + ns + 1;
+    int64_t maxn = (int64_t)ns * pl->ntasks + ns + K + 1;
     double *v = malloc((size_t)maxn * sizeof *v);
     int64_t *send_at = malloc(2 * ((size_t)pl->nmessages + 1) * sizeof *send_at);
     double *gap = malloc((size_t)maxn * sizeof *gap);
@@ -176,22 +176,21 @@ sp_status sp_trainer_profile(sp_trainer *t, sp_train_profile *out)
     if (!sum) goto nomem;
     out->op_s = sum;
 
-    /* tasks: every RUN of (stage, kind), over actors and steps */
-    for (int k = 0; k < K; k++) {
-        int n = 0;
-        for (int st = 0; st < ns; st++) {
-            const double *h = pr->hist + (size_t)st * pr->cells;
-            for (int a = 0; a < pl->nactors; a++)
-                for (int i = 0; i < pl->ninstr[a]; i++) {
-                    const sp_instr *in = &pl->instr[a][i];
-                    size_t c = (size_t)a * t->tmax + i;
-                    if (in->op == SP_OP_RUN && in->task.stage * 4 + in->task.kind == k &&
-                        h[c] > 0 && h[cells + c] >= h[c])
-                        v[n++] = h[cells + c] - h[c];
-                }
-        }
-        out->task_s[k] = mean(v, n);
+    /* tasks: the mean of every RUN of (stage, kind), over actors and steps, in one pass
+     * (v holds the counts) */
+    memset(v, 0, (size_t)K * sizeof *v);
+    for (int st = 0; st < ns; st++) {
+        const double *h = pr->hist + (size_t)st * pr->cells;
+        for (int a = 0; a < pl->nactors; a++)
+            for (int i = 0; i < pl->ninstr[a]; i++) {
+                const sp_instr *in = &pl->instr[a][i];
+                size_t c = (size_t)a * t->tmax + i;
+                int k = in->task.stage * SP_NUM_TASK_KINDS + in->task.kind;
+                if (in->op == SP_OP_RUN && h[c] > 0 && h[cells + c] >= h[c])
+                    out->task_s[k] += h[cells + c] - h[c], v[k] += 1;
+            }
     }
+    for (int k = 0; k < K; k++) out->task_s[k] = v[k] > 0 ? out->task_s[k] / v[k] : 0;
     /* messages, as the receiver meets them: from the data's readiness (the end of the
      * last task before the SEND: a SEND follows its producer) to the start of the task
      * that reads it, when the receiver was idle by then (its previous task had ended):

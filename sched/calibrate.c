@@ -521,11 +521,11 @@ sp_status sp_profile_predict(const sp_profile *pf, const sp_program *p, const sp
     }
     /* a tied gradient's combine: adds of its floats, at the rate of the profile's copies */
     double combine = 0;
+    double rate[NCLASS];
+    class_rates(pf, rate);
     for (int k = 0; k < m.nshared; k++) {
         int64_t n = (int64_t)(m.shared[k].bytes / 4);
         sp_op_desc d = { .kernel = "scale", .n = { n }, .flag = { 0, 0 }, .work = 3.0 * n };
-        double rate[NCLASS];
-        class_rates(pf, rate);
         combine += op_seconds(pf, &d, rate, out->latency, out->bandwidth, NULL);
     }
     sp_sim_config cfg = { .latency = out->latency, .bandwidth = out->bandwidth,
