@@ -1,6 +1,7 @@
 /* --profile and --calibrate (profile.h). */
 #include "apps/profile.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/files.h"
+#include "starpipe/backend.h"
 #include "starpipe/exec.h"
 
 static int cmp_double(const void *a, const void *b)
@@ -81,8 +83,42 @@ static int probe_link(double *sec)
     return bad;
 }
 
+/* The caches as the tasks meet them: every rank at once (as they train) streams the
+ * library's add (out = a + b) over working sets of kCacheSizes sizes from 64 KiB to
+ * 256 MiB, the best pass of at least 3 and 20 ms per size; seconds per byte, the ranks'
+ * mean, in spb on every rank. 1 on failure. */
+enum { kCacheSizes = 13 };
+
+static int probe_cache(double *bytes, double *spb)
+{
+    int64_t most = (256ll << 20) / 12; /* floats per buffer at the largest size */
+    float *buf = malloc(3 * sizeof(float) * (size_t)most);
+    int bad = !buf;
+    if (buf) memset(buf, 0, 3 * sizeof(float) * (size_t)most); /* its pages, now */
+    const sp_backend *be = sp_backend_cpu();
+    for (int k = 0; k < kCacheSizes; k++) {
+        double x = 0;
+        bytes[k] = (double)(64 << 10) * (double)(1 << k);
+        if (sp_exec_allreduce_sum(&x, 1, 1) != SP_OK) bad = 1; /* together */
+        int64_t n = (int64_t)(bytes[k] / 12);
+        double best = INFINITY, stop = now_s() + 0.02;
+        for (int rep = 0; !bad && (rep < 3 || now_s() < stop); rep++) {
+            double t0 = now_s();
+            be->add(NULL, buf + 2 * most, buf, buf + most, n);
+            double dt = now_s() - t0;
+            if (dt < best) best = dt;
+        }
+        spb[k] = bad ? 0 : best / (12.0 * (double)n) / sp_exec_size();
+    }
+    free(buf);
+    double b = bad;
+    if (sp_exec_allreduce_sum(&b, 1, 1) != SP_OK || b > 0) return 1;
+    return sp_exec_allreduce_sum(spb, kCacheSizes, 1) != SP_OK;
+}
+
 static void write_body(FILE *f, const app_profile_run *r, const sp_train_profile *pf,
-                       const double *mem, const double *link, double step, double span)
+                       const double *mem, const double *link, const double *cache, double step,
+                       double span)
 {
     const sp_plan *pl = sp_trainer_plan(r->t);
     sp_layout lay = sp_trainer_layout(r->t);
@@ -110,6 +146,21 @@ static void write_body(FILE *f, const app_profile_run *r, const sp_train_profile
             fprintf(f, "task stage=%d kind=%s seconds=%.9g flops=%.9g\n", k / 4,
                     sp_task_kind_name(k % 4), pf->task_s[k],
                     sp_program_flops(r->p, k / 4, (sp_task_kind)(k % 4)));
+    /* the caches, and where this run's tasks found their buffers: before the ops, whose
+     * memory-bound times the reader takes the reuse factor out of */
+    sp_profile *probe = sp_profile_create();
+    double *reuse = malloc(sizeof *reuse * (size_t)S * SP_NUM_TASK_KINDS);
+    for (int k = 0; probe && k < kCacheSizes; k++)
+        if (sp_profile_add_cache(probe, cache[k], cache[kCacheSizes + k]) == SP_OK)
+            fprintf(f, "cache bytes=%.0f seconds_per_byte=%.9g\n", cache[k],
+                    cache[kCacheSizes + k]);
+    if (probe && reuse && sp_profile_reuse(probe, pl, sp_program_stage_model(r->p), reuse) == SP_OK)
+        for (int k = 0; k < S * SP_NUM_TASK_KINDS; k++)
+            if (pf->task_s[k] > 0)
+                fprintf(f, "reuse stage=%d kind=%s factor=%.6f\n", k / 4,
+                        sp_task_kind_name(k % 4), reuse[k]);
+    sp_profile_free(probe);
+    free(reuse);
     for (int k = 0; k < S * SP_NUM_TASK_KINDS; k++) /* the programs that ran */
         for (int64_t j = pf->op_at[k]; pf->task_s[k] > 0 && j < pf->op_at[k + 1]; j++) {
             sp_op_desc d;
@@ -155,9 +206,10 @@ int app_profile_write(const char *path, const app_profile_run *r, const double *
 {
     sp_train_profile pf;
     sp_status st = sp_trainer_profile(r->t, &pf);
-    double *mem = st ? NULL : rank_memory(r->t), link[kLinkSizes];
-    if (!st && mem && probe_link(link)) {
-        snprintf(msg, len, "--profile: the link's probe failed: %s", sp_last_error());
+    double *mem = st ? NULL : rank_memory(r->t), link[kLinkSizes], cache[2 * kCacheSizes];
+    if (!st && mem && (probe_link(link) || probe_cache(cache, cache + kCacheSizes))) {
+        snprintf(msg, len, "--profile: the link's or the caches' probe failed: %s",
+                 sp_last_error());
         free(mem);
         sp_train_profile_free(&pf);
         return 1;
@@ -179,7 +231,7 @@ int app_profile_write(const char *path, const app_profile_run *r, const double *
             memcpy(v + nsteps + 1, span_s, (size_t)nsteps * sizeof *v);
             double step = median_after_first(v, nsteps);
             double span = median_after_first(v + nsteps + 1, nsteps);
-            write_body(out.f, r, &pf, mem, link, step, span);
+            write_body(out.f, r, &pf, mem, link, cache, step, span);
             if ((st = sp_output_commit(&out, "--profile file"))) {
                 snprintf(msg, len, "%s", sp_last_error());
                 bad = 1;

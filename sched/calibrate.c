@@ -3,6 +3,7 @@
 #include "starpipe/calibrate.h"
 
 #include "starpipe/optim.h"
+#include "sched_impl.h"
 
 #include <errno.h>
 #include <math.h>
@@ -15,7 +16,8 @@ typedef struct {
     int64_t n[5];
     int flag[2], half;
     double work, seconds;
-    int count; /* measurements averaged in */
+    double hot; /* seconds with its buffers in the hottest cache (the reuse factor out) */
+    int count;  /* measurements averaged in */
 } op_sample;
 
 struct sp_profile {
@@ -32,6 +34,9 @@ struct sp_profile {
     double gap_s; /* the runtime's time between two tasks of an actor */
     double task_flops, task_seconds; /* summed over the task records */
     int have_step;
+    double *cache; /* (bytes, seconds per byte) of the cache probe, ascending bytes */
+    int ncache, capcache;
+    double reuse[4096]; /* the profiled run's mean reuse factor by stage * 4 + kind (0: none) */
 };
 
 enum { CLASS_PRODUCT, CLASS_ATTENTION, CLASS_REST, NCLASS };
@@ -44,6 +49,10 @@ static int kernel_class(const char *k)
 }
 
 static int is_allreduce(const char *k) { return !strncmp(k, "allreduce", 9); }
+
+/* The ops whose time follows where their buffers are (the cache or memory): the rest
+ * class but the all-reduces, which the link times. */
+static int memory_bound(const char *k) { return kernel_class(k) == CLASS_REST && !is_allreduce(k); }
 
 /* value of key in "key=value" tokens of a line; NULL if absent */
 static const char *field(char *const *tok, int ntok, const char *key)
@@ -84,6 +93,18 @@ static int ints(char *const *tok, int ntok, const char *key, int64_t *out, int n
     return 0;
 }
 
+/* stage= and kind= of a record as stage * SP_NUM_TASK_KINDS + kind; -1 if absent or bad */
+static int stage_kind(char *const *tok, int ntok)
+{
+    const char *kind = field(tok, ntok, "kind");
+    int64_t s;
+    if (!kind || ints(tok, ntok, "stage", &s, 1) || s >= 1024) return -1;
+    for (int k = 0; k < SP_NUM_TASK_KINDS; k++)
+        if (!strcmp(kind, sp_task_kind_name((sp_task_kind)k)))
+            return (int)s * SP_NUM_TASK_KINDS + k;
+    return -1;
+}
+
 static int push(double **a, int *n, int *cap, double x, double y)
 {
     if (*n == *cap) {
@@ -109,6 +130,7 @@ static int add_op(sp_profile *pf, const op_sample *s)
         if (same_op(&pf->op[i], s)) { /* the same op elsewhere: one mean */
             op_sample *o = &pf->op[i];
             o->seconds = (o->seconds * o->count + s->seconds) / (o->count + 1);
+            o->hot = (o->hot * o->count + s->hot) / (o->count + 1);
             o->count++;
             return 0;
         }
@@ -124,13 +146,13 @@ static int add_op(sp_profile *pf, const op_sample *s)
 
 sp_profile *sp_profile_create(void) { return calloc(1, sizeof(sp_profile)); }
 
-sp_status sp_profile_add_op(sp_profile *pf, const sp_op_desc *d, double seconds)
+static sp_status add_timed(sp_profile *pf, const sp_op_desc *d, double seconds, double hot)
 {
     if (!pf || !d || !d->kernel || strlen(d->kernel) >= sizeof pf->op->kernel)
         return sp_set_error(SP_ERR_ARG, "sp_profile_add_op: no profile or kernel");
     if (!(seconds > 0) || !isfinite(seconds)) return SP_OK; /* not timed: nothing learnt */
     op_sample s = { .count = 1, .flag = { d->flag[0], d->flag[1] }, .half = d->half,
-                    .work = d->work, .seconds = seconds };
+                    .work = d->work, .seconds = seconds, .hot = hot };
     snprintf(s.kernel, sizeof s.kernel, "%s", d->kernel);
     memcpy(s.n, d->n, sizeof s.n);
     return add_op(pf, &s) ? sp_set_error(SP_ERR_NOMEM, "profile: out of memory") : SP_OK;
@@ -142,6 +164,22 @@ sp_status sp_profile_add_message(sp_profile *pf, double bytes, double seconds)
     if (!(seconds > 0) || !isfinite(seconds) || !(bytes >= 0)) return SP_OK;
     return push(&pf->msg, &pf->nmsg, &pf->capmsg, bytes, seconds)
                ? sp_set_error(SP_ERR_NOMEM, "profile: out of memory") : SP_OK;
+}
+
+sp_status sp_profile_add_cache(sp_profile *pf, double bytes, double seconds_per_byte)
+{
+    if (!pf || !(bytes > 0) || !(seconds_per_byte > 0) || !isfinite(bytes) ||
+        !isfinite(seconds_per_byte))
+        return sp_set_error(SP_ERR_ARG, "sp_profile_add_cache: sizes and times must be > 0");
+    if (pf->ncache && bytes <= pf->cache[2 * (pf->ncache - 1)])
+        return sp_set_error(SP_ERR_ARG, "the cache probe's sizes must ascend");
+    return push(&pf->cache, &pf->ncache, &pf->capcache, bytes, seconds_per_byte)
+               ? sp_set_error(SP_ERR_NOMEM, "profile: out of memory") : SP_OK;
+}
+
+sp_status sp_profile_add_op(sp_profile *pf, const sp_op_desc *d, double seconds)
+{
+    return add_timed(pf, d, seconds, seconds);
 }
 
 void sp_profile_set_gap(sp_profile *pf, double seconds)
@@ -165,7 +203,28 @@ static int parse_line(sp_profile *pf, char *const *tok, int ntok, char *msg, siz
             return -1;
         }
         d.flag[0] = (int)fl[0], d.flag[1] = (int)fl[1], d.half = (int)a;
-        return sp_profile_add_op(pf, &d, b) ? (snprintf(msg, len, "out of memory"), -1) : 0;
+        int sk = stage_kind(tok, ntok); /* its buffers' reuse in the profiled run, out */
+        double hot = sk >= 0 && pf->reuse[sk] > 0 && memory_bound(d.kernel) ? b / pf->reuse[sk] : b;
+        return add_timed(pf, &d, b, hot) ? (snprintf(msg, len, "%s", sp_last_error()), -1) : 0;
+    }
+    if (!strcmp(k, "cache")) {
+        if (num(tok, ntok, "bytes", &a) || num(tok, ntok, "seconds_per_byte", &b) || !(a > 0) ||
+            !(b > 0)) {
+            snprintf(msg, len, "a cache record needs bytes= and seconds_per_byte=, both > 0");
+            return -1;
+        }
+        return sp_profile_add_cache(pf, a, b) ? (snprintf(msg, len, "%s", sp_last_error()), -1)
+                                              : 0;
+    }
+    if (!strcmp(k, "reuse")) {
+        int sk = stage_kind(tok, ntok);
+        if (sk < 0 || num(tok, ntok, "factor", &a) || !(a >= 1)) {
+            snprintf(msg, len, "a reuse record needs stage= (below 1024), kind= (F, B, W or "
+                     "BW) and factor= (>= 1), before the op records");
+            return -1;
+        }
+        pf->reuse[sk] = a;
+        return 0;
     }
     if (!strcmp(k, "message")) {
         if (num(tok, ntok, "bytes", &a) || num(tok, ntok, "seconds", &b)) {
@@ -292,7 +351,7 @@ out:
 void sp_profile_free(sp_profile *pf)
 {
     if (!pf) return;
-    free(pf->op), free(pf->msg), free(pf->ar), free(pf->link), free(pf);
+    free(pf->op), free(pf->msg), free(pf->ar), free(pf->link), free(pf->cache), free(pf);
 }
 
 /* latency + bytes / bandwidth, least squares over (bytes, seconds); one size (or sizes
@@ -368,7 +427,7 @@ static double link_time(const sp_profile *pf, double bytes)
 enum { HOW_MEASURED, HOW_SCALED, HOW_GUESSED };
 
 static double op_seconds(const sp_profile *pf, const sp_op_desc *d, const double *class_rate,
-                         double link_lat, double link_bw, int *how)
+                         double link_lat, double link_bw, int hot, int *how)
 {
     int dummy;
     if (!how) how = &dummy;
@@ -384,8 +443,9 @@ static double op_seconds(const sp_profile *pf, const sp_op_desc *d, const double
             best = s, bestd = dist, best_flags = flags;
     }
     *how = best && bestd == 0 && best_flags ? HOW_MEASURED : best ? HOW_SCALED : HOW_GUESSED;
-    if (best && best->work > 0) return best->seconds * d->work / best->work;
-    if (best) return best->seconds;
+    double t = best && hot ? best->hot : best ? best->seconds : 0;
+    if (best && best->work > 0) return t * d->work / best->work;
+    if (best) return t;
     if (is_allreduce(d->kernel)) { /* two ranks' exchange of the buffer (work: in + out) */
         double t = link_time(pf, 2.0 * d->work);
         if (t >= 0) return t;
@@ -411,6 +471,25 @@ sp_status sp_profile_task_costs(const sp_profile *pf, const sp_program *p, doubl
     return sp_profile_task_costs_n(pf, p, cost, NULL);
 }
 
+/* Stage s's program of kind k: the seconds of its memory-bound ops (their hot times when
+ * `hot`: the cache factor out) in *rest, the others' and the runtime's gap in *fixed;
+ * found as sp_profile_task_costs_n. */
+static void program_cost(const sp_profile *pf, const sp_program *p, int s, int k,
+                         const double *rate, double lat, double bw, int hot, double *fixed,
+                         double *rest, int *found)
+{
+    sp_op_desc d;
+    int j = 0;
+    *fixed = *rest = 0;
+    for (; sp_program_op(p, s, (sp_task_kind)k, j, &d) == 0; j++) {
+        int how;
+        double t = op_seconds(pf, &d, rate, lat, bw, hot, &how);
+        *(memory_bound(d.kernel) ? rest : fixed) += t;
+        if (found && k != SP_TASK_BW) found[how]++; /* (BW: B's and W's ops again) */
+    }
+    if (j) *fixed += pf->gap_s;
+}
+
 sp_status sp_profile_task_costs_n(const sp_profile *pf, const sp_program *p, double *cost,
                                   int *found)
 {
@@ -421,17 +500,117 @@ sp_status sp_profile_task_costs_n(const sp_profile *pf, const sp_program *p, dou
     fit_link(pf->msg, pf->nmsg, &lat, &bw);
     for (int s = 0; s < sp_program_num_stages(p); s++)
         for (int k = 0; k < SP_NUM_TASK_KINDS; k++) {
-            double t = 0;
-            sp_op_desc d;
-            int j = 0;
-            for (; sp_program_op(p, s, (sp_task_kind)k, j, &d) == 0; j++) {
-                int how;
-                t += op_seconds(pf, &d, rate, lat, bw, &how);
-                if (found && k != SP_TASK_BW) found[how]++; /* (BW: B's and W's ops again) */
-            }
-            cost[s * SP_NUM_TASK_KINDS + k] = j ? t + pf->gap_s : 0;
+            double fixed, rest;
+            program_cost(pf, p, s, k, rate, lat, bw, 0, &fixed, &rest, found);
+            cost[s * SP_NUM_TASK_KINDS + k] = fixed + rest;
         }
     return SP_OK;
+}
+
+/* ---- the caches: where a task's buffers are when it runs ---- */
+
+/* The probe's seconds per byte at a working set of `bytes` over its least: log-linear
+ * between the probed sizes, flat beyond them. 1 without a probe. */
+static double cache_cost(const sp_profile *pf, double bytes)
+{
+    const double *c = pf->cache;
+    int n = pf->ncache;
+    if (n < 2) return 1;
+    double least = c[1];
+    for (int i = 1; i < n; i++)
+        if (c[2 * i + 1] < least) least = c[2 * i + 1];
+    if (bytes <= c[0]) return c[1] / least;
+    if (bytes >= c[2 * (n - 1)]) return c[2 * (n - 1) + 1] / least;
+    int i = 1;
+    while (c[2 * i] < bytes) i++;
+    double x = (log(bytes) - log(c[2 * i - 2])) / (log(c[2 * i]) - log(c[2 * i - 2]));
+    return (c[2 * i - 1] + x * (c[2 * i + 1] - c[2 * i - 1])) / least;
+}
+
+/* f[j] for each RUN j of actor a: its per-microbatch buffers' cache_cost at their reuse
+ * distance, weighted by their bytes (1 for other instructions). The reuse distance of a
+ * buffer is its own bytes and those of the distinct buffers the actor touched since it
+ * last touched it: the per-microbatch ones by the pool slot they land in
+ * (sp_plan_pool_map: a slot given back and taken again is the same memory), parameters,
+ * gradients and moments by name. The step runs twice and the second is measured: the
+ * first touches of a step follow the previous step's last ones, the update included. */
+static sp_status reuse_factors(const sp_profile *pf, const sp_plan *plan,
+                               const sp_stage_model *model, int a, double *f)
+{
+    sp_pool_slot *slot;
+    int nslot, *at, nkey = 0;
+    sp_status st = sp_plan_pool_map(plan, model, a, &slot, &nslot, &at);
+    if (st) return st;
+    int nacc = 0;
+    for (int j = 0; j < plan->ninstr[a]; j++) nacc += sp_instr_naccess(&plan->instr[a][j]);
+    /* keys: the slots, then every other buffer the actor touches */
+    int cap = nslot + nacc + 1;
+    uint64_t *name = malloc(sizeof *name * (size_t)cap);
+    double *size = malloc(sizeof *size * (size_t)cap);
+    int64_t *last = malloc(sizeof *last * (size_t)cap);
+    if (!name || !size || !last) {
+        st = sp_set_error(SP_ERR_NOMEM, "profile: out of memory");
+        goto out;
+    }
+    for (int k = 0; k < nslot; k++) name[k] = 0, size[k] = (double)slot[k].size, last[k] = -1;
+    nkey = nslot;
+    int64_t clock = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int j = 0, q0 = 0; j < plan->ninstr[a]; j++) {
+            const sp_instr *in = &plan->instr[a][j];
+            double w = 0, wc = 0;
+            for (int q = 0; q < sp_instr_naccess(in) && in->op != SP_OP_FREE; q++) {
+                sp_buf b = sp_instr_buf(plan, in, q);
+                int key = at[q0 + q];
+                if (key < 0) {
+                    uint64_t nm = sp_buf_key(b);
+                    key = nslot;
+                    while (key < nkey && name[key] != nm) key++;
+                    if (key == nkey)
+                        name[nkey] = nm, size[nkey] = (double)sp_buf_bytes(model, b),
+                        last[nkey++] = -1;
+                }
+                double d = size[key];
+                for (int k = 0; k < nkey; k++)
+                    if (k != key && last[k] > last[key]) d += size[k];
+                if (last[key] < 0) d = INFINITY; /* never touched: from memory */
+                last[key] = clock++;
+                if (at[q0 + q] >= 0) {
+                    double bytes = (double)sp_buf_bytes(model, b);
+                    w += bytes, wc += bytes * cache_cost(pf, d);
+                }
+            }
+            if (pass) f[j] = in->op == SP_OP_RUN && w > 0 ? wc / w : 1;
+            q0 += sp_instr_naccess(in);
+        }
+out:
+    free(name), free(size), free(last), free(slot), free(at);
+    return st;
+}
+
+sp_status sp_profile_reuse(const sp_profile *pf, const sp_plan *plan,
+                           const sp_stage_model *model, double *mean)
+{
+    if (!pf || !plan || !model || !mean) return sp_set_error(SP_ERR_ARG, "sp_profile_reuse: NULL");
+    int S = plan->nstages, *count = calloc((size_t)S * SP_NUM_TASK_KINDS, sizeof *count);
+    for (int k = 0; k < S * SP_NUM_TASK_KINDS; k++) mean[k] = 0;
+    if (!count) return sp_set_error(SP_ERR_NOMEM, "profile: out of memory");
+    sp_status st = SP_OK;
+    for (int a = 0; a < plan->nactors && st == SP_OK; a++) {
+        double *f = malloc(sizeof *f * ((size_t)plan->ninstr[a] + 1));
+        st = f ? reuse_factors(pf, plan, model, a, f)
+               : sp_set_error(SP_ERR_NOMEM, "profile: out of memory");
+        for (int j = 0; st == SP_OK && j < plan->ninstr[a]; j++) {
+            const sp_instr *in = &plan->instr[a][j];
+            if (in->op != SP_OP_RUN) continue;
+            int k = in->task.stage * SP_NUM_TASK_KINDS + in->task.kind;
+            mean[k] += f[j], count[k]++;
+        }
+        free(f);
+    }
+    for (int k = 0; k < S * SP_NUM_TASK_KINDS; k++) mean[k] = count[k] ? mean[k] / count[k] : 1;
+    free(count);
+    return st;
 }
 
 sp_stage_info *sp_profile_costed_model(const sp_profile *pf, const sp_program *p,
@@ -491,6 +670,51 @@ double sp_predict_memory(const sp_program *p, const sp_plan *plan, int actor, in
     return b;
 }
 
+/* [actor][instruction] seconds of plan's instructions on the profile's machine: a RUN its
+ * program's ops, the memory-bound ones at their hot time by the task's reuse factor; a
+ * COMBINE `combine`; the rest 0 (the update is added after the span). */
+static sp_status task_times(const sp_profile *pf, const sp_program *p, const sp_plan *plan,
+                            const sp_stage_model *model, double combine, double ***out)
+{
+    int S = plan->nstages, A = plan->nactors;
+    double rate[NCLASS], lat, bw;
+    class_rates(pf, rate);
+    fit_link(pf->msg, pf->nmsg, &lat, &bw);
+    double *fixed = malloc(sizeof *fixed * (size_t)S * SP_NUM_TASK_KINDS * 2);
+    double *rest = fixed ? fixed + S * SP_NUM_TASK_KINDS : NULL;
+    double **t = calloc((size_t)A, sizeof *t);
+    sp_status st = fixed && t ? SP_OK : sp_set_error(SP_ERR_NOMEM, "profile: out of memory");
+    for (int k = 0; st == SP_OK && k < S * SP_NUM_TASK_KINDS; k++)
+        program_cost(pf, p, k / SP_NUM_TASK_KINDS, k % SP_NUM_TASK_KINDS, rate, lat, bw, 1,
+                     &fixed[k], &rest[k], NULL);
+    for (int a = 0; st == SP_OK && a < A; a++) {
+        if (!(t[a] = malloc(sizeof **t * ((size_t)plan->ninstr[a] + 1)))) {
+            st = sp_set_error(SP_ERR_NOMEM, "profile: out of memory");
+            break;
+        }
+        if ((st = reuse_factors(pf, plan, model, a, t[a]))) break;
+        for (int j = 0; j < plan->ninstr[a]; j++) {
+            const sp_instr *in = &plan->instr[a][j];
+            int k = in->task.stage * SP_NUM_TASK_KINDS + in->task.kind;
+            /* a recomputing stage's first backward task runs F again first (sp_simulate) */
+            int f = in->task.stage * SP_NUM_TASK_KINDS + SP_TASK_F;
+            int again = in->op == SP_OP_RUN && model->stage[in->task.stage].recompute &&
+                        (in->task.kind == SP_TASK_B || in->task.kind == SP_TASK_BW);
+            t[a][j] = in->op == SP_OP_RUN ? fixed[k] + rest[k] * t[a][j] +
+                                                (again ? fixed[f] + rest[f] * t[a][j] : 0)
+                    : in->op == SP_OP_COMBINE ? combine : 0;
+        }
+    }
+    free(fixed);
+    if (st) {
+        for (int a = 0; t && a < A; a++) free(t[a]);
+        free(t);
+        t = NULL;
+    }
+    *out = t;
+    return st;
+}
+
 sp_status sp_profile_predict(const sp_profile *pf, const sp_program *p, const sp_plan *plan,
                              int replicas, int sharded, sp_prediction *out)
 {
@@ -526,13 +750,21 @@ sp_status sp_profile_predict(const sp_profile *pf, const sp_program *p, const sp
     for (int k = 0; k < m.nshared; k++) {
         int64_t n = (int64_t)(m.shared[k].bytes / 4);
         sp_op_desc d = { .kernel = "scale", .n = { n }, .flag = { 0, 0 }, .work = 3.0 * n };
-        combine += op_seconds(pf, &d, rate, out->latency, out->bandwidth, NULL);
+        combine += op_seconds(pf, &d, rate, out->latency, out->bandwidth, 0, NULL);
     }
     sp_sim_config cfg = { .latency = out->latency, .bandwidth = out->bandwidth,
                           .combine_time = m.nshared ? combine / m.nshared : 0,
                           .allreduce = R > 1 ? &arm : NULL };
+    /* with the profile's cache probe, each task its own time: the memory-bound ops' hot
+     * times by the task's reuse factor */
+    double **itime = NULL;
+    sp_status st = pf->ncache >= 2 ? task_times(pf, p, plan, &m, cfg.combine_time, &itime)
+                                   : SP_OK;
+    cfg.instr_time = (const double *const *)itime;
     sp_sim_result *r = NULL;
-    sp_status st = sp_simulate(plan, &m, &cfg, &r);
+    if (st == SP_OK) st = sp_simulate(plan, &m, &cfg, &r);
+    for (int a = 0; itime && a < A; a++) free(itime[a]);
+    free(itime);
     if (st == SP_OK) {
         out->span_s = r->step_time;
         out->bubble = r->bubble_fraction;

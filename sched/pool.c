@@ -173,24 +173,25 @@ sp_status sp_pool_pack(const sp_lifetime *x, int n, sp_pool_slot **slots, int *n
 /* The pool the runtime will register for the plan's actor: the plan's own lifetimes of
  * per-microbatch buffers (activations, their gradients, boundary tensors; taken at the
  * first instruction that touches one, given at its FREE), packed as above. */
-sp_status sp_plan_pool_bytes(const sp_plan *plan, const sp_stage_model *model, int actor,
-                             size_t *bytes)
+sp_status sp_plan_pool_map(const sp_plan *plan, const sp_stage_model *model, int actor,
+                           sp_pool_slot **slots, int *nslots, int **at)
 {
-    if (!plan || !model || !bytes || actor < 0 || actor >= plan->nactors)
+    *slots = NULL, *nslots = 0, *at = NULL;
+    if (!plan || !model || actor < 0 || actor >= plan->nactors)
         return sp_set_error(SP_ERR_ARG, "sp_plan_pool_bytes: bad arguments");
-    int cap = 64, n = 0, nlive = 0;
+    int cap = 64, n = 0, nlive = 0, nacc = 0, k = 0;
+    for (int j = 0; j < plan->ninstr[actor]; j++) nacc += sp_instr_naccess(&plan->instr[actor][j]);
     sp_lifetime *x = malloc(sizeof *x * (size_t)cap);
     struct live { uint64_t key; int at; } *live = malloc(sizeof *live * (size_t)cap);
-    sp_status st = x && live ? SP_OK : sp_set_error(SP_ERR_NOMEM, "sp_plan_pool_bytes: out of memory");
+    int *take = malloc(sizeof *take * (size_t)(nacc + 1));
+    sp_status st = x && live && take
+                       ? SP_OK : sp_set_error(SP_ERR_NOMEM, "sp_plan_pool_bytes: out of memory");
     int64_t clock = 0;
     for (int j = 0; j < plan->ninstr[actor] && st == SP_OK; j++) {
         const sp_instr *in = &plan->instr[actor][j];
-        const sp_access one = { in->buf, SP_ACCESS_RW };
-        const sp_access *acc = in->op == SP_OP_SEND || in->op == SP_OP_RECV || in->op == SP_OP_FREE
-                                   ? &one : plan->access + in->acc;
-        int nacc = acc == &one ? 1 : (int)in->nacc;
-        for (int q = 0; q < nacc && st == SP_OK; q++) {
-            sp_buf b = acc[q].buf;
+        for (int q = 0; q < sp_instr_naccess(in) && st == SP_OK; q++) {
+            sp_buf b = sp_instr_buf(plan, in, q);
+            take[k++] = -1;
             if (b.cls != SP_BUF_ACT && b.cls != SP_BUF_BGRAD && b.cls != SP_BUF_EDGE_FWD &&
                 b.cls != SP_BUF_EDGE_GRAD)
                 continue;
@@ -201,7 +202,10 @@ sp_status sp_plan_pool_bytes(const sp_plan *plan, const sp_stage_model *model, i
                 if (l < nlive) x[live[l].at].to = clock++, live[l] = live[--nlive];
                 continue;
             }
-            if (l < nlive) continue; /* alive already */
+            if (l < nlive) { /* alive already */
+                take[k - 1] = live[l].at;
+                continue;
+            }
             if (n == cap) {
                 cap *= 2;
                 sp_lifetime *nx = realloc(x, sizeof *x * (size_t)cap);
@@ -216,17 +220,36 @@ sp_status sp_plan_pool_bytes(const sp_plan *plan, const sp_stage_model *model, i
             x[n] = (sp_lifetime){ sp_buf_bytes(model, b),
                                   b.cls == SP_BUF_EDGE_FWD || b.cls == SP_BUF_EDGE_GRAD, clock++,
                                   -1 };
+            take[k - 1] = n;
             live[nlive++] = (struct live){ key, n++ };
         }
     }
     for (int i = 0; i < n; i++)
         if (x[i].to < 0) x[i].to = clock; /* alive to the end */
-    sp_pool_slot *slots = NULL;
-    int nslots = 0, *of = malloc(sizeof(int) * (size_t)(n + 1));
+    int *of = malloc(sizeof(int) * (size_t)(n + 1));
     if (st == SP_OK && !of) st = sp_set_error(SP_ERR_NOMEM, "sp_plan_pool_bytes: out of memory");
-    if (st == SP_OK) st = sp_pool_pack(x, n, &slots, &nslots, of);
+    if (st == SP_OK) st = sp_pool_pack(x, n, slots, nslots, of);
+    for (int i = 0; st == SP_OK && i < k; i++)
+        if (take[i] >= 0) take[i] = of[take[i]];
+    free(x), free(live), free(of);
+    if (st) {
+        free(take), free(*slots);
+        *slots = NULL, *nslots = 0;
+    } else {
+        *at = take;
+    }
+    return st;
+}
+
+sp_status sp_plan_pool_bytes(const sp_plan *plan, const sp_stage_model *model, int actor,
+                             size_t *bytes)
+{
+    if (!bytes) return sp_set_error(SP_ERR_ARG, "sp_plan_pool_bytes: bad arguments");
+    sp_pool_slot *slots;
+    int nslots, *at;
+    sp_status st = sp_plan_pool_map(plan, model, actor, &slots, &nslots, &at);
     *bytes = 0;
     for (int s = 0; st == SP_OK && s < nslots; s++) *bytes += slots[s].size;
-    free(x), free(live), free(of), free(slots);
+    free(slots), free(at);
     return st;
 }

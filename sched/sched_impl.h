@@ -107,6 +107,24 @@ static inline int sp_buf_category(sp_buf b)
     }
 }
 size_t sp_buf_bytes(const sp_stage_model *model, sp_buf b);
+
+/* An instruction's buffers, as the pool and the caches see them: a SEND, RECV or FREE
+ * its one buffer, a RUN, COMBINE or OPTIMIZER its accesses. */
+static inline int sp_instr_naccess(const sp_instr *in)
+{
+    return in->op == SP_OP_SEND || in->op == SP_OP_RECV || in->op == SP_OP_FREE ? 1
+                                                                                : (int)in->nacc;
+}
+static inline sp_buf sp_instr_buf(const sp_plan *plan, const sp_instr *in, int q)
+{
+    return in->op == SP_OP_SEND || in->op == SP_OP_RECV || in->op == SP_OP_FREE
+               ? in->buf : plan->access[in->acc + q].buf;
+}
+
+/* The actor's pool (sp_plan_pool_bytes) slot by slot, and at[k]: the slot of the k-th
+ * access of its instructions in order (sp_instr_buf), -1 outside the pool. */
+sp_status sp_plan_pool_map(const sp_plan *plan, const sp_stage_model *model, int actor,
+                           sp_pool_slot **slots, int *nslots, int **at);
 void sp_mem_add(sp_mem_peak *peak, size_t cur[5], int *act_count, sp_buf b, size_t bytes,
                 int sign);
 

@@ -28,6 +28,22 @@ sp_status sp_profile_add_op(sp_profile *pf, const sp_op_desc *d, double seconds)
 sp_status sp_profile_add_message(sp_profile *pf, double bytes, double seconds);
 void sp_profile_set_gap(sp_profile *pf, double seconds);
 
+/* The caches as a probe met them (the profile's `cache` records): seconds per byte of a
+ * streaming op (the library's add) over a working set of `bytes`, every rank at once;
+ * sizes ascending. With two or more, a prediction times each task by where its buffers
+ * are: a memory-bound op's time (every kernel but the products, attention and the
+ * all-reduces) scales with the probe's cost at its task's reuse distance. */
+sp_status sp_profile_add_cache(sp_profile *pf, double bytes, double seconds_per_byte);
+
+/* The reuse factor of plan's tasks on this profile's caches, mean[stage * 4 + kind] over
+ * the stage's tasks of that kind (1 where none ran, and everywhere without a probe): per
+ * task, the probe's cost at the reuse distance of each of its per-microbatch buffers (the
+ * bytes the actor touched since it last touched that memory), weighted by bytes, over the
+ * probe's least. A profile writes its run's (`reuse` records, before its ops), and its
+ * reader takes them out of the memory-bound ops' times. */
+sp_status sp_profile_reuse(const sp_profile *pf, const sp_plan *plan,
+                           const sp_stage_model *model, double *mean);
+
 /* Predicted seconds of every stage program of p, cost[s * SP_NUM_TASK_KINDS + kind], op
  * by op (sp_program_op): an op of the kernel, sizes and flags the profile measured takes
  * its measured time; another size of that kernel, the time of the nearest measured size

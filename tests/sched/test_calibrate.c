@@ -2,7 +2,9 @@
  * per FLOP and attention at another predicts each stage program's time as the GPT's
  * closed-form FLOP counts at those rates, at the profiled shape and at another batch
  * (scaled by work); the prediction is the simulated plan plus the update and the rest;
- * bad files get one message naming the file and line. */
+ * the caches' probe and reuse factors (a flat probe changes nothing, a step makes every
+ * task's factor its extreme, a profile's factor comes out of its ops); bad files get one
+ * message naming the file and line. */
 #include <math.h>
 #include <unistd.h>
 
@@ -11,7 +13,8 @@
 #include "test_util.h"
 
 enum { L = 3, C = 32, H = 2, T = 16, V = 64 };
-static const double r_prod = 1e-12, r_attn = 3e-12, r_rest = 1e-16;
+static const double r_prod = 1e-12, r_attn = 3e-12;
+static double r_rest = 1e-16; /* the caches' checks make the memory-bound ops count */
 
 /* The graphs behind the programs (a program reads its graph): freed at the end. */
 static sp_graph *graphs[8];
@@ -39,13 +42,15 @@ static double rate_of(const char *k)
 }
 
 /* A profile of p: every op at its kernel's rate per unit of work. */
-static void write_profile(const char *path, const sp_program *p, const char *extra)
+static void write_profile(const char *path, const sp_program *p, const char *before,
+                          const char *extra)
 {
     FILE *f = fopen(path, "w");
     CHECK(f != NULL, "cannot write %s", path);
     if (!f) exit(1);
     fprintf(f, "starpipe-profile 1\n# test\ncommand anything at all: free text\n");
     fprintf(f, "step seconds=0.01 span=0.008 update=0.0001 other=0.002 gap=0 steps=3\n");
+    if (before) fputs(before, f);
     for (int s = 0; s < sp_program_num_stages(p); s++)
         for (int k = 0; k < SP_NUM_TASK_KINDS; k++) {
             sp_op_desc d;
@@ -102,6 +107,95 @@ static void check_costs(const sp_profile *pf, int batch)
     sp_program_free(p);
 }
 
+/* The step of `schedule` (2 actors, m microbatches) predicted from a profile of p with
+ * `before` records ahead of its ops and `extra` after them. */
+static double predict(const char *path, const sp_program *p, const char *schedule, int m,
+                      const char *before, const char *extra)
+{
+    write_profile(path, p, before, extra);
+    sp_status st;
+    sp_profile *pf = sp_profile_read(path, &st);
+    if (!pf) MUST(st);
+    sp_schedule *sch;
+    MUST(sp_schedule_from_env(schedule, 2, m, 0, &sch));
+    sp_plan *plan;
+    MUST(sp_plan_build(sp_program_stage_model(p), sch, &plan));
+    sp_prediction pr;
+    MUST(sp_profile_predict(pf, p, plan, 1, 0, &pr));
+    double t = pr.step_s;
+    sp_prediction_free(&pr);
+    sp_plan_free(plan);
+    sp_schedule_free(sch);
+    sp_profile_free(pf);
+    return t;
+}
+
+/* The mean reuse factors of `schedule`'s tasks (2 actors, m microbatches) on caches whose
+ * probe costs 1 up to `edge` bytes and 3 beyond. */
+static void reuse_of(const sp_program *p, const char *schedule, int m, double edge, double *mean)
+{
+    sp_profile *pf = sp_profile_create();
+    if (!pf) exit(1);
+    MUST(sp_profile_add_cache(pf, edge, 1e-11));
+    MUST(sp_profile_add_cache(pf, edge * 1.0001, 3e-11));
+    sp_schedule *sch;
+    MUST(sp_schedule_from_env(schedule, 2, m, 0, &sch));
+    sp_plan *plan;
+    MUST(sp_plan_build(sp_program_stage_model(p), sch, &plan));
+    MUST(sp_profile_reuse(pf, plan, sp_program_stage_model(p), mean));
+    sp_plan_free(plan);
+    sp_schedule_free(sch);
+    sp_profile_free(pf);
+}
+
+static void check_caches(const char *path, const sp_program *p)
+{
+    double keep = r_rest;
+    r_rest = 2e-8; /* the memory-bound ops a good part of the step */
+    const char *flat = "cache bytes=1000 seconds_per_byte=1e-11\n"
+                       "cache bytes=1000000000 seconds_per_byte=1e-11\n";
+    /* a flat probe: every factor 1, the prediction without a probe */
+    for (int g = 0; g < 2; g++) {
+        const char *sched = g ? "gpipe" : "1f1b";
+        double none = predict(path, p, sched, 8, NULL, NULL);
+        double with = predict(path, p, sched, 8, NULL, flat);
+        CHECK(fabs(with - none) <= 1e-9 * none, "%s: a flat cache probe moved the step %.9g "
+              "-> %.9g", sched, none, with);
+    }
+    /* a profile's reuse factors come out of its memory-bound ops: factor 2 at rate r
+     * predicts what rate r / 2 does */
+    char before[512] = "";
+    for (int st = 0; st < 2; st++)
+        for (int k = 0; k < SP_NUM_TASK_KINDS; k++)
+            snprintf(before + strlen(before), sizeof before - strlen(before),
+                     "reuse stage=%d kind=%s factor=2\n", st, sp_task_kind_name(k));
+    double twice = predict(path, p, "1f1b", 4, before, flat);
+    r_rest = 1e-8;
+    double half = predict(path, p, "1f1b", 4, NULL, flat);
+    r_rest = 2e-8;
+    double raw = predict(path, p, "1f1b", 4, NULL, flat);
+    /* (the tied embedding's combine keeps its measured time: 1% of the difference) */
+    CHECK(fabs(twice - half) <= 0.01 * (raw - half) && raw > half * 1.05, "reuse factor 2: "
+          "step %.9g, the ops at half their time %.9g (at their time %.9g)", twice, half, raw);
+    /* where everything fits, every factor 1; where nothing does, 3 (the bytes' weights
+     * sum to one); GPipe's backward reaches further back than 1F1B's */
+    double m1[2 * SP_NUM_TASK_KINDS], m2[2 * SP_NUM_TASK_KINDS], m3[2 * SP_NUM_TASK_KINDS];
+    reuse_of(p, "gpipe", 8, 1e12, m1);
+    reuse_of(p, "gpipe", 8, 1, m2);
+    for (int k = 0; k < 2 * SP_NUM_TASK_KINDS; k++) /* (GPipe runs F and BW tasks) */
+        CHECK((k % 4 != SP_TASK_F && k % 4 != SP_TASK_BW) ||
+                  (fabs(m1[k] - 1) < 1e-9 && fabs(m2[k] - 3) < 1e-9),
+              "stage %d %s: factors %.9g (all in cache), %.9g (none)", k / 4,
+              sp_task_kind_name(k % 4), m1[k], m2[k]);
+    /* an edge between one microbatch's buffers and eight's */
+    size_t act = sp_program_buf_bytes(p, SP_BUF_ACT, 0);
+    reuse_of(p, "gpipe", 8, 3.0 * (double)act, m1);
+    reuse_of(p, "1f1b", 8, 3.0 * (double)act, m3);
+    CHECK(m1[SP_TASK_BW] > m3[SP_TASK_BW] + 0.2, "stage 0's backward: reuse factor %.4f under "
+          "GPipe, %.4f under 1F1B", m1[SP_TASK_BW], m3[SP_TASK_BW]);
+    r_rest = keep;
+}
+
 static void check_refused(const char *path, const char *body, sp_status want, const char *msg)
 {
     FILE *f = fopen(path, "w");
@@ -124,7 +218,7 @@ int main(void)
 
     /* the profile of batch 2, read back, predicts batch 2 and batch 4 by closed form */
     sp_program *p = gpt(2, 2);
-    write_profile(path, p, NULL);
+    write_profile(path, p, NULL, NULL);
     sp_status st;
     sp_profile *pf = sp_profile_read(path, &st);
     if (!pf) MUST(st);
@@ -165,10 +259,12 @@ int main(void)
     sp_profile_free(pf);
 
     /* a tensor group's all-reduce that no op measured: the link probe's time */
-    write_profile(path, p, "link kind=allreduce ranks=2 bytes=1000 seconds=0.001\n"
+    write_profile(path, p, NULL, "link kind=allreduce ranks=2 bytes=1000 seconds=0.001\n"
                            "link kind=allreduce ranks=2 bytes=3000 seconds=0.003\n");
     MUST(((pf = sp_profile_read(path, &st)) != NULL) ? SP_OK : st);
     sp_profile_free(pf);
+
+    check_caches(path, p);
 
     /* bad files */
     check_refused(path, "hello\n", SP_ERR_FORMAT, ":1: not a starpipe profile");
@@ -187,6 +283,19 @@ int main(void)
                         "op kernel=add n=4 flag=0,0 half=0 work=1 seconds=1\n"
                         "link bytes=100 seconds=1\nlink bytes=10 seconds=1\n",
                   SP_ERR_FORMAT, ":5: link sizes must ascend");
+    check_refused(path, "starpipe-profile 1\nstep seconds=1 span=1 update=0 other=0\n"
+                        "cache bytes=0 seconds_per_byte=1e-11\n",
+                  SP_ERR_FORMAT, ":3: a cache record needs");
+    check_refused(path, "starpipe-profile 1\nstep seconds=1 span=1 update=0 other=0\n"
+                        "cache bytes=2000 seconds_per_byte=1e-11\n"
+                        "cache bytes=1000 seconds_per_byte=1e-11\n",
+                  SP_ERR_FORMAT, ":4: the cache probe's sizes must ascend");
+    check_refused(path, "starpipe-profile 1\nstep seconds=1 span=1 update=0 other=0\n"
+                        "reuse stage=0 kind=F factor=0.5\n",
+                  SP_ERR_FORMAT, ":3: a reuse record needs");
+    check_refused(path, "starpipe-profile 1\nstep seconds=1 span=1 update=0 other=0\n"
+                        "reuse stage=0 kind=X factor=2\n",
+                  SP_ERR_FORMAT, ":3: a reuse record needs");
     unlink(path);
     pf = sp_profile_read("/nonexistent/profile", &st);
     CHECK(!pf && st == SP_ERR_IO && strstr(sp_last_error(), "/nonexistent/profile: cannot open"),
