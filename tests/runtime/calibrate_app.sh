@@ -25,6 +25,13 @@ awk '$1 == "task" || $1 == "op" { split($2, s, "="); split($3, k, "="); key = s[
        if (n < 4) { print "FAIL: " n " task lines"; bad = 1 }
        exit bad }' "$dir/p.txt"
 grep -q '^link kind=allreduce ranks=2 bytes=' "$dir/p.txt" || { echo "FAIL: no link probe"; exit 1; }
+# the caches' probe (13 sizes, ascending), and a reuse factor for every task timed, ahead
+# of the ops (whose times the reader takes them out of)
+[ "$(grep -c '^cache bytes=[0-9]* seconds_per_byte=' "$dir/p.txt")" = 13 ] ||
+  { grep '^cache' "$dir/p.txt"; echo "FAIL: the cache probe"; exit 1; }
+[ "$(grep -c '^reuse stage=' "$dir/p.txt")" = "$(grep -c '^task stage=' "$dir/p.txt")" ] &&
+  [ "$(grep -n -m1 '^op ' "$dir/p.txt" | cut -d: -f1)" -gt "$(grep -n '^reuse ' "$dir/p.txt" | tail -1 | cut -d: -f1)" ] ||
+  { grep -n '^reuse\|^task' "$dir/p.txt"; echo "FAIL: reuse records"; exit 1; }
 for args in "--schedule 1f1b --microbatches 8" "--schedule zb-h1 --recompute --layers 6" \
             "--replicas 2 --shard-optimizer" "--tensor 2"; do
   # shellcheck disable=SC2086
