@@ -2,9 +2,13 @@
  * ordered policy, StarPU-MPI and the transport. Relies on state.c, buslock.c, device.c
  * (the host's GPUs, cuBLAS), and runtime/binding.c, gpumap.c and launch.c. */
 #define _GNU_SOURCE /* cpu_set_t (runtime/gpumap.h) */
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <starpu_mpi.h>
 
@@ -91,6 +95,49 @@ int sp_exec_expect_cuda(int local_rank, int local_size)
            strcmp(gpu.ncuda, "0") != 0;
 }
 
+/* ---- the start-up under the watchdog ----
+ * MPI's start-up waits for every rank: where two hosts cannot reach each other over any
+ * transport MPI may use (a firewall, TCP left out), Open MPI 4 prints that it will abort
+ * and then waits forever in the first communicator's creation (measured: MPI_Comm_dup,
+ * ranks of two hosts joined by shared memory only). Under STARPIPE_STEP_TIMEOUT the
+ * start-up gets that long and the rank then leaves alone, saying so: its launcher ends
+ * the others. No MPI call may be made from here. */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int done;
+} boot = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
+
+static void *boot_watch(void *arg)
+{
+    double limit = *(const double *)arg;
+    struct timespec end;
+    clock_gettime(CLOCK_REALTIME, &end);
+    end.tv_sec += (time_t)limit;
+    end.tv_nsec += (long)((limit - (double)(time_t)limit) * 1e9);
+    if (end.tv_nsec >= 1000000000L) end.tv_sec++, end.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&boot.lock);
+    int rc = 0;
+    while (!boot.done && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&boot.cond, &boot.lock, &end);
+    int late = !boot.done;
+    pthread_mutex_unlock(&boot.lock);
+    if (!late) return NULL;
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    const char *r = getenv("OMPI_COMM_WORLD_RANK");
+    if (!r) r = getenv("PMIX_RANK");
+    if (!r) r = getenv("SLURM_PROCID");
+    fprintf(stderr, "starpipe: rank %s on %s: the start-up (MPI, StarPU-MPI) did not end in "
+            "%.1f s (STARPIPE_STEP_TIMEOUT): some ranks cannot reach each other (a network "
+            "between hosts closed to MPI's transports?) or never started; leaving\n",
+            r ? r : "?", host, limit);
+    fflush(stderr);
+    _exit(1);
+}
+
+static sp_status exec_init(int *argc, char ***argv);
+
 sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
 {
     if (X.started)
@@ -98,6 +145,24 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     memset(&X, 0, sizeof X);
     if (opts)
         X.opts = *opts;
+    static double limit;
+    limit = X.opts.watchdog_s;
+    pthread_t watch;
+    boot.done = 0;
+    int watching = limit > 0 && pthread_create(&watch, NULL, boot_watch, &limit) == 0;
+    sp_status st = exec_init(argc, argv);
+    if (watching) {
+        pthread_mutex_lock(&boot.lock);
+        boot.done = 1;
+        pthread_cond_signal(&boot.cond);
+        pthread_mutex_unlock(&boot.lock);
+        pthread_join(watch, NULL);
+    }
+    return st;
+}
+
+static sp_status exec_init(int *argc, char ***argv)
+{
     sp_status st = check_sched_env();
     if (!st)
         st = check_transport_env();
@@ -207,8 +272,10 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
         X.pieces = !b.nobind; /* the same on every rank of the node */
     if (X.opts.verbose) {
         const char *y = getenv("OMPI_MCA_mpi_yield_when_idle");
-        fprintf(stderr, "starpipe: rank %d (local %d of %d): %s; %d CPU worker(s), %s; "
-                "messages %s; StarPU-MPI thread %s%s; MPI: %s\n", sp_exec_rank_,
+        char host[256] = "?";
+        gethostname(host, sizeof host - 1);
+        fprintf(stderr, "starpipe: rank %d on %s (local %d of %d): %s; %d CPU worker(s), %s; "
+                "messages %s; StarPU-MPI thread %s%s; MPI: %s\n", sp_exec_rank_, host,
                 b.local_rank, b.local_size, gpu.line, b.nworkers, b.desc,
                 X.host == &sp_transport_starpu_mpi
                     ? "over StarPU-MPI (detached transfers, its progress thread)"
