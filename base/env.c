@@ -50,7 +50,8 @@ sp_status sp_env_fault(sp_fault *f)
     sp_status st = sp_env_string("STARPIPE_FAULT", &v);
     if (st || !v) return st;
     static const struct { const char *prefix; int kind; } kinds[] = {
-        { "nan@", SP_FAULT_NAN }, { "fail@", SP_FAULT_FAIL }, { "hang@", SP_FAULT_HANG } };
+        { "nan@", SP_FAULT_NAN }, { "fail@", SP_FAULT_FAIL }, { "hang@", SP_FAULT_HANG },
+        { "late@", SP_FAULT_LATE } };
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
         size_t n = strlen(kinds[k].prefix);
         if (strncmp(v, kinds[k].prefix, n)) continue;
@@ -58,10 +59,11 @@ sp_status sp_env_fault(sp_fault *f)
         snprintf(buf, sizeof buf, "%s", v + n);
         char *colon = strchr(buf, ':');
         int64_t step = 0, stage = -1;
-        int staged = kinds[k].kind != SP_FAULT_NAN;
+        int staged = kinds[k].kind != SP_FAULT_NAN && kinds[k].kind != SP_FAULT_LATE;
+        int least = kinds[k].kind == SP_FAULT_LATE ? 0 : 1; /* a rank, or a step */
         if (strlen(v + n) < sizeof buf && (colon != NULL) == staged) {
             if (colon) *colon = 0;
-            if (!sp_parse_int(buf, 1, 1 << 30, &step) &&
+            if (!sp_parse_int(buf, least, 1 << 30, &step) &&
                 (!colon || !sp_parse_int(colon + 1, 0, 1 << 20, &stage))) {
                 *f = (sp_fault){ kinds[k].kind, (int)step, (int)stage };
                 return SP_OK;

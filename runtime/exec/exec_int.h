@@ -46,11 +46,19 @@ struct sp_exec_state {
     unsigned long posted; /* tasks and messages submitted since init (their order) */
     int pieces;           /* large transfers within a node as eager pieces (direct):
                              1 always, 0 never, -1 where ranks have cores of their own */
+    char (*hosts)[64];    /* [size]: each rank's hostname, for the reports of a stall */
 };
 extern struct sp_exec_state sp_exec_state_;
 /* X in every file of the folder: the one name of the state, short (the reason this
  * header is the last one a file includes). */
 #define X sp_exec_state_
+
+/* Rank r's hostname ("?" before start-up or out of range): the reports of a stall say
+ * which host a silent rank is on. */
+static inline const char *sp_exec_host_of(int r)
+{
+    return X.hosts && r >= 0 && r < sp_exec_size_ ? X.hosts[r] : "?";
+}
 
 /* The step is lost (sp_exec_fail_msg_ says why); tasks and transfers finished since init
  * (the watchdog's progress); seq + 1 of the step's task that finished last, or 0. */

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include <starpu_mpi.h>
 
@@ -25,6 +26,11 @@ _Noreturn void sp_exec_abort(int code, const char *fmt, ...)
     int up = 0, down = 0;
     MPI_Initialized(&up);
     MPI_Finalized(&down);
+    /* A step given up by the watchdog ends on every rank at about the same time (the same
+     * timeout and grace): a second before the launcher kills them, so that the others'
+     * last lines (which ranks and hosts did not answer) are out too. */
+    if (X.broken)
+        nanosleep(&(struct timespec){ 1, 0 }, NULL);
     if (up && !down)
         MPI_Abort(MPI_COMM_WORLD, code); /* the launcher then kills every rank */
     exit(code);
@@ -55,6 +61,8 @@ sp_status sp_exec_shutdown(void)
     SP_STARPU_CHECK(starpu_mpi_shutdown());
     free(X.seen);
     X.seen = NULL;
+    free(X.hosts);
+    X.hosts = NULL;
     sp_exec_free_args(); /* a step ended without sp_exec_end_step */
     free(X.args);
     X.args = NULL;

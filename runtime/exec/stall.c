@@ -40,8 +40,8 @@ static void put(char *b, size_t len, size_t *k, const char *fmt, ...)
 /* "receive #7 from rank 1 (tag 0x200000007)" */
 static void put_message(char *b, size_t len, size_t *k, const transfer_info *t)
 {
-    put(b, len, k, "%s #%u %s rank %d", t->is_send ? "send" : "receive", t->msg,
-        t->is_send ? "to" : "from", t->peer);
+    put(b, len, k, "%s #%u %s rank %d on %s", t->is_send ? "send" : "receive", t->msg,
+        t->is_send ? "to" : "from", t->peer, sp_exec_host_of(t->peer));
     if (X.host->tag)
         put(b, len, k, " (tag %#" PRIx64 ")", (uint64_t)X.host->tag(t->msg));
 }
@@ -173,12 +173,24 @@ void sp_exec_await_reports(double grace, int asker, char *missing, size_t len)
             left--;
         }
     }
-    if (missing) {
+    if (missing) { /* "2, 3 on node1 (all its ranks); 5 on node2" */
         size_t k = 0;
         missing[0] = '\0';
-        for (int r = 0; r < sp_exec_size_ && left > 0; r++)
-            if (r != sp_exec_rank_ && !seen[r])
-                put(missing, len, &k, "%s%d", k ? ", " : "", r);
+        for (int r = 0; r < sp_exec_size_ && left > 0; r++) {
+            if (r == sp_exec_rank_ || seen[r]) /* it answered, or is listed already */
+                continue;
+            const char *h = sp_exec_host_of(r);
+            int all = 1, n = 0;
+            for (int q = r; q < sp_exec_size_; q++) {
+                if (strcmp(sp_exec_host_of(q), h)) continue;
+                if (q == sp_exec_rank_ || seen[q] == 1) all = 0;
+                else seen[q] = 2, put(missing, len, &k, "%s%d", n++ ? ", " : k ? "; " : "", q);
+            }
+            for (int q = 0; q < r; q++)
+                if (!strcmp(sp_exec_host_of(q), h) && (q == sp_exec_rank_ || seen[q] == 1))
+                    all = 0;
+            put(missing, len, &k, " on %s%s", h, all ? " (all its ranks)" : "");
+        }
     }
     free(seen);
 }

@@ -108,6 +108,15 @@ static struct {
     int done;
 } boot = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
 
+/* The launcher's number of this process before MPI starts, or NULL */
+static const char *launcher_rank(void)
+{
+    const char *r = getenv("OMPI_COMM_WORLD_RANK");
+    if (!r) r = getenv("PMIX_RANK");
+    if (!r) r = getenv("SLURM_PROCID");
+    return r;
+}
+
 static void *boot_watch(void *arg)
 {
     double limit = *(const double *)arg;
@@ -125,9 +134,7 @@ static void *boot_watch(void *arg)
     if (!late) return NULL;
     char host[256] = "?";
     gethostname(host, sizeof host - 1);
-    const char *r = getenv("OMPI_COMM_WORLD_RANK");
-    if (!r) r = getenv("PMIX_RANK");
-    if (!r) r = getenv("SLURM_PROCID");
+    const char *r = launcher_rank();
     fprintf(stderr, "starpipe: rank %s on %s: the start-up (MPI, StarPU-MPI) did not end in "
             "%.1f s (STARPIPE_STEP_TIMEOUT): some ranks cannot reach each other (a network "
             "between hosts closed to MPI's transports?) or never started; leaving\n",
@@ -215,6 +222,11 @@ static sp_status exec_init(int *argc, char ***argv)
         snprintf(mpi_line, sizeof mpi_line, "%s left as it is (%s)", mpi.name,
                  up ? "started before starpipe" : "not Open MPI 4 or 5");
     }
+    /* STARPIPE_FAULT=late@RANK: this rank never comes (the tests of the start-up's
+     * watchdog): the others wait in MPI's start-up, this one here */
+    const char *launched = launcher_rank();
+    if (env.fault.kind == SP_FAULT_LATE && launched && atoi(launched) == env.fault.step)
+        nanosleep(&(struct timespec){ 3600, 0 }, NULL);
     if (!up) {
         /* srun without PMIx: Open MPI would abort in MPI_Init with its own text */
         if ((st = sp_launch_before_mpi()))
@@ -240,6 +252,12 @@ static sp_status exec_init(int *argc, char ***argv)
     }
     SP_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &sp_exec_rank_));
     SP_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &sp_exec_size_));
+    /* every rank's host, for the lines of a stall (a host gone names itself) */
+    if (!(X.hosts = calloc((size_t)sp_exec_size_, sizeof *X.hosts)))
+        return sp_set_error(SP_ERR_NOMEM, "start-up: out of memory");
+    char me[64] = "?";
+    gethostname(me, sizeof me - 1);
+    SP_MPI_CHECK(MPI_Allgather(me, 64, MPI_CHAR, X.hosts, 64, MPI_CHAR, MPI_COMM_WORLD));
     if ((st = sp_launch_after_mpi(sp_exec_size_))) /* P tasks, fewer ranks: say why */
         return st;
     SP_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &X.comm));

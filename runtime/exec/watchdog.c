@@ -79,12 +79,16 @@ sp_status sp_exec_wait_tasks(void)
             /* the first rank to end aborts the others (the apps' MPI_Abort): not before
              * each has reported, or the grace is over (a rank whose main thread got no core
              * in time lost its line: app_hang_report at 3 ranks under load) */
-            sp_exec_await_reports(watchdog_grace(), asker, NULL, 0);
+            char missing[256] = "";
+            sp_exec_await_reports(watchdog_grace(), asker, missing, sizeof missing);
             return sp_exec_give_up(sp_set_error(SP_ERR_TIMEOUT, "rank %d: rank %d %s for "
                                                 "%.1f s (STARPIPE_STEP_TIMEOUT) and asked for "
-                                                "each rank's state (above): the step is lost",
-                                                sp_exec_rank_, asker, asker_saw(on),
-                                                X.opts.watchdog_s));
+                                                "each rank's state (above): the step is "
+                                                "lost%s%s%s", sp_exec_rank_, asker,
+                                                asker_saw(on), X.opts.watchdog_s,
+                                                missing[0] ? "; no report from rank " : "",
+                                                missing, missing[0] ? ", gone, stuck, or "
+                                                "busy outside the executor" : ""));
         } else if (seconds_now() - quiet_since > X.opts.watchdog_s) {
             X.broken = 1;
             sp_exec_report_stall();
@@ -199,12 +203,16 @@ sp_status sp_exec_collective(const sp_exec_coll *c)
     fflush(stderr);
     if (asker >= 0) { /* a rank whose own wait ran out asked: it ends the run */
         sp_exec_tell_all(TAG_REPORTED, &sp_exec_rank_);
-        sp_exec_await_reports(watchdog_grace(), asker, NULL, 0);
+        char missing[256] = "";
+        sp_exec_await_reports(watchdog_grace(), asker, missing, sizeof missing);
         return sp_exec_give_up(sp_set_error(SP_ERR_TIMEOUT, "rank %d: %s: in %s when rank "
                                             "%d %s for %.1f s (STARPIPE_STEP_TIMEOUT) and "
-                                            "asked for each rank's state (above)",
+                                            "asked for each rank's state (above)%s%s%s",
                                             sp_exec_rank_, step, c->what, asker,
-                                            asker_saw(on), X.opts.watchdog_s));
+                                            asker_saw(on), X.opts.watchdog_s,
+                                            missing[0] ? "; no report from rank " : "",
+                                            missing, missing[0] ? ", gone, stuck, or busy "
+                                            "outside the executor" : ""));
     }
     char missing[256] = "";
     if (sp_exec_size_ > 1) {

@@ -104,7 +104,7 @@ static void variables(void)
     CHECK(sp_env_string("STARPIPE_T", &s) == SP_ERR_ARG, "an empty string accepted");
     const char *bad_faults[] = { "", "nan", "nan@", "nan@0", "nan@x", "nan@2:1", "fail@2",
                                  "fail@2:", "fail@:1", "fail@2:-1", "hang@2:1x", "boom@1:1",
-                                 "fail@2:1:3" };
+                                 "fail@2:1:3", "late@", "late@-1", "late@1:0", "late@x" };
     sp_fault f;
     for (size_t k = 0; k < sizeof bad_faults / sizeof *bad_faults; k++) {
         setenv("STARPIPE_FAULT", bad_faults[k], 1);
@@ -113,6 +113,9 @@ static void variables(void)
     setenv("STARPIPE_FAULT", "hang@3:1", 1);
     CHECK(sp_env_fault(&f) == SP_OK && f.kind == SP_FAULT_HANG && f.step == 3 && f.stage == 1,
           "hang@3:1");
+    setenv("STARPIPE_FAULT", "late@0", 1);
+    CHECK(sp_env_fault(&f) == SP_OK && f.kind == SP_FAULT_LATE && f.step == 0 && f.stage == -1,
+          "late@0");
     unsetenv("STARPIPE_FAULT");
     /* the planner's variables: set means a value, as the flags */
     sp_schedule *sch = NULL;
