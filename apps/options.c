@@ -150,6 +150,9 @@ static void usage(const sp_app_model *m, FILE *f)
             "  --calibrate FILE    predict this run's step time and memory per rank from\n"
             "                      FILE (another run's --profile), print it before step 1\n"
             "                      and its error against the measured median at the end\n"
+            "  --link BW[,LAT]     --calibrate's messages over a link of BW bytes/s (and LAT\n"
+            "                      seconds each) instead of the profile's: a network other\n"
+            "                      than the profiled run's\n"
             "evaluation and sampling:\n"
             "  --eval-every N      the loss on held-out data every N steps and at the end,\n"
             "                      forward only through the pipeline (0: off; 0)\n"
@@ -219,7 +222,7 @@ static const char *const common[] = { "--steps", "--microbatches", "--chunks", "
                                       "--prompt", "--temperature", "--top-k", "--sample-seed",
                                       "--data-format", "--tensor", "--init",
                                       "--save-on-signal", "--total-steps", "--profile",
-                                      "--calibrate", "--memory-cap", NULL };
+                                      "--calibrate", "--memory-cap", "--link", NULL };
 enum { MODEL_BITS = 40 }; /* the model's flags' bits start here (a common flag's end before) */
 
 /* The bit of a flag that takes a value in sp_app_opts.given: common flags first, then
@@ -284,6 +287,15 @@ static int apply(const sp_app_model *m, sp_app_opts *o, const char *a, const cha
     else if (!strcmp(a, "--log")) o->log = v;
     else if (!strcmp(a, "--profile")) o->profile = v;
     else if (!strcmp(a, "--calibrate")) o->calibrate = v;
+    else if (!strcmp(a, "--link")) {
+        char bw[64], *lat;
+        snprintf(bw, sizeof bw, "%s", v);
+        if ((lat = strchr(bw, ','))) *lat++ = 0;
+        float b = 0, l = -1; /* no latency: the profile's */
+        ok = strlen(v) < sizeof bw && app_parse_float(a, bw, 1.0, 1e15, &b) &&
+             (!lat || app_parse_float(a, lat, 0.0, 10.0, &l));
+        o->link_bw = b, o->link_lat = l;
+    }
     else if (!strcmp(a, "--memory-cap")) ok = app_parse_int(a, v, 1, SP_SCHEDULE_MAX_COUNT, &o->memory_cap);
     else if (!strcmp(a, "--total-steps")) ok = app_parse_int(a, v, 0, 1 << 30, &o->total_steps);
     else if (!strcmp(a, "--save-on-signal")) {
@@ -438,6 +450,11 @@ int sp_app_parse(int argc, char **argv, const sp_app_model *m, sp_app_opts *o)
     if (rc == 1 && sp_app_given(m, o, "--total-steps") && sp_app_given(m, o, "--steps")) {
         fprintf(err, "%s: error: --steps counts this run's steps, --total-steps the step the "
                 "run ends at: give one of them\n", m->name);
+        rc = -1;
+    }
+    if (rc == 1 && o->link_bw > 0 && !o->calibrate) {
+        fprintf(err, "%s: error: --link prices the messages of --calibrate's prediction: give "
+                "--calibrate FILE too\n", m->name);
         rc = -1;
     }
     if (rc == 1 && o->reference && (o->profile || o->calibrate)) {

@@ -21,6 +21,9 @@ typedef struct {
     /* --profile FILE: write what the run measured; --calibrate FILE: predict this run's
      * step from such a file (apps/profile.c) */
     const char *profile, *calibrate;
+    /* --link BW[,LATENCY]: --calibrate's messages at BW bytes/s (and LATENCY s) instead of
+     * the profile's link (0: the profile's) */
+    double link_bw, link_lat;
     int memory_cap; /* --memory-cap N: the schedule auto's activations per actor (0: 1F1B's) */
     /* evaluation: every N steps and at the end (0: off), on K held-out microbatches (0:
      * R x m, one step's worth) */

@@ -34,6 +34,7 @@ struct sp_profile {
     double gap_s; /* the runtime's time between two tasks of an actor */
     double task_flops, task_seconds; /* summed over the task records */
     int have_step;
+    double link_lat, link_bw; /* sp_profile_set_link's (bw 0: the messages' fit) */
     double *cache; /* (bytes, seconds per byte) of the cache probe, ascending bytes */
     int ncache, capcache;
     double reuse[4096]; /* the profiled run's mean reuse factor by stage * 4 + kind (0: none) */
@@ -380,13 +381,24 @@ static void fit_link(const double *xy, int n, double *lat, double *bw)
 void sp_profile_link(const sp_profile *pf, double *latency, double *bandwidth)
 {
     fit_link(pf->msg, pf->nmsg, latency, bandwidth);
+    if (pf->link_bw > 0) {
+        *bandwidth = pf->link_bw;
+        if (pf->link_lat >= 0) *latency = pf->link_lat;
+    }
+}
+
+void sp_profile_set_link(sp_profile *pf, double latency, double bandwidth)
+{
+    if (!pf || !(bandwidth > 0) || !isfinite(bandwidth)) return;
+    pf->link_bw = bandwidth;
+    pf->link_lat = latency >= 0 && isfinite(latency) ? latency : -1;
 }
 
 void sp_profile_rates(const sp_profile *pf, sp_profile_rate *out)
 {
     memset(out, 0, sizeof *out);
     out->flops = pf->task_seconds > 0 ? pf->task_flops / pf->task_seconds : 0;
-    fit_link(pf->msg, pf->nmsg, &out->latency, &out->bandwidth);
+    sp_profile_link(pf, &out->latency, &out->bandwidth);
     /* the probe's all-reduce of two ranks: 2 alpha + bytes / bw (sp_tensor_allreduce_time
      * at T = 2), fitted */
     double lat = 0, bw = 0;
@@ -497,7 +509,7 @@ sp_status sp_profile_task_costs_n(const sp_profile *pf, const sp_program *p, dou
     if (found) found[0] = found[1] = found[2] = 0;
     double rate[NCLASS], lat, bw;
     class_rates(pf, rate);
-    fit_link(pf->msg, pf->nmsg, &lat, &bw);
+    sp_profile_link(pf, &lat, &bw);
     for (int s = 0; s < sp_program_num_stages(p); s++)
         for (int k = 0; k < SP_NUM_TASK_KINDS; k++) {
             double fixed, rest;
@@ -679,7 +691,7 @@ static sp_status task_times(const sp_profile *pf, const sp_program *p, const sp_
     int S = plan->nstages, A = plan->nactors;
     double rate[NCLASS], lat, bw;
     class_rates(pf, rate);
-    fit_link(pf->msg, pf->nmsg, &lat, &bw);
+    sp_profile_link(pf, &lat, &bw);
     double *fixed = malloc(sizeof *fixed * (size_t)S * SP_NUM_TASK_KINDS * 2);
     double *rest = fixed ? fixed + S * SP_NUM_TASK_KINDS : NULL;
     double **t = calloc((size_t)A, sizeof *t);
@@ -729,7 +741,7 @@ sp_status sp_profile_predict(const sp_profile *pf, const sp_program *p, const sp
         sp_prediction_free(out);
         return sp_set_error(SP_ERR_NOMEM, "sp_profile_predict: out of memory");
     }
-    fit_link(pf->msg, pf->nmsg, &out->latency, &out->bandwidth);
+    sp_profile_link(pf, &out->latency, &out->bandwidth);
 
     /* the replicas' all-reduce: a flat ring whose bandwidth the profile's all-reduces
      * give (bytes x 2 (R-1)/R over their time), else the message link's */

@@ -61,9 +61,12 @@ sp_status sp_profile_task_costs_n(const sp_profile *pf, const sp_program *p, dou
 sp_stage_info *sp_profile_costed_model(const sp_profile *pf, const sp_program *p,
                                       sp_stage_model *out, int *found);
 
-/* The message link fitted to the profile's messages: latency (s) and bandwidth (bytes per
- * second, 0: none fitted, one size only). */
+/* The message link fitted to the profile's messages (or sp_profile_set_link's): latency
+ * (s) and bandwidth (bytes per second, 0: none fitted, one size only). */
 void sp_profile_link(const sp_profile *pf, double *latency, double *bandwidth);
+/* Another network than the profiled run's: every message from now on at latency (s; < 0:
+ * the profile's) + bytes / bandwidth (bytes per second, > 0). */
+void sp_profile_set_link(sp_profile *pf, double latency, double bandwidth);
 
 /* The profile as rates, for models known by their shape only (starpipe-plan --gpt,
  * --llama): the stage programs' FLOPs (sp_program_flops) over their measured task time,
