@@ -83,6 +83,18 @@ grep '^schedule auto' "$dir/log"
 cmp "$dir/ref.grads" "$dir/run.grads" || { echo "FAIL: auto (8 layers): gradients differ"; exit 1; }
 cmp "$dir/ref.ckpt" "$dir/run.ckpt" || { echo "FAIL: auto (8 layers): checkpoint differs"; exit 1; }
 # bad input: a file that is not a profile; --profile on the reference; one step
+# --link: the same run predicted over a slow link (1 MB/s: 64 KiB in 66 ms a message)
+# is predicted slower by at least the messages of one actor's critical path, the
+# profile's latency kept (its line says the bandwidth)
+"$mpiexec" -np 2 "$app" --steps 2 --calibrate "$dir/p.txt" >"$dir/log" 2>&1 ||
+  { cat "$dir/log"; exit 1; }
+fast=$(sed -n 's/^prediction: step \([0-9.]*\) ms (pipeline.*/\1/p' "$dir/log")
+"$mpiexec" -np 2 "$app" --steps 2 --calibrate "$dir/p.txt" --link 1e6 >"$dir/log" 2>&1 ||
+  { cat "$dir/log"; exit 1; }
+slow=$(sed -n 's/^prediction: step \([0-9.]*\) ms (pipeline.*/\1/p' "$dir/log")
+grep -q '^prediction: step .* + bytes at 0.00 GB/s' "$dir/log" &&
+  awk -v f="$fast" -v s="$slow" 'BEGIN { exit !(s > f + 4 * 65.5) }' ||
+  { cat "$dir/log"; echo "FAIL: --link 1e6: step $slow ms predicted, $fast ms without"; exit 1; }
 printf 'hello\n' >"$dir/bad.txt"
 for args in "--calibrate $dir/bad.txt|bad.txt:1: not a starpipe profile" \
             "--calibrate $dir/none.txt|none.txt: cannot open" \
@@ -90,7 +102,10 @@ for args in "--calibrate $dir/bad.txt|bad.txt:1: not a starpipe profile" \
             "--steps 1 --profile $dir/x.txt|--profile needs --steps 2 or more" \
             "--profile $dir/p.txt --calibrate $dir/p.txt|is the --calibrate file" \
             "--schedule auto --chunks 2|schedule auto places one stage per actor" \
-            "--memory-cap 2|--memory-cap caps the schedule auto's activations"; do
+            "--memory-cap 2|--memory-cap caps the schedule auto's activations" \
+            "--link 1e8|--link prices the messages of --calibrate's prediction" \
+            "--calibrate $dir/p.txt --link 0|--link expects a number" \
+            "--calibrate $dir/p.txt --link 1e8,x|--link expects a number"; do
   a=${args%%|*}; want=${args#*|}
   set +e
   # shellcheck disable=SC2086
