@@ -139,8 +139,9 @@ static void write_body(FILE *f, const app_profile_run *r, const sp_train_profile
         if (u > update) update = u;
     }
     double other = step - span - update;
-    fprintf(f, "step seconds=%.9g span=%.9g update=%.9g other=%.9g gap=%.9g steps=%d\n", step,
-            span, update, other > 0 ? other : 0, pf->gap_s, pf->steps);
+    fprintf(f, "step seconds=%.9g span=%.9g update=%.9g other=%.9g gap=%.9g send_gap=%.9g "
+            "steps=%d\n", step, span, update, other > 0 ? other : 0, pf->gap_s,
+            pf->send_gap_s, pf->steps);
     for (int k = 0; k < S * SP_NUM_TASK_KINDS; k++)
         if (pf->task_s[k] > 0)
             fprintf(f, "task stage=%d kind=%s seconds=%.9g flops=%.9g\n", k / 4,

@@ -22,7 +22,7 @@ args=${HOSTS_LINKS_ARGS:-"--schedule 1f1b --microbatches 8"}
 settings=(off 1gbit 300mbit 100mbit)
 work=$(mktemp -d)
 rc=0
-cluster=$("$root/scripts/hosts" up 2) || rc=$?
+cluster=$("$root/scripts/hosts" up 2 1) || rc=$? # a core of its own each
 [[ $rc == 0 ]] || { rm -rf "$work"; exit "$rc"; }
 trap '"$root/scripts/hosts" down "$cluster"; rm -rf "$work"' EXIT
 "$root/scripts/hosts" link "$cluster" 1gbit || exit $? # tbf exists

@@ -164,7 +164,7 @@ sp_status sp_trainer_profile(sp_trainer *t, sp_train_profile *out)
     int64_t maxn = (int64_t)ns * pl->ntasks + ns + K + 1;
     double *v = malloc((size_t)maxn * sizeof *v);
     int64_t *send_at = malloc(2 * ((size_t)pl->nmessages + 1) * sizeof *send_at);
-    double *gap = malloc((size_t)maxn * sizeof *gap);
+    double *gap = malloc(2 * (size_t)maxn * sizeof *gap), *sgap = gap ? gap + maxn : NULL;
     if (!out->task_s || !out->op_at || !out->opt_s || !out->msg_s || !out->ar_s || !v ||
         !send_at || !gap)
         goto nomem;
@@ -203,19 +203,27 @@ sp_status sp_trainer_profile(sp_trainer *t, sp_train_profile *out)
             if (in->op == SP_OP_SEND && in->seq >= 0 && in->seq < pl->nmessages && prod >= 0)
                 send_at[2 * in->seq] = a, send_at[2 * in->seq + 1] = prod;
         }
-    int ngap = 0;
+    int ngap = 0, nsgap = 0;
     for (int a = 0; a < pl->nactors; a++)
-        for (int i = 0, prev = -1, recv = 0; i < pl->ninstr[a]; i++) {
+        for (int i = 0, prev = -1, recv = 0, sent = 0; i < pl->ninstr[a]; i++) {
             const sp_instr *in = &pl->instr[a][i];
             if (in->op == SP_OP_RECV) recv = 1;
+            if (in->op == SP_OP_SEND) sent = 1;
             if (in->op == SP_OP_RUN || in->op == SP_OP_COMBINE) {
-                /* the runtime's gap between two tasks with no message between them */
-                for (int st = 0; !recv && prev >= 0 && st < ns && ngap < maxn; st++) {
+                /* the runtime's gap between two tasks, the second reading nothing
+                 * received (a wait for a message is the message's time, below, even where
+                 * its RECV came before the first task); apart where the first one's
+                 * output was sent (posting sends may cost the actor time) */
+                for (int j = 0; j < i && !recv; j++)
+                    recv = pl->instr[a][j].op == SP_OP_RECV && reads(pl, in, pl->instr[a][j].buf);
+                double *g = sent ? sgap : gap;
+                int *n = sent ? &nsgap : &ngap;
+                for (int st = 0; !recv && prev >= 0 && st < ns && *n < maxn; st++) {
                     const double *h = pr->hist + (size_t)st * pr->cells;
                     size_t c = (size_t)a * t->tmax, cp = c + (size_t)prev, ci = c + (size_t)i;
-                    if (h[ci] > 0 && h[cells + cp] > 0) gap[ngap++] = h[ci] - h[cells + cp];
+                    if (h[ci] > 0 && h[cells + cp] > 0) g[(*n)++] = h[ci] - h[cells + cp];
                 }
-                prev = i, recv = 0;
+                prev = i, recv = 0, sent = 0;
             }
             if (in->op != SP_OP_RECV || in->seq < 0 || in->seq >= pl->nmessages ||
                 send_at[2 * in->seq] < 0)
@@ -240,6 +248,7 @@ sp_status sp_trainer_profile(sp_trainer *t, sp_train_profile *out)
             if (n) out->msg_s[in->seq] = mean(v, n);
         }
     out->gap_s = mean(gap, ngap);
+    out->send_gap_s = mean(sgap, nsgap);
     /* the replicas' all-reduces: [2 s] start, [2 s + 1] end, after the rows */
     for (int s = 0; s < S; s++) {
         int n = 0;

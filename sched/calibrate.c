@@ -32,6 +32,7 @@ struct sp_profile {
     double upd_seconds, upd_floats; /* AdamW: summed over the profiled stages */
     double step_s, span_s, update_s, other_s;
     double gap_s; /* the runtime's time between two tasks of an actor */
+    double send_gap_s; /* the same after a task whose output was sent (< 0: gap_s) */
     double task_flops, task_seconds; /* summed over the task records */
     int have_step;
     double link_lat, link_bw; /* sp_profile_set_link's (bw 0: the messages' fit) */
@@ -145,7 +146,12 @@ static int add_op(sp_profile *pf, const op_sample *s)
     return 0;
 }
 
-sp_profile *sp_profile_create(void) { return calloc(1, sizeof(sp_profile)); }
+sp_profile *sp_profile_create(void)
+{
+    sp_profile *pf = calloc(1, sizeof(sp_profile));
+    if (pf) pf->send_gap_s = -1;
+    return pf;
+}
 
 static sp_status add_timed(sp_profile *pf, const sp_op_desc *d, double seconds, double hot)
 {
@@ -281,6 +287,7 @@ static int parse_line(sp_profile *pf, char *const *tok, int ntok, char *msg, siz
         pf->step_s = a, pf->span_s = b, pf->update_s = c, pf->other_s = d;
         if (num(tok, ntok, "gap", &c)) c = 0;
         sp_profile_set_gap(pf, c);
+        pf->send_gap_s = num(tok, ntok, "send_gap", &c) ? -1 : c;
         pf->have_step = 1;
         return 0;
     }
@@ -297,7 +304,7 @@ sp_profile *sp_profile_read(const char *path, sp_status *status)
                           strerror(errno));
         goto out;
     }
-    if (!(pf = calloc(1, sizeof *pf))) {
+    if (!(pf = sp_profile_create())) {
         st = sp_set_error(SP_ERR_NOMEM, "profile %s: out of memory", path);
         goto out;
     }
@@ -392,6 +399,11 @@ void sp_profile_set_link(sp_profile *pf, double latency, double bandwidth)
     if (!pf || !(bandwidth > 0) || !isfinite(bandwidth)) return;
     pf->link_bw = bandwidth;
     pf->link_lat = latency >= 0 && isfinite(latency) ? latency : -1;
+    if (pf->link_lat < 0 && pf->nlink) { /* the wire's: half the probe's 2-rank all-reduce */
+        double lat = 0, bw = 0;
+        fit_link(pf->link, pf->nlink, &lat, &bw);
+        if (lat > 0) pf->link_lat = lat / 2;
+    }
 }
 
 void sp_profile_rates(const sp_profile *pf, sp_profile_rate *out)
@@ -715,6 +727,14 @@ static sp_status task_times(const sp_profile *pf, const sp_program *p, const sp_
             t[a][j] = in->op == SP_OP_RUN ? fixed[k] + rest[k] * t[a][j] +
                                                 (again ? fixed[f] + rest[f] * t[a][j] : 0)
                     : in->op == SP_OP_COMBINE ? combine : 0;
+            /* a task whose output is sent: the runtime's gap after a send (fixed holds the
+             * plain gap) */
+            int sends = 0;
+            for (int q = j + 1; q < plan->ninstr[a] && plan->instr[a][q].op != SP_OP_RUN &&
+                                plan->instr[a][q].op != SP_OP_COMBINE; q++)
+                sends |= plan->instr[a][q].op == SP_OP_SEND;
+            if (in->op == SP_OP_RUN && sends && pf->send_gap_s >= 0)
+                t[a][j] += pf->send_gap_s - pf->gap_s;
         }
     }
     free(fixed);
@@ -767,11 +787,10 @@ sp_status sp_profile_predict(const sp_profile *pf, const sp_program *p, const sp
     sp_sim_config cfg = { .latency = out->latency, .bandwidth = out->bandwidth,
                           .combine_time = m.nshared ? combine / m.nshared : 0,
                           .allreduce = R > 1 ? &arm : NULL };
-    /* with the profile's cache probe, each task its own time: the memory-bound ops' hot
-     * times by the task's reuse factor */
+    /* each task its own time: the memory-bound ops' hot times by the task's reuse factor
+     * (1 without a cache probe), the runtime's gap after it (after a send, or not) */
     double **itime = NULL;
-    sp_status st = pf->ncache >= 2 ? task_times(pf, p, plan, &m, cfg.combine_time, &itime)
-                                   : SP_OK;
+    sp_status st = task_times(pf, p, plan, &m, cfg.combine_time, &itime);
     cfg.instr_time = (const double *const *)itime;
     sp_sim_result *r = NULL;
     if (st == SP_OK) st = sp_simulate(plan, &m, &cfg, &r);

@@ -65,7 +65,8 @@ sp_stage_info *sp_profile_costed_model(const sp_profile *pf, const sp_program *p
  * (s) and bandwidth (bytes per second, 0: none fitted, one size only). */
 void sp_profile_link(const sp_profile *pf, double *latency, double *bandwidth);
 /* Another network than the profiled run's: every message from now on at latency (s; < 0:
- * the profile's) + bytes / bandwidth (bytes per second, > 0). */
+ * the wire's, half the link probe's 2-rank all-reduce of its smallest sizes, else the
+ * messages' fit) + bytes / bandwidth (bytes per second, > 0). */
 void sp_profile_set_link(sp_profile *pf, double latency, double bandwidth);
 
 /* The profile as rates, for models known by their shape only (starpipe-plan --gpt,

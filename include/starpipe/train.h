@@ -183,6 +183,8 @@ typedef struct {
                            start of the one that reads it, where the receiver was idle
                            by then (what a message adds to a path); -1: never idle */
     double gap_s;       /* between two tasks of an actor with no message between them */
+    double send_gap_s;  /* the same where the first task's output was sent (its SENDs
+                           between them): what posting a send costs the actor; 0: none */
     double *ar_s;       /* [S]: the replicas' all-reduce of the stage's gradients, first
                            task to last message (0 without replicas) */
 } sp_train_profile;
