@@ -37,7 +37,7 @@ static void put(char *b, size_t len, size_t *k, const char *fmt, ...)
     *k = n < 0 ? len : *k + (size_t)n;
 }
 
-/* "receive #7 from rank 1 (tag 0x200000007)" */
+/* "receive #7 from rank 1 on node1 (tag 0x200000007)" */
 static void put_message(char *b, size_t len, size_t *k, const transfer_info *t)
 {
     put(b, len, k, "%s #%u %s rank %d on %s", t->is_send ? "send" : "receive", t->msg,
