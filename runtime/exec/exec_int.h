@@ -53,6 +53,13 @@ extern struct sp_exec_state sp_exec_state_;
  * header is the last one a file includes). */
 #define X sp_exec_state_
 
+/* The waits nothing else can leave (MPI's start-up, StarPU-MPI's drain): unless disarmed
+ * within `seconds` (> 0; else nothing), a thread prints the line (printf's fmt, and what
+ * `more` appends to it, if given) and ends the process, exit status 1. One at a time. */
+void sp_exec_deadline_arm(double seconds, void (*more)(char *, size_t), const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void sp_exec_deadline_disarm(void);
+
 /* Rank r's hostname ("?" before start-up or out of range): the reports of a stall say
  * which host a silent rank is on. */
 static inline const char *sp_exec_host_of(int r)

@@ -2,8 +2,6 @@
  * ordered policy, StarPU-MPI and the transport. Relies on state.c, buslock.c, device.c
  * (the host's GPUs, cuBLAS), and runtime/binding.c, gpumap.c and launch.c. */
 #define _GNU_SOURCE /* cpu_set_t (runtime/gpumap.h) */
-#include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,19 +93,6 @@ int sp_exec_expect_cuda(int local_rank, int local_size)
            strcmp(gpu.ncuda, "0") != 0;
 }
 
-/* ---- the start-up under the watchdog ----
- * MPI's start-up waits for every rank: where two hosts cannot reach each other over any
- * transport MPI may use (a firewall, TCP left out), Open MPI 4 prints that it will abort
- * and then waits forever in the first communicator's creation (measured: MPI_Comm_dup,
- * ranks of two hosts joined by shared memory only). Under STARPIPE_STEP_TIMEOUT the
- * start-up gets that long and the rank then leaves alone, saying so: its launcher ends
- * the others. No MPI call may be made from here. */
-static struct {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int done;
-} boot = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
-
 /* The launcher's number of this process before MPI starts, or NULL */
 static const char *launcher_rank(void)
 {
@@ -115,32 +100,6 @@ static const char *launcher_rank(void)
     if (!r) r = getenv("PMIX_RANK");
     if (!r) r = getenv("SLURM_PROCID");
     return r;
-}
-
-static void *boot_watch(void *arg)
-{
-    double limit = *(const double *)arg;
-    struct timespec end;
-    clock_gettime(CLOCK_REALTIME, &end);
-    end.tv_sec += (time_t)limit;
-    end.tv_nsec += (long)((limit - (double)(time_t)limit) * 1e9);
-    if (end.tv_nsec >= 1000000000L) end.tv_sec++, end.tv_nsec -= 1000000000L;
-    pthread_mutex_lock(&boot.lock);
-    int rc = 0;
-    while (!boot.done && rc != ETIMEDOUT)
-        rc = pthread_cond_timedwait(&boot.cond, &boot.lock, &end);
-    int late = !boot.done;
-    pthread_mutex_unlock(&boot.lock);
-    if (!late) return NULL;
-    char host[256] = "?";
-    gethostname(host, sizeof host - 1);
-    const char *r = launcher_rank();
-    fprintf(stderr, "starpipe: rank %s on %s: the start-up (MPI, StarPU-MPI) did not end in "
-            "%.1f s (STARPIPE_STEP_TIMEOUT): some ranks cannot reach each other (a network "
-            "between hosts closed to MPI's transports?) or never started; leaving\n",
-            r ? r : "?", host, limit);
-    fflush(stderr);
-    _exit(1);
 }
 
 static sp_status exec_init(int *argc, char ***argv);
@@ -152,19 +111,21 @@ sp_status sp_exec_init(int *argc, char ***argv, const sp_exec_opts *opts)
     memset(&X, 0, sizeof X);
     if (opts)
         X.opts = *opts;
-    static double limit;
-    limit = X.opts.watchdog_s;
-    pthread_t watch;
-    boot.done = 0;
-    int watching = limit > 0 && pthread_create(&watch, NULL, boot_watch, &limit) == 0;
+    /* MPI's start-up waits for every rank: where two hosts cannot reach each other over
+     * any transport MPI may use (a firewall, TCP left out), Open MPI 4 prints that it will
+     * abort and then waits forever in the first communicator's creation (measured:
+     * MPI_Comm_dup), and a rank that never starts holds the others in MPI_Init. Under
+     * STARPIPE_STEP_TIMEOUT the start-up gets that long. */
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    const char *r = launcher_rank();
+    sp_exec_deadline_arm(X.opts.watchdog_s, NULL, "starpipe: rank %s on %s: the start-up (MPI, "
+                         "StarPU-MPI) did not end in %.1f s (STARPIPE_STEP_TIMEOUT): some "
+                         "ranks cannot reach each other (a network between hosts closed to "
+                         "MPI's transports?) or never started; leaving", r ? r : "?", host,
+                         X.opts.watchdog_s);
     sp_status st = exec_init(argc, argv);
-    if (watching) {
-        pthread_mutex_lock(&boot.lock);
-        boot.done = 1;
-        pthread_cond_signal(&boot.cond);
-        pthread_mutex_unlock(&boot.lock);
-        pthread_join(watch, NULL);
-    }
+    sp_exec_deadline_disarm();
     return st;
 }
 

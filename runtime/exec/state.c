@@ -2,11 +2,14 @@
  * task's failure (the first one wins; sp_exec_end_step agrees on it), completions waking
  * the main thread, and the executor given up. Relies on nothing of the folder but
  * device.h (the CUDA workers' count). */
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <mpi.h>
 
@@ -113,3 +116,66 @@ const sp_device_kind *sp_exec_device(void)
 }
 
 int sp_exec_size(void) { return sp_exec_size_; }
+
+/* ---- a deadline for the waits nothing else can leave ----
+ * MPI's start-up and StarPU-MPI's drain (its progress thread's MPI_Barrier) wait for
+ * every rank, and no call can recall them: a thread ends the rank with one line if the
+ * wait is not over by then (the launcher then ends the others). No MPI call from it. */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int armed, over;
+    double seconds;
+    void (*more)(char *, size_t);
+    char line[768];
+    pthread_t thread;
+} deadline = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+
+static void *deadline_watch(void *arg)
+{
+    (void)arg;
+    struct timespec end;
+    clock_gettime(CLOCK_REALTIME, &end);
+    double s = deadline.seconds;
+    end.tv_sec += (time_t)s;
+    end.tv_nsec += (long)((s - (double)(time_t)s) * 1e9);
+    if (end.tv_nsec >= 1000000000L) end.tv_sec++, end.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&deadline.lock);
+    int rc = 0;
+    while (!deadline.over && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&deadline.cond, &deadline.lock, &end);
+    int late = !deadline.over;
+    pthread_mutex_unlock(&deadline.lock);
+    if (!late) return NULL;
+    if (deadline.more) {
+        size_t n = strlen(deadline.line);
+        deadline.more(deadline.line + n, sizeof deadline.line - n);
+    }
+    fprintf(stderr, "%s\n", deadline.line);
+    fflush(stderr);
+    _exit(1);
+}
+
+void sp_exec_deadline_arm(double seconds, void (*more)(char *, size_t), const char *fmt, ...)
+{
+    if (seconds <= 0 || deadline.armed) return;
+    deadline.more = more;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(deadline.line, sizeof deadline.line, fmt, ap);
+    va_end(ap);
+    deadline.seconds = seconds;
+    deadline.over = 0;
+    deadline.armed = pthread_create(&deadline.thread, NULL, deadline_watch, NULL) == 0;
+}
+
+void sp_exec_deadline_disarm(void)
+{
+    if (!deadline.armed) return;
+    pthread_mutex_lock(&deadline.lock);
+    deadline.over = 1;
+    pthread_cond_signal(&deadline.cond);
+    pthread_mutex_unlock(&deadline.lock);
+    pthread_join(deadline.thread, NULL);
+    deadline.armed = 0;
+}

@@ -44,6 +44,22 @@ sp_status sp_exec_begin_step(void)
     return SP_OK;
 }
 
+/* Which ranks are silent, from the drain's deadline thread (MPI_THREAD_MULTIPLE: the
+ * progress thread sits in StarPU-MPI's barrier on its own communicator): the other live
+ * ranks, stuck there too, ask and answer at the same time; "; no report from rank 2, 3 on
+ * node1 (all its ranks)", then "; leaving". */
+static void drain_silent(char *b, size_t len)
+{
+    static const int in_drain = 1; /* what it waited on: a collective */
+    char missing[256] = "";
+    if (sp_exec_size_ > 1) {
+        sp_exec_tell_all(TAG_STALLED, &in_drain);
+        sp_exec_await_reports(X.opts.watchdog_s < 5 ? X.opts.watchdog_s : 5, -1, missing,
+                              sizeof missing);
+    }
+    snprintf(b, len, "%s%s; leaving", missing[0] ? "; no report from rank " : "", missing);
+}
+
 sp_status sp_exec_end_step(void)
 {
     if (!X.started || !X.in_step)
@@ -77,7 +93,22 @@ sp_status sp_exec_end_step(void)
              .kind = SP_COLL_BARRIER, .comm = X.comm,
              .what = "the step's end (the barrier before StarPU-MPI's drain)" })))
         return st;
-    if ((st = X.host->drain()))
+    /* and the drain itself: a peer stopped, killed or cut off after that barrier leaves
+     * this rank in StarPU-MPI's MPI_Barrier for good (seen: a host frozen between the
+     * two) */
+    /* (after the timeout, the collective's second and the reports' grace: a rank whose
+     * own watchdog fired speaks first) */
+    double s = X.opts.watchdog_s, limit = s + 1.0 + (s < 5 ? s : 5);
+    if (X.host == &sp_transport_starpu_mpi)
+        sp_exec_deadline_arm(s > 0 ? limit : 0, drain_silent, "starpipe: rank %d on %s: step %lld: "
+                             "StarPU-MPI's drain (its MPI_Barrier) did not end in %.1f s after "
+                             "every rank met before it: a peer stopped, died or lost its link "
+                             "since", sp_exec_rank_, sp_exec_host_of(sp_exec_rank_),
+                             X.step_label > 0 ? (long long)X.step_label
+                                              : (long long)sp_exec_step_, limit);
+    st = X.host->drain();
+    sp_exec_deadline_disarm();
+    if (st)
         return st;
 
     /* Agreement: every rank returns the error of the lowest failing rank. */

@@ -66,13 +66,15 @@ fault_case() {
     frozen) kill -STOP $(job_pids 1) ;;
     esac
     # host 0's ranks end within the timeout (5 s), the reports' grace (5 s), the second
-    # before the abort and a few seconds (11 s measured): by their own watchdog (cut,
-    # frozen) or by the launcher (killed)
+    # before the abort and a few seconds (11-12 s measured), or where the fault came
+    # between the step's last barrier and StarPU-MPI's drain, the drain's deadline (the
+    # timeout, a second, a grace) and a grace for the reports (16 s): by their own watchdog
+    # (cut, frozen) or by the launcher (killed)
     for ((i = 0; i < 300; i++)); do [[ $(ranks_on 0) == 0 ]] && break; sleep 0.1; done
     local gone
     gone=$(since "$t0")
     [[ $(ranks_on 0) == 0 ]] || fail "$fault: host 0's ranks still run 30 s after the fault"
-    awk -v e="$gone" 'BEGIN { exit !(e <= 18) }' ||
+    awk -v e="$gone" 'BEGIN { exit !(e <= 25) }' ||
         fail "$fault: host 0's ranks ended $gone s after the fault (STARPIPE_STEP_TIMEOUT=5)"
     # a frozen host thaws (or is fenced) only after the others gave up
     [[ $fault != frozen ]] || kill -CONT $(job_pids 1) 2>/dev/null || true
@@ -93,10 +95,10 @@ fault_case() {
         # forwarding may lose one in the abort: "ORTE_ERROR_LOG: Out of resource in
         # show_help.c") names host 1, all of whose ranks were silent
         local said
-        said=$(grep -c "^starpipe: rank [01]: .*no report from rank .*2, 3 on $name-node1 (all its ranks)" \
+        said=$(grep -c "^starpipe: rank [01][: ].*no report from rank .*2, 3 on $name-node1 (all its ranks)" \
             "$dir/log" || true)
         [[ $said -ge 1 ]] || fail "$fault: no rank of host 0 named host $name-node1 as silent"
-        [[ $(grep -c "^starpipe: rank [01]: .*no report from rank" "$dir/log") == "$said" ]] ||
+        [[ $(grep -c "^starpipe: rank [01][: ].*no report from rank" "$dir/log") == "$said" ]] ||
             fail "$fault: a rank's last line did not name host $name-node1"
     fi
     for ((i = 0; i < 600 && $(pids_on 0) + $(pids_on 1) > 0; i++)); do sleep 0.1; done
@@ -121,5 +123,5 @@ fault_case() {
 # shellcheck disable=SC2086
 "$apps/starpipe-gpt" --reference --actors 4 $model --total-steps $total --save "$dir/ref.st" \
     >"$dir/log" 2>&1 || fail "the reference run failed"
-for fault in cut killed frozen; do fault_case "$fault"; done
+for fault in ${HOSTS_FAULTS:-cut killed frozen}; do fault_case "$fault"; done
 echo "ok: a host cut off, killed or frozen: the job ends, says which host, leaves nothing; the run resumes on the other"
