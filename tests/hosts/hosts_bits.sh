@@ -12,15 +12,8 @@
 # least what the ranks sent across. Exit 77 where namespaces cannot be made.
 set -euo pipefail
 apps=$1
-root=$(cd "$(dirname "$0")/../.." && pwd)
-dir=$(mktemp -d)
-rc=0
-cluster=$("$root/scripts/hosts" up 3) || rc=$?
-[[ $rc == 77 ]] && exit 77
-[[ $rc == 0 ]] || { echo "FAIL: scripts/hosts up 3 (exit $rc)"; exit 1; }
-trap '"$root/scripts/hosts" down "$cluster"; rm -rf "$dir"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-name=$(cat "$cluster/name")
+source "$(dirname "$0")/cluster.sh"
+cluster_up 3
 fail() { cat "$dir/log"; echo "FAIL: $*"; exit 1; }
 
 link_bytes() { # bytes through every host's veth so far (each counted on the bridge side)

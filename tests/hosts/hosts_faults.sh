@@ -14,24 +14,8 @@
 # the same steps. Exit 77 where namespaces cannot be made.
 set -euo pipefail
 apps=$1
-root=$(cd "$(dirname "$0")/../.." && pwd)
-dir=$(mktemp -d)
-rc=0
-cluster=$("$root/scripts/hosts" up 2) || rc=$?
-[[ $rc == 77 ]] && exit 77
-[[ $rc == 0 ]] || { echo "FAIL: scripts/hosts up 2 (exit $rc)"; exit 1; }
-name=$(cat "$cluster/name")
-cleanup() {
-    for i in 0 1; do # thaw anything left stopped, so that it can be killed
-        pids=$(ip netns pids "${name}h$i" 2>/dev/null || true)
-        [[ -z $pids ]] || kill -CONT $pids 2>/dev/null || true
-    done
-    pkill -KILL -f "$cluster/hostfile" 2>/dev/null || true
-    "$root/scripts/hosts" down "$cluster"
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+source "$(dirname "$0")/cluster.sh"
+cluster_up 2
 fail() { grep -v "^step \|^\[starpu\]" "$dir/log" 2>/dev/null | tail -60; echo "FAIL: $*"; exit 1; }
 host0=$(sed -n 1p "$cluster/hostfile" | cut -d' ' -f1)
 model="--layers 4 --channels 16 --heads 2 --context 16 --batch 2 --microbatches 4"
