@@ -256,9 +256,14 @@ while :; do
   [[ $state == *JobState=COMPLETED* && $state == *Restarts=1* ]] && break
   [[ $state == *JobState=COMPLETED* && $state == *Restarts=0* ]] &&
     fail "job $job ended without a requeue: the signal came after its last step, or did not stop it"
-  # slurmctld holds a requeued job for two minutes (Reason=BeginTime): start it now
-  [[ $state == *JobState=PENDING*Reason=BeginTime* ]] &&
-    run timeout 5 scontrol update jobid="$job" StartTime=now >/dev/null 2>&1
+  # slurmctld holds a requeued job for two minutes (Reason=BeginTime): start it, but not
+  # within the second slurmd revoked the first run's credential (a credential made in that
+  # same second counts as revoked: "Killing non-startable batch job: Job credential revoked")
+  if [[ $state == *JobState=PENDING*Reason=BeginTime* ]]; then
+    [ -n "${held:-}" ] || held=$(date +%s%N)
+    [ "$(ms "$held")" -lt 2000 ] ||
+      run timeout 5 scontrol update jobid="$job" StartTime=now >/dev/null 2>&1
+  fi
   case $state in *JobState=FAILED*|*JobState=CANCELLED*|*JobState=TIMEOUT*) fail "job $job: $state" ;; esac
   sleep 0.2; i=$((i + 1)); [ $i -lt 600 ] || fail "requeued job $job not done in 120 s: $state"
 done
