@@ -16,141 +16,22 @@
 # installs them: slurm-wlm, munge).
 set -u
 mpiexec=$1; gpt=$2
-skip() { echo "SKIP: $1"; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "needs root to start slurmctld, slurmd and munged"
-for b in munged slurmctld slurmd srun sbatch scontrol scancel sinfo python3; do
-  command -v "$b" >/dev/null || skip "no $b (scripts/install-deps installs slurm-wlm and munge)"
-done
-
-# This run's folder is /tmp/starpipe-slurm.<our pid>.XXXXXX. Every daemon and client it
-# starts carries SP_SLURM_TEST=<folder> in its environment (the job's tasks inherit it),
-# and slurmstepd, which starts with an empty environment, holds files open in it: the
-# cleanup stops exactly those processes, and a later run reaps what a run killed with
-# SIGKILL left behind (the pid in the name is gone).
-marked() { # "pid owner folder" of each such process (of owner $1 only, when given)
-  python3 - "${1:-}" $$ <<'PY'
-import os, re, sys
-want, me = sys.argv[1], sys.argv[2]
-pat = re.compile(rb"/tmp/starpipe-slurm\.([0-9]+)\.[A-Za-z0-9]+")
-for pid in filter(str.isdigit, os.listdir("/proc")):
-    if pid == me: continue
-    try:
-        if open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[0] == b"Z":
-            continue  # ended, not yet reaped
-        m = None
-        for v in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"):
-            if v.startswith(b"SP_SLURM_TEST="): m = pat.match(v[14:])
-        for fd in ([] if m else os.listdir(f"/proc/{pid}/fd")):
-            try: m = pat.match(os.readlink(f"/proc/{pid}/fd/{fd}").encode())
-            except OSError: pass
-            if m: break
-    except (OSError, IndexError):
-        continue
-    if m and (not want or m.group(1).decode() == want):
-        print(pid, m.group(1).decode(), m.group(0).decode())
-PY
-}
-# leftovers of runs whose test process is gone
-marked | while read -r pid owner d; do
-  if ! kill -0 "$owner" 2>/dev/null; then
-    echo "reaping pid $pid left by an earlier run ($d)"; kill -9 "$pid" 2>/dev/null; rm -rf "$d"
-  fi
-done
-
-dir=$(mktemp -d /tmp/starpipe-slurm.$$.XXXXXX)
-pids=()
-cleanup() {
-  trap - EXIT INT TERM
-  if [ -f "$dir/slurm.conf" ]; then
-    SLURM_CONF=$dir/slurm.conf timeout 5 scancel --full --quiet --state=PENDING,RUNNING \
-      --partition=test 2>/dev/null
-  fi
-  # slurmd and slurmctld end their steps and helpers on SIGTERM; then whatever is left
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  local i=0
-  while [ $i -lt 50 ] && [ -n "$(marked "$$")" ]; do sleep 0.1; i=$((i + 1)); done
-  marked "$$" | while read -r pid _; do kill -9 "$pid" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/slurm_lib.sh"
+slurm_prepare
+trap slurm_cleanup EXIT
 trap 'exit 1' INT TERM
-fail() {
-  echo "FAIL: $1"
-  for f in "$dir"/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }; done
-  exit 1
-}
-
-# Only this run's launcher variables: a test run inside a Slurm job or under mpirun must
-# not hand its own to the jobs.
-for v in $(env | sed -n 's/^\(\(SLURM\|PMIX\|PMI\)_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
-unset OMPI_COMM_WORLD_SIZE OMPI_COMM_WORLD_RANK
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export SLURM_CONF=$dir/slurm.conf
-run() { SP_SLURM_TEST=$dir "$@"; }
-start() { SP_SLURM_TEST=$dir "$@" >/dev/null 2>&1 & pids+=($!); } # a daemon, in the foreground
 t0=$(date +%s%N)
-ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 
-# munge: its own key, socket, pid, log and seed files (-f: the folder is under /tmp)
-mkdir -p "$dir/munge" "$dir/state" "$dir/spool" "$dir/tmp"
-head -c 1024 /dev/urandom >"$dir/munge/key" && chmod 400 "$dir/munge/key"
-start munged -F -f --key-file="$dir/munge/key" --socket="$dir/munge/socket" \
-  --pid-file="$dir/munge/pid" --log-file="$dir/munged.log" --seed-file="$dir/munge/seed"
-i=0
-until [ -S "$dir/munge/socket" ]; do
-  sleep 0.1; i=$((i + 1)); [ $i -lt 50 ] || fail "munged did not start in 5 s"
-done
-
-# Two free ports, one node named as this host says, at 127.0.0.1.
-read -r ctld_port slurmd_port < <(python3 -c 'import socket
-s = [socket.socket() for _ in range(2)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*(x.getsockname()[1] for x in s))')
+# One node named as this host says, at 127.0.0.1.
 node=$(hostname -s)
 cpus=$(nproc)
 over=(); [ "$cpus" -ge 2 ] || over=(--overcommit)
-: >"$dir/plugstack.conf"
-cat >"$dir/slurm.conf" <<EOF
-ClusterName=starpipe-test
-SlurmctldHost=$node(127.0.0.1)
-SlurmctldPort=$ctld_port
-SlurmdPort=$slurmd_port
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$dir/munge/socket
-StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
-TmpFS=$dir/tmp
-FirstJobId=$(( $$ % 100000 * 10 + 1 ))
-SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
-SlurmctldLogFile=$dir/slurmctld.log
-SlurmdLogFile=$dir/slurmd.log
-PlugStackConfig=$dir/plugstack.conf
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-MpiDefault=none
-ReturnToService=2
-SchedulerType=sched/builtin
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/none
-KillWait=2
-MessageTimeout=10
-NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=100 State=UNKNOWN
-PartitionName=test Nodes=$node Default=YES MaxTime=5 State=UP
-EOF
-start slurmctld -D -i -f "$dir/slurm.conf"
-start slurmd -D -N "$node" -f "$dir/slurm.conf"
-i=0
-until [ "$(timeout 5 sinfo -h -N -o %t 2>/dev/null)" = idle ]; do
-  sleep 0.2; i=$((i + 1)); [ $i -lt 100 ] || fail "the node did not come up idle in 20 s"
-done
+mkdir -p "$dir/tmp" "$dir/spool-$node"
+slurm_conf "$node" 127.0.0.1 "$dir/tmp" \
+  "NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=100 State=UNKNOWN"
+slurm_start slurmctld -D -i -f "$dir/slurm.conf"
+slurm_start slurmd -D -N "$node" -f "$dir/slurm.conf"
+slurm_wait_idle 1
 echo "Slurm up in $(ms "$t0") ms: node $node ($cpus CPUs), slurmctld :$ctld_port, slurmd :$slurmd_port"
 timeout 10 srun --mpi=list 2>&1 | grep -qw pmix || fail "srun --mpi=list has no pmix plugin"
 
@@ -203,12 +84,7 @@ EOF
 t=$(date +%s%N)
 job=$(run timeout 10 sbatch --parsable "${over[@]}" -o "$dir/job.out" "$dir/job.sh") ||
   fail "sbatch refused the job"
-state=; i=0
-while :; do
-  state=$(timeout 5 scontrol -o show job "$job" 2>/dev/null)
-  case $state in *JobState=PENDING*|*JobState=RUNNING*|*JobState=CONFIGURING*|*JobState=COMPLETING*|"") ;; *) break ;; esac
-  sleep 0.2; i=$((i + 1)); [ $i -lt 600 ] || fail "job $job not done in 120 s"
-done
+slurm_wait_job "$job"
 code=$(echo "$state" | sed -n 's/.* ExitCode=\([0-9]*\):\([0-9]*\).*/\1:\2/p')
 echo "sbatch job $job: $(echo "$state" | grep -o 'JobState=[A-Z]*') exit $code after $(ms "$t") ms"
 grep -v '^\[starpu\]' "$dir/job.out" 2>/dev/null
