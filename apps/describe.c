@@ -4,9 +4,11 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "apps/preflight.h"
 #include "starpipe/exec.h"
+#include "starpipe/optim.h"
 
 void app_describe_plan(const sp_plan *pl, const sp_program *p, int verbose)
 {
@@ -65,6 +67,63 @@ int app_describe_memory(sp_trainer *t, const sp_program *p, int R, int sharded)
     return bad;
 }
 
+/* The per-link counters: the bytes of the messages this rank sent in the last step to
+ * each other host (counted where it posted them: the pipeline's and the replicas'; the
+ * tensor groups' all-reduces are not among them), beside the plan's: its SENDs, each to
+ * the rank of its peer actor in this rank's replica and tensor place, and per stage it
+ * holds and other replica c, shard c of the gradients and its own shard back (of the
+ * gradients, or of the parameters with ZeRO-1: the same floats). Silent where every rank
+ * is on this host. */
+static void describe_links(sp_trainer *t, const sp_program *p, const sp_plan *pl, int actor)
+{
+    int me = sp_exec_rank(), n = sp_exec_size();
+    sp_layout l = sp_trainer_layout(t);
+    int rep, a, tt;
+    sp_layout_place_t(&l, me, &rep, &a, &tt);
+    unsigned long long *plan = calloc((size_t)n, sizeof *plan);
+    if (!plan) return;
+    for (int i = 0; i < pl->ninstr[actor]; i++) {
+        const sp_instr *in = &pl->instr[actor][i];
+        int r = in->op == SP_OP_SEND ? sp_layout_rank_t(&l, rep, in->peer, tt) : -1;
+        if (r >= 0 && r < n) plan[r] += in->bytes;
+    }
+    int64_t *bounds = l.replicas > 1 ? calloc((size_t)l.replicas + 1, sizeof *bounds) : NULL;
+    for (int s = 0; bounds && s < sp_program_num_stages(p); s++) {
+        if (!sp_trainer_owns_stage(t, s)) continue;
+        sp_optim_shards(p, s, l.replicas, bounds);
+        int64_t own = bounds[rep + 1] - bounds[rep];
+        for (int c = 0; c < l.replicas; c++)
+            if (c != rep)
+                plan[sp_layout_rank_t(&l, c, a, tt)] +=
+                    (unsigned long long)(bounds[c + 1] - bounds[c] + own) * sizeof(float);
+    }
+    free(bounds);
+    char line[1024];
+    int k = 0, shown = 0;
+    unsigned long long sent = 0, planned = 0;
+    const char *mine = sp_exec_hostname(me);
+    for (int r = 0; r < n; r++) { /* per host, in the order of its first rank */
+        const char *h = sp_exec_hostname(r);
+        int first = strcmp(h, mine) != 0;
+        for (int q = 0; first && q < r; q++)
+            first = strcmp(sp_exec_hostname(q), h) != 0;
+        if (!first) continue;
+        unsigned long long hs = 0, hp = 0;
+        for (int q = r; q < n; q++)
+            if (!strcmp(sp_exec_hostname(q), h))
+                hs += sp_trainer_bytes_sent_to(t, q), hp += plan[q];
+        sent += hs, planned += hp, shown++;
+        if (k < (int)sizeof line)
+            k += snprintf(line + k, sizeof line - (size_t)k, "%s%s %llu", shown > 1 ? ", " : "",
+                          h, hs);
+    }
+    free(plan);
+    if (shown)
+        fprintf(stderr, "starpipe: rank %d: messages to other hosts in the last step: %llu bytes (%s); "
+                "the plan's: %llu%s\n", me, sent, line, planned,
+                sent == planned ? "" : " (not equal)");
+}
+
 void app_describe_use(sp_trainer *t, const sp_program *p, int actor, int step,
                       double dev_buffers)
 {
@@ -89,4 +148,5 @@ void app_describe_use(sp_trainer *t, const sp_program *p, int actor, int step,
             "producing task; %llu sends and %llu receives in groups\n", me, tr.transport,
             tr.sends, tr.bytes_sent, tr.recvs, tr.bytes_received, tr.pieced, tr.by_producer,
             tr.group_sends, tr.group_recvs);
+    describe_links(t, p, pl, actor);
 }

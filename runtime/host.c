@@ -19,6 +19,10 @@ void sp_trainer_set_lr(sp_trainer *t, float lr) { t->o.opt.lr = lr; }
 const sp_plan *sp_trainer_plan(const sp_trainer *t) { return t ? t->plan : NULL; }
 sp_layout sp_trainer_layout(const sp_trainer *t) { return t->layout; }
 int sp_trainer_replica(const sp_trainer *t) { return t ? t->replica : 0; }
+unsigned long long sp_trainer_bytes_sent_to(const sp_trainer *t, int rank)
+{
+    return t && t->link_step && rank >= 0 && rank < sp_exec_size() ? t->link_step[rank] : 0;
+}
 
 void sp_trainer_shard(const sp_trainer *t, int stage, int64_t *lo, int64_t *hi)
 {

@@ -165,6 +165,11 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
     const sp_plan *pl = t->plan;
     const sp_instr *prog = pl->instr[t->actor];
     int n = pl->ninstr[t->actor];
+    int world = sp_exec_size();
+    if (!t->link_base && (!(t->link_base = calloc((size_t)world, sizeof *t->link_base)) ||
+                          !(t->link_step = calloc((size_t)world, sizeof *t->link_step))))
+        return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    for (int r = 0; r < world; r++) t->link_base[r] = sp_exec_bytes_sent_to(r);
     if ((st = sp_exec_begin_step())) return st;
     st = sp_tr_walk_pipeline(t);
     if (st) { /* a local submission error the peers cannot know of: the step is lost */
@@ -229,6 +234,7 @@ sp_status sp_trainer_step(sp_trainer *t, const void *const *inputs, sp_step_stat
     end = sp_exec_end_step();
     if (end) return end;
     sp_tr_profile_update(t);
+    for (int r = 0; r < world; r++) t->link_step[r] = sp_exec_bytes_sent_to(r) - t->link_base[r];
     t->steps++;
     if (stats) stats->step_s = now() - t0;
     return SP_OK;

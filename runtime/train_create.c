@@ -357,6 +357,7 @@ void sp_trainer_free(sp_trainer *t)
     free(t->input_host), free(t->h_loss), free(t->shared_param);
     free(t->h_sgrad), free(t->h_sparam), free(t->seq_task), free(t->events), free(t->msg_instr);
     free(t->nccl_of), free(t->ncalls), free(t->grads_last), free(t->footprint);
+    free(t->link_base), free(t->link_step);
     free(t->tbuf), free(t->tstart), free(t->tend);
     for (int c = 0; c <= SP_BUF_SCRATCH; c++) free(t->bytes[c]);
     free(t->progbuf), free(t->progbuf_at), free(t->nlocal), free(t->shared_off);

@@ -79,6 +79,9 @@ struct sp_trainer {
     size_t persistent_bytes;   /* every slab sp_tr_register_host and _create_slab made */
     sp_exec_buf **h_sumsq;     /* [S]: the norm's per-parameter terms of each owned stage */
     size_t host_bytes;         /* this step's host reads and writes of trainer buffers */
+    /* [world size], made at the first step: the exec's per-link counters as the step
+     * began, and what the last step sent to each rank (sp_trainer_bytes_sent_to) */
+    unsigned long long *link_base, *link_step;
     size_t host_mem;           /* of all the trainer's buffers, the bytes in host memory */
     size_t optimizer_bytes;    /* of which the AdamW moments */
     /* persistent per-stage slabs (owned stages only), where the tasks run; host copies

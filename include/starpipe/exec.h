@@ -181,6 +181,11 @@ typedef struct {
     unsigned long long group_sends, group_recvs; /* messages in groups (NCCL) */
 } sp_exec_transfers;
 sp_exec_transfers sp_exec_transfer_counts(void);
+/* Per-link counters: the bytes of the messages this rank posted to `rank` since init, and
+ * a rank's hostname ("?" before start-up), so that what crosses hosts is measured against
+ * the plan. */
+unsigned long long sp_exec_bytes_sent_to(int rank);
+const char *sp_exec_hostname(int rank);
 /* Host memory held for messages in flight (copies of sends), at its peak. */
 size_t sp_exec_staging_bytes(void);
 

@@ -123,6 +123,9 @@ void sp_trainer_shard(const sp_trainer *t, int stage, int64_t *lo, int64_t *hi);
 /* This rank's replica and actor, and the layout of the ranks. */
 sp_layout sp_trainer_layout(const sp_trainer *t);
 int sp_trainer_replica(const sp_trainer *t);
+/* The bytes of the messages the last step (both phases) sent to `rank`: the per-link
+ * counters STARPIPE_VERBOSE sets beside the plan's; 0 before the first step. */
+unsigned long long sp_trainer_bytes_sent_to(const sp_trainer *t, int rank);
 int sp_trainer_steps_done(const sp_trainer *t);
 
 /* This rank's stages against a reference interpreter that ran the same steps: the count

@@ -47,6 +47,9 @@ struct sp_exec_state {
     int pieces;           /* large transfers within a node as eager pieces (direct):
                              1 always, 0 never, -1 where ranks have cores of their own */
     char (*hosts)[64];    /* [size]: each rank's hostname, for the reports of a stall */
+    /* [size]: bytes of the messages this rank posted to each rank since init (the
+     * per-link counters of sp_exec_bytes_sent_to) */
+    unsigned long long *sent_to;
 };
 extern struct sp_exec_state sp_exec_state_;
 /* X in every file of the folder: the one name of the state, short (the reason this

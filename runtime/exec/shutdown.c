@@ -63,6 +63,8 @@ sp_status sp_exec_shutdown(void)
     X.seen = NULL;
     free(X.hosts);
     X.hosts = NULL;
+    free(X.sent_to);
+    X.sent_to = NULL;
     sp_exec_free_args(); /* a step ended without sp_exec_end_step */
     free(X.args);
     X.args = NULL;

@@ -214,7 +214,8 @@ static sp_status exec_init(int *argc, char ***argv)
     SP_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &sp_exec_rank_));
     SP_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &sp_exec_size_));
     /* every rank's host, for the lines of a stall (a host gone names itself) */
-    if (!(X.hosts = calloc((size_t)sp_exec_size_, sizeof *X.hosts)))
+    if (!(X.hosts = calloc((size_t)sp_exec_size_, sizeof *X.hosts)) ||
+        !(X.sent_to = calloc((size_t)sp_exec_size_, sizeof *X.sent_to)))
         return sp_set_error(SP_ERR_NOMEM, "start-up: out of memory");
     char me[64] = "?";
     gethostname(me, sizeof me - 1);

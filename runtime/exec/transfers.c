@@ -74,6 +74,8 @@ static sp_status post(sp_exec_buf *b, int peer, uint32_t msg, int is_send)
                                 producer && X.host->send_from ? &held : NULL);
     if (st && info)
         free(sp_exec_xfers_[--sp_exec_nxfers_]);
+    if (!st && is_send)
+        X.sent_to[peer] += (unsigned long long)b->count * b->elemsize;
     if (held) {
         sp_exec_attach_early(producer, held, b->handle);
         X.host->drop(held);
@@ -96,6 +98,13 @@ sp_exec_transfers sp_exec_transfer_counts(void)
                                 c.by_producer, c.bytes_sent, c.bytes_received, g.sends,
                                 g.recvs };
 }
+
+unsigned long long sp_exec_bytes_sent_to(int rank)
+{
+    return X.started && X.sent_to && rank >= 0 && rank < sp_exec_size_ ? X.sent_to[rank] : 0;
+}
+
+const char *sp_exec_hostname(int rank) { return sp_exec_host_of(rank); }
 
 size_t sp_exec_staging_bytes(void)
 {

@@ -9,7 +9,8 @@
 # byte for byte with the single-process reference's. Each rank must say the host and the
 # node-local rank it was placed on, and the pipeline's messages (or the replicas'
 # all-reduce) must have crossed the hosts' links: the veths' byte counters grew by at
-# least what the ranks sent across. Exit 77 where namespaces cannot be made.
+# least what the ranks sent across, and each rank's per-link counters of the last step
+# (STARPIPE_VERBOSE) equal the plan's. Exit 77 where namespaces cannot be made.
 set -euo pipefail
 apps=$1
 source "$(dirname "$0")/cluster.sh"
@@ -57,7 +58,16 @@ run_case() {
     local sent
     sent=$(grep -o 'transfers over [^:]*: [0-9]* sends ([0-9]* bytes)' "$dir/log" |
         sed 's/.*(\([0-9]*\) bytes)/\1/' | awk '{ n += $1 } END { printf "%d", n }')
-    echo "$what: $((after - before)) bytes through the hosts' links, $sent sent between actors"
+    # the per-link counters: each rank's bytes to other hosts in the last step, the plan's
+    local links
+    links=$(grep -c "^starpipe: rank [0-9]*: messages to other hosts in the last step: [0-9]* bytes (.*); the plan's: [0-9]*$" "$dir/log" || true)
+    [[ $links == $(wc -w <<<"$hosts") ]] ||
+        fail "$what: $links ranks said what they sent to other hosts, as the plan does, not $(wc -w <<<"$hosts")"
+    local across
+    across=$(sed -n "s/.*messages to other hosts in the last step: \([0-9]*\) bytes.*/\1/p" "$dir/log" |
+        awk '{ n += $1 } END { printf "%d", n }')
+    [[ $crosses == 0 || $across -gt 0 ]] || fail "$what: no message crossed hosts in the last step"
+    echo "$what: $((after - before)) bytes through the hosts' links, $sent sent between actors ($across across hosts in the last step, the plan's)"
     [[ $crosses == 0 || $((after - before)) -ge $((2 * sent)) ]] ||
         fail "$what: $((after - before)) bytes through the links, less than twice the $sent bytes the pipeline sent across"
 }
