@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# hosts_links.sh APPS: links like a cluster's, emulated. On 2 hosts (scripts/hosts), a
+# 2-actor pipeline, one rank per host, trains unshaped and then with every host's link
+# shaped to 10 Mbit/s each way (tc's tbf on both ends of each veth; scripts/hosts link).
+# Each rank counts the bytes it sends to the other host per step (STARPIPE_VERBOSE, equal
+# to the plan's); at the link's rate those bytes take at least bytes / rate, so a shaped
+# step must take at least that long (the median step), and the unshaped one less than half
+# of it (else the bound says nothing here). Both runs write the reference's bytes. Exit 77
+# where namespaces cannot be made or the kernel has no tbf.
+set -euo pipefail
+apps=$1
+source "$(dirname "$0")/cluster.sh"
+cluster_up 2
+fail() { grep -v "^\[starpu\]" "$dir/log" 2>/dev/null | tail -30; echo "FAIL: $*"; exit 1; }
+rate_bits=10000000
+steps=6
+"$apps/starpipe-gpt" --reference --actors 2 --steps $steps --save "$dir/ref.ckpt" \
+    >"$dir/log" 2>&1 || fail "the reference failed"
+
+# run NAME: the median step in ms (steps 2 on) and the most bytes a rank sent across
+run() {
+    rm -f "$dir/p.ckpt"
+    STARPIPE_VERBOSE=1 timeout 200 "$cluster/mpirun" -np 2 --map-by node -x STARPIPE_VERBOSE \
+        "$apps/starpipe-gpt" --steps $steps --save "$dir/p.ckpt" >"$dir/log" 2>&1 ||
+        fail "$1: the run failed"
+    cmp "$dir/ref.ckpt" "$dir/p.ckpt" || fail "$1: the checkpoint differs from the reference's"
+    [[ $(grep -c "messages to other hosts in the last step: [0-9]* bytes (.*); the plan's: [0-9]*$" "$dir/log") == 2 ]] ||
+        fail "$1: not both ranks counted, as the plan does, what they sent to the other host"
+    median=$(awk '$1 == "step" && $2 > 1 { for (i = 3; i < NF; i++) if ($(i + 1) == "ms") print $i }' \
+        "$dir/log" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+    bytes=$(sed -n 's/.*messages to other hosts in the last step: \([0-9]*\) bytes.*/\1/p' "$dir/log" |
+        sort -n | tail -1)
+    [[ -n $median && -n $bytes && $bytes -gt 0 ]] || fail "$1: no step time or no bytes across"
+}
+
+run unshaped
+free=$median
+"$root/scripts/hosts" link "$cluster" $rate_bits || exit $? # 77: no tbf here
+run "10 Mbit/s"
+bound=$(awk -v b="$bytes" -v r=$rate_bits 'BEGIN { printf "%.1f", 1000 * b * 8 / r }')
+echo "unshaped: median step $free ms; at 10 Mbit/s: $median ms; $bytes bytes across per step and direction take $bound ms at that rate"
+awk -v m="$median" -v b="$bound" 'BEGIN { exit !(m >= b) }' ||
+    fail "at 10 Mbit/s a step took $median ms, less than its bytes across need ($bound ms): the link is not shaped"
+awk -v f="$free" -v b="$bound" 'BEGIN { exit !(f < b / 2) }' ||
+    fail "unshaped, a step took $free ms, not under half the shaped bound ($bound ms): the bound says nothing here"
+echo "ok: a shaped link slows the step to at least its bytes / rate, the counters equal the plan's, the bytes the reference's"
