@@ -85,7 +85,7 @@ static void describe_links(sp_trainer *t, const sp_program *p, const sp_plan *pl
     for (int i = 0; i < pl->ninstr[actor]; i++) {
         const sp_instr *in = &pl->instr[actor][i];
         int r = in->op == SP_OP_SEND ? sp_layout_rank_t(&l, rep, in->peer, tt) : -1;
-        if (r >= 0 && r < n) plan[r] += in->bytes;
+        if (r >= 0 && r < n) plan[r] += sp_trainer_send_bytes(t, in);
     }
     int64_t *bounds = l.replicas > 1 ? calloc((size_t)l.replicas + 1, sizeof *bounds) : NULL;
     for (int s = 0; bounds && s < sp_program_num_stages(p); s++) {
@@ -120,8 +120,9 @@ static void describe_links(sp_trainer *t, const sp_program *p, const sp_plan *pl
     free(plan);
     if (shown)
         fprintf(stderr, "starpipe: rank %d: messages to other hosts in the last step: %llu bytes (%s); "
-                "the plan's: %llu%s\n", me, sent, line, planned,
-                sent == planned ? "" : " (not equal)");
+                "the plan's: %llu%s%s\n", me, sent, line, planned,
+                sent == planned ? "" : " (not equal)",
+                sp_trainer_scatter_gather_peers(t) ? "; boundary tensors scatter-gathered" : "");
 }
 
 void app_describe_use(sp_trainer *t, const sp_program *p, int actor, int step,

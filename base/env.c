@@ -76,10 +76,10 @@ sp_status sp_env_fault(sp_fault *f)
 
 sp_status sp_env_read(sp_env *e)
 {
-    static const sp_env none = { .nccl_threshold = -1, .shm_pieces = -1,
+    static const sp_env none = { .nccl_threshold = -1, .shm_pieces = -1, .scatter_gather = -1,
                                  .fault = { SP_FAULT_NONE, 0, -1 } };
     *e = none;
-    int64_t m = 0, v = 0, r = 0, tp = 0, verbose = 0, th = -1, tf32 = 0, pieces = -1;
+    int64_t m = 0, v = 0, r = 0, tp = 0, verbose = 0, th = -1, tf32 = 0, pieces = -1, sg = -1;
     sp_status st;
     if ((st = sp_env_string("STARPIPE_SCHEDULE", &e->schedule)) ||
         (st = sp_env_int("STARPIPE_MICROBATCHES", 1, SP_ENV_MAX_COUNT, &m)) ||
@@ -95,6 +95,7 @@ sp_status sp_env_read(sp_env *e)
         (st = sp_env_int("STARPIPE_TF32", 0, 1, &tf32)) ||
         (st = sp_env_string("STARPIPE_TRANSPORT", &e->transport)) ||
         (st = sp_env_int("STARPIPE_SHM_PIECES", 0, 1, &pieces)) ||
+        (st = sp_env_int("STARPIPE_SCATTER_GATHER", 0, 1, &sg)) ||
         (st = sp_env_string("STARPIPE_GPU", &e->gpu)) ||
         (st = sp_env_string("STARPIPE_DEVICE", &e->device))) {
         *e = none;
@@ -114,5 +115,6 @@ sp_status sp_env_read(sp_env *e)
     e->nccl_threshold = th;
     e->tf32 = (int)tf32;
     e->shm_pieces = (int)pieces;
+    e->scatter_gather = (int)sg;
     return SP_OK;
 }

@@ -48,6 +48,7 @@ typedef struct {
     int tf32;               /* STARPIPE_TF32: 0 or 1 */
     const char *transport;  /* STARPIPE_TRANSPORT: "starpu-mpi" or "direct", or NULL */
     int shm_pieces;         /* STARPIPE_SHM_PIECES: 0, 1; -1 unset */
+    int scatter_gather;     /* STARPIPE_SCATTER_GATHER: 0, 1; -1 unset (between hosts) */
     const char *gpu;        /* STARPIPE_GPU, or NULL (its forms: runtime/gpumap.c) */
     const char *device;     /* STARPIPE_DEVICE: a device kind's name or "cpu", or NULL */
 } sp_env;

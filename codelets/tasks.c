@@ -62,6 +62,25 @@ SP_TASK_FN(sp_copy_task)
     return rc ? kernel_failed(dev, "copy", rc) : 0;
 }
 
+SP_TASK_FN(sp_gather_task)
+{
+    (void)nbufs;
+    const sp_gather_task_args *a = args;
+    sp_tp_group *g = dev->group;
+    if (!g || !g->allgather) {
+        fprintf(stderr, "starpipe: gather task without a tensor group\n");
+        return 1;
+    }
+    int rc = dev->meet_only ? 0 /* the step is lost: only meet the group */
+                            : dev->be->copy(dev->ctx, (float *)bufs[0] + a->lo,
+                                            (const float *)bufs[1], a->n);
+    int grc = g->allgather(g, (float *)bufs[0], (int64_t)counts[0]);
+    if (rc) return kernel_failed(dev, "gather", rc);
+    if (grc)
+        fprintf(stderr, "starpipe: gather task failed: %s\n", g->status_string(g, grc));
+    return grc;
+}
+
 SP_TASK_FN(sp_combine_task)
 {
     (void)counts;

@@ -54,6 +54,15 @@ typedef struct {
 } sp_copy_task_args;
 SP_TASK_FN(sp_copy_task);
 
+/* Scatter-gather's receiving half: bufs[0] (a boundary buffer, whole) gets bufs[1] (the
+ * n floats of the chunk this member received, sp_tp_chunk's, at float lo), then the tensor group's
+ * all-gather brings every other member's chunk. A task of the tensor group: it meets the
+ * group even when the step is lost. */
+typedef struct {
+    int64_t lo, n;
+} sp_gather_task_args;
+SP_TASK_FN(sp_gather_task);
+
 /* Tied-weight combine on the owner: bufs[0][dst_off..+n) += bufs[j][src_off[j]..+n) for
  * j = 1..nbufs-1, in that order (ascending stage). */
 #define SP_COMBINE_MAX 8

@@ -340,6 +340,46 @@ static sp_tensor tp_op(sp_graph *g, sp_opcode op, const char *what, sp_tensor x)
 sp_tensor sp_tp_copy(sp_graph *g, sp_tensor x) { return tp_op(g, SP_OP_TP_COPY, "sp_tp_copy", x); }
 sp_tensor sp_tp_sum(sp_graph *g, sp_tensor x) { return tp_op(g, SP_OP_TP_SUM, "sp_tp_sum", x); }
 
+/* Forward: a value is whole and alike on every member unless it depends on a split
+ * parameter (or the vocab-parallel embedding's zeros) with no sp_tp_sum in between.
+ * Backward, in reverse (a consumer comes after what it reads): an input's gradient is
+ * alike when each consumer's contribution is: sp_tp_copy's is summed over the group,
+ * sp_tp_sum's is its output's gradient, the vocab-parallel cross-entropy's is the
+ * member's slice, and any other op's is alike when its output gradient and every input
+ * are (a product with a split parameter and no sp_tp_copy before it is not). */
+sp_status sp_graph_replicated(const sp_graph *g, uint8_t *value, uint8_t *grad)
+{
+    if (!g || !value || !grad) return sp_set_error(SP_ERR_ARG, "sp_graph_replicated: NULL");
+    for (int i = 0; i < g->n; i++) {
+        const sp_node *n = &g->node[i];
+        uint8_t v = 1;
+        switch (n->op) {
+        case SP_OP_INPUT: v = 1; break;
+        case SP_OP_PARAM: v = n->split < 0; break;
+        case SP_OP_TP_SUM:
+        case SP_OP_CE_VOCAB: v = 1; break;
+        case SP_OP_EMBED_VOCAB: v = 0; break;
+        default:
+            for (int k = 0; k < n->nin; k++) v &= value[n->in[k]];
+        }
+        value[i] = v;
+        grad[i] = 1;
+    }
+    for (int i = g->n - 1; i >= 0; i--) {
+        const sp_node *n = &g->node[i];
+        uint8_t whole = 1;
+        for (int k = 0; k < n->nin; k++) whole &= value[n->in[k]];
+        for (int k = 0; k < n->nin; k++) {
+            uint8_t c = n->op == SP_OP_TP_COPY ? 1
+                      : n->op == SP_OP_TP_SUM ? grad[i]
+                      : n->op == SP_OP_CE_VOCAB ? 0
+                      : (uint8_t)(grad[i] & whole);
+            grad[n->in[k]] &= c;
+        }
+    }
+    return SP_OK;
+}
+
 static int need_f32(const sp_graph *g, const char *op, sp_tensor t, const char *what)
 {
     if (N(g, t)->dtype != SP_F32)

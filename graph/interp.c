@@ -378,6 +378,9 @@ int sp_reference_steps_done(const sp_reference *r) { return r ? r->steps : 0; }
 
 float *sp_reference_slab(sp_reference *r, sp_buf_class cls, int stage)
 {
+    if (r && (cls == SP_BUF_EDGE_FWD || cls == SP_BUF_EDGE_GRAD))
+        return stage < 0 || stage >= r->E ? NULL
+             : cls == SP_BUF_EDGE_FWD ? r->efwd[stage] : r->egrad[stage];
     if (!r || stage < 0 || stage >= r->S) return NULL;
     if (cls == SP_BUF_PARAMS) return r->params[stage];
     if (cls == SP_BUF_GRADS) return r->grads[stage];

@@ -651,3 +651,21 @@ sp_status sp_program_place(sp_program *p)
     layout_act(p);
     return SP_OK;
 }
+
+int sp_program_edge_replicated(const sp_program *p, int e)
+{
+    if (!p || e < 0 || e >= p->nedges) return -1;
+    int n = sp_graph_num_tensors(p->g);
+    uint8_t *value = malloc((size_t)n + 1), *grad = malloc((size_t)n + 1);
+    int bits = -1;
+    if (value && grad && sp_graph_replicated(p->g, value, grad) == SP_OK) {
+        bits = 3;
+        const sp_edge_layout *E = &p->edge[e];
+        for (int j = 0; j < E->ntensors; j++) {
+            if (!value[E->tensor[j]]) bits &= ~1;
+            if (!grad[E->tensor[j]]) bits &= ~2;
+        }
+    }
+    free(value), free(grad);
+    return bits;
+}

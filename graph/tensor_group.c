@@ -129,6 +129,22 @@ static int sum_f64(sp_tp_group *g, double *x, int64_t n)
     return 0;
 }
 
+/* Each member's chunk of its own x into every member's x: a member reads others'
+ * chunks, which their owners do not write, and waits for all before returning. */
+static int allgather(sp_tp_group *g, float *x, int64_t n)
+{
+    member *m = (member *)g;
+    sp_tp_local *l = m->l;
+    l->src[m->rank] = x;
+    if (meet(l)) return TP_ABORTED;
+    for (int q = 0; q < l->T; q++) {
+        int64_t lo = sp_tp_chunk(n, l->T, q), hi = sp_tp_chunk(n, l->T, q + 1);
+        if (q != m->rank)
+            memcpy(x + lo, (const float *)l->src[q] + lo, sizeof(float) * (size_t)(hi - lo));
+    }
+    return meet(l) ? TP_ABORTED : 0; /* nobody reads a source any more */
+}
+
 static const char *status_string(sp_tp_group *g, int code)
 {
     (void)g;
@@ -155,7 +171,8 @@ sp_tp_local *sp_tp_local_create(int T)
     pthread_cond_init(&l->turn, NULL);
     for (int r = 0; r < T; r++)
         l->m[r] = (member){ .group = { .allreduce = allreduce, .allreduce_max = allreduce_max,
-                                       .sum_f64 = sum_f64, .status_string = status_string },
+                                       .sum_f64 = sum_f64, .allgather = allgather,
+                                       .status_string = status_string },
                             .l = l, .rank = r };
     return l;
 }

@@ -130,6 +130,27 @@ static int task_exchange(sp_exec_task_group *tg, const float *src, int64_t n, fl
 
 static int64_t chunk_at(int64_t n, int size, int q) { return sp_exec_group_chunk(n, size, q); }
 
+/* Each member's chunk of x (n floats) to every other member, theirs into x: 0, or 1 when
+ * an MPI call failed. */
+static int gather_chunks(sp_exec_tensor_group *g, float *x, int64_t n, int tag)
+{
+    const int T = g->size, me = g->rank;
+    const int64_t lo = chunk_at(n, T, me), len = chunk_at(n, T, me + 1) - lo;
+    MPI_Request req_stack[16], *req = T <= 8 ? req_stack : malloc(sizeof *req * 2 * (size_t)T);
+    if (!req) return 1;
+    int bad = 0, nr = 0;
+    for (int q = 0; q < T && !bad; q++) {
+        if (q == me) continue;
+        const int64_t qlo = chunk_at(n, T, q), qlen = chunk_at(n, T, q + 1) - qlo;
+        bad |= MPI_Irecv(x + qlo, (int)qlen, MPI_FLOAT, q, tag, g->comm, &req[nr++]) != MPI_SUCCESS;
+        bad |= !bad && MPI_Isend(x + lo, (int)len, MPI_FLOAT, q, tag, g->comm, &req[nr++]) !=
+                           MPI_SUCCESS;
+    }
+    bad |= MPI_Waitall(nr, req, MPI_STATUSES_IGNORE) != MPI_SUCCESS;
+    if (req != req_stack) free(req);
+    return bad;
+}
+
 /* The all-reduce (sum, or max when is_max) of n floats as a reduce-scatter then an
  * all-gather, each element combined in member order as ordered_sum and ordered_max do:
  * the running worker's room holds the members' copies of this member's chunk (size rows
@@ -153,37 +174,27 @@ static int task_reduce_chunked(sp_exec_task_group *tg, float *dst, const float *
     }
     float *rows = room, *out = room + (int64_t)T * widest;
     memcpy(rows + (int64_t)me * widest, src + lo, sizeof(float) * (size_t)len);
-    int bad = 0;
-    for (int round = 0; round < 2 && !bad; round++) {
-        int nr = 0;
-        for (int q = 0; q < T && !bad; q++) {
-            if (q == me) continue;
-            const int64_t qlo = chunk_at(n, T, q), qlen = chunk_at(n, T, q + 1) - qlo;
-            if (round == 0) { /* q's copy of my chunk in; my copy of q's chunk out */
-                bad |= MPI_Irecv(rows + (int64_t)q * widest, (int)len, MPI_FLOAT, q, tag_scatter,
-                                 g->comm, &req[nr++]) != MPI_SUCCESS;
-                bad |= !bad && MPI_Isend(src + qlo, (int)qlen, MPI_FLOAT, q, tag_scatter,
-                                         g->comm, &req[nr++]) != MPI_SUCCESS;
-            } else { /* q's result chunk in; mine out */
-                bad |= MPI_Irecv(out + qlo, (int)qlen, MPI_FLOAT, q, tag_gather, g->comm,
+    int bad = 0, nr = 0;
+    for (int q = 0; q < T && !bad; q++) { /* q's copy of my chunk in; my copy of q's out */
+        if (q == me) continue;
+        const int64_t qlo = chunk_at(n, T, q), qlen = chunk_at(n, T, q + 1) - qlo;
+        bad |= MPI_Irecv(rows + (int64_t)q * widest, (int)len, MPI_FLOAT, q, tag_scatter,
+                         g->comm, &req[nr++]) != MPI_SUCCESS;
+        bad |= !bad && MPI_Isend(src + qlo, (int)qlen, MPI_FLOAT, q, tag_scatter, g->comm,
                                  &req[nr++]) != MPI_SUCCESS;
-                bad |= !bad && MPI_Isend(out + lo, (int)len, MPI_FLOAT, q, tag_gather, g->comm,
-                                         &req[nr++]) != MPI_SUCCESS;
-            }
-        }
-        bad |= MPI_Waitall(nr, req, MPI_STATUSES_IGNORE) != MPI_SUCCESS;
-        if (round == 0 && !bad) { /* my chunk, combined in member order */
-            memcpy(out + lo, rows, sizeof(float) * (size_t)len);
-            for (int q = 1; q < T; q++) {
-                const float *x = rows + (int64_t)q * widest;
-                if (is_max) sp_maximum_forward(out + lo, out + lo, x, len);
-                else
-                    for (int64_t j = 0; j < len; j++) out[lo + j] += x[j];
-            }
+    }
+    bad |= MPI_Waitall(nr, req, MPI_STATUSES_IGNORE) != MPI_SUCCESS;
+    if (req != req_stack) free(req);
+    if (!bad) { /* my chunk, combined in member order */
+        memcpy(out + lo, rows, sizeof(float) * (size_t)len);
+        for (int q = 1; q < T; q++) {
+            const float *x = rows + (int64_t)q * widest;
+            if (is_max) sp_maximum_forward(out + lo, out + lo, x, len);
+            else
+                for (int64_t j = 0; j < len; j++) out[lo + j] += x[j];
         }
     }
-    if (req != req_stack) free(req);
-    if (bad) return GROUP_MPI;
+    if (bad || gather_chunks(g, out, n, tag_gather)) return GROUP_MPI;
     if (acc)
         for (int64_t j = 0; j < n; j++) dst[j] += out[j];
     else
@@ -223,6 +234,18 @@ static int task_allreduce_max(struct sp_tp_group *vt, float *x, int64_t n)
     return rc;
 }
 
+static int task_allgather(struct sp_tp_group *vt, float *x, int64_t n)
+{
+    sp_exec_task_group *tg = (sp_exec_task_group *)vt;
+    if (on_gpu(tg))
+        return sp_exec_gpu_allgather(tg->g->nccl, tg->g->size, tg->dev, x, n, &tg->why)
+                   ? GROUP_GPU : 0;
+    if (tg->k >= 1 << SP_GROUP_K_BITS) return GROUP_TOO_MANY;
+    if (n > SP_GROUP_MAX_FLOATS) return GROUP_TOO_LARGE;
+    int tag = (int)(((tg->seq & SP_GROUP_SEQ_MASK) << SP_GROUP_K_BITS) | (uint32_t)tg->k++);
+    return gather_chunks(tg->g, x, n, tag) ? GROUP_MPI : 0;
+}
+
 static int no_f64(struct sp_tp_group *vt, double *x, int64_t n)
 {
     (void)vt, (void)x, (void)n;
@@ -240,6 +263,7 @@ struct sp_tp_group *sp_exec_tensor_group_of_task(sp_exec_tensor_group *g, uint32
 {
     *tg = (sp_exec_task_group){ .vt = { .allreduce = task_allreduce,
                                         .allreduce_max = task_allreduce_max, .sum_f64 = no_f64,
+                                        .allgather = task_allgather,
                                         .status_string = task_status_string },
                                 .g = g, .seq = seq, .k = 0, .dev = dev };
     return &tg->vt;
@@ -283,6 +307,19 @@ static int host_allreduce_max(struct sp_tp_group *vt, float *x, int64_t n)
     void *all;
     int rc = host_gather(host_owner(vt), x, n, MPI_FLOAT, sizeof(float), &all);
     if (!rc) ordered_max(x, all, host_owner(vt)->size, n);
+    free(all);
+    return rc;
+}
+
+static int host_allgather(struct sp_tp_group *vt, float *x, int64_t n)
+{
+    void *all;
+    sp_exec_tensor_group *g = host_owner(vt);
+    int rc = host_gather(g, x, n, MPI_FLOAT, sizeof(float), &all);
+    for (int q = 0; q < g->size && !rc; q++) { /* row q's chunk q */
+        const int64_t lo = chunk_at(n, g->size, q), hi = chunk_at(n, g->size, q + 1);
+        memcpy(x + lo, (const float *)all + (int64_t)q * n + lo, sizeof(float) * (size_t)(hi - lo));
+    }
     free(all);
     return rc;
 }
@@ -341,7 +378,8 @@ sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, int device,
     }
     g->host = (struct sp_tp_group){ .allreduce = host_allreduce,
                                     .allreduce_max = host_allreduce_max,
-                                    .sum_f64 = host_sum_f64, .status_string = status_string };
+                                    .sum_f64 = host_sum_f64, .allgather = host_allgather,
+                                    .status_string = status_string };
     *out = g;
     return SP_OK;
 }

@@ -24,7 +24,7 @@ struct sp_tp_group *sp_exec_tensor_group_of_task(sp_exec_tensor_group *g, uint32
  * group's all-reduce of this many floats or more goes as a reduce-scatter then an
  * all-gather (runtime/group.c), member q combining the chunk [n q / T, n (q + 1) / T). */
 #define SP_GROUP_CHUNKED_FLOATS 16384
-static inline int64_t sp_exec_group_chunk(int64_t n, int size, int q) { return n * q / size; }
+static inline int64_t sp_exec_group_chunk(int64_t n, int size, int q) { return sp_tp_chunk(n, size, q); }
 /* runtime/group_gpu.c: the all-reduce of a task on a CUDA worker (device pointers, dev
  * the task's device): 0, or 1 with *why set. */
 struct sp_nccl_tp;
@@ -33,6 +33,10 @@ int sp_exec_gpu_allreduce(struct sp_nccl_tp *nc, int size, const sp_device *dev,
 /* x (n) = the elementwise maximum of every member's x, in rank order (in place). */
 int sp_exec_gpu_allreduce_max(struct sp_nccl_tp *nc, int size, const sp_device *dev, float *x,
                               int64_t n, const char **why);
+
+/* x (n): each member's chunk to every member (the all-gather of scatter-gather). */
+int sp_exec_gpu_allgather(struct sp_nccl_tp *nc, int size, const sp_device *dev, float *x,
+                          int64_t n, const char **why);
 
 /* A tensor group on comm (split from the executor's; the group takes it over); device:
  * the rank's CUDA device, whose NCCL communicator the group makes, or -1; collective: how

@@ -122,3 +122,26 @@ int sp_exec_gpu_allreduce_max(sp_nccl_tp *nc, int size, const sp_device *dev, fl
     scratch_free(dev, all);
     return rc ? 1 : 0;
 }
+
+int sp_exec_gpu_allgather(sp_nccl_tp *nc, int size, const sp_device *dev, float *x, int64_t n,
+                          const char **why)
+{
+    *why = NULL;
+    if (!nc || size > SP_NCCL_TP_MAX) {
+        *why = "a GPU rank's tensor group has no NCCL communicator";
+        return 1;
+    }
+    const int me = sp_nccl_tp_rank(nc);
+    const int64_t lo = sp_exec_group_chunk(n, size, me);
+    const float *send[SP_NCCL_TP_MAX];
+    float *recv[SP_NCCL_TP_MAX];
+    size_t scount[SP_NCCL_TP_MAX], rcount[SP_NCCL_TP_MAX];
+    for (int q = 0; q < size; q++) { /* my chunk out to each member, theirs in */
+        const int64_t qlo = sp_exec_group_chunk(n, size, q);
+        send[q] = x + lo, scount[q] = (size_t)(sp_exec_group_chunk(n, size, me + 1) - lo);
+        recv[q] = x + qlo, rcount[q] = (size_t)(sp_exec_group_chunk(n, size, q + 1) - qlo);
+    }
+    int rc = sp_nccl_tp_exchange(nc, send, scount, recv, rcount, dev->stream);
+    if (rc) *why = sp_nccl_tp_error(rc);
+    return rc ? 1 : 0;
+}

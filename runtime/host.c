@@ -24,6 +24,19 @@ unsigned long long sp_trainer_bytes_sent_to(const sp_trainer *t, int rank)
     return t && t->link_step && rank >= 0 && rank < sp_exec_size() ? t->link_step[rank] : 0;
 }
 
+size_t sp_trainer_send_bytes(const sp_trainer *t, const sp_instr *in)
+{
+    int64_t lo, n = sp_tr_scatter_gather(t, &in->buf, in->peer, &lo);
+    return n >= 0 ? (size_t)n * sizeof(float) : in->bytes;
+}
+
+int sp_trainer_scatter_gather_peers(const sp_trainer *t)
+{
+    int n = 0;
+    for (int a = 0; t && t->sg_actor && a < t->layout.actors; a++) n += t->sg_actor[a];
+    return n;
+}
+
 void sp_trainer_shard(const sp_trainer *t, int stage, int64_t *lo, int64_t *hi)
 {
     *lo = 0;

@@ -32,7 +32,7 @@ sp_status sp_tr_submit(sp_trainer *t, const char *name, sp_task_fn fn, int nbufs
     const char *cls = id.kind >= 0 ? sp_task_kind_name((sp_task_kind)id.kind)
                     : !strncmp(name, "AdamW", 5) ? "AdamW"
                     : !strncmp(name, "reduce", 6) ? "reduce"
-                    : fn == sp_copy_task ? "copy" : name;
+                    : fn == sp_copy_task ? "copy" : fn == sp_gather_task ? "gather" : name;
     int64_t seq = next_seq(t, id);
     if (seq < 0) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
     /* on a rank with a GPU every task runs there (the data stays on it) */
@@ -41,8 +41,9 @@ sp_status sp_tr_submit(sp_trainer *t, const char *name, sp_task_fn fn, int nbufs
     sp_exec_task task = { .name = name, .fn = fn, .where = where, .nbufs = nbufs, .bufs = bufs,
                           .modes = modes, .args = args, .args_size = args_size, .codelet = cls,
                           .footprint = key, .seq = (uint32_t)seq,
-                          /* stage programs of T > 1 meet their group inside the task */
-                          .group = id.kind >= 0 ? t->tgroup : NULL };
+                          /* stage programs of T > 1 and scatter-gather's gathers meet
+                           * their group inside the task */
+                          .group = id.kind >= 0 || fn == sp_gather_task ? t->tgroup : NULL };
     return sp_exec_submit(&task);
 }
 

@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/trainer_impl.h"
 #include "starpipe/data.h"
@@ -110,6 +111,47 @@ static sp_status program_tables(sp_trainer *t)
 /* The last instruction of phase 1 that touches GRADS[s] on this rank: a task writing it
  * (W, BW and the local adds after them), a tied combine that writes or reads it, or a
  * tied gradient's send that reads it. After it the stage's gradients can be reduced over the replicas. */
+/* Scatter-gather (Megatron's, for T > 1): a boundary buffer whose values (or gradients)
+ * every member of the tensor group holds alike goes to the next actor's group as 1/T per
+ * member, and that group all-gathers it inside itself (sp_gather_task): the bytes between
+ * two actors' groups / T, the same bits. Used with actors whose group has a member on
+ * another host than its counterpart here (auto, the default), with every actor
+ * (STARPIPE_SCATTER_GATHER=1), or never (=0). The members of a group agree: the rule
+ * reads the whole groups of both actors, and their graphs have one structure. */
+static sp_status scatter_gather_plan(sp_trainer *t, int want)
+{
+    const int A = t->layout.actors;
+    if (t->T <= 1 || want == 0) return SP_OK;
+    if (!(t->sg_edge = calloc((size_t)t->E + 1, 1)) || !(t->sg_actor = calloc((size_t)A, 1)))
+        return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+    for (int e = 0; e < t->E; e++) {
+        int bits = sp_program_edge_replicated(t->p, e);
+        if (bits < 0) return sp_set_error(SP_ERR_NOMEM, "trainer: out of memory");
+        t->sg_edge[e] = (uint8_t)bits;
+    }
+    for (int a = 0; a < A; a++) {
+        int across = a != t->actor && want == 1;
+        for (int k = 0; a != t->actor && k < t->T; k++)
+            across |= strcmp(sp_exec_hostname(sp_layout_rank_t(&t->layout, t->replica, a, k)),
+                             sp_exec_hostname(sp_layout_rank_t(&t->layout, t->replica, t->actor,
+                                                               k))) != 0;
+        t->sg_actor[a] = (uint8_t)across;
+    }
+    return SP_OK;
+}
+
+int64_t sp_tr_scatter_gather(const sp_trainer *t, const sp_buf *b, int peer, int64_t *lo)
+{
+    *lo = 0;
+    if (!t->sg_edge || peer < 0 || peer >= t->layout.actors || !t->sg_actor[peer]) return -1;
+    int bit = b->cls == SP_BUF_EDGE_FWD ? 1 : b->cls == SP_BUF_EDGE_GRAD ? 2 : 0;
+    if (!bit || b->idx < 0 || b->idx >= t->E || !(t->sg_edge[b->idx] & bit)) return -1;
+    const int64_t n = (int64_t)(sp_tr_bytes(t, (sp_buf_class)b->cls, b->idx) / 4);
+    if (n < t->T) return -1; /* every chunk non-empty */
+    *lo = sp_tp_chunk(n, t->T, t->trank);
+    return sp_tp_chunk(n, t->T, t->trank + 1) - *lo;
+}
+
 static sp_status find_grads_last(sp_trainer *t)
 {
     if (!(t->grads_last = malloc(sizeof(int) * (size_t)t->S)))
@@ -226,6 +268,7 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
         t->fault.stage = env.fault.stage;
     if ((st = sp_plan_build(model, sched, &t->plan))) goto out;
     if ((st = sp_plan_check(t->plan))) goto out;
+    if ((st = scatter_gather_plan(t, env.scatter_gather))) goto out;
     t->mcap = t->m;
     if (opts->eval_microbatches > 0) { /* the forward-only plan on the same placement */
         if (opts->eval_microbatches % R) {
@@ -362,6 +405,7 @@ void sp_trainer_free(sp_trainer *t)
     for (int c = 0; c <= SP_BUF_SCRATCH; c++) free(t->bytes[c]);
     free(t->progbuf), free(t->progbuf_at), free(t->nlocal), free(t->shared_off);
     free(t->shared_numel), free(t->peer), free(t->replica_peer);
+    free(t->sg_edge), free(t->sg_actor);
     sp_plan_free(t->plan);
     sp_plan_free(t->eval_plan);
     sp_exec_tensor_group_free(t->tgroup);

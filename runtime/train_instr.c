@@ -92,6 +92,30 @@ sp_status sp_tr_do_run(sp_trainer *t, const sp_task *task, int instr)
     return st;
 }
 
+/* A boundary buffer under scatter-gather (sp_tr_scatter_gather): this member's chunk
+ * [lo, lo + n) goes out of a pool buffer of its own, or comes into one and is gathered
+ * with the group's other chunks into x. */
+static sp_status transfer_chunk(sp_trainer *t, const sp_instr *in, sp_exec_buf *x, int64_t lo,
+                                int64_t n)
+{
+    sp_exec_buf *part = NULL;
+    if (!sp_tr_pool_scratch(t, &part, (size_t)n))
+        return sp_error_context(SP_ERR_RUNTIME, "trainer: no buffer for a boundary tensor's chunk");
+    sp_status st;
+    if (in->op == SP_OP_SEND) {
+        if (!(st = sp_tr_submit_copy(t, part, 0, x, lo, n, "scatter", SP_TR_HELPER)))
+            st = sp_tr_send(t, part, peer_rank(t, in->peer), (uint32_t)in->seq);
+    } else if (!(st = sp_tr_recv(t, part, peer_rank(t, in->peer), (uint32_t)in->seq))) {
+        sp_exec_buf *bufs[2] = { x, part };
+        sp_access_mode modes[2] = { SP_ACCESS_W, SP_ACCESS_R };
+        sp_gather_task_args a = { .lo = lo, .n = n };
+        st = sp_tr_submit(t, "gather", sp_gather_task, 2, bufs, modes, &a, sizeof a,
+                          SP_TR_HELPER);
+    }
+    sp_tr_pool_give(t, &part); /* StarPU orders its next writer after these */
+    return st;
+}
+
 sp_status sp_tr_do_transfer(sp_trainer *t, const sp_instr *in)
 {
     const sp_buf *b = &in->buf;
@@ -99,6 +123,8 @@ sp_status sp_tr_do_transfer(sp_trainer *t, const sp_instr *in)
     if (!x)
         return sp_set_error(SP_ERR_RUNTIME, "trainer: the plan moves %s, which has no buffer",
                             sp_buf_class_name((sp_buf_class)b->cls));
+    int64_t lo, n = sp_tr_scatter_gather(t, b, in->peer, &lo);
+    if (n >= 0) return transfer_chunk(t, in, x, lo, n);
     if (b->cls == SP_BUF_SHARED_GRAD && b->mb >= 0)
         return sp_set_error(SP_ERR_RUNTIME, "trainer: per-microbatch tied-gradient transfers "
                             "are not supported (the graph never needs them)");

@@ -71,6 +71,9 @@ struct sp_trainer {
     /* tensor parallelism: this rank is member trank of its actor's group of T */
     int T, trank;
     sp_exec_tensor_group *tgroup; /* NULL when T = 1 */
+    /* scatter-gather (sp_tr_scatter_gather): per edge, sp_program_edge_replicated's bits;
+     * per actor, 1 when boundary buffers to and from it go as 1/T per member. NULL: off */
+    uint8_t *sg_edge, *sg_actor;
     sp_tr_stage_replicas *rep; /* [S], for stages this rank holds; NULL without replicas */
     int *grads_last;           /* [S]: the last instruction of phase 1 writing GRADS[s] */
     uint32_t *footprint;       /* [S * SP_NUM_TASK_KINDS]: stage programs' perfmodel keys */
@@ -154,6 +157,10 @@ static inline int peer_rank(const sp_trainer *t, int actor)
 {
     return t->peer[actor];
 }
+
+/* Scatter-gather: the chunk of boundary buffer b that this member sends to, or receives
+ * from, actor `peer` (floats [*lo, *lo + return)), or -1 when the buffer goes whole. */
+int64_t sp_tr_scatter_gather(const sp_trainer *t, const sp_buf *b, int peer, int64_t *lo);
 
 /* Instructions of the update phase (phase 2 of a step): OPTIMIZER, and the tied
  * parameters' sends and receives that follow it. */

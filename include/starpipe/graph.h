@@ -163,6 +163,11 @@ sp_tensor sp_tp_sum(sp_graph *g, sp_tensor x);
 sp_tensor sp_embed_vocab(sp_graph *g, sp_tensor tokens, sp_tensor wte);
 sp_tensor sp_add_positions(sp_graph *g, sp_tensor x, sp_tensor wpe);
 sp_tensor sp_cross_entropy_vocab(sp_graph *g, sp_tensor logits, sp_tensor targets);
+/* Which tensors every member of the group holds whole and with the same bits: value[t]
+ * (its value) and grad[t] (its gradient), 1 or 0, for each of the graph's nodes (arrays
+ * of sp_graph_num_tensors). At T = 1 everything is. What a pipeline stage sends another
+ * may then travel as 1/T per member and be all-gathered (runtime: scatter-gather). */
+sp_status sp_graph_replicated(const sp_graph *g, uint8_t *value, uint8_t *grad);
 /* A split parameter's dimension of its view (sp_param_split: of its whole shape; -1:
  * whole on every rank), its whole shape, and its view (NULL, *ndim 0 when not split).
  * Index through the view, not the whole shape, or use the two copies below. */

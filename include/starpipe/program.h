@@ -74,6 +74,13 @@ int sp_program_num_stages(const sp_program *p);
  * 2e9); divide by a measured rate for seconds. Owned by p. */
 const sp_stage_model *sp_program_stage_model(const sp_program *p);
 
+/* Edge e of the stage model (its EDGE_FWD and EDGE_GRAD buffers): bit 0 when every
+ * value it carries is whole and alike on each member of the tensor group, bit 1 when
+ * every gradient is (sp_graph_replicated); 3 at T = 1. Such a buffer may cross between
+ * hosts as 1/T per member and be all-gathered by the receiving group. -1: no edge e or
+ * out of memory. */
+int sp_program_edge_replicated(const sp_program *p, int e);
+
 /* The buffers program (stage, kind) takes, in the order sp_program_run wants them. */
 int sp_program_num_bufs(const sp_program *p, int stage, sp_task_kind kind);
 sp_slab_ref sp_program_buf(const sp_program *p, int stage, sp_task_kind kind, int j);
@@ -148,8 +155,15 @@ struct sp_tp_group {
     /* x (n doubles, host memory) becomes the sum of every member's x, in rank order: the
      * gradient norm's terms of split parameters (sp_optim_group_sumsq) */
     int (*sum_f64)(sp_tp_group *g, double *x, int64_t n);
+    /* x (n floats): every member's chunk (sp_tp_chunk) from that member into every
+     * member's x, exactly (a copy): what a boundary tensor sent as 1/T per member becomes
+     * whole again with (scatter-gather between hosts) */
+    int (*allgather)(sp_tp_group *g, float *x, int64_t n);
     const char *(*status_string)(sp_tp_group *g, int code);
 };
+/* Member q's chunk of n floats in a group of T: [sp_tp_chunk(n, T, q), sp_tp_chunk(n, T,
+ * q + 1)), the chunks of a reduce-scatter and of an all-gather alike. */
+static inline int64_t sp_tp_chunk(int64_t n, int T, int q) { return n * q / T; }
 
 typedef struct {
     float dloss;

@@ -99,7 +99,8 @@ double sp_reference_grad_norm(const sp_reference *r);
 int sp_reference_steps_done(const sp_reference *r);
 
 /* Stage slabs, for comparisons with a pipelined run: PARAMS, GRADS (combined on the
- * owner after a step), and the AdamW moments m and v. */
+ * owner after a step), and the AdamW moments m and v. EDGE_FWD and EDGE_GRAD: `stage`
+ * is the edge, its buffer as the last microbatch left it. */
 float *sp_reference_slab(sp_reference *r, sp_buf_class cls, int stage);
 float *sp_reference_moment(sp_reference *r, int which /* 0 = m, 1 = v */, int stage);
 

@@ -126,6 +126,11 @@ int sp_trainer_replica(const sp_trainer *t);
 /* The bytes of the messages the last step (both phases) sent to `rank`: the per-link
  * counters STARPIPE_VERBOSE sets beside the plan's; 0 before the first step. */
 unsigned long long sp_trainer_bytes_sent_to(const sp_trainer *t, int rank);
+/* The bytes a SEND of this rank's plan puts on the wire: the plan's, or under
+ * scatter-gather (T > 1, boundary tensors between hosts: STARPIPE_SCATTER_GATHER) this
+ * member's 1/T of them; and how many actors this rank exchanges chunks with. */
+size_t sp_trainer_send_bytes(const sp_trainer *t, const sp_instr *in);
+int sp_trainer_scatter_gather_peers(const sp_trainer *t);
 int sp_trainer_steps_done(const sp_trainer *t);
 
 /* This rank's stages against a reference interpreter that ran the same steps: the count

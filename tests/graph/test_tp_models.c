@@ -10,6 +10,9 @@
  *   - every member's loss the same bits; a whole parameter's gradient the same bits on
  *     every member; the same bits on a second run;
  *   - after 3 AdamW steps with clipping active, the parameters of T = 1 within tolerance;
+ *   - each edge buffer sp_program_edge_replicated says every member holds alike (what
+ *     scatter-gather sends 1/T of) has the same bytes on every member, and the MLP cut
+ *     inside a pair is said not to (its members' values there differ);
  *   - the GPT's logits named "logits" (B,T,V) at T = 1, "logits.slice" (B,T,V/T) above;
  *   - a T not dividing the heads, the vocabulary or the width, or a rank outside the
  *     group, refused with one message naming the model, the size and T. */
@@ -104,6 +107,44 @@ static double rel_err(const float *a, const float *b, int64_t n)
     return d / (mag > 0 ? mag : 1);
 }
 
+/* What the edges' replication bits (sp_program_edge_replicated) met: buffers said alike
+ * and found so, and, of those said not alike, how many differed between members. */
+static int edges_alike, edges_split, edges_split_differ, models_all_alike;
+
+/* Each edge buffer sp_program_edge_replicated says every member holds alike (values: bit
+ * 0, gradients: bit 1) has the same bytes on every member after a forward-backward: the
+ * rule scatter-gather sends 1/T of it by. */
+static void check_edges(const tp_group *G, const char *what)
+{
+    const sp_program *p0 = G->m[0].p;
+    int all = 1;
+    for (int e = 0; e < sp_program_stage_model(p0)->nedges; e++) {
+        int bits = sp_program_edge_replicated(p0, e);
+        REQUIRE(bits >= 0, "%s: edge %d: %s", what, e, sp_last_error());
+        for (int r = 1; r < G->T; r++)
+            CHECK(sp_program_edge_replicated(G->m[r].p, e) == bits, "%s: edge %d's bits differ "
+                  "between members 0 and %d", what, e, r);
+        all &= bits == 3;
+        for (int k = 0; k < 2; k++) {
+            sp_buf_class c = k ? SP_BUF_EDGE_GRAD : SP_BUF_EDGE_FWD;
+            size_t n = sp_program_buf_bytes(p0, c, e);
+            int same = 1;
+            for (int r = 1; r < G->T; r++)
+                same &= !memcmp(sp_reference_slab(G->m[r].r, c, e),
+                                sp_reference_slab(G->m[0].r, c, e), n);
+            if (bits >> k & 1) {
+                CHECK(same, "%s: edge %d's %s said alike on every member, but they differ",
+                      what, e, k ? "gradients" : "values");
+                edges_alike++;
+            } else {
+                edges_split++;
+                edges_split_differ += !same;
+            }
+        }
+    }
+    models_all_alike += all;
+}
+
 static double worst_grad, worst_param; /* reported: the margins of the tolerances below */
 static char worst_at[64];
 
@@ -117,6 +158,7 @@ static void check_model(model *md, int T)
     tp_run_group(&G, T, build, md, &fb);
     tp_run_group(&again, T, build, md, &fb);
 
+    check_edges(&G, what);
     float l1 = one.m[0].loss, l = G.m[0].loss;
     CHECK(fabs(l - l1) <= 1e-5 * (1 + fabs(l1)), "%s: loss %.9g, T=1 %.9g", what, l, l1);
     for (int r = 0; r < T; r++) {
@@ -235,6 +277,14 @@ int main(void)
         md->what = base;
         for (int i = 0; i < 2 * M; i++) free(md->bufs[i]);
     }
+    /* every edge alike in 26 of the 28 groups: the 14 of one stage (no edge), the GPT's
+     * and the Llama's (5 models x 2 T) and the even MLP's (2 T) at 2 stages; not in the
+     * MLP cut inside a pair, whose members' values there differ */
+    printf("edges: %d buffers alike on every member as said; %d said not alike, of which %d "
+           "differed\n", edges_alike, edges_split, edges_split_differ);
+    CHECK(edges_alike > 0 && edges_split > 0 && edges_split_differ > 0,
+          "the replication rule was not exercised both ways");
+    CHECK(models_all_alike == 26, "%d groups had every edge alike, not 26", models_all_alike);
     printf("largest gradient error %.3g (of the tensor's largest element), parameter error "
            "%.3g (%s)\n", worst_grad, worst_param, worst_at);
 

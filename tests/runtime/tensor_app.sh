@@ -12,7 +12,9 @@
 #  - bad input: T not dividing the heads or the vocabulary, a rank count that is not
 #    R x P x T: one clear message and a non-zero exit; STARPIPE_TENSOR as the flag;
 #  - the memory line of STARPIPE_VERBOSE=1: each rank's persistent buffers halve at T = 2;
-#  - one run with the ranks unbound (--bind-to none).
+#  - one run with the ranks unbound (--bind-to none);
+#  - scatter-gather forced on one host (STARPIPE_SCATTER_GATHER=1) in 10 of those
+#    layouts, and the bytes rank 0 sends falling by half of the boundary tensors'.
 set -e
 mpiexec=$1; gpt=$2; mlp=$3
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
@@ -48,6 +50,27 @@ same 1 1 2 1f1b "$gpt" $tiny --precision bf16
 same 1 2 2 1f1b "$gpt" $tiny --eval-every 1
 MPIFLAGS="--bind-to none" same 1 2 2 1f1b "$gpt" $tiny # ranks unbound
 echo "ok: every schedule at T = 2 (P = 1, 2), R = 2 x P = 2 x T = 2, the MLP at T = 3 and 2; ZeRO-1, recomputation, bf16, evaluation"
+
+# scatter-gather, forced on one host (across hosts it is the default: tests/hosts): each
+# member sends 1/T of a boundary tensor and the next group all-gathers it; the same bytes
+# in the files, and fewer on the wire. The MLP cut inside a pair (--stage-layers 1,2 of
+# depth 3) has a boundary tensor its members hold in parts: that one goes whole.
+export STARPIPE_SCATTER_GATHER=1
+for sched in 1f1b interleaved-1f1b zb-v dualpipe-v; do same 1 2 2 "$sched" "$gpt" $tiny; done
+same 2 2 2 1f1b "$gpt" $tiny --shard-optimizer
+same 1 2 2 zb-h1 "$gpt" $tiny --recompute --precision bf16 --eval-every 1
+same 1 2 3 1f1b "$mlp" --width 24 --depth 4 --batch 5 # chunks of unequal sizes
+same 1 2 2 1f1b "$mlp" --width 24 --depth 3 --stage-layers 1,2
+STARPIPE_TRANSPORT=direct same 1 2 2 1f1b "$gpt" $tiny
+# the bytes sent: the boundary tensors' half (the tied weight's messages stay whole)
+bytes() { sed -n 's/.*rank 0: transfers over [a-z-]*: [0-9]* sends (\([0-9]*\) bytes).*/\1/p' "$dir/log"; }
+STARPIPE_VERBOSE=1 same 1 2 2 1f1b "$gpt" $tiny; on=$(bytes)
+STARPIPE_SCATTER_GATHER=0 STARPIPE_VERBOSE=1 same 1 2 2 1f1b "$gpt" $tiny; off=$(bytes)
+# 4 microbatches, a forward and a backward message each, of batch 2 x context 8 x 24 floats
+[ -n "$on" ] && [ $((off - on)) = $((4 * 2 * 2 * 8 * 24 * 4 / 2)) ] ||
+  fail "scatter-gather: rank 0 sent $on bytes, $off without it"
+unset STARPIPE_SCATTER_GATHER
+echo "ok: scatter-gather forced (STARPIPE_SCATTER_GATHER=1): 4 schedules, R = 2 with ZeRO-1, recomputation with bf16 and evaluation, T = 3, a boundary inside a pair, the direct transport; rank 0 sent $on bytes against $off"
 
 # whole tensors: saved at (1, 2, 2), resumed elsewhere with the reference's bytes there
 "$mpiexec" -np 4 --oversubscribe "$gpt" --tensor 2 --steps 2 --save "$dir/half.ckpt" $tiny \
