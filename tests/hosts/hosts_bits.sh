@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hosts_bits.sh APPS: bitwise across hosts. A cluster of 3 hosts on this machine
 # (scripts/hosts: a network, UTS and mount namespace each, TCP between them) runs
-#   - P = 2 x T = 2 on 2 hosts x 2 ranks, each tensor group inside a host;
+#   - P = 2 x T = 2 on 2 hosts x 2 ranks, each tensor group inside a host, with
+#     scatter-gather (the default there) and without (STARPIPE_SCATTER_GATHER=0);
 #   - R = 2 x P = 2 on 2 hosts x 2 ranks, both rank orders (a host holds a replica's
 #     pipeline, or one actor of both replicas);
 #   - a 3-host pipeline under interleaved 1F1B, one rank per host;
@@ -38,6 +39,7 @@ run_case() {
     before=$(link_bytes)
     # shellcheck disable=SC2086
     STARPIPE_VERBOSE=1 timeout 300 "$cluster/mpirun" $mpi -x STARPIPE_VERBOSE \
+        ${STARPIPE_SCATTER_GATHER:+-x STARPIPE_SCATTER_GATHER} \
         "$apps/starpipe-gpt" --steps 2 --dump-grads "$dir/p.grads" --save "$dir/p.ckpt" \
         $flags >"$dir/log" 2>&1 || fail "$what: the run across hosts failed"
     after=$(link_bytes)
@@ -60,10 +62,9 @@ run_case() {
         sed 's/.*(\([0-9]*\) bytes)/\1/' | awk '{ n += $1 } END { printf "%d", n }')
     # the per-link counters: each rank's bytes to other hosts in the last step, the plan's
     local links
-    links=$(grep -c "^starpipe: rank [0-9]*: messages to other hosts in the last step: [0-9]* bytes (.*); the plan's: [0-9]*$" "$dir/log" || true)
+    links=$(grep -Ec "^starpipe: rank [0-9]*: messages to other hosts in the last step: [0-9]* bytes \(.*\); the plan's: [0-9]*(; boundary tensors scatter-gathered)?$" "$dir/log" || true)
     [[ $links == $(wc -w <<<"$hosts") ]] ||
         fail "$what: $links ranks said what they sent to other hosts, as the plan does, not $(wc -w <<<"$hosts")"
-    local across
     across=$(sed -n "s/.*messages to other hosts in the last step: \([0-9]*\) bytes.*/\1/p" "$dir/log" |
         awk '{ n += $1 } END { printf "%d", n }')
     [[ $crosses == 0 || $across -gt 0 ]] || fail "$what: no message crossed hosts in the last step"
@@ -72,7 +73,19 @@ run_case() {
         fail "$what: $((after - before)) bytes through the links, less than twice the $sent bytes the pipeline sent across"
 }
 
+# P = 2 x T = 2: scatter-gather by default (each tensor group inside a host, the boundary
+# tensors between hosts as 1/T per member), then without it: fewer bytes across hosts,
+# by at most half (the tied weight's messages are split by the vocabulary, not chunked)
 run_case "P=2 x T=2" "--actors 2 --tensor 2" "-np 4" "--tensor 2" "0 0 1 1" 1
+[[ $(grep -c "boundary tensors scatter-gathered$" "$dir/log") == 4 ]] ||
+    fail "P=2 x T=2: not every rank scatter-gathered the boundary tensors between hosts"
+sg=$across
+STARPIPE_SCATTER_GATHER=0 run_case "P=2 x T=2, whole boundary tensors" "--actors 2 --tensor 2" \
+    "-np 4" "--tensor 2" "0 0 1 1" 1
+! grep -q "scatter-gathered" "$dir/log" || fail "STARPIPE_SCATTER_GATHER=0 scatter-gathered"
+[[ $sg -lt $across && $((2 * (across - sg))) -le $across ]] ||
+    fail "P=2 x T=2: $sg bytes across hosts with scatter-gather, $across without"
+echo "P=2 x T=2: $sg bytes across hosts in a step with scatter-gather, $across without"
 run_case "R=2 x P=2, pipeline-major" "--actors 2 --replicas 2" "-np 4" "--replicas 2" "0 0 1 1" 0
 run_case "R=2 x P=2, replica-major" "--actors 2 --replicas 2" "-np 4" \
     "--replicas 2 --rank-order replica" "0 0 1 1" 1
