@@ -26,7 +26,8 @@ static void usage(FILE *f)
             "                     [--replicas R[,R,...]] [--rank-order pipeline|replica]\n"
             "                     [--allreduce alpha=1e-5,intra=450e9,inter=50e9,node=8,hier=1,\n"
             "                                  tp_alpha=1e-6,tp_bw=450e9]\n"
-            "                     [--grad-bytes 4] [--tensor T] [--recompute] [--shard-optimizer]\n"
+            "                     [--grad-bytes 4] [--tensor T] [--scatter-gather] [--recompute]\n"
+            "                     [--shard-optimizer]\n"
             "                     [--calibrate PROFILE]\n"
             "Stages are a synthetic chain: each stage costs F, B, W (BW defaults to B+W),\n"
             "saves one unit of activations, and sends N bytes to the next (default 1).\n"
@@ -59,7 +60,9 @@ static void usage(FILE *f)
             "parallelism, Megatron's layout; a Llama's T divides Hkv, I and V), innermost,\n"
             "so T <= GPUs per node; per block two all-reduces of (N, C) in F and two in\n"
             "B among the group, tp_alpha s per step and tp_bw bytes/s per rank (NVLink),\n"
-            "added to the tasks. --recompute: every stage recomputes its activations;\n"
+            "added to the tasks; with --scatter-gather each boundary message goes as 1/T\n"
+            "per rank on the --cost link, then an all-gather on the group's (the runtime's\n"
+            "default between hosts). --recompute: every stage recomputes its activations;\n"
             "--shard-optimizer: ZeRO-1, the AdamW state of 1/R per replica. Memory is\n"
             "per device (one rank of a group).\n"
             "\n"
@@ -332,6 +335,7 @@ int main(int argc, char **argv)
 {
     const char *name = NULL, *svg = NULL, *trace = NULL, *save = NULL;
     int p = 0, S = 0, m = 0, v = 0, json = 0, print_plan = 0, rendezvous = 0, bytes = 1;
+    int scatter_gather = 0;
     double kind[4] = { 1, 1, 1, -1 }, lat = 0, bw = 0;
     int bw_given = 0;
     const char *gpt = NULL, *llama = NULL, *reps = NULL, *order = "pipeline";
@@ -367,6 +371,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--json")) json = ok = 1;
         else if (!strcmp(a, "--print-plan")) print_plan = ok = 1;
         else if (!strcmp(a, "--rendezvous")) rendezvous = ok = 1;
+        else if (!strcmp(a, "--scatter-gather")) scatter_gather = ok = 1;
         else if (!strcmp(a, "--gpt") && val) gpt = val, i++, ok = 1;
         else if (!strcmp(a, "--llama") && val) llama = val, i++, ok = 1;
         else if (!strcmp(a, "--replicas") && val) reps = val, i++, ok = 1;
@@ -631,7 +636,8 @@ int main(int argc, char **argv)
     sp_sim_result *res = NULL;
     int rc = 0;
     sp_sim_config cfg = { .latency = lat, .bandwidth = bw, .rendezvous = rendezvous,
-                          .grad_bytes_per_param = grad_bytes, .tensor = T > 1 ? &tpl : NULL };
+                          .grad_bytes_per_param = grad_bytes, .tensor = T > 1 ? &tpl : NULL,
+                          .scatter_gather = scatter_gather };
     if (nrep == 1) {
         arm.replicas = rlist[0];
         arm.replicas_per_node = replicas_per_node(rlist[0], p, node, T, !strcmp(order, "replica"));

@@ -51,6 +51,8 @@ typedef struct {
 
 typedef struct {
     double lat, bw;          /* a boundary message: latency, bandwidth */
+    int sg;                  /* scatter-gathered (sp_sim_config.scatter_gather) on tl */
+    sp_tensor_link tl;
     sp_allreduce_model ar;   /* the replicas' all-reduce */
 } links;
 
@@ -203,7 +205,8 @@ static sp_stage_model *stages(const ctx *c, int T, int B, int S, const int *cut,
 }
 
 /* Where a layout's messages go: a pipeline inside one node talks over NVLink, else every
- * boundary message is priced at the network's rate (the slowest of its edges); the
+ * boundary message is priced at the network's rate (the slowest of its edges), 1/T of it
+ * at T > 1 (scatter-gather); the
  * replicas' all-reduce by sp_allreduce_time on the layout's replicas per node. */
 static void layout_links(const ctx *c, int R, int P, int T, sp_rank_order o, links *k)
 {
@@ -212,6 +215,8 @@ static void layout_links(const ctx *c, int R, int P, int T, sp_rank_order o, lin
     int inside = o == SP_RANK_ORDER_PIPELINE ? g % (P * T) == 0 : R * P * T <= g;
     k->lat = inside ? c->dev.nvlink_alpha : c->dev.network_alpha;
     k->bw = inside ? c->dev.nvlink_bw : c->dev.network_bw;
+    k->sg = !inside && T > 1; /* scatter-gather, as the runtime does between nodes */
+    k->tl = tensor_link(c, T);
     int rpn = sp_layout_replicas_per_node(&l, g);
     k->ar = (sp_allreduce_model){ .replicas = R, .bw_intra = c->dev.nvlink_bw,
                                   .bw_inter = c->dev.network_bw, .replicas_per_node = rpn,
@@ -287,8 +292,11 @@ static double memory_bound(const sp_stage_model *md, int sched, int P, int R)
 
 static double boundary_msg(const sp_stage_model *md, const links *k)
 {
-    double bytes = md->nedges ? (double)md->edge[0].bytes : 0;
-    return k->lat + (k->bw > 0 ? bytes / k->bw : 0);
+    double bytes = md->nedges ? (double)md->edge[0].bytes : 0, gather;
+    sp_sim_config sc = { .latency = k->lat, .bandwidth = k->bw, .tensor = &k->tl,
+                         .scatter_gather = k->sg };
+    double xfer = sp_sim_msg_time(&sc, bytes, &gather);
+    return k->lat + xfer + gather;
 }
 
 /* ------------------------------------------------------------------ the best so far */
@@ -597,7 +605,7 @@ static sp_status simulate_orders(ctx *c, const group *g, int mode, const sp_stag
     sp_status st = SP_OK;
     for (int o = 0; o < norders(lk, R) && st == SP_OK; o++) {
         sp_tensor_link tl = tensor_link(c, g->T);
-        sp_sim_config sc = { .latency = lk[o].lat, .bandwidth = lk[o].bw,
+        sp_sim_config sc = { .latency = lk[o].lat, .bandwidth = lk[o].bw, .scatter_gather = lk[o].sg,
                              .grad_bytes_per_param = c->gb, .skip_exposed = 1, .tensor = &tl,
                              .allreduce = R > 1 ? &lk[o].ar : NULL };
         sp_sim_result *r = NULL;
@@ -830,7 +838,8 @@ static sp_status explain(ctx *c, sp_search_choice *x)
     links k;
     layout_links(c, x->replicas, P, x->tensor, x->order, &k);
     sp_tensor_link tl = tensor_link(c, x->tensor);
-    sp_sim_config sc = { .latency = k.lat, .bandwidth = k.bw, .grad_bytes_per_param = c->gb,
+    sp_sim_config sc = { .latency = k.lat, .bandwidth = k.bw, .scatter_gather = k.sg,
+                         .grad_bytes_per_param = c->gb,
                          .tensor = &tl, .allreduce = x->replicas > 1 ? &k.ar : NULL };
     sp_sim_config free_links = { .grad_bytes_per_param = c->gb, .tensor = &tl };
     if ((st = sp_plan_build(md, x->schedule, &plan)) || (st = sp_simulate(plan, md, &sc, &r)) ||

@@ -40,6 +40,14 @@ double sp_allreduce_time(const sp_allreduce_model *m, double bytes)
     return t;
 }
 
+double sp_sim_msg_time(const sp_sim_config *cfg, double bytes, double *gather)
+{
+    const sp_tensor_link *l = cfg->tensor;
+    double T = cfg->scatter_gather && l && l->tensor > 1 ? l->tensor : 1;
+    *gather = T > 1 ? (T - 1) * (l->alpha + (l->bw > 0 ? bytes / T / l->bw : 0)) : 0;
+    return cfg->bandwidth > 0 ? bytes / T / cfg->bandwidth : 0;
+}
+
 double sp_tensor_allreduce_time(const sp_tensor_link *l, int count, double bytes)
 {
     if (!l || l->tensor <= 1 || count <= 0) return 0;
@@ -275,10 +283,10 @@ sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
                     else qhead[ch] = (int)in->seq;
                     qtail[ch] = (int)in->seq;
                     if (!cfg->rendezvous) {
-                        double xfer = cfg->bandwidth > 0 ? (double)in->bytes / cfg->bandwidth : 0;
+                        double gather, xfer = sp_sim_msg_time(cfg, (double)in->bytes, &gather);
                         double s0 = t > linkfree[ch] ? t : linkfree[ch];
                         linkfree[ch] = s0 + xfer;
-                        m->done = s0 + cfg->latency + xfer;
+                        m->done = s0 + cfg->latency + xfer + gather;
                     }
                     WAKE(in->peer);
                 }
@@ -299,11 +307,11 @@ sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
                 }
                 msg_state *m = &ms[h];
                 if (cfg->rendezvous) {
-                    double xfer = cfg->bandwidth > 0 ? (double)in->bytes / cfg->bandwidth : 0;
+                    double gather, xfer = sp_sim_msg_time(cfg, (double)in->bytes, &gather);
                     double s0 = m->post > t ? m->post : t;
                     if (linkfree[ch] > s0) s0 = linkfree[ch];
                     linkfree[ch] = s0 + xfer;
-                    m->done = s0 + cfg->latency + xfer;
+                    m->done = s0 + cfg->latency + xfer + gather;
                     WAKE(in->peer);
                 }
                 qhead[ch] = m->next;

@@ -341,8 +341,17 @@ typedef struct {
      * tp_bytes for its kind; a recomputing stage's first backward task also F's again)
      * on this link, added to its time. NULL: none. Not applied to instr_time replays. */
     const sp_tensor_link *tensor;
+    /* 1 with tensor (T > 1): boundary messages go scatter-gathered, as the runtime sends
+     * them between hosts: each member puts 1/T of the bytes on the link (bandwidth), then
+     * the receiving group all-gathers them on the tensor link, beside the link */
+    int scatter_gather;
     int skip_exposed; /* 1: leave sp_sim_result.exposed_comm at 0 (spares a second run) */
 } sp_sim_config;
+/* A boundary message of `bytes` under cfg: the time it holds its link (bytes / bandwidth,
+ * or 1/T of it scatter-gathered), and in *gather the receiving group's all-gather after
+ * it ((T - 1) steps of 1/T of the bytes on the tensor link; 0 without). The message
+ * arrives latency + both after it starts. */
+double sp_sim_msg_time(const sp_sim_config *cfg, double bytes, double *gather);
 
 typedef struct {
     int nactors;

@@ -118,6 +118,7 @@ static void versus_planner(const sp_search_config *c, const sp_search_choice *x)
     sp_sim_config sc = { .latency = inside ? c->device.nvlink_alpha : c->device.network_alpha,
                          .bandwidth = inside ? c->device.nvlink_bw : c->device.network_bw,
                          .grad_bytes_per_param = 2, .tensor = &tl,
+                         .scatter_gather = !inside && x->tensor > 1, /* as the runtime */
                          .allreduce = x->replicas > 1 ? &ar : NULL };
     sp_plan *plan;
     sp_sim_result *r;

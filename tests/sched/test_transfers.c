@@ -1,7 +1,8 @@
 /* Transfers, buffers and shared weights in plans: skip connections across actors, local
  * edges of stages on one actor, the per-step versus per-microbatch shared-weight combine,
  * SEND right after its producer, FREE after last use; a corrupted plan is refused by
- * sp_plan_check and by the simulator (an error, never a hang); link costs; the trace and
+ * sp_plan_check and by the simulator (an error, never a hang); link costs, scatter-gathered
+ * too; the trace and
  * SVG outputs. */
 #include <math.h>
 #include <string.h>
@@ -231,6 +232,20 @@ int main(void)
         sp_sim_config cfg = { .latency = 0.5, .bandwidth = 1000 };
         MUST(sp_simulate(pl, md, &cfg, &r));
         CHECK(fabs(r->step_time - 8.0) < 1e-12, "step %g, want 8", r->step_time);
+        sp_sim_result_free(r);
+        /* scatter-gathered at T = 2: each message L + x / 2 on the link, then the group's
+         * all-gather on the tensor link (alpha 0.25, 2000 bytes per unit): 0.25 + 250 /
+         * 2000; 6 + 2 (0.5 + 0.25 + 0.375) = 8.25. Without the flag the tensor link adds
+         * nothing to a chain (no all-reduces in its tasks). */
+        sp_tensor_link tl = { .tensor = 2, .alpha = 0.25, .bw = 2000 };
+        sp_sim_config sg = { .latency = 0.5, .bandwidth = 1000, .tensor = &tl };
+        MUST(sp_simulate(pl, md, &sg, &r));
+        CHECK(fabs(r->step_time - 8.0) < 1e-12, "T = 2 whole: step %g, want 8", r->step_time);
+        sp_sim_result_free(r);
+        sg.scatter_gather = 1;
+        MUST(sp_simulate(pl, md, &sg, &r));
+        CHECK(fabs(r->step_time - 8.25) < 1e-12, "scatter-gathered: step %g, want 8.25",
+              r->step_time);
         sp_sim_result_free(r);
         double flops[2 * SP_NUM_TASK_KINDS];
         for (int q = 0; q < 2 * SP_NUM_TASK_KINDS; q++) flops[q] = (q % 4 == 3 ? 4e9 : 2e9);
