@@ -87,17 +87,7 @@ static void describe_links(sp_trainer *t, const sp_program *p, const sp_plan *pl
         int r = in->op == SP_OP_SEND ? sp_layout_rank_t(&l, rep, in->peer, tt) : -1;
         if (r >= 0 && r < n) plan[r] += sp_trainer_send_bytes(t, in);
     }
-    int64_t *bounds = l.replicas > 1 ? calloc((size_t)l.replicas + 1, sizeof *bounds) : NULL;
-    for (int s = 0; bounds && s < sp_program_num_stages(p); s++) {
-        if (!sp_trainer_owns_stage(t, s)) continue;
-        sp_optim_shards(p, s, l.replicas, bounds);
-        int64_t own = bounds[rep + 1] - bounds[rep];
-        for (int c = 0; c < l.replicas; c++)
-            if (c != rep)
-                plan[sp_layout_rank_t(&l, c, a, tt)] +=
-                    (unsigned long long)(bounds[c + 1] - bounds[c] + own) * sizeof(float);
-    }
-    free(bounds);
+    for (int r = 0; r < n; r++) plan[r] += sp_trainer_replica_bytes_to(t, r);
     char line[1024];
     int k = 0, shown = 0;
     unsigned long long sent = 0, planned = 0;

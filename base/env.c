@@ -101,6 +101,20 @@ sp_status sp_env_read(sp_env *e)
         *e = none;
         return st; /* the message names the variable */
     }
+    const char *ar = NULL;
+    if ((st = sp_env_string("STARPIPE_ALLREDUCE", &ar))) {
+        *e = none;
+        return st;
+    }
+    int64_t per = 0;
+    if (ar && strcmp(ar, "auto") && strcmp(ar, "flat") &&
+        (strncmp(ar, "hosts:", 6) || sp_parse_int(ar + 6, 1, 1 << 16, &per))) {
+        st = sp_set_error(SP_ERR_ARG, "STARPIPE_ALLREDUCE=%s: expected \"auto\", \"flat\" or "
+                          "\"hosts:K\" (K >= 1 replicas a host)", ar);
+        *e = none;
+        return st;
+    }
+    e->allreduce = ar && !strcmp(ar, "flat") ? -1 : (int)per;
     if (e->transport && strcmp(e->transport, "direct") && strcmp(e->transport, "starpu-mpi")) {
         st = sp_set_error(SP_ERR_ARG, "STARPIPE_TRANSPORT=%s: expected \"starpu-mpi\" or "
                           "\"direct\"", e->transport);

@@ -49,6 +49,8 @@ typedef struct {
     const char *transport;  /* STARPIPE_TRANSPORT: "starpu-mpi" or "direct", or NULL */
     int shm_pieces;         /* STARPIPE_SHM_PIECES: 0, 1; -1 unset */
     int scatter_gather;     /* STARPIPE_SCATTER_GATHER: 0, 1; -1 unset (between hosts) */
+    int allreduce;          /* STARPIPE_ALLREDUCE: 0 auto (hierarchical where it pays), -1
+                               flat, K > 0 hosts:K (runs of K replicas, for tests) */
     const char *gpu;        /* STARPIPE_GPU, or NULL (its forms: runtime/gpumap.c) */
     const char *device;     /* STARPIPE_DEVICE: a device kind's name or "cpu", or NULL */
 } sp_env;

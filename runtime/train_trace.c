@@ -31,7 +31,7 @@ sp_status sp_tr_record_events(sp_trainer *t)
             id = (int64_t)rec[i].seq < t->plan->nmessages
                      ? (task_id){ -1, -1, -1, t->msg_instr[rec[i].seq] }
                      : (task_id){ SP_TR_COLLECTIVE, -1,
-                                  (int)((rec[i].seq - t->plan->nmessages) / 3), -1 };
+                                  (int)((rec[i].seq - t->plan->nmessages) / (3 * t->R)), -1 };
         e->instr = id.instr;
         e->kind = id.kind;
         e->mb = id.mb;

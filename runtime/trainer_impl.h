@@ -20,10 +20,14 @@ typedef struct {
 #define SP_TR_HELPER ((task_id){ -1, -1, -1, -1 })
 
 /* What a stage's replicas exchange (runtime/replicas.c), on each rank holding it: the
- * shard bounds, a send and a receive buffer per other replica, this rank's reduced shard. */
+ * shard bounds, a buffer per other replica's shard (this rank's copy out, the sum or the
+ * parameters in), the inputs of the shards this rank leads in its run (each member's
+ * copy, the previous run's partial sum), this rank's reduced shard. */
 typedef struct {
     int64_t *bounds;      /* [R + 1] (sp_optim_shards) */
-    sp_exec_buf **send, **recv; /* [R], NULL at this rank's own replica */
+    sp_exec_buf **shard;  /* [R], NULL at this rank's own replica */
+    sp_exec_buf **in;     /* [R * (R + 1)]: shard c's from replica q at c (R + 1) + q, the
+                             partial at c (R + 1) + R; NULL where not led here */
     sp_exec_buf *mine;
     int pending;          /* the reduce of this step is still to be submitted */
 } sp_tr_stage_replicas;
@@ -75,6 +79,10 @@ struct sp_trainer {
      * per actor, 1 when boundary buffers to and from it go as 1/T per member. NULL: off */
     uint8_t *sg_edge, *sg_actor;
     sp_tr_stage_replicas *rep; /* [S], for stages this rank holds; NULL without replicas */
+    /* the replicas' runs (replicas.c): run_of[R], run_first[nruns + 1]; counting the
+     * bytes of the collectives instead of posting them: replica_count[world size] */
+    int *run_of, *run_first, nruns;
+    unsigned long long *replica_count;
     int *grads_last;           /* [S]: the last instruction of phase 1 writing GRADS[s] */
     uint32_t *footprint;       /* [S * SP_NUM_TASK_KINDS]: stage programs' perfmodel keys */
     int *unpack;               /* deferred unpacks of the step: (stage, replica) pairs */
@@ -224,8 +232,8 @@ sp_status sp_tr_send(sp_trainer *t, sp_exec_buf *x, int peer, uint32_t msg);
 sp_status sp_tr_recv(sp_trainer *t, sp_exec_buf *x, int peer, uint32_t msg);
 
 /* ---- replicas.c: the gradient all-reduce over replicas and the sharded optimizer ----
- * Messages use numbers past the plan's (nmessages + 3 s + phase), so they never share a
- * tag with the pipeline's. */
+ * Messages use numbers past the plan's (nmessages + (3 s + phase) R + shard), so they
+ * never share a tag with the pipeline's. */
 sp_status sp_tr_replicas_create(sp_trainer *t);
 void sp_tr_replicas_free(sp_trainer *t);
 /* Phase 1, after the last instruction writing GRADS[s]: this replica's shards go to their

@@ -3,6 +3,8 @@
 # (scripts/hosts: a network, UTS and mount namespace each, TCP between them) runs
 #   - P = 2 x T = 2 on 2 hosts x 2 ranks, each tensor group inside a host, with
 #     scatter-gather (the default there) and without (STARPIPE_SCATTER_GATHER=0);
+#   - R = 4 x P = 1 on 2 hosts x 2 ranks, the replicas' all-reduce hierarchical (the
+#     default there) and flat (STARPIPE_ALLREDUCE=flat), half the bytes across hosts;
 #   - R = 2 x P = 2 on 2 hosts x 2 ranks, both rank orders (a host holds a replica's
 #     pipeline, or one actor of both replicas);
 #   - a 3-host pipeline under interleaved 1F1B, one rank per host;
@@ -39,7 +41,7 @@ run_case() {
     before=$(link_bytes)
     # shellcheck disable=SC2086
     STARPIPE_VERBOSE=1 timeout 300 "$cluster/mpirun" $mpi -x STARPIPE_VERBOSE \
-        ${STARPIPE_SCATTER_GATHER:+-x STARPIPE_SCATTER_GATHER} \
+        ${STARPIPE_SCATTER_GATHER:+-x STARPIPE_SCATTER_GATHER} ${STARPIPE_ALLREDUCE:+-x STARPIPE_ALLREDUCE} \
         "$apps/starpipe-gpt" --steps 2 --dump-grads "$dir/p.grads" --save "$dir/p.ckpt" \
         $flags >"$dir/log" 2>&1 || fail "$what: the run across hosts failed"
     after=$(link_bytes)
@@ -86,6 +88,16 @@ STARPIPE_SCATTER_GATHER=0 run_case "P=2 x T=2, whole boundary tensors" "--actors
 [[ $sg -lt $across && $((2 * (across - sg))) -le $across ]] ||
     fail "P=2 x T=2: $sg bytes across hosts with scatter-gather, $across without"
 echo "P=2 x T=2: $sg bytes across hosts in a step with scatter-gather, $across without"
+# R = 4 x P = 1, two replicas a host: the replicas' all-reduce hierarchical by default
+# (inside each host, one message of each shard across, inside again), then flat (the
+# all-to-all of shards): half the bytes across hosts, the same bits
+run_case "R=4, hierarchical all-reduce" "--actors 1 --replicas 4" "-np 4" "--replicas 4" "0 0 1 1" 1
+hier=$across
+STARPIPE_ALLREDUCE=flat run_case "R=4, flat all-reduce" "--actors 1 --replicas 4" "-np 4" \
+    "--replicas 4" "0 0 1 1" 1
+[[ $((2 * hier)) == "$across" ]] ||
+    fail "R=4 on 2 hosts: $hier bytes across hosts hierarchical, $across flat (not twice)"
+echo "R=4 on 2 hosts: $hier bytes across hosts in a step hierarchical, $across flat"
 run_case "R=2 x P=2, pipeline-major" "--actors 2 --replicas 2" "-np 4" "--replicas 2" "0 0 1 1" 0
 run_case "R=2 x P=2, replica-major" "--actors 2 --replicas 2" "-np 4" \
     "--replicas 2 --rank-order replica" "0 0 1 1" 1
