@@ -270,3 +270,15 @@ sp_status sp_tr_create_slab(sp_trainer *t, sp_exec_buf **h, size_t bytes)
     if (st == SP_OK && !sp_exec_buf_on_device(*h)) t->host_mem += n * sizeof(float);
     return st;
 }
+
+int64_t sp_tr_scatter_gather(const sp_trainer *t, const sp_buf *b, int peer, int64_t *lo)
+{
+    *lo = 0;
+    if (!t->sg_edge || peer < 0 || peer >= t->layout.actors || !t->sg_actor[peer]) return -1;
+    int bit = b->cls == SP_BUF_EDGE_FWD ? 1 : b->cls == SP_BUF_EDGE_GRAD ? 2 : 0;
+    if (!bit || b->idx < 0 || b->idx >= t->E || !(t->sg_edge[b->idx] & bit)) return -1;
+    const int64_t n = (int64_t)(sp_tr_bytes(t, (sp_buf_class)b->cls, b->idx) / 4);
+    if (n < t->T) return -1; /* every chunk non-empty */
+    *lo = sp_tp_chunk(n, t->T, t->trank);
+    return sp_tp_chunk(n, t->T, t->trank + 1) - *lo;
+}

@@ -140,18 +140,6 @@ static sp_status scatter_gather_plan(sp_trainer *t, int want)
     return SP_OK;
 }
 
-int64_t sp_tr_scatter_gather(const sp_trainer *t, const sp_buf *b, int peer, int64_t *lo)
-{
-    *lo = 0;
-    if (!t->sg_edge || peer < 0 || peer >= t->layout.actors || !t->sg_actor[peer]) return -1;
-    int bit = b->cls == SP_BUF_EDGE_FWD ? 1 : b->cls == SP_BUF_EDGE_GRAD ? 2 : 0;
-    if (!bit || b->idx < 0 || b->idx >= t->E || !(t->sg_edge[b->idx] & bit)) return -1;
-    const int64_t n = (int64_t)(sp_tr_bytes(t, (sp_buf_class)b->cls, b->idx) / 4);
-    if (n < t->T) return -1; /* every chunk non-empty */
-    *lo = sp_tp_chunk(n, t->T, t->trank);
-    return sp_tp_chunk(n, t->T, t->trank + 1) - *lo;
-}
-
 static sp_status find_grads_last(sp_trainer *t)
 {
     if (!(t->grads_last = malloc(sizeof(int) * (size_t)t->S)))

@@ -166,10 +166,6 @@ static inline int peer_rank(const sp_trainer *t, int actor)
     return t->peer[actor];
 }
 
-/* Scatter-gather: the chunk of boundary buffer b that this member sends to, or receives
- * from, actor `peer` (floats [*lo, *lo + return)), or -1 when the buffer goes whole. */
-int64_t sp_tr_scatter_gather(const sp_trainer *t, const sp_buf *b, int peer, int64_t *lo);
-
 /* Instructions of the update phase (phase 2 of a step): OPTIMIZER, and the tied
  * parameters' sends and receives that follow it. */
 static inline int sp_tr_is_update_phase(const sp_instr *in)
@@ -249,6 +245,10 @@ sp_status sp_tr_reduce_end(sp_trainer *t);
 sp_status sp_tr_gather_params(sp_trainer *t, int s);
 
 /* ---- buffers.c ---- */
+/* Scatter-gather (train_create.c decides where): the chunk of boundary buffer b that this member sends to, or receives
+ * from, actor `peer` (floats [*lo, *lo + return)), or -1 when the buffer goes whole. */
+int64_t sp_tr_scatter_gather(const sp_trainer *t, const sp_buf *b, int peer, int64_t *lo);
+
 /* The executor buffer of slab (class, index) for microbatch mb: persistent slabs, and
  * per-microbatch buffers taken from the pool on first use in a step. NULL on failure. */
 sp_exec_buf *sp_tr_slab_buf(sp_trainer *t, sp_buf_class c, int idx, int mb);
