@@ -399,11 +399,10 @@ void sp_profile_set_link(sp_profile *pf, double latency, double bandwidth)
     if (!pf || !(bandwidth > 0) || !isfinite(bandwidth)) return;
     pf->link_bw = bandwidth;
     pf->link_lat = latency >= 0 && isfinite(latency) ? latency : -1;
-    if (pf->link_lat < 0 && pf->nlink) { /* the wire's: half the probe's 2-rank all-reduce */
-        double lat = 0, bw = 0;
-        fit_link(pf->link, pf->nlink, &lat, &bw);
-        if (lat > 0) pf->link_lat = lat / 2;
-    }
+    /* the wire's: half the probe's smallest 2-rank all-reduce (its records ascend by
+     * bytes): 2 alpha and next to no bytes. Not a line's intercept through all of them,
+     * which the largest sizes' cache effects moved by up to a millisecond. */
+    if (pf->link_lat < 0 && pf->nlink) pf->link_lat = pf->link[1] / 2;
 }
 
 void sp_profile_rates(const sp_profile *pf, sp_profile_rate *out)

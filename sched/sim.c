@@ -215,6 +215,58 @@ static sp_status check_inputs(const sp_plan *plan, const sp_stage_model *model,
     return SP_OK;
 }
 
+/* Whether instruction j of actor a reads buffer b (j = ninstr: the end, which takes
+ * every receive left). */
+static int reads_buf(const sp_plan *plan, int a, int j, const sp_buf *b)
+{
+    if (j == plan->ninstr[a]) return 1;
+    const sp_instr *in = &plan->instr[a][j];
+    if (in->op == SP_OP_SEND || in->op == SP_OP_FREE) return !memcmp(&in->buf, b, sizeof *b);
+    for (uint32_t q = 0; q < in->nacc; q++) {
+        const sp_access *x = &plan->access[in->acc + q];
+        if (!memcmp(&x->buf, b, sizeof *b)) return 1;
+    }
+    return 0;
+}
+
+/* Takes, in program order, the deferred receives instruction j of actor a needs: those of
+ * the buffers it reads and, before each, the earlier ones on the same channel (a channel
+ * delivers in order). A receive taken moves the actor's clock to the message's arrival.
+ * Returns 1 when one of them is not sent yet (the actor waits), else 0; *st on a message
+ * out of channel order. */
+static int take_recvs(const sp_plan *plan, int a, int j, int *def, int *ndef, msg_state *ms,
+                      int *qhead, int *qtail, double *clock, sp_sim_result *r, int p,
+                      sp_status *st)
+{
+    char s1[160];
+    for (int k = 0; k < *ndef; k++) {
+        const sp_instr *in = &plan->instr[a][def[k]];
+        if (!reads_buf(plan, a, j, &in->buf)) continue;
+        for (int i = 0; i <= k; i++) { /* this channel's, up to this one */
+            const sp_instr *x = &plan->instr[a][def[i]];
+            if (x->peer != in->peer) continue;
+            int ch = x->peer * p + a, h = qhead[ch];
+            if (h < 0) return 1; /* nothing sent on this channel yet */
+            if (h != x->seq) {
+                *st = sp_set_error(SP_ERR_SCHEDULE, "actor %d: %s, but message #%d is first "
+                                   "on the channel from actor %d: ordered channels would "
+                                   "deliver the wrong message", a,
+                                   sp_instr_format(x, s1, sizeof s1), h, x->peer);
+                return 0;
+            }
+            msg_state *m = &ms[h];
+            qhead[ch] = m->next;
+            if (qhead[ch] < 0) qtail[ch] = -1;
+            r->start[a][def[i]] = clock[a]; /* the wait it costs, for traces */
+            if (m->done > clock[a]) clock[a] = m->done;
+            r->end[a][def[i]] = clock[a];
+            for (int q = i; q + 1 < *ndef; q++) def[q] = def[q + 1];
+            (*ndef)--, i--, k--;
+        }
+    }
+    return 0;
+}
+
 sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
                       const sp_sim_config *cfg_in, sp_sim_result **out)
 {
@@ -227,6 +279,8 @@ sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
     int64_t nm = plan->nmessages;
     sp_sim_result *r = calloc(1, sizeof *r);
     int *pc = calloc((size_t)p, sizeof *pc), *work = malloc((size_t)p * sizeof *work);
+    /* each actor's receives not taken yet (buffered channels): [a][k], k < ndef[a] */
+    int **def = calloc((size_t)p, sizeof *def), *ndef = calloc((size_t)p, sizeof *ndef);
     char *queued = calloc((size_t)p, 1);
     double *clock = calloc((size_t)p, sizeof *clock);
     msg_state *ms = malloc((size_t)(nm ? nm : 1) * sizeof *ms);
@@ -237,7 +291,11 @@ sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
     double *netfree = NULL, *ardone = NULL; /* [actor]: its network free; collectives done */
     sp_status st = SP_OK;
     char s1[160];
-    if (!r || !pc || !work || !queued || !clock || !ms || !qhead || !qtail || !linkfree) goto nomem;
+    if (!r || !pc || !work || !queued || !clock || !ms || !qhead || !qtail || !linkfree ||
+        !def || !ndef)
+        goto nomem;
+    for (int a = 0; a < p; a++)
+        if (!(def[a] = malloc(((size_t)plan->ninstr[a] + 1) * sizeof **def))) goto nomem;
     r->nactors = p;
     r->nmessages = nm;
     r->nstages = plan->nstages;
@@ -270,7 +328,13 @@ sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
     while (nw) {
         int a = work[--nw];
         queued[a] = 0;
-        while (pc[a] < plan->ninstr[a]) {
+        while (pc[a] <= plan->ninstr[a]) {
+            /* the deferred receives this instruction reads (all of them at the end) */
+            int need = take_recvs(plan, a, pc[a], def[a], &ndef[a], ms, qhead, qtail, clock, r,
+                                  p, &st);
+            if (st) goto fail;
+            if (need) break; /* blocked: a message it reads is not sent yet */
+            if (pc[a] == plan->ninstr[a]) break;
             const sp_instr *in = &plan->instr[a][pc[a]];
             double t = clock[a], dur = 0;
             if (in->op == SP_OP_SEND) {
@@ -294,6 +358,14 @@ sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
                     if (m->done < 0) break; /* blocked until the receiver takes it */
                     clock[a] = m->done;
                 }
+            } else if (in->op == SP_OP_RECV && !cfg->rendezvous) {
+                /* posted, not waited for: the runtime's receive does not hold the actor;
+                 * what reads the buffer waits for it (take_recvs) */
+                if (in->seq < 0 || in->seq >= nm) goto badmsg;
+                def[a][ndef[a]++] = pc[a];
+                r->start[a][pc[a]] = r->end[a][pc[a]] = t;
+                pc[a]++;
+                continue;
             } else if (in->op == SP_OP_RECV) {
                 if (in->seq < 0 || in->seq >= nm) goto badmsg;
                 int ch = in->peer * p + a, h = qhead[ch];
@@ -351,7 +423,7 @@ sp_status sp_simulate(const sp_plan *plan, const sp_stage_model *model,
     }
 #undef WAKE
     int stuck = 0;
-    for (int a = 0; a < p; a++) stuck += pc[a] < plan->ninstr[a];
+    for (int a = 0; a < p; a++) stuck += pc[a] < plan->ninstr[a] || ndef[a] > 0;
     if (stuck) {
         st = sp_plan_stuck_error(plan, pc, cfg->rendezvous
                                                ? "simulation deadlocked (rendezvous channels):"
@@ -403,5 +475,7 @@ done:
     free(pc), free(work), free(queued), free(clock), free(ms), free(qhead), free(qtail);
     free(linkfree);
     free(last), free(netfree), free(ardone);
+    for (int a = 0; def && a < p; a++) free(def[a]);
+    free(def), free(ndef);
     return st;
 }

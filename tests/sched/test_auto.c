@@ -129,9 +129,12 @@ static void goals(void)
         CHECK(lb <= a2.bubble + 1e-12, "case %zu: under the floor? %.4f < %.4f", k, a2.bubble, lb);
         sp_stage_model_free(md);
     }
-    /* 3. uneven stages (a head three times a block): better than every built-in that runs
-     * this model (one stage per actor) when messages take time; at lat = 0 ZB-H1 already
-     * keeps the head's actor busy from its first F (the floor), and auto equals it */
+    /* 3. uneven stages (a head three times a block): no worse than every built-in that
+     * runs this model (one stage per actor), and better than GPipe and both 1F1Bs when
+     * messages take time; ZB-H1 ties it: at lat = 0 it already keeps the head's actor busy
+     * from its first F (the floor), and with latency too since the simulator holds an
+     * actor only where a task reads a message, not at the receive (as the runtime; until
+     * 2026-12-04 its receives held the actor and auto was strictly ahead) */
     static const double head[4] = { 1, 1, 1, 3 };
     static const char *const names[] = { "gpipe", "1f1b", "eager-1f1b", "zb-h1" };
     for (int m = 8; m <= 16; m += 8)
@@ -141,7 +144,7 @@ static void goals(void)
             sim_t a = synth(md, 4, m, lat, 0);
             for (int i = 0; i < 4; i++) {
                 sim_t b = builtin(md, names[i], 4, m, lat);
-                if (lat > 0)
+                if (lat > 0 && i < 3)
                     CHECK(a.step < b.step * (1 - 1e-9), "1,1,1,3 m=%d lat=%g: auto %.4f, %s "
                           "%.4f", m, lat, a.step, names[i], b.step);
                 else
