@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# bench/hosts_links.sh [--quick] [BUILD]: the planner against links like a cluster's. Two
+# bench/hosts_links.sh [--quick] [--tcp-tuned] [BUILD]: the planner against links like a
+# cluster's. --tcp-tuned: Open MPI's TCP eager limits and largest fragment at 129 KiB and
+# 1 MiB socket buffers (bench/README.md, "Links between hosts": a 64 KiB message then goes
+# eager; not the runtime's default). Two
 # hosts on this machine (scripts/hosts, as root), one rank each, so that every pipeline
 # message crosses the hosts' link; the link shaped by tc's token bucket (tbf) to each
 # setting in turn, both ways, the ranks of a host untouched. A run on the unshaped link
@@ -10,8 +13,15 @@
 # fresh profile; the table gives the medians of the rounds. Exit 77 where hosts or tc
 # cannot be made.
 set -euo pipefail
-quick=0
+quick=0 tuned=()
 [[ ${1:-} == --quick ]] && { quick=1; shift; }
+if [[ ${1:-} == --tcp-tuned ]]; then
+    shift
+    for p in btl_tcp_eager_limit btl_tcp_rndv_eager_limit btl_tcp_max_send_size; do
+        tuned+=(--mca "$p" 132096)
+    done
+    tuned+=(--mca btl_tcp_sndbuf 1048576 --mca btl_tcp_rcvbuf 1048576)
+fi
 BUILD=${1:-build}
 app=$BUILD/apps/starpipe-gpt
 [[ -x $app ]] || { echo "hosts_links.sh: no $app: build first (make build)" >&2; exit 2; }
@@ -30,7 +40,8 @@ trap '"$root/scripts/hosts" down "$cluster"; rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 run() { # the app on 2 hosts, one rank each
     # shellcheck disable=SC2086
-    timeout 600 "$cluster/mpirun" -np 2 --map-by node "$app" --steps "$steps" $args "$@"
+    timeout 600 "$cluster/mpirun" -np 2 --map-by node ${tuned[@]+"${tuned[@]}"} "$app" \
+        --steps "$steps" $args "$@"
 }
 bytes_per_s() { # tc's rate as bytes per second
     echo $(($(numfmt --from=si "$(tr a-z A-Z <<<"${1%bit}")") / 8))
