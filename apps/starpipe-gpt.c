@@ -20,7 +20,40 @@ typedef struct {
     int stage_layers[1024], nstage_layers; /* --stage-layers, one count per stage */
     int cut[1026], ncut; /* the driver's balanced cut (apps/cut.c), for ncut stages */
     sp_text *text;
+    unsigned given; /* the shape flags given so far (GIVEN_*): a --model leaves them */
 } gpt_app;
+
+enum { GIVEN_ARCH = 1, GIVEN_LAYERS = 2, GIVEN_HEADS = 4, GIVEN_CHANNELS = 8, GIVEN_CONTEXT = 16,
+       GIVEN_VOCAB = 32, GIVEN_KV_HEADS = 64, GIVEN_HIDDEN = 128, GIVEN_ROPE = 256 };
+
+/* --model NAME: a preset's shape (starpipe/models.h), for every size no flag gave, before
+ * or after it: flags override a preset's entries whatever their order. */
+static int apply_preset(gpt_app *c, const char *name)
+{
+    const sp_model_preset *p = sp_model_preset_find(name);
+    if (!p) {
+        char names[256];
+        fprintf(stderr, "error: --model %s: not a model this knows (%s)\n", name,
+                sp_model_preset_names(names, sizeof names));
+        return -1;
+    }
+    if ((c->given & GIVEN_ARCH) && c->llama != p->llama) {
+        fprintf(stderr, "error: --model %s is a %s, but --arch says %s\n", name,
+                p->llama ? "llama" : "gpt", c->llama ? "llama" : "gpt");
+        return -1;
+    }
+    c->llama = p->llama;
+    const struct { unsigned bit; int *dst; int v; } f[] = {
+        { GIVEN_LAYERS, &c->model.layers, p->layers }, { GIVEN_HEADS, &c->model.heads, p->heads },
+        { GIVEN_CHANNELS, &c->model.channels, p->channels },
+        { GIVEN_CONTEXT, &c->model.context, p->context }, { GIVEN_VOCAB, &c->model.vocab, p->vocab },
+        { GIVEN_KV_HEADS, &c->kv_heads, p->llama ? p->kv_heads : 0 },
+        { GIVEN_HIDDEN, &c->hidden, p->llama ? p->hidden : 0 } };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (!(c->given & f[i].bit)) *f[i].dst = f[i].v;
+    if (!(c->given & GIVEN_ROPE)) c->rope_theta = p->llama ? p->rope_theta : 0;
+    return 1;
+}
 
 static int gpt_flag(void *cfg, const char *a, const char *v)
 {
@@ -29,27 +62,38 @@ static int gpt_flag(void *cfg, const char *a, const char *v)
         c->data = v;
         return 1;
     }
+    if (!strcmp(a, "--model")) return apply_preset(c, v);
     if (!strcmp(a, "--arch")) {
         if (strcmp(v, "gpt") && strcmp(v, "llama")) {
             fprintf(stderr, "error: --arch expects gpt or llama, got '%s'\n", v);
             return -1;
         }
         c->llama = !strcmp(v, "llama");
+        c->given |= GIVEN_ARCH;
         return 1;
     }
-    if (!strcmp(a, "--rope-theta"))
+    if (!strcmp(a, "--rope-theta")) {
+        c->given |= GIVEN_ROPE;
         return app_parse_float(a, v, 1.0001, 1e30, &c->rope_theta) ? 1 : -1;
+    }
     if (!strcmp(a, "--stage-layers"))
         return app_parse_int_list(a, v, 0, 1024, c->stage_layers, 1024, &c->nstage_layers) ? 1
                                                                                           : -1;
-    const struct { const char *flag; int *dst; long hi; } ints[] = {
-        { "--layers", &c->model.layers, 1024 },    { "--heads", &c->model.heads, 1024 },
-        { "--channels", &c->model.channels, 65536 }, { "--context", &c->model.context, 65536 },
-        { "--batch", &c->model.batch, 65536 },     { "--vocab", &c->model.vocab, 65536 },
-        { "--kv-heads", &c->kv_heads, 1024 },      { "--hidden", &c->hidden, 1 << 20 },
+    const struct { const char *flag; int *dst; long hi; unsigned bit; } ints[] = {
+        { "--layers", &c->model.layers, 1024, GIVEN_LAYERS },
+        { "--heads", &c->model.heads, 1024, GIVEN_HEADS },
+        { "--channels", &c->model.channels, 65536, GIVEN_CHANNELS },
+        { "--context", &c->model.context, 65536, GIVEN_CONTEXT },
+        { "--batch", &c->model.batch, 65536, 0 },
+        { "--vocab", &c->model.vocab, 65536, GIVEN_VOCAB },
+        { "--kv-heads", &c->kv_heads, 1024, GIVEN_KV_HEADS },
+        { "--hidden", &c->hidden, 1 << 20, GIVEN_HIDDEN },
     };
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
-        if (!strcmp(a, ints[i].flag)) return app_parse_int(a, v, 1, ints[i].hi, ints[i].dst) ? 1 : -1;
+        if (!strcmp(a, ints[i].flag)) {
+            c->given |= ints[i].bit;
+            return app_parse_int(a, v, 1, ints[i].hi, ints[i].dst) ? 1 : -1;
+        }
     return -1;
 }
 
@@ -275,7 +319,7 @@ static int llama_layout(const void *cfg, const sp_graph *g, sp_tensor p, ckpt_pi
     { .data = SP_DEFAULT_CORPUS, .llama = GPT_APP_LLAMA,                                   \
       .model = { .vocab = 256, .context = 64, .layers = 4, .heads = 4, .channels = 64,      \
                  .batch = 4, .stages = 1 } }
-static const char *const gpt_flags[] = { "--data", "--layers", "--heads", "--channels",
+static const char *const gpt_flags[] = { "--data", "--model", "--layers", "--heads", "--channels",
                                          "--context", "--batch", "--stage-layers", "--vocab",
                                          "--arch", "--kv-heads", "--hidden", "--rope-theta",
                                          NULL };
@@ -294,6 +338,10 @@ int main(int argc, char **argv)
              "                      head) or llama (RMSNorm, rotary embeddings, SwiGLU,\n"
              "                      grouped-query attention, untied head; checkpoints in\n"
              "                      Hugging Face's LlamaForCausalLM names) (%s)\n"
+             "  --model NAME        a known shape: gpt-small, gpt2, gpt2-medium, gpt2-large,\n"
+             "                      gpt2-xl, gpt3-175b, llama-small, llama2-7b, llama2-13b,\n"
+             "                      llama2-70b (its architecture, sizes and vocabulary;\n"
+             "                      the flags below override its entries)\n"
              "  --data FILE         UTF-8 text, read as bytes (%s); or token shards\n"
              "                      (llm.c's layout, scripts/make-shards): a shard, or a\n"
              "                      comma-separated list of paths or quoted globs\n"

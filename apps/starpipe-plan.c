@@ -10,6 +10,7 @@
 #include "base/env.h"
 #include "apps/plan_search.h"
 #include "starpipe/calibrate.h"
+#include "starpipe/models.h"
 #include "starpipe/plan.h"
 
 static void usage(FILE *f)
@@ -21,8 +22,8 @@ static void usage(FILE *f)
             "                     [--rendezvous] [--json] [--svg FILE] [--trace FILE]\n"
             "                     [--save-schedule FILE] [--print-plan]\n"
             "                     [--stage-costs X0,X1,...] [--memory-cap N[,N,...]]\n"
-            "                     [--gpt gpt3-175b[,B]|L,C,T,V[,B]] [--device-flops X]\n"
-            "                     [--llama llama2-7b[,B]|llama2-70b[,B]|L,C,H,Hkv,I,T,V[,B]]\n"
+            "                     [--gpt gpt2|...|gpt3-175b[,B]|L,C,T,V[,B]] [--device-flops X]\n"
+            "                     [--llama llama2-7b|llama2-13b|llama2-70b[,B]|L,C,H,Hkv,I,T,V[,B]]\n"
             "                     [--replicas R[,R,...]] [--rank-order pipeline|replica]\n"
             "                     [--allreduce alpha=1e-5,intra=450e9,inter=50e9,node=8,hier=1,\n"
             "                                  tp_alpha=1e-6,tp_bw=450e9]\n"
@@ -40,9 +41,10 @@ static void usage(FILE *f)
             "Flags override STARPIPE_SCHEDULE, STARPIPE_MICROBATCHES and\n"
             "STARPIPE_CHUNKS. --schedule help lists the schedules.\n"
             "--gpt: stages of a GPT of L layers, C channels, context T, vocabulary V, B\n"
-            "sequences per microbatch (gpt3-175b: 96,12288,2048,50257 and B = 1 unless\n"
-            "given), costs in seconds at --device-flops FLOP/s (457e12, JaxPP's measured\n"
-            "bf16 rate per GPU).\n"
+            "sequences per microbatch, or a known shape and B = 1 unless given (gpt2,\n"
+            "gpt2-medium, gpt2-large, gpt2-xl, gpt3-175b: 96,12288,2048,50257, gpt-small:\n"
+            "the apps' --model table), costs in seconds at --device-flops FLOP/s (457e12,\n"
+            "JaxPP's measured bf16 rate per GPU).\n"
             "--calibrate PROFILE (with --gpt or --llama): the rates of the machine an app's\n"
             "--profile measured, where no flag gives them: the FLOP rate of its stage\n"
             "programs, its message latency and bandwidth, its tensor group's link and the\n"
@@ -50,7 +52,8 @@ static void usage(FILE *f)
             "--llama: stages of a Llama of L layers, C channels, H query heads, Hkv KV heads\n"
             "(grouped-query attention), I SwiGLU hidden units, context T, vocabulary V, B\n"
             "sequences per microbatch (llama2-7b: 32,4096,32,32,11008,4096,32000;\n"
-            "llama2-70b: 80,8192,64,8,28672,4096,32000; B = 1 unless given, as in\n"
+            "llama2-13b: 40,5120,40,40,13824,4096,32000; llama2-70b:\n"
+            "80,8192,64,8,28672,4096,32000; llama-small; B = 1 unless given, as in\n"
             "llama2-70b,2). Everything below that takes --gpt takes --llama.\n"
             "--replicas: R copies of the pipeline whose stage gradients are all-reduced\n"
             "(--grad-bytes per element) beside compute, alpha-beta cost (--allreduce:\n"
@@ -202,46 +205,56 @@ static int parse_ints(const char *p, int *v, int max)
     return -1;
 }
 
-/* spec is "NAME" or "NAME,B" for the preset NAME: 1 (with *batch set, 1 unless given), 0
- * for another name, -1 for NAME followed by anything but one positive integer. */
-static int preset(const char *spec, const char *name, int *batch)
+/* spec is "NAME" or "NAME,B" for a preset of the architecture (starpipe/models.h, the
+ * apps' --model table): 1 with *p and *batch (1 unless given), 0 for no preset's name, -1
+ * for NAME followed by anything but one positive integer. */
+static int preset(const char *spec, int llama, const sp_model_preset **p, int *batch)
 {
-    size_t k = strlen(name);
-    if (strncmp(spec, name, k) || (spec[k] && spec[k] != ',')) return 0;
+    char name[64];
+    size_t k = strcspn(spec, ",");
+    snprintf(name, sizeof name, "%.*s", (int)(k < sizeof name ? k : sizeof name - 1), spec);
+    if (!(*p = sp_model_preset_find(name)) || (*p)->llama != llama) return 0;
     *batch = 1;
     return !spec[k] || parse_ints(spec + k + 1, batch, 1) == 1 ? 1 : -1;
 }
 
-/* "gpt3-175b[,B]" or "L,C,T,V,B" */
-static int parse_gpt(const char *spec, sp_gpt_shape *g)
+/* "NAME[,B]" (a GPT preset) or "L,C,T,V,B"; *heads: the preset's (0 for numbers) */
+static int parse_gpt(const char *spec, sp_gpt_shape *g, int *heads)
 {
-    int v[5] = { 0, 0, 0, 0, 1 }, k = preset(spec, "gpt3-175b", &g->batch), n = 0;
+    const sp_model_preset *p;
+    int v[5] = { 0, 0, 0, 0, 1 }, k = preset(spec, 0, &p, &g->batch), n = 0;
+    *heads = 0;
     if (k == 1) {
-        g->layers = 96, g->channels = 12288, g->context = 2048, g->vocab = 50257;
+        g->layers = p->layers, g->channels = p->channels, g->context = p->context;
+        g->vocab = p->vocab, *heads = p->heads;
         return 0;
     }
     if (k < 0 || ((n = parse_ints(spec, v, 5)) != 5 && n != 4)) {
-        fprintf(stderr, "starpipe-plan: --gpt: expected gpt3-175b[,B] or L,C,T,V[,B] (four or "
-                "five positive integers), got '%s'\n", spec);
+        fprintf(stderr, "starpipe-plan: --gpt: expected gpt2, gpt2-medium, gpt2-large, gpt2-xl, "
+                "gpt3-175b or gpt-small [,B], or L,C,T,V[,B] (four or five positive integers), "
+                "got '%s'\n", spec);
         return -1;
     }
     g->layers = v[0], g->channels = v[1], g->context = v[2], g->vocab = v[3], g->batch = v[4];
     return 0;
 }
 
-/* "llama2-7b[,B]", "llama2-70b[,B]" or "L,C,H,Hkv,I,T,V,B" */
+/* "NAME[,B]" (a Llama preset) or "L,C,H,Hkv,I,T,V,B" */
 static int parse_llama(const char *spec, sp_llama_shape *l)
 {
-    static const struct { const char *name; int v[7]; } presets[] = {
-        { "llama2-7b", { 32, 4096, 32, 32, 11008, 4096, 32000 } },
-        { "llama2-70b", { 80, 8192, 64, 8, 28672, 4096, 32000 } } };
-    int v[8], k = 0, n = 0;
-    for (int i = 0; i < 2 && !k; i++)
-        if ((k = preset(spec, presets[i].name, &v[7])) == 1) memcpy(v, presets[i].v, sizeof presets[i].v);
+    const sp_model_preset *p;
+    int v[8], n = 0, k = preset(spec, 1, &p, &v[7]);
+    if (k == 1) {
+        int hidden = p->hidden ? p->hidden : (8 * p->channels / 3 + 31) / 32 * 32; /* the apps' */
+        const int w[7] = { p->layers, p->channels, p->heads, p->kv_heads, hidden, p->context,
+                           p->vocab };
+        memcpy(v, w, sizeof w);
+    }
     if (!k) v[7] = 1;
     if (k < 0 || (!k && (n = parse_ints(spec, v, 8)) != 8 && n != 7)) {
-        fprintf(stderr, "starpipe-plan: --llama: expected llama2-7b[,B], llama2-70b[,B] or "
-                "L,C,H,Hkv,I,T,V[,B] (seven or eight positive integers), got '%s'\n", spec);
+        fprintf(stderr, "starpipe-plan: --llama: expected llama2-7b, llama2-13b, llama2-70b or "
+                "llama-small [,B], or L,C,H,Hkv,I,T,V[,B] (seven or eight positive integers), "
+                "got '%s'\n", spec);
         return -1;
     }
     l->layers = v[0], l->channels = v[1], l->heads = v[2], l->kv_heads = v[3];
@@ -298,10 +311,11 @@ static int search_main(plan_search_args *sa, const char *gpt, const char *llama,
                 "(sequences per step)\n");
         return 1;
     }
-    if ((gpt && parse_gpt(gpt, &g)) || (llama && parse_llama(llama, &l)) ||
+    int heads = 0;
+    if ((gpt && parse_gpt(gpt, &g, &heads)) || (llama && parse_llama(llama, &l)) ||
         (links && parse_pairs(links, "--links", "", set_link, &sa->cfg.device)))
         return 1;
-    if (gpt && !sa->cfg.gpt_heads && !strncmp(gpt, "gpt3-175b", 9)) sa->cfg.gpt_heads = 96;
+    if (gpt && !sa->cfg.gpt_heads) sa->cfg.gpt_heads = heads; /* a preset's; 0: C/128 */
     sa->cfg.gpt = gpt ? &g : NULL;
     sa->cfg.llama = llama ? &l : NULL;
     return plan_search(sa);
@@ -536,7 +550,8 @@ int main(int argc, char **argv)
     }
     sp_gpt_shape shape = { .device_flops = device_flops, .elem_bytes = 2, .tensor = T };
     sp_llama_shape lshape = { .device_flops = device_flops, .elem_bytes = 2, .tensor = T };
-    if ((gpt && parse_gpt(gpt, &shape)) || (llama && parse_llama(llama, &lshape))) {
+    int heads; /* (no cost of the plain planner depends on them) */
+    if ((gpt && parse_gpt(gpt, &shape, &heads)) || (llama && parse_llama(llama, &lshape))) {
         sp_schedule_free(sch);
         return 1;
     }

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #define SP_LLAMA_MAX_HEAD 1024 /* sp_rope's largest head */
 
@@ -318,4 +319,36 @@ sp_graph *sp_model_mlp(const sp_mlp_config *c, sp_status *status)
     sp_tensor head_b = param(g, "head.b", 0, 1, c->classes, 0, SP_INIT_ZEROS, 0);
     h = sp_bias_add(g, sp_matmul(g, h, w, 0, 0), head_b);
     return finish(g, h, "logits", sp_cross_entropy(g, h, y), status);
+}
+
+static const sp_model_preset presets[] = {
+    { "gpt-small", 0, 4, 4, 4, 64, 0, 64, 256, 0 },
+    { "gpt2", 0, 12, 12, 12, 768, 0, 1024, 50257, 0 },
+    { "gpt2-medium", 0, 24, 16, 16, 1024, 0, 1024, 50257, 0 },
+    { "gpt2-large", 0, 36, 20, 20, 1280, 0, 1024, 50257, 0 },
+    { "gpt2-xl", 0, 48, 25, 25, 1600, 0, 1024, 50257, 0 },
+    { "gpt3-175b", 0, 96, 96, 96, 12288, 0, 2048, 50257, 0 },
+    { "llama-small", 1, 4, 4, 4, 64, 0, 64, 256, 10000 },
+    { "llama2-7b", 1, 32, 32, 32, 4096, 11008, 4096, 32000, 10000 },
+    { "llama2-13b", 1, 40, 40, 40, 5120, 13824, 4096, 32000, 10000 },
+    { "llama2-70b", 1, 80, 64, 8, 8192, 28672, 4096, 32000, 10000 },
+};
+
+const sp_model_preset *sp_model_preset_find(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof presets / sizeof presets[0]; i++)
+        if (!strcmp(presets[i].name, name)) return &presets[i];
+    return NULL;
+}
+
+const char *sp_model_preset_names(char *buf, size_t len)
+{
+    size_t k = 0;
+    if (len) buf[0] = 0;
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0] && k < len; i++) {
+        int n = snprintf(buf + k, len - k, "%s%s", i ? ", " : "", presets[i].name);
+        if (n < 0) break;
+        k += (size_t)n;
+    }
+    return buf;
 }

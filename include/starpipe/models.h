@@ -127,6 +127,21 @@ typedef struct {
 
 sp_graph *sp_model_mlp(const sp_mlp_config *cfg, sp_status *status);
 
+/* The shapes users know by name, one table for the apps (--model) and the planner (--gpt,
+ * --llama): the GPT-2 family and GPT-3 175B (the GPT's architecture; 50257 tokens, as
+ * published), Llama 2 7B, 13B and 70B (Hugging Face's configs), and the apps' small
+ * defaults (gpt-small, llama-small). hidden 0: Llama's 8C/3 rule (the apps'). */
+typedef struct {
+    const char *name;
+    int llama; /* 0: the GPT (sp_model_gpt), 1: the Llama (sp_model_llama) */
+    int layers, heads, kv_heads, channels, hidden, context, vocab;
+    float rope_theta;
+} sp_model_preset;
+/* The preset named `name`, or NULL. */
+const sp_model_preset *sp_model_preset_find(const char *name);
+/* The names, comma-separated, into buf (for messages and help). */
+const char *sp_model_preset_names(char *buf, size_t len);
+
 #ifdef __cplusplus
 }
 #endif
