@@ -74,7 +74,7 @@ int app_describe_memory(sp_trainer *t, const sp_program *p, int R, int sharded)
  * holds and other replica c, shard c of the gradients and its own shard back (of the
  * gradients, or of the parameters with ZeRO-1: the same floats). Silent where every rank
  * is on this host. */
-static void describe_links(sp_trainer *t, const sp_program *p, const sp_plan *pl, int actor)
+static void describe_links(sp_trainer *t, const sp_plan *pl, int actor)
 {
     int me = sp_exec_rank(), n = sp_exec_size();
     sp_layout l = sp_trainer_layout(t);
@@ -87,7 +87,10 @@ static void describe_links(sp_trainer *t, const sp_program *p, const sp_plan *pl
         int r = in->op == SP_OP_SEND ? sp_layout_rank_t(&l, rep, in->peer, tt) : -1;
         if (r >= 0 && r < n) plan[r] += sp_trainer_send_bytes(t, in);
     }
-    for (int r = 0; r < n; r++) plan[r] += sp_trainer_replica_bytes_to(t, r);
+    if (sp_trainer_replica_bytes(t, plan) != SP_OK) {
+        free(plan);
+        return;
+    }
     char line[1024];
     int k = 0, shown = 0;
     unsigned long long sent = 0, planned = 0;
@@ -139,5 +142,5 @@ void app_describe_use(sp_trainer *t, const sp_program *p, int actor, int step,
             "producing task; %llu sends and %llu receives in groups\n", me, tr.transport,
             tr.sends, tr.bytes_sent, tr.recvs, tr.bytes_received, tr.pieced, tr.by_producer,
             tr.group_sends, tr.group_recvs);
-    describe_links(t, p, pl, actor);
+    describe_links(t, pl, actor);
 }

@@ -204,7 +204,7 @@ static void xlist_add(xlist *l, sp_exec_buf *b, int is_send, int peer, uint32_t 
 /* Posts a phase's transfers and frees the list: one group when the group transport
  * (NCCL) carries GPU transfers (every replica of the actor decides alike), else the host
  * transport's messages; the bytes sent are counted per rank when t->replica_count is set
- * (sp_trainer_replica_bytes_to). */
+ * (sp_trainer_replica_bytes). */
 static sp_status exchange(sp_trainer *t, int s, int phase, xlist *l)
 {
     static const char *const what[] = { "reduce-scatter", "gather grads", "gather params" };
@@ -404,14 +404,13 @@ sp_status sp_tr_gather_params(sp_trainer *t, int s)
     return st;
 }
 
-unsigned long long sp_trainer_replica_bytes_to(sp_trainer *t, int rank)
+sp_status sp_trainer_replica_bytes(sp_trainer *t, unsigned long long *to)
 {
-    if (!t || !t->rep || rank < 0 || rank >= sp_exec_size()) return 0;
-    unsigned long long *count = calloc((size_t)sp_exec_size(), sizeof *count), n = 0;
-    if (!count) return 0;
+    if (!t || !to) return sp_set_error(SP_ERR_ARG, "sp_trainer_replica_bytes: NULL");
+    if (!t->rep) return SP_OK;
     /* the walks of a step's collectives, submitting nothing, counting the sends */
     int dry = t->pool.dry;
-    t->pool.dry = 1, t->replica_count = count;
+    t->pool.dry = 1, t->replica_count = to;
     sp_status st = SP_OK;
     for (int s = 0; s < t->S && st == SP_OK; s++) {
         if (!owns(t, s)) continue;
@@ -420,7 +419,5 @@ unsigned long long sp_trainer_replica_bytes_to(sp_trainer *t, int rank)
             st = sp_tr_gather_params(t, s);
     }
     t->pool.dry = dry, t->replica_count = NULL, t->nunpack = 0;
-    n = st == SP_OK ? count[rank] : 0;
-    free(count);
-    return n;
+    return st;
 }

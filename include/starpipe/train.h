@@ -126,10 +126,10 @@ int sp_trainer_replica(const sp_trainer *t);
 /* The bytes of the messages the last step (both phases) sent to `rank`: the per-link
  * counters STARPIPE_VERBOSE sets beside the plan's; 0 before the first step. */
 unsigned long long sp_trainer_bytes_sent_to(const sp_trainer *t, int rank);
-/* The bytes the replicas' collectives of a step send to `rank` (their messages walked,
- * not posted): flat or hierarchical (STARPIPE_ALLREDUCE), with or without ZeRO-1. 0
- * without replicas. Between steps. */
-unsigned long long sp_trainer_replica_bytes_to(sp_trainer *t, int rank);
+/* Adds to to[r] (one entry per rank) the bytes the replicas' collectives of a step send
+ * to rank r (their messages walked, not posted): flat or hierarchical
+ * (STARPIPE_ALLREDUCE), with or without ZeRO-1; nothing without replicas. Between steps. */
+sp_status sp_trainer_replica_bytes(sp_trainer *t, unsigned long long *to);
 /* The bytes a SEND of this rank's plan puts on the wire: the plan's, or under
  * scatter-gather (T > 1, boundary tensors between hosts: STARPIPE_SCATTER_GATHER) this
  * member's 1/T of them; and how many actors this rank exchanges chunks with. */
