@@ -102,9 +102,21 @@ cudalib=""
 for d in "$cuda/lib64" "$cuda/lib" "$cuda/targets/x86_64-linux/lib"; do
   [ -d "$d" ] && cudalib=${cudalib:+$cudalib:}$d
 done
+# NCCL where the build finds it (next to the toolkit, NCCL_HOME, the system's libnccl-dev),
+# else the nvidia-nccl wheel of the machine's Python (PyTorch's), which ships libnccl.so.2
+# and nccl.h but no libnccl.so: named to CMake whole.
 nccl_opt=()
-if ! ls "$cuda"/lib*/libnccl.so* "$cuda"/targets/*/lib/libnccl.so* ${NCCL_HOME:+"$NCCL_HOME"/lib*/libnccl.so*} >/dev/null 2>&1; then
-  note "NOTICE: no libnccl next to the toolkit (or in NCCL_HOME): building with -DSTARPIPE_NCCL=OFF"
+ncclpy=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+if ls "$cuda"/lib*/libnccl.so* "$cuda"/targets/*/lib/libnccl.so* ${NCCL_HOME:+"$NCCL_HOME"/lib*/libnccl.so*} \
+     /usr/lib/x86_64-linux-gnu/libnccl.so >/dev/null 2>&1; then
+  note "NCCL: $(ls "$cuda"/lib*/libnccl.so* "$cuda"/targets/*/lib/libnccl.so* ${NCCL_HOME:+"$NCCL_HOME"/lib*/libnccl.so*} \
+     /usr/lib/x86_64-linux-gnu/libnccl.so 2>/dev/null | head -1)"
+elif [ -n "$ncclpy" ] && [ -f "$ncclpy/include/nccl.h" ] && [ -f "$ncclpy/lib/libnccl.so.2" ]; then
+  note "NCCL: the Python wheel's, $ncclpy"
+  nccl_opt=(-DNCCL_INCLUDE_DIR="$ncclpy/include" -DNCCL_LIBRARY="$ncclpy/lib/libnccl.so.2")
+  cudalib=${cudalib:+$cudalib:}$ncclpy/lib
+else
+  note "NOTICE: no NCCL (toolkit, NCCL_HOME, libnccl-dev or the nvidia-nccl wheel): building with -DSTARPIPE_NCCL=OFF"
   nccl_opt=(-DSTARPIPE_NCCL=OFF)
 fi
 record PASS "environment" ""
@@ -305,6 +317,27 @@ if ((built)); then
   else record FAIL "4. (b) Llama --check 2 ranks" "rc $prc"; fi
 fi
 
+# ---------------------------------------------------------------- 4b. compute-sanitizer
+# What the emulation hides: out-of-bounds and misaligned accesses, shared-memory races
+# between warps, barriers not reached by every thread, reads of uninitialised device
+# memory. The kernel tests at a small size under each tool, 45 s each at most.
+san=$(command -v compute-sanitizer || ls "$cuda"/bin/compute-sanitizer "$cuda"/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1 || true)
+if ((built)) && [ "$nogpu" != 1 ]; then
+  if [ -z "$san" ]; then
+    record NOTICE "4b. compute-sanitizer" "not found next to the toolkit"
+  else
+    for tool in memcheck racecheck synccheck initcheck; do
+      run_phase "4b. compute-sanitizer --tool $tool, test_cuda_kernels --rate-size 256" 45 "san-$tool" \
+        "$san" --tool "$tool" --error-exitcode 99 --print-limit 20 "$B/tests/gpu/test_cuda_kernels" --rate-size 256
+      case $prc in
+        0) record PASS "4b. sanitizer $tool" "${ptime}s" ;;
+        124|137) record NOTICE "4b. sanitizer $tool" "not done in 45 s" ;;
+        *) record FAIL "4b. sanitizer $tool" "rc $prc: $(grep -m1 -E '^========= (Invalid|Error|Race|Barrier|Uninit)' "$logdir/san-$tool.log" || true)" ;;
+      esac
+    done
+  fi
+fi
+
 # ---------------------------------------------------------------- 5. (c) performance
 if ((built)); then
   # shellcheck disable=SC2086
@@ -429,6 +462,20 @@ if ((built)); then
   else
     record SKIP "6. (d) 2-GPU NCCL --check" "${ngpu:-0} GPU(s) on this machine"
   fi
+fi
+
+# ---------------------------------------------------------------- 7. step 1 under lazy loading
+# CUDA 13 loads a module at its first launch, which can synchronise the context while
+# step 1's communication waits for peers (issue 42 item 2). Step 1 of the schedules with
+# the most interleaving, 2 ranks, explicitly LAZY, each under a timeout.
+if ((built)); then
+  for sch in 1f1b zb-h1 interleaved-1f1b dualpipe-v; do
+    run_phase "7. CUDA_MODULE_LOADING=LAZY, step 1 of $sch, 2 ranks" 40 "lazy-$sch" \
+      mpirun -np 2 -x STARPU_NCUDA=$ncuda -x CUDA_MODULE_LOADING=LAZY "$gpt" "${data[@]}" \
+        --actors 2 --schedule "$sch" --steps 1
+    if ((prc == 0)); then record PASS "7. LAZY step 1 $sch" "${ptime}s"
+    else record FAIL "7. LAZY step 1 $sch" "rc $prc"; fi
+  done
 fi
 
 # ---------------------------------------------------------------- summary
