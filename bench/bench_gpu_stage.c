@@ -4,7 +4,10 @@
  * own count (sp_program_flops). fp32, then with TF32 tensor cores, then bf16 operands
  * (--precision bf16: cublasGemmEx with fp32 accumulation, attention on the mma.sync
  * kernels for heads up to 128 columns). No StarPU: this is the
- * kernels' speed, the ceiling for a task. Exits 77 without a GPU.
+ * kernels' speed, the ceiling for a task. Then the gradient norm's sum of squares over
+ * the stage's gradients (sp_optim_param_sumsq_on, one call per parameter tensor, as the
+ * sumsq task runs it): its time, bandwidth and share of one microbatch's bf16 F + BW.
+ * Exits 77 without a GPU.
  *   bench_gpu_stage [layers channels heads context batch]   (default GPT-2 small, T=1024, B=8) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +21,7 @@
 #include "starpipe/program.h"
 #include "starpipe/data.h"
 #include "starpipe/models.h"
+#include "starpipe/optim.h"
 
 #define CK(call)                                                                           \
     do {                                                                                   \
@@ -142,6 +146,7 @@ int main(int argc, char **argv)
     printf("| task | GFLOP | fp32 ms | fp32 TFLOP/s | TF32 ms | TF32 TFLOP/s | bf16 ms | "
            "bf16 TFLOP/s |\n|---|---|---|---|---|---|---|---|\n");
     sp_task_kind kinds[2] = { SP_TASK_F, SP_TASK_BW };
+    double bf16_step = 0.0;
     for (int k = 0; k < 2; k++) {
         double flops = sp_program_flops(p, 0, kinds[k]);
         sp_cuda_set_tf32(h, 0);
@@ -152,9 +157,41 @@ int main(int argc, char **argv)
         sp_program_set_precision(p, SP_PRECISION_BF16); /* cublasGemmEx on bf16 operands */
         double tbf = run(p, kinds[k], &d, s, h, 5);
         sp_program_set_precision(p, SP_PRECISION_FP32);
+        bf16_step += tbf;
         printf("| %s | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f |\n",
                kinds[k] == SP_TASK_F ? "F" : "BW", flops / 1e9, t32 * 1e3, flops / t32 / 1e12,
                ttf * 1e3, flops / ttf / 1e12, tbf * 1e3, flops / tbf / 1e12);
+    }
+    { /* the gradient norm's sum of squares: the BW runs left real gradients */
+        const int np = sp_graph_num_params(g);
+        const float *grads = dbuf(&d, p, SP_BUF_GRADS, 0);
+        double *sumsq;
+        CK(cudaMalloc((void **)&sumsq, sizeof(double) * (size_t)(np > 0 ? np : 1)));
+        sp_cuda_ctx cx = { s, h };
+        cudaEvent_t a, b;
+        CK(cudaEventCreate(&a));
+        CK(cudaEventCreate(&b));
+        const int reps = 10;
+        for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
+            if (r == 0) CK(cudaEventRecord(a, s));
+            if (sp_optim_param_sumsq_on(p, 0, 0, INT64_MAX, grads, sumsq, sp_backend_cuda(),
+                                        &cx) != SP_OK) {
+                fprintf(stderr, "bench_gpu_stage: %s\n", sp_last_error());
+                exit(1);
+            }
+        }
+        CK(cudaEventRecord(b, s));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        const double t = ms / 1e3 / reps, bytes = 4.0 * (double)sp_graph_param_count(g);
+        printf("grad sumsq: %.3f ms over %d tensors (%lld floats), %.2f TB/s; %.1f%% of one "
+               "microbatch's bf16 F + BW (%.2f ms)\n", t * 1e3, np,
+               (long long)sp_graph_param_count(g), bytes / t / 1e12, 100.0 * t / bf16_step,
+               bf16_step * 1e3);
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+        CK(cudaFree(sumsq));
     }
     for (int j = 0; j < d.n; j++) cudaFree(d.dev[j]);
     cublasDestroy(h);

@@ -238,8 +238,12 @@ int sp_cuda_adamw_update(float *param, float *m, float *v, const float *grad, in
                          float lr, float beta1, float beta2, float eps, float weight_decay,
                          float grad_scale, int t, void *stream);
 /* DIFFERS: *out (device double) = sum of squares of x (n), in double, assigned (the CPU
- * returns it). One block, fixed order; the caller adds the per-tensor results. */
+ * returns it); the caller adds the per-tensor results. A block per chunk of
+ * sp_cuda_sum_squares_chunk(n) elements (at most 1024 chunks), their partials summed by
+ * one block: the order is fixed by n alone (optim.cu says which). Several chunks take a
+ * stream-ordered scratch of 8 bytes per chunk (cudaMallocAsync). */
 int sp_cuda_sum_squares(double *out, const float *x, int64_t n, void *stream);
+int64_t sp_cuda_sum_squares_chunk(int64_t n);
 
 /* ---- small device-side helpers (loss.cu) */
 /* NEW. *x (device float) = value (host float), ordered on the stream: the loss seed. */

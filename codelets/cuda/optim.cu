@@ -41,34 +41,79 @@ extern "C" int sp_cuda_adamw_update(float *param, float *m, float *v, const floa
     return SP_CUDA_OK;
 }
 
-/* One block of 1024: lane j sums x[j], x[j + 1024], ... squared in double, in order, then
- * the fixed block tree. */
-#define SSQ_THREADS 1024
-static __global__ void __launch_bounds__(SSQ_THREADS)
-    sum_squares_kernel(double *out, const float *__restrict__ x, int64_t n)
+/* The gradient norm's sum of squares, at memory bandwidth (issue 42): the tensor is cut
+ * into chunks of sp_cuda_sum_squares_chunk(n) elements, one block each (the grid depends on
+ * n alone, never on the device, so every GPU gives the same bits). In its chunk, lane t
+ * keeps four chains: chain j sums, in double and in order, the squares of the elements
+ * t + j 256, t + (j + 4) 256, ... (the steps of 1024 of the chunk), each term added by one
+ * fma (so no compiler can contract it another way); the lane's
+ * ((c0 + c1) + (c2 + c3)), then the fixed block tree (sp_block_sum), is the block's
+ * partial. One block of 1024 then sums the partials the same way, lane j holding partial
+ * j. One chunk: the first kernel writes the result itself. */
+#define SSQ_THREADS 256
+#define SSQ_STEP (4 * SSQ_THREADS)
+#define SSQ_MAX_BLOCKS 1024
+#define SSQ_MIN_CHUNK (16 * SSQ_STEP)
+
+extern "C" int64_t sp_cuda_sum_squares_chunk(int64_t n)
 {
-    __shared__ double sh[32];
-    double s0 = 0.0, s1 = 0.0;
-    int64_t i = threadIdx.x;
-    /* Two independent chains keep more loads in flight; their split is fixed. */
-    for (; i + SSQ_THREADS < n; i += 2 * SSQ_THREADS) {
+    int64_t per = (n + SSQ_MAX_BLOCKS - 1) / SSQ_MAX_BLOCKS;
+    per = (per + SSQ_STEP - 1) / SSQ_STEP * SSQ_STEP;
+    return per < SSQ_MIN_CHUNK ? SSQ_MIN_CHUNK : per;
+}
+
+static __global__ void __launch_bounds__(SSQ_THREADS)
+    sum_squares_kernel(double *out, const float *__restrict__ x, int64_t n, int64_t chunk)
+{
+    __shared__ double sh[SSQ_THREADS / 32];
+    const int64_t lo = (int64_t)blockIdx.x * chunk;
+    const int64_t hi = lo + chunk < n ? lo + chunk : n;
+    double c0 = 0.0, c1 = 0.0, c2 = 0.0, c3 = 0.0;
+    int64_t i = lo + threadIdx.x;
+    for (; i + 3 * SSQ_THREADS < hi; i += SSQ_STEP) {
         double a = (double)x[i], b = (double)x[i + SSQ_THREADS];
-        s0 += a * a;
-        s1 += b * b;
+        double c = (double)x[i + 2 * SSQ_THREADS], d = (double)x[i + 3 * SSQ_THREADS];
+        c0 = fma(a, a, c0);
+        c1 = fma(b, b, c1);
+        c2 = fma(c, c, c2);
+        c3 = fma(d, d, c3);
     }
-    if (i < n) {
-        double a = (double)x[i];
-        s0 += a * a;
-    }
-    double r = sp_block_sum(s0 + s1, sh);
+    /* the chunk's last, partial step (only the tensor's last chunk has one) */
+    if (i < hi) { double a = (double)x[i]; c0 = fma(a, a, c0); }
+    if (i + SSQ_THREADS < hi) { double b = (double)x[i + SSQ_THREADS]; c1 = fma(b, b, c1); }
+    if (i + 2 * SSQ_THREADS < hi) { double c = (double)x[i + 2 * SSQ_THREADS]; c2 = fma(c, c, c2); }
+    double r = sp_block_sum((c0 + c1) + (c2 + c3), sh);
+    if (threadIdx.x == 0)
+        out[blockIdx.x] = r;
+}
+
+static __global__ void __launch_bounds__(SSQ_MAX_BLOCKS)
+    sum_partials_kernel(double *out, const double *__restrict__ part, int nparts)
+{
+    __shared__ double sh[SSQ_MAX_BLOCKS / 32];
+    double r = sp_block_sum((int)threadIdx.x < nparts ? part[threadIdx.x] : 0.0, sh);
     if (threadIdx.x == 0)
         *out = r;
 }
 
 extern "C" int sp_cuda_sum_squares(double *out, const float *x, int64_t n, void *stream)
 {
-    /* n <= 0 still runs: it writes 0. */
-    sum_squares_kernel<<<1, SSQ_THREADS, 0, SP_STREAM(stream)>>>(out, x, n);
-    SP_CUDA_LAUNCHED();
-    return SP_CUDA_OK;
+    cudaStream_t st = SP_STREAM(stream);
+    const int64_t chunk = sp_cuda_sum_squares_chunk(n);
+    const int nblocks = n > chunk ? (int)((n + chunk - 1) / chunk) : 1;
+    if (nblocks == 1) { /* n <= 0 still runs: it writes 0 */
+        sum_squares_kernel<<<1, SSQ_THREADS, 0, st>>>(out, x, n, chunk);
+        SP_CUDA_LAUNCHED();
+        return SP_CUDA_OK;
+    }
+    double *part;
+    SP_CUDA_TRY(cudaMallocAsync((void **)&part, sizeof(double) * (size_t)nblocks, st));
+    sum_squares_kernel<<<nblocks, SSQ_THREADS, 0, st>>>(part, x, n, chunk);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) {
+        sum_partials_kernel<<<1, SSQ_MAX_BLOCKS, 0, st>>>(out, part, nblocks);
+        e = cudaGetLastError();
+    }
+    cudaFreeAsync(part, st);
+    return e == cudaSuccess ? SP_CUDA_OK : (int)e;
 }

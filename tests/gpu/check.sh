@@ -275,6 +275,8 @@ if ((built)); then
   # table does not reach, the sgemm and attention rates and their bits run to run
   kernel_phase backend/test_backend_ops "CUDA table vs CPU table" 90 ops
   kernel_phase gpu/test_cuda_kernels "CUDA kernels: rates" 150 kernels
+  r=$(sed -n 's/^sum of squares of \(.*\)$/\1/p' "$logdir/kernels.log" 2>/dev/null | head -1)
+  [ -n "$r" ] && record PASS "3. (a) grad sum of squares" "$r (floor 1 TB/s)"
 fi
 
 # ---------------------------------------------------------------- 4. (b) GPT --check
@@ -373,6 +375,9 @@ EOF
   if [ -x "$B/bench/bench_gpu_stage" ]; then
     run_phase "5. (c) bench_gpu_stage" 90 bench "$B/bench/bench_gpu_stage"
     if ((prc == 0)); then record PASS "5. (c) bench_gpu_stage" "${ptime}s"
+      # the gradient norm's sum of squares: its share of a microbatch's F + BW (issue 42)
+      ssq=$(sed -n 's/^grad sumsq: //p' "$logdir/bench.log" | head -1)
+      [ -n "$ssq" ] && record PASS "5. (c) grad sumsq, GPT-2 small" "${ssq%%;*}; ${ssq#*; }"
     elif ((prc == 77)) && [ "$nogpu" = 1 ]; then record SKIP "5. (c) bench_gpu_stage" "no GPU (CHECK_NO_GPU=1)"
     else record FAIL "5. (c) bench_gpu_stage" "rc $prc"; fi
     # Issue 11's goal: the largest stage task (BW) of a GPT block at 4096 channels, context
@@ -446,6 +451,14 @@ if ((built)); then
     done
   done
   ((${#pf[@]} == 4)) && record PASS "6. (d) prefetch off/on ms per step" "${pf[*]}"
+  # mpirun binds each of 2 ranks to one core by default: the CPU worker and the CUDA
+  # worker's polling driver thread then share it. The same run unbound, for comparison.
+  # shellcheck disable=SC2086
+  run_phase "6. (d) 2 ranks sharing the GPU, mpirun --bind-to none" 90 unbound \
+    mpirun -np 2 --bind-to none -x STARPU_NCUDA=$ncuda "$gpt" "${data[@]}" $perf_args --actors 2
+  if ((prc == 0)); then
+    record PASS "6. (d) --bind-to none ms per step" "$(sed -n 's/^done:.*(\([0-9.]*\) ms per step).*/\1/p' "$logdir/unbound.log") (bound: ${pf[*]})"
+  else record FAIL "6. (d) --bind-to none" "rc $prc"; fi
   ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
   if ((${ngpu:-0} >= 2)); then
     run_phase "6. (d) 2 ranks, a GPU each, NCCL carrying every boundary tensor" 120 nccl-2 \

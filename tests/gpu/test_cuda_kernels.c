@@ -342,6 +342,133 @@ static void test_refusals(void)
     dfree(x);
 }
 
+/* ------------------------------------------------------------------ sum of squares */
+/* The gradient norm's sum of squares (optim.cu), spread over the device: the bits of the
+ * order optim.cu documents, formed here on the host (chunks of sp_cuda_sum_squares_chunk,
+ * lane t's four fma chains, the block tree of common.cuh's sp_block_sum), within 1e-12 of
+ * a long double sum, the same bits twice; under the emulation, the grid it launched
+ * (sp_emu_last_grid, absent on a GPU: a weak symbol); on a GPU, its rate at 64M floats
+ * against a floor of 1 TB/s (a one-block sum gave ~10-15 GB/s). */
+long long sp_emu_last_grid(const char *kernel) __attribute__((weak));
+
+static double tree_sum(const double *lane, int nlanes) /* sp_block_sum's order */
+{
+    double warp[32], sh[32];
+    int nw = (nlanes + 31) / 32;
+    for (int w = 0; w < nw; w++) {
+        for (int l = 0; l < 32; l++)
+            warp[l] = lane[32 * w + l];
+        for (int o = 16; o > 0; o >>= 1) {
+            double nx[32];
+            for (int l = 0; l < 32; l++)
+                nx[l] = warp[l] + warp[l ^ o];
+            memcpy(warp, nx, sizeof warp);
+        }
+        sh[w] = warp[0];
+    }
+    double r = sh[0];
+    for (int w = 1; w < nw; w++)
+        r += sh[w];
+    return r;
+}
+
+static double ssq_host(const float *x, int64_t n, int64_t *nblocks)
+{
+    enum { T = 256, STEP = 4 * T };
+    const int64_t chunk = sp_cuda_sum_squares_chunk(n);
+    const int64_t nb = n > chunk ? (n + chunk - 1) / chunk : 1;
+    double *part = halloc(sizeof(double) * 1024), lane[T];
+    part[0] = 0.0;
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t lo = b * chunk, hi = lo + chunk < n ? lo + chunk : n;
+        for (int t = 0; t < T; t++) {
+            double c[4] = {0, 0, 0, 0};
+            int64_t i = lo + t;
+            for (; i + 3 * T < hi; i += STEP)
+                for (int j = 0; j < 4; j++)
+                    c[j] = fma((double)x[i + j * T], (double)x[i + j * T], c[j]);
+            for (int j = 0; j < 3; j++)
+                if (i + j * T < hi)
+                    c[j] = fma((double)x[i + j * T], (double)x[i + j * T], c[j]);
+            lane[t] = (c[0] + c[1]) + (c[2] + c[3]);
+        }
+        part[b] = tree_sum(lane, T);
+    }
+    double r = part[0];
+    if (nb > 1) {
+        double all[1024];
+        for (int l = 0; l < 1024; l++)
+            all[l] = l < nb ? part[l] : 0.0;
+        r = tree_sum(all, 1024);
+    }
+    free(part);
+    *nblocks = nb;
+    return r;
+}
+
+static void test_sum_squares(int on_gpu)
+{
+    const sp_backend *be = sp_backend_cuda();
+    const int64_t chunk_min = sp_cuda_sum_squares_chunk(1);
+    const int64_t sizes[] = {0, 1, 255, 1023, 1025, chunk_min, chunk_min + 1,
+                             5 * chunk_min + 777, 1024 * chunk_min + 3 * 1024 + 5,
+                             on_gpu ? (int64_t)1 << 26 : 0};
+    double *dout = dalloc(2 * sizeof(double));
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        const int64_t n = sizes[k];
+        if (k && !n) continue;
+        const int64_t chunk = sp_cuda_sum_squares_chunk(n);
+        char L[96];
+        snprintf(L, sizeof L, "sum_squares n=%lld", (long long)n);
+        expect(chunk % 1024 == 0 && chunk >= 16384 && (n + chunk - 1) / chunk <= 1024, L,
+               "chunks of whole steps, at most 1024 of them");
+        float *h = hrand(n, -2, 2), *d = dcopy(h, n);
+        int64_t nb;
+        double want = ssq_host(h, n, &nb), got[2];
+        long double exact = 0;
+        for (int64_t i = 0; i < n; i++)
+            exact += (long double)h[i] * h[i];
+        for (int rep = 0; rep < 2; rep++) {
+            kstat(L, be->sum_squares(&cx, dout, d, n));
+            down(&got[rep], dout, sizeof(double));
+        }
+        expect(!memcmp(&got[0], &got[1], sizeof(double)), L, "two GPU runs give identical bits");
+        expect(!memcmp(&got[0], &want, sizeof(double)), L, "the bits of the documented order");
+        char what[96];
+        snprintf(what, sizeof what, "within 1e-12 of a long double sum (%.3g)",
+                 n ? (double)fabsl(got[0] - exact) / (double)exact : 0.0);
+        expect(n ? fabsl(got[0] - exact) <= 1e-12L * exact : got[0] == 0.0, L, what);
+        if (sp_emu_last_grid) {
+            snprintf(what, sizeof what, "launched %lld blocks (expected %lld)",
+                     sp_emu_last_grid("sum_squares_kernel"), (long long)nb);
+            expect(sp_emu_last_grid("sum_squares_kernel") == nb, L, what);
+        }
+        if (n == (int64_t)1 << 26) {
+            cudaEvent_t e0, e1;
+            CK(cudaEventCreate(&e0));
+            CK(cudaEventCreate(&e1));
+            const int reps = 20;
+            CK(cudaEventRecord(e0, stream));
+            for (int r = 0; r < reps; r++)
+                kstat(L, be->sum_squares(&cx, dout, d, n));
+            CK(cudaEventRecord(e1, stream));
+            CK(cudaEventSynchronize(e1));
+            float ms = 0.0f;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            const double tbs = 4.0 * n / (ms / 1e3 / reps) / 1e12;
+            printf("sum of squares of %lld floats (%lld blocks): %.3f ms, %.2f TB/s\n",
+                   (long long)n, (long long)nb, ms / reps, tbs);
+            snprintf(what, sizeof what, "%.2f TB/s >= 1 TB/s", tbs);
+            expect(tbs >= 1.0, "sum_squares rate", what);
+            CK(cudaEventDestroy(e0));
+            CK(cudaEventDestroy(e1));
+        }
+        free(h);
+        dfree(d);
+    }
+    dfree(dout);
+}
+
 /* ------------------------------------------------------------------ throughput */
 /* out (S,S) = a (S,S) b (S,S): checks the first rows against the CPU, then times it with
  * TF32 off and on. Reported, not enforced: the H200's fp32 peak is ~67 TFLOP/s (SXM); a
@@ -496,6 +623,7 @@ int main(int argc, char **argv)
     test_embed_check_tokens();
     test_cross_entropy_extras();
     test_refusals();
+    test_sum_squares(rate_size >= 4096 && !sp_emu_last_grid);
     test_matmul_rate(rate_size);
     test_attention_rate(rate_size, 0, 0);
     test_attention_rate(rate_size, 1, 0);

@@ -10,6 +10,9 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <map>
+#include <string>
+
 #include "emu.h"
 #include "simt.h"
 
@@ -331,10 +334,25 @@ void sp_emu_mma_bf16(float d[4], const uint32_t a[4], const uint32_t b[2], const
     }
 }
 
+/* The blocks of each kernel's latest grid, by name: what a test asks to see that a
+ * kernel really spreads over the device (sp_emu_last_grid). */
+static std::map<std::string, long long> last_grid;
+
+extern "C" long long sp_emu_last_grid(const char *kernel)
+{
+    sp_emu_guard lock(sp_emu_mutex());
+    auto it = last_grid.find(kernel);
+    return it == last_grid.end() ? -1 : it->second;
+}
+
 /* A launch: its configuration is checked at once (cudaGetLastError reports it, as on a
  * GPU); its grid runs when the launch reaches the head of its stream. */
 static void run_grid(const char *kernel, dim3 g, dim3 b, const std::function<void()> &fn)
 {
+    {
+        sp_emu_guard lock(sp_emu_mutex());
+        last_grid[kernel] = (long long)g.x * g.y * g.z;
+    }
     kname = kernel;
     body = &fn;
     nthr = (int)(b.x * b.y * b.z);
