@@ -64,7 +64,7 @@ static int probe_link(double *sec)
     if (P < 2) return 0;
     int pair = me / 2, size = (pair * 2 + 1 < P) ? 2 : 1;
     sp_exec_tensor_group *g = NULL;
-    if (sp_exec_tensor_group_create(pair, me % 2, size, &g) != SP_OK) return 1;
+    if (sp_exec_tensor_group_create(pair, me % 2, size, 0, &g) != SP_OK) return 1;
     struct sp_tp_group *h = sp_exec_tensor_group_host(g);
     float *buf = calloc((size_t)link_floats[kLinkSizes - 1], sizeof *buf);
     int bad = !buf;

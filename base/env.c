@@ -51,7 +51,7 @@ sp_status sp_env_fault(sp_fault *f)
     if (st || !v) return st;
     static const struct { const char *prefix; int kind; } kinds[] = {
         { "nan@", SP_FAULT_NAN }, { "fail@", SP_FAULT_FAIL }, { "hang@", SP_FAULT_HANG },
-        { "late@", SP_FAULT_LATE } };
+        { "late@", SP_FAULT_LATE }, { "group@", SP_FAULT_GROUP } };
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
         size_t n = strlen(kinds[k].prefix);
         if (strncmp(v, kinds[k].prefix, n)) continue;

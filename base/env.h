@@ -18,14 +18,16 @@
 /* STARPIPE_FAULT, fault injection for tests: nan@STEP (a NaN in the first float input of
  * microbatch 0), fail@STEP:STAGE (that stage's first task of the step fails),
  * hang@STEP:STAGE (it never finishes), late@RANK (the launcher's rank RANK never starts
- * MPI: the others wait in the start-up). Kinds: */
+ * MPI: the others wait in the start-up), group@STEP:RANK (rank RANK's first tensor-group
+ * all-reduce of the step fails there alone, inside the group's code, its members
+ * meeting it: stage is the rank). Kinds: */
 enum { SP_FAULT_NONE = 0, SP_FAULT_FAIL = 1, SP_FAULT_HANG = 2, SP_FAULT_NAN = 3,
-       SP_FAULT_LATE = 4 };
+       SP_FAULT_LATE = 4, SP_FAULT_GROUP = 5 };
 typedef struct {
     int kind, step, stage; /* stage -1 for nan@ and late@; late@: step is the rank */
 } sp_fault;
-#define SP_FAULT_FORMS "nan@STEP, fail@STEP:STAGE, hang@STEP:STAGE (STEP >= 1, STAGE >= 0) " \
-                       "or late@RANK (RANK >= 0)"
+#define SP_FAULT_FORMS "nan@STEP, fail@STEP:STAGE, hang@STEP:STAGE (STEP >= 1, STAGE >= 0), " \
+                       "group@STEP:RANK or late@RANK (RANK >= 0)"
 
 /* STARPIPE_NCCL_THRESHOLD: bytes, at most 1 TiB (above it nothing goes through NCCL). */
 #define SP_NCCL_THRESHOLD_MAX ((int64_t)1 << 40)

@@ -39,6 +39,7 @@ SP_TASK_FN(sp_stage_task)
         return 99;
     }
     while (a->fault == 2) sleep(60); /* injected hang: only the watchdog or a kill ends it */
+    if (a->fault == 5 && run.group) run.group->fail_next = 1; /* group@: in the group's code */
     sp_op_clock *c = a->clock && dev->type == SP_DEVICE_CPU && !run.meet_only ? a->clock : NULL;
     if (c && !(run.op_seconds = calloc((size_t)c->nops + 1, sizeof(double)))) c = NULL;
     sp_status st = sp_program_run_on(a->prog, a->stage, (sp_task_kind)a->kind, bufs, &run,

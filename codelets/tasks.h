@@ -35,7 +35,8 @@ typedef struct sp_op_clock {
 } sp_op_clock;
 
 /* A stage program: bufs in sp_program_buf order. fault: injected by tests
- * (STARPIPE_FAULT), 0 none, 1 fail, 2 hang. clock: NULL, or where a CPU run adds its
+ * (STARPIPE_FAULT), 0 none, 1 fail, 2 hang, 5 its first tensor-group all-reduce fails
+ * on this member alone (group@). clock: NULL, or where a CPU run adds its
  * instructions' times. */
 typedef struct {
     const sp_program *prog;

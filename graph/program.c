@@ -483,6 +483,19 @@ double sp_program_flops(const sp_program *p, int stage, sp_task_kind kind)
     return kp ? kp->flops : 0.0;
 }
 
+int64_t sp_program_group_floats(const sp_program *p, int stage)
+{
+    int64_t most = 0;
+    for (int k = SP_TASK_F; k <= SP_TASK_BW; k++) {
+        const sp_kprog *kp = sp_prog_of(p, stage, (sp_task_kind)k);
+        for (int j = 0; kp && j < kp->nins; j++)
+            if ((kp->ins[j].code == SP_I_ALLREDUCE || kp->ins[j].code == SP_I_ALLREDUCE_MAX) &&
+                kp->ins[j].n[0] > most)
+                most = kp->ins[j].n[0];
+    }
+    return most;
+}
+
 int sp_program_num_inputs(const sp_program *p) { return p ? p->ninputs : 0; }
 sp_tensor sp_program_input(const sp_program *p, int k)
 {

@@ -21,6 +21,7 @@
 #include "codelets/cpu/kernels.h"
 #include "comm/nccl_tp.h"
 #include "runtime/group.h"
+#include "starpipe/device.h"
 #include "starpipe/program.h"
 
 /* tag = (seq mod 2^20) << 10 | k: 1024 all-reduces per task, 2^20 tasks of a step apart */
@@ -28,7 +29,8 @@
 #define SP_GROUP_SEQ_MASK ((1u << 20) - 1)
 #define SP_GROUP_MAX_FLOATS ((int64_t)1 << 30) /* one message of at most 4 GiB */
 
-enum { GROUP_MPI = 1, GROUP_NOMEM, GROUP_TOO_MANY, GROUP_TOO_LARGE, GROUP_GPU, GROUP_TIMEOUT };
+enum { GROUP_MPI = 1, GROUP_NOMEM, GROUP_TOO_MANY, GROUP_TOO_LARGE, GROUP_GPU, GROUP_TIMEOUT,
+       GROUP_INJECTED };
 
 struct sp_exec_tensor_group {
     MPI_Comm comm;      /* the tasks' point-to-point messages */
@@ -42,6 +44,11 @@ struct sp_exec_tensor_group {
     int nworkers;
     float **room;
     size_t *room_floats;
+    /* GPU ranks: each device worker's room on its device, made with the group, for every
+     * all-reduce of its tasks (group_gpu.c: allocating inside a step could fail between
+     * two NCCL exchanges, and a member that skips one hangs the group) */
+    float **dev_room;
+    int64_t dev_room_floats;
 };
 
 static const char *task_status_string(struct sp_tp_group *vt, int code);
@@ -56,6 +63,8 @@ static const char *status_string(struct sp_tp_group *g, int code)
          : code == GROUP_TOO_LARGE ? "a tensor-parallel all-reduce of more than 2^30 floats"
          : code == GROUP_TIMEOUT ? "the tensor group's gather between steps did not end in "
                                    "STARPIPE_STEP_TIMEOUT: a member that died or is stuck"
+         : code == GROUP_INJECTED ? "an injected failure of the tensor group's all-reduce "
+                                    "(STARPIPE_FAULT=group@)"
                                  : "unknown error";
 }
 
@@ -207,39 +216,71 @@ static int on_gpu(const sp_exec_task_group *tg)
     return tg->dev && tg->dev->type == SP_DEVICE_CUDA;
 }
 
+/* The running GPU worker's side of the group (group_gpu.c); takes the task's injected
+ * failure, once */
+static sp_exec_gpu_member gpu_member(sp_exec_task_group *tg)
+{
+    sp_exec_tensor_group *g = tg->g;
+    int w = starpu_worker_get_id();
+    sp_exec_gpu_member m = { .nc = g->nccl, .size = g->size, .fail = tg->vt.fail_next,
+                             .room = g->dev_room && w >= 0 && w < g->nworkers ? g->dev_room[w]
+                                                                              : NULL,
+                             .room_floats = g->dev_room_floats };
+    tg->vt.fail_next = 0;
+    return m;
+}
+
 static int task_allreduce(struct sp_tp_group *vt, float *dst, const float *src, int64_t n,
                           int acc)
 {
     sp_exec_task_group *tg = (sp_exec_task_group *)vt;
-    if (on_gpu(tg))
-        return sp_exec_gpu_allreduce(tg->g->nccl, tg->g->size, tg->dev, dst, src, n, acc,
-                                     &tg->why) ? GROUP_GPU : 0;
-    if (n >= SP_GROUP_CHUNKED_FLOATS) return task_reduce_chunked(tg, dst, src, n, acc, 0);
-    float *all;
-    int rc = task_exchange(tg, src, n, &all);
-    if (!rc) ordered_sum(dst, all, tg->g->size, n, acc);
-    return rc;
+    if (on_gpu(tg)) {
+        sp_exec_gpu_member m = gpu_member(tg);
+        return sp_exec_gpu_allreduce(&m, tg->dev, dst, src, n, acc, &tg->why) ? GROUP_GPU : 0;
+    }
+    const int fail = vt->fail_next;
+    vt->fail_next = 0;
+    int rc;
+    if (n >= SP_GROUP_CHUNKED_FLOATS) {
+        rc = task_reduce_chunked(tg, dst, src, n, acc, 0);
+    } else {
+        float *all;
+        rc = task_exchange(tg, src, n, &all);
+        if (!rc) ordered_sum(dst, all, tg->g->size, n, acc);
+    }
+    return rc ? rc : fail ? GROUP_INJECTED : 0;
 }
 
 static int task_allreduce_max(struct sp_tp_group *vt, float *x, int64_t n)
 {
     sp_exec_task_group *tg = (sp_exec_task_group *)vt;
-    if (on_gpu(tg))
-        return sp_exec_gpu_allreduce_max(tg->g->nccl, tg->g->size, tg->dev, x, n, &tg->why)
-                   ? GROUP_GPU : 0;
-    if (n >= SP_GROUP_CHUNKED_FLOATS) return task_reduce_chunked(tg, x, x, n, 0, 1);
-    float *all;
-    int rc = task_exchange(tg, x, n, &all);
-    if (!rc) ordered_max(x, all, tg->g->size, n);
-    return rc;
+    if (on_gpu(tg)) {
+        sp_exec_gpu_member m = gpu_member(tg);
+        return sp_exec_gpu_allreduce_max(&m, tg->dev, x, n, &tg->why) ? GROUP_GPU : 0;
+    }
+    const int fail = vt->fail_next;
+    vt->fail_next = 0;
+    int rc;
+    if (n >= SP_GROUP_CHUNKED_FLOATS) {
+        rc = task_reduce_chunked(tg, x, x, n, 0, 1);
+    } else {
+        float *all;
+        rc = task_exchange(tg, x, n, &all);
+        if (!rc) ordered_max(x, all, tg->g->size, n);
+    }
+    return rc ? rc : fail ? GROUP_INJECTED : 0;
 }
 
 static int task_allgather(struct sp_tp_group *vt, float *x, int64_t n)
 {
     sp_exec_task_group *tg = (sp_exec_task_group *)vt;
-    if (on_gpu(tg))
-        return sp_exec_gpu_allgather(tg->g->nccl, tg->g->size, tg->dev, x, n, &tg->why)
-                   ? GROUP_GPU : 0;
+    if (on_gpu(tg)) {
+        const int keep = vt->fail_next; /* the injected failure is an all-reduce's */
+        sp_exec_gpu_member m = gpu_member(tg);
+        m.fail = 0;
+        vt->fail_next = keep;
+        return sp_exec_gpu_allgather(&m, tg->dev, x, n, &tg->why) ? GROUP_GPU : 0;
+    }
     if (tg->k >= 1 << SP_GROUP_K_BITS) return GROUP_TOO_MANY;
     if (n > SP_GROUP_MAX_FLOATS) return GROUP_TOO_LARGE;
     int tag = (int)(((tg->seq & SP_GROUP_SEQ_MASK) << SP_GROUP_K_BITS) | (uint32_t)tg->k++);
@@ -339,7 +380,27 @@ static int host_sum_f64(struct sp_tp_group *vt, double *x, int64_t n)
     return rc;
 }
 
-sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, int device,
+/* Each device worker's room on its memory node, dev_room_floats floats (StarPU's
+ * allocator, so that its memory cap counts them): made now, before any step. */
+static sp_status make_dev_rooms(sp_exec_tensor_group *g, int64_t max_floats)
+{
+    const sp_device_kind *k = sp_exec_device();
+    g->dev_room_floats = sp_exec_gpu_room_floats(g->size, max_floats);
+    if (!(g->dev_room = calloc((size_t)g->nworkers + 1, sizeof *g->dev_room)))
+        return sp_set_error(SP_ERR_NOMEM, "tensor group: out of memory");
+    const size_t bytes = sizeof(float) * (size_t)g->dev_room_floats;
+    for (int w = 0; k && w < g->nworkers; w++) {
+        if (!k->owns_worker((unsigned)w)) continue;
+        unsigned node = starpu_worker_get_memory_node((unsigned)w);
+        if (!(g->dev_room[w] = (float *)starpu_malloc_on_node(node, bytes)))
+            return sp_set_error(SP_ERR_NOMEM, "tensor group: no room on the device for its "
+                                "all-reduces (%zu bytes, the largest needs %lld floats)", bytes,
+                                (long long)max_floats);
+    }
+    return SP_OK;
+}
+
+sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, int device, int64_t max_floats,
                                      sp_exec_collective_fn collective,
                                      sp_exec_tensor_group **out)
 {
@@ -376,6 +437,22 @@ sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, int device,
         sp_exec_tensor_group_free(g);
         return st;
     }
+    /* ... and its rooms; every member learns whether all made theirs (a member that
+     * failed alone would leave the others waiting in their first exchange) */
+    if (device >= 0) {
+        st = make_dev_rooms(g, max_floats);
+        int ok = st == SP_OK, all = 0;
+        rc = MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, g->host_comm);
+        if (st == SP_OK && (rc != MPI_SUCCESS || !all))
+            st = rc != MPI_SUCCESS ? sp_comm_mpi_error(__FILE__, __LINE__, "MPI_Allreduce", rc)
+                                   : sp_set_error(SP_ERR_NOMEM, "tensor group: another member "
+                                                  "had no room on its device for the group's "
+                                                  "all-reduces");
+        if (st) {
+            sp_exec_tensor_group_free(g);
+            return st;
+        }
+    }
     g->host = (struct sp_tp_group){ .allreduce = host_allreduce,
                                     .allreduce_max = host_allreduce_max,
                                     .sum_f64 = host_sum_f64, .allgather = host_allgather,
@@ -390,6 +467,12 @@ void sp_exec_tensor_group_free(sp_exec_tensor_group *g)
 {
     if (!g) return;
     sp_nccl_tp_free(g->nccl);
+    for (int w = 0; g->dev_room && w < g->nworkers; w++)
+        if (g->dev_room[w])
+            starpu_free_on_node(starpu_worker_get_memory_node((unsigned)w),
+                                (uintptr_t)g->dev_room[w],
+                                sizeof(float) * (size_t)g->dev_room_floats);
+    free(g->dev_room);
     for (int w = 0; g->room && w < g->nworkers; w++) free(g->room[w]);
     free(g->room), free(g->room_floats);
     if (g->comm != MPI_COMM_NULL) MPI_Comm_free(&g->comm);

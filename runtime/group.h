@@ -25,24 +25,36 @@ struct sp_tp_group *sp_exec_tensor_group_of_task(sp_exec_tensor_group *g, uint32
  * all-gather (runtime/group.c), member q combining the chunk [n q / T, n (q + 1) / T). */
 #define SP_GROUP_CHUNKED_FLOATS 16384
 static inline int64_t sp_exec_group_chunk(int64_t n, int size, int q) { return sp_tp_chunk(n, size, q); }
-/* runtime/group_gpu.c: the all-reduce of a task on a CUDA worker (device pointers, dev
- * the task's device): 0, or 1 with *why set. */
+/* runtime/group_gpu.c, a task's all-reduces on a CUDA worker (device pointers, dev the
+ * task's device): 0, or 1 with *why set. m: the member's NCCL communicator and the
+ * worker's room on the device, made with the group (sp_exec_gpu_room_floats(size, the
+ * largest all-reduce) floats: one round for any all-reduce up to that size); fail: tests
+ * (STARPIPE_FAULT=group@), a local failure before the first exchange. */
 struct sp_nccl_tp;
-int sp_exec_gpu_allreduce(struct sp_nccl_tp *nc, int size, const sp_device *dev, float *dst,
+typedef struct {
+    struct sp_nccl_tp *nc;
+    int size;
+    float *room;
+    int64_t room_floats;
+    int fail;
+} sp_exec_gpu_member;
+int64_t sp_exec_gpu_room_floats(int size, int64_t max_floats);
+int sp_exec_gpu_allreduce(const sp_exec_gpu_member *m, const sp_device *dev, float *dst,
                           const float *src, int64_t n, int acc, const char **why);
 /* x (n) = the elementwise maximum of every member's x, in rank order (in place). */
-int sp_exec_gpu_allreduce_max(struct sp_nccl_tp *nc, int size, const sp_device *dev, float *x,
+int sp_exec_gpu_allreduce_max(const sp_exec_gpu_member *m, const sp_device *dev, float *x,
                               int64_t n, const char **why);
-
-/* x (n): each member's chunk to every member (the all-gather of scatter-gather). */
-int sp_exec_gpu_allgather(struct sp_nccl_tp *nc, int size, const sp_device *dev, float *x,
-                          int64_t n, const char **why);
+/* x (n): each member's chunk to every member (the all-gather of scatter-gather; in place,
+ * no room). */
+int sp_exec_gpu_allgather(const sp_exec_gpu_member *m, const sp_device *dev, float *x, int64_t n,
+                          const char **why);
 
 /* A tensor group on comm (split from the executor's; the group takes it over); device:
- * the rank's CUDA device, whose NCCL communicator the group makes, or -1; collective: how
+ * the rank's CUDA device, whose NCCL communicator the group makes (and each of its
+ * workers' room for all-reduces of up to max_floats), or -1; collective: how
  * its main-thread collectives run (the executor's sp_exec_collective, handed down so that
  * group.c calls nothing of runtime/exec/: the layers point one way). */
-sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, int device,
+sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, int device, int64_t max_floats,
                                      sp_exec_collective_fn collective,
                                      sp_exec_tensor_group **out);
 

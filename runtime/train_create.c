@@ -229,9 +229,13 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
                           sp_graph_tensor_rank(t->g));
         goto out;
     }
-    /* the group of the actor's T ranks, colored by the group's first rank */
+    /* the group of the actor's T ranks, colored by the group's first rank, with room for
+     * the largest all-reduce of any stage (the same on every member) */
+    int64_t most = 0;
+    for (int s = 0; T > 1 && s < sp_program_num_stages(p); s++)
+        if (sp_program_group_floats(p, s) > most) most = sp_program_group_floats(p, s);
     if (T > 1 && (st = sp_exec_tensor_group_create(sp_layout_rank(&t->layout, t->replica, t->actor),
-                                                   t->trank, T, &t->tgroup)))
+                                                   t->trank, T, most, &t->tgroup)))
         goto out;
     if (!(t->peer = malloc(sizeof(int) * (size_t)sched->nactors)) ||
         !(t->replica_peer = malloc(sizeof(int) * (size_t)R))) {
@@ -251,7 +255,8 @@ sp_trainer *sp_trainer_create(const sp_program *p, const sp_schedule *sched,
     t->nshared = model->nshared;
     sp_env env; /* STARPIPE_FAULT */
     if ((st = sp_env_read(&env))) goto out;
-    if (env.fault.kind == SP_FAULT_FAIL || env.fault.kind == SP_FAULT_HANG)
+    if (env.fault.kind == SP_FAULT_FAIL || env.fault.kind == SP_FAULT_HANG ||
+        (env.fault.kind == SP_FAULT_GROUP && env.fault.stage == t->rank && T > 1))
         t->fault.kind = env.fault.kind, t->fault.step = env.fault.step,
         t->fault.stage = env.fault.stage;
     if ((st = sp_plan_build(model, sched, &t->plan))) goto out;

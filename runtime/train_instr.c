@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/env.h"
 #include "codelets/tasks.h"
 #include "runtime/trainer_impl.h"
 
@@ -44,7 +45,8 @@ static sp_status submit_program(sp_trainer *t, int s, sp_task_kind kind, int mb,
                                  .dloss = 1.0f / (float)(t->R * t->m),
                                  .clock = redo ? NULL : sp_tr_profile_clock(t, s, kind) };
         if (t->fault.kind && !redo && !t->evaluating && t->fault.step == t->steps + 1 &&
-            t->fault.stage == s && kind == SP_TASK_F && mb == 0)
+            (t->fault.stage == s || t->fault.kind == SP_FAULT_GROUP) && kind == SP_TASK_F &&
+            mb == 0)
             a.fault = t->fault.kind;
         st = sp_tr_submit(t, name, sp_stage_task, nb, bufs, modes, &a, sizeof a,
                           (task_id){ kind, mb, s, redo ? -1 : instr });

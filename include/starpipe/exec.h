@@ -254,11 +254,14 @@ sp_status sp_exec_submit(const sp_exec_task *t);
  * ordered by key. Its all-reduces (program.h, sp_tp_group) run inside the tasks given it
  * (sp_exec_task.group): point to point on a communicator of the group's own, tagged by
  * the task's seq and the all-reduce's place in the task, so that tasks running at once
- * on several workers never cross, and summed in the group's order; CPU ranks only for
- * now (host memory). sp_exec_tensor_group_host: the same group for the main thread between
- * steps (the gradient norm's terms). */
+ * on several workers never cross, and summed in the group's order; on GPU ranks over an
+ * NCCL communicator of the group's own, through a room on the device made now for
+ * all-reduces of up to max_floats floats (larger ones take several rounds), so that no
+ * member allocates between two exchanges. sp_exec_tensor_group_host: the same group for
+ * the main thread between steps (the gradient norm's terms). */
 typedef struct sp_exec_tensor_group sp_exec_tensor_group;
-sp_status sp_exec_tensor_group_create(int color, int key, int size, sp_exec_tensor_group **out);
+sp_status sp_exec_tensor_group_create(int color, int key, int size, int64_t max_floats,
+                                      sp_exec_tensor_group **out);
 void sp_exec_tensor_group_free(sp_exec_tensor_group *g);
 struct sp_tp_group *sp_exec_tensor_group_host(sp_exec_tensor_group *g);
 

@@ -90,6 +90,9 @@ size_t sp_program_buf_bytes(const sp_program *p, sp_buf_class cls, int index);
 int sp_program_num_ops(const sp_program *p, int stage, sp_task_kind kind);
 /* FLOPs of one run of a program. */
 double sp_program_flops(const sp_program *p, int stage, sp_task_kind kind);
+/* The largest tensor-group all-reduce (floats) of any of the stage's programs: what a
+ * group's member keeps room for (0: none). */
+int64_t sp_program_group_floats(const sp_program *p, int stage);
 
 /* Instruction j of program (stage, kind) as a cost model sees it: its kernel ("matmul",
  * "attention", "allreduce", ...), its sizes (meaning per kernel: a product's M, N, K),
@@ -160,6 +163,9 @@ struct sp_tp_group {
      * whole again with (scatter-gather between hosts) */
     int (*allgather)(sp_tp_group *g, float *x, int64_t n);
     const char *(*status_string)(sp_tp_group *g, int code);
+    /* tests (STARPIPE_FAULT=group@STEP:RANK): the next allreduce or allreduce_max fails on
+     * this member alone, after taking part in all of its exchanges; then cleared */
+    int fail_next;
 };
 /* Member q's chunk of n floats in a group of T: [sp_tp_chunk(n, T, q), sp_tp_chunk(n, T,
  * q + 1)), the chunks of a reduce-scatter and of an all-gather alike. */

@@ -79,7 +79,8 @@ sp_status sp_exec_group(const sp_exec_xfer *x, int n, const char *name, uint32_t
 
 /* ---- tensor-parallel groups (runtime/group.c) ---- */
 
-sp_status sp_exec_tensor_group_create(int color, int key, int size, sp_exec_tensor_group **out)
+sp_status sp_exec_tensor_group_create(int color, int key, int size, int64_t max_floats,
+                                      sp_exec_tensor_group **out)
 {
     *out = NULL;
     if (!sp_exec_usable())
@@ -88,5 +89,6 @@ sp_status sp_exec_tensor_group_create(int color, int key, int size, sp_exec_tens
     SP_MPI_CHECK(MPI_Comm_split(X.comm, color, key, &c));
     int devid = -1;
     if (sp_exec_dev_node(&devid) < 0) devid = -1; /* a CPU rank: MPI between its members */
-    return sp_exec_tensor_group_wrap(c, size, devid, sp_exec_collective, out); /* group.c */
+    return sp_exec_tensor_group_wrap(c, size, devid, max_floats, sp_exec_collective,
+                                     out); /* group.c */
 }
