@@ -435,16 +435,21 @@ int app_device_memory_short(const sp_app_model *m, const sp_app_opts *o, const s
         device_parts(q, p, pl, epl, a, rep, R, o->shard_optimizer, mcap);
         for (int k = 0; k < NPARTS; k++) need += q[k];
         *buffers = need;
+        int64_t most = 0; /* the tensor group's room (runtime/group.c), made with the group */
+        for (int s = 0; lay->tensor > 1 && s < sp_program_num_stages(p); s++)
+            if (sp_program_group_floats(p, s) > most) most = sp_program_group_floats(p, s);
         double reserve = STARPU_CHUNK_RESERVE + DEVICE_LIBS_RESERVE +
-                         (nccl ? NCCL_PEER_RESERVE * plan_peers(pl, a, R) : 0);
+                         (nccl ? NCCL_PEER_RESERVE * plan_peers(pl, a, R) : 0) +
+                         (double)sp_exec_tensor_group_room_bytes(lay->tensor, most);
         double free_b = (double)dm.free / (sharing > 1 ? sharing : 1);
         need += reserve;
         if (verbose >= 1)
             fprintf(stderr, "starpipe: rank %d: device memory: actor %d needs %.0f bytes "
-                    "(buffers %.0f bytes, reserve %.0f bytes for StarPU, cuBLAS and NCCL) of "
+                    "(buffers %.0f bytes, reserve %.0f bytes for StarPU, cuBLAS and NCCL%s) of "
                     "%.0f bytes free on device %d (cudaMemGetInfo %zu of %zu bytes, StarPU's "
                     "cap %zu, %d rank%s)\n",
-                    me, a, need, *buffers, reserve, free_b, dm.device, dm.cuda_free, dm.total,
+                    me, a, need, *buffers, reserve, most ? ", the tensor group's room" : "",
+                    free_b, dm.device, dm.cuda_free, dm.total,
                     dm.starpu_cap, sharing, sharing > 1 ? "s on it" : "");
         if (need > free_b) {
             double (*one)[NPARTS] = &q;
@@ -455,9 +460,10 @@ int app_device_memory_short(const sp_app_model *m, const sp_app_opts *o, const s
                 snprintf(shared, sizeof shared, " (its share of %s for %d ranks on that GPU)",
                          fmt_bytes((double)dm.free, b5, sizeof b5), sharing);
             snprintf(msg, len, "actor %d needs %s of GPU memory (%s of buffers, %s for "
-                     "StarPU, cuBLAS and NCCL) but device %d has %s free%s; the largest part is "
-                     "the %s, %s: lower it with %s", a, fmt_bytes(need, b1, sizeof b1),
+                     "StarPU, cuBLAS and NCCL%s) but device %d has %s free%s; the largest part "
+                     "is the %s, %s: lower it with %s", a, fmt_bytes(need, b1, sizeof b1),
                      fmt_bytes(*buffers, b2, sizeof b2), fmt_bytes(reserve, b3, sizeof b3),
+                     most ? ", the tensor group's room" : "",
                      dm.device, fmt_bytes(free_b, b4, sizeof b4), shared, part_name[wk],
                      fmt_bytes(q[wk], b5, sizeof b5),
                      part_remedy(m, o, wk, 1, lower, sizeof lower));

@@ -463,6 +463,11 @@ sp_status sp_exec_tensor_group_wrap(MPI_Comm comm, int size, int device, int64_t
 
 struct sp_tp_group *sp_exec_tensor_group_host(sp_exec_tensor_group *g) { return g ? &g->host : NULL; }
 
+size_t sp_exec_tensor_group_room_bytes(int size, int64_t max_floats)
+{
+    return size > 1 ? sizeof(float) * (size_t)sp_exec_gpu_room_floats(size, max_floats) : 0;
+}
+
 void sp_exec_tensor_group_free(sp_exec_tensor_group *g)
 {
     if (!g) return;

@@ -20,17 +20,31 @@
  * own (sp_cuda_status_string names both). */
 static const char *error(int code) { return sp_cuda_status_string(code); }
 
+/* CUDA 13 loads a module (starpipe's kernels, each cuBLAS variant) at its first launch,
+ * and loading can synchronise the context: in step 1, while NCCL kernels wait for their
+ * peers, a first launch could then wait for them, and other threads' CUDA calls behind
+ * it (issue 42). So every module is loaded when the context is made, unless the user
+ * chose (CUDA_MODULE_LOADING set). The runtime reads the variable once, at its first
+ * call; starpipe's first CUDA call is this table's (count, before StarPU starts). */
+static void eager_modules(void) { setenv("CUDA_MODULE_LOADING", "EAGER", 0); }
+
 static int count(void)
 {
     int n = 0;
+    eager_modules();
     return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-static int bus_id(int dev, char *bus, int len) { return cudaDeviceGetPCIBusId(bus, len, dev); }
+static int bus_id(int dev, char *bus, int len)
+{
+    eager_modules();
+    return cudaDeviceGetPCIBusId(bus, len, dev);
+}
 
 /* On dev, leaving the main thread's current device as it was (device 0 by default). */
 static int mem_info(int dev, size_t *free_bytes, size_t *total)
 {
+    eager_modules();
     int prev = 0;
     cudaError_t c = cudaGetDevice(&prev);
     if (c == cudaSuccess) c = cudaSetDevice(dev);

@@ -263,6 +263,9 @@ typedef struct sp_exec_tensor_group sp_exec_tensor_group;
 sp_status sp_exec_tensor_group_create(int color, int key, int size, int64_t max_floats,
                                       sp_exec_tensor_group **out);
 void sp_exec_tensor_group_free(sp_exec_tensor_group *g);
+/* The bytes a GPU member of a group of `size` keeps on its device per worker for
+ * all-reduces of up to max_floats (what a memory plan counts beside the buffers). */
+size_t sp_exec_tensor_group_room_bytes(int size, int64_t max_floats);
 struct sp_tp_group *sp_exec_tensor_group_host(sp_exec_tensor_group *g);
 
 /* ---- small collectives, between steps (after end_step, before begin_step) ----

@@ -491,6 +491,25 @@ if ((built)); then
   done
 fi
 
+# ---------------------------------------------------------------- 8. module loading's cost
+# starpipe loads CUDA modules eagerly (codelets/cuda/device.c) unless the user chose: what
+# that costs at start-up and in device memory, against LAZY, one run each.
+if ((built)); then
+  for ml in EAGER LAZY; do
+    run_phase "8. CUDA_MODULE_LOADING=$ml: start-up and device memory" 60 "load-$ml" \
+      env STARPU_NCUDA=$ncuda STARPIPE_VERBOSE=1 CUDA_MODULE_LOADING=$ml "$gpt" "${data[@]}" --steps 1
+    if ((prc == 0)); then
+      record PASS "8. $ml: run, device bytes after step 1" "${ptime}s, $(sed -n 's/.*: \([0-9]*\) bytes in use on device.*/\1/p' "$logdir/load-$ml.log" | head -1)"
+    else record FAIL "8. $ml" "rc $prc"; fi
+  done
+fi
+# CHECK_EXTRA: a command of the caller's, run last in this environment (gpt, data, mpirun)
+if ((built)) && [ -n "${CHECK_EXTRA:-}" ]; then
+  export gpt ncuda perf_args
+  run_phase "extra: $CHECK_EXTRA" 120 extra bash -c "$CHECK_EXTRA"
+  record NOTICE "extra" "rc $prc (see extra.log)"
+fi
+
 # ---------------------------------------------------------------- summary
 banner "summary ($((SECONDS))s of ${budget}s; log $log)"
 printf '%s\n' "${results[@]}"

@@ -57,11 +57,18 @@ static long env_count(const char *name, long dflt, long lo, long hi)
     return n;
 }
 
+/* CUDA_MODULE_LOADING as the runtime's first call found it (a real runtime reads it
+ * then, once): the report says it, so tests see what a GPU's runtime would have used. */
+static char module_loading[32];
+
 static int ndevices(void)
 {
     static int n = -1;
-    if (n < 0)
+    if (n < 0) {
+        const char *v = getenv("CUDA_MODULE_LOADING");
+        snprintf(module_loading, sizeof module_loading, "%s", v ? v : "(unset)");
         n = (int)env_count("STARPIPE_FAKE_GPUS", 1, 0, MAX_DEVICES);
+    }
     return n;
 }
 
@@ -707,6 +714,9 @@ static int in_ranges(std::map<uintptr_t, size_t> &m, const void *p)
 /* A line per device used, at exit, when STARPIPE_FAKE_GPU_REPORT is set (tests read it). */
 static void report(void)
 {
+    if (module_loading[0])
+        fprintf(stderr, "starpipe fake device (pid %d): CUDA_MODULE_LOADING=%s at the "
+                "runtime's first call\n", (int)getpid(), module_loading);
     for (int d = 0; d < ndevices(); d++) {
         unsigned long long *c = counts[d];
         if (!c[SP_EMU_KERNELS] && !c[SP_EMU_GEMMS] && !c[SP_EMU_H2D] && !c[SP_EMU_D2H])
