@@ -18,6 +18,8 @@ typedef struct sp_binding {
     int worker_cpus[SP_BINDING_MAXW]; /* hwloc logical PU ids */
     int mpi_cpu;                      /* where the StarPU-MPI progress thread goes */
     int cuda_cpu;                     /* the CUDA worker's core; -1 without a GPU */
+    int starved;                      /* 1: a GPU rank the launcher bound to one core while
+                                         the host has cores to spare */
     char desc[256];                   /* for the verbose line */
 } sp_binding;
 

@@ -248,6 +248,12 @@ static sp_status exec_init(int *argc, char ***argv)
     if (st)
         return st;
     sp_binding_apply(&b);
+    if (b.starved && b.local_rank == 0)
+        fprintf(stderr, "starpipe: rank %d drives a GPU from one core, as its launcher bound it "
+                "(the host's other ranks likely alike): its CUDA worker's polling thread, CPU "
+                "worker and MPI progress thread share that core, which made steps 3x slower on "
+                "an H200; give each rank several cores (mpirun --bind-to none or --map-by "
+                "slot:PE=N, srun --cpus-per-task=N)\n", sp_exec_rank_);
     if (X.pieces < 0)
         X.pieces = !b.nobind; /* the same on every rank of the node */
     if (X.opts.verbose) {
