@@ -39,6 +39,7 @@ static sp_xfer_counts carried;
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "comm/nccl_chain.h"
 #include "comm/nccl_peers.h"
 
 static ncclComm_t comm;
@@ -310,6 +311,13 @@ static int run_group(const sp_device *dev, void *const *bufs, const size_t *coun
         fprintf(stderr, "starpipe: rank %d: %s\n", my_rank, fail_msg);
         return 1;
     }
+    /* after the rank's previous NCCL operation, the tensor group's too (comm/nccl_chain.h) */
+    cudaError_t ce = (cudaError_t)sp_nccl_chain_enter(comm_stream);
+    if (ce != cudaSuccess) {
+        fprintf(stderr, "starpipe: rank %d: NCCL transfer failed: %s\n", my_rank,
+                cudaGetErrorString(ce));
+        return (int)ce;
+    }
     ncclResult_t r = ncclGroupStart();
     for (int i = 0; r == ncclSuccess && i < a->n; i++) {
         const nccl_call *c = &a->call[i];
@@ -322,8 +330,9 @@ static int run_group(const sp_device *dev, void *const *bufs, const size_t *coun
     if (r == ncclSuccess)
         r = e;
     cudaEvent_t ev = NULL;
-    cudaError_t c = cudaSuccess;
-    if (r == ncclSuccess && (c = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) == cudaSuccess)
+    cudaError_t c = (cudaError_t)sp_nccl_chain_leave(comm_stream);
+    if (r == ncclSuccess && c == cudaSuccess &&
+        (c = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) == cudaSuccess)
         c = cudaEventRecord(ev, comm_stream);
     if (r != ncclSuccess || c != cudaSuccess) {
         if (ev) cudaEventDestroy(ev);

@@ -5,6 +5,8 @@
  * one order. */
 #include "comm/nccl_tp.h"
 
+#include "comm/nccl_chain.h"
+
 #include <stdlib.h>
 
 #if defined(STARPIPE_HAVE_CUDA) && defined(STARPIPE_HAVE_NCCL)
@@ -14,6 +16,7 @@
 struct sp_nccl_tp {
     ncclComm_t comm;
     int size, rank;
+    int chained; /* in the rank's one NCCL order (comm/nccl_chain.h): from the first step */
 };
 
 enum { TP_CUDA = 1 << 20 }; /* codes above: a cudaError_t + TP_CUDA; below: ncclResult_t */
@@ -28,6 +31,8 @@ int sp_nccl_tp_exchange(sp_nccl_tp *g, const float *const *send, const size_t *s
                         float *const *recv, const size_t *rcount, void *stream)
 {
     cudaStream_t s = (cudaStream_t)stream;
+    int ce = g->chained ? sp_nccl_chain_enter(stream) : 0; /* after the rank's previous one */
+    if (ce) return TP_CUDA + ce;
     ncclResult_t r = ncclGroupStart();
     for (int q = 0; q < g->size && r == ncclSuccess; q++) {
         if (q == g->rank) continue;
@@ -35,7 +40,8 @@ int sp_nccl_tp_exchange(sp_nccl_tp *g, const float *const *send, const size_t *s
         if (r == ncclSuccess) r = ncclRecv(recv[q], rcount[q], ncclFloat32, q, g->comm, s);
     }
     ncclResult_t e = ncclGroupEnd();
-    return r != ncclSuccess ? (int)r : (int)e;
+    ce = g->chained ? sp_nccl_chain_leave(stream) : 0;
+    return r != ncclSuccess ? (int)r : e != ncclSuccess ? (int)e : ce ? TP_CUDA + ce : 0;
 }
 
 int sp_nccl_tp_allgather(sp_nccl_tp *g, const float *src, float *all, size_t n, void *stream)
@@ -89,6 +95,7 @@ sp_status sp_nccl_tp_create(MPI_Comm group, int device, sp_nccl_tp **out)
                             "(%s; NCCL refuses two members on one GPU: a group needs a GPU "
                             "per rank)", rc ? sp_nccl_tp_error(rc) : "on another member");
     }
+    g->chained = 1;
     *out = g;
     return SP_OK;
 }

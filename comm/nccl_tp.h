@@ -2,9 +2,10 @@
  * ranks, for the all-reduces their stage programs meet inside the tasks
  * (runtime/group_gpu.c). Its all-gather runs on the stream it is given, the task's own
  * compute stream, in the task's order: every member issues its group's calls in the
- * plan's task order, so the stream's NCCL calls pair up as the plan's do (no separate
- * stream, and no ordering against the pipeline's NCCL transfers, which have a
- * communicator and a stream of their own). Below the runtime: MPI, CUDA and NCCL only. */
+ * plan's task order, so the stream's NCCL calls pair up as the plan's do. Against the
+ * pipeline's NCCL transfers (a communicator and a stream of their own) each exchange
+ * takes its place in the rank's one order of NCCL operations (comm/nccl_chain.h). Below
+ * the runtime: MPI, CUDA and NCCL only. */
 #ifndef STARPIPE_COMM_NCCL_TP_H
 #define STARPIPE_COMM_NCCL_TP_H
 

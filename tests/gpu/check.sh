@@ -472,8 +472,29 @@ if ((built)); then
       mpirun -np 2 -x STARPU_NCUDA=$ncuda "$gpt" "${data[@]}" --tensor 2 --steps 3 --check
     if ((prc == 0)) && on_gpu tensor-2; then record PASS "6. (d) --tensor 2 --check" "${ptime}s"
     else record FAIL "6. (d) --tensor 2 --check" "rc $prc"; fi
+    # bf16 with NCCL carrying every boundary tensor between two GPUs
+    run_phase "6. (d) bf16 on 2 GPUs, NCCL carrying every boundary tensor, --check" 120 nccl-bf16 \
+      mpirun -np 2 -x STARPU_NCUDA=$ncuda -x STARPIPE_NCCL_THRESHOLD=1 "$gpt" "${data[@]}" \
+        --actors 2 --steps 3 --precision bf16 --check
+    if ((prc == 0)) && on_gpu nccl-bf16 && grep -q "NCCL carries" "$logdir/nccl-bf16.log"; then
+      record PASS "6. (d) 2-GPU NCCL bf16 --check" "${ptime}s"
+    else record FAIL "6. (d) 2-GPU NCCL bf16 --check" "rc $prc"; fi
   else
     record SKIP "6. (d) 2-GPU NCCL --check" "${ngpu:-0} GPU(s) on this machine"
+  fi
+  if ((${ngpu:-0} >= 4)); then
+    # two communicators at once (comm/nccl_chain.h): the tensor groups' exchanges and the
+    # pipeline's groups, every boundary tensor on NCCL, then the default threshold
+    for th in 1 65536; do
+      run_phase "6. (d) --tensor 2 --actors 2 on 4 GPUs, STARPIPE_NCCL_THRESHOLD=$th, --check" 150 \
+        "tensor-actors-$th" mpirun -np 4 -x STARPU_NCUDA=$ncuda -x STARPIPE_NCCL_THRESHOLD=$th \
+          "$gpt" "${data[@]}" --tensor 2 --actors 2 --steps 3 --check
+      if ((prc == 0)) && on_gpu "tensor-actors-$th"; then
+        record PASS "6. (d) T=2 x 2 actors, threshold $th" "${ptime}s"
+      else record FAIL "6. (d) T=2 x 2 actors, threshold $th" "rc $prc"; fi
+    done
+  else
+    record SKIP "6. (d) --tensor 2 --actors 2" "${ngpu:-0} GPU(s) on this machine (needs 4)"
   fi
 fi
 

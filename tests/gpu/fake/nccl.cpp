@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "emu.h"
@@ -75,10 +76,23 @@ struct transfer { /* one group's calls on one stream, once enqueued */
     ncclComm_t comm;
     std::vector<call> calls;
     std::vector<MPI_Request> reqs;
+    unsigned long long issued; /* its place among the device's operations, all communicators */
 };
+
+/* The order of a device's NCCL operations (under the emulation's lock): how many were
+ * issued, which have not ended, and how many began (reached their stream's head) while
+ * one issued before them, of any communicator and stream, had not ended. starpipe runs
+ * them one at a time in issue order (comm/nccl_chain.h); the report says how it went. */
+static struct device_order {
+    unsigned long long issued, began_early;
+    std::set<unsigned long long> open;
+} order[64];
 
 static void post(transfer &t)
 {
+    device_order &o = order[t.comm->dev & 63];
+    if (!o.open.empty() && *o.open.begin() < t.issued)
+        o.began_early++;
     t.reqs.assign(t.calls.size(), MPI_REQUEST_NULL);
     for (size_t i = 0; i < t.calls.size(); i++) {
         const call &c = t.calls[i];
@@ -103,6 +117,7 @@ static bool finished(transfer &t)
     for (const call &c : t.calls)
         sp_emu_count(t.comm->dev, c.send ? SP_EMU_NCCL_SENT : SP_EMU_NCCL_RECV, c.bytes);
     sp_emu_check_fences("ncclRecv");
+    order[t.comm->dev & 63].open.erase(t.issued);
     t.comm->pending--;
     return true;
 }
@@ -120,10 +135,14 @@ static ncclResult_t enqueue(std::vector<call> &calls)
             (c.stream == s && c.comm == t->comm ? t->calls : rest).push_back(c);
         calls.swap(rest);
         t->comm->pending++;
+        device_order &o = order[t->comm->dev & 63];
+        t->issued = ++o.issued;
+        o.open.insert(t->issued);
         int e = sp_emu_submit(s, sp_emu_op{ "NCCL group", [t]() { post(*t); },
                                             [t]() { return finished(*t); } });
         if (e) {
             t->comm->pending--;
+            order[t->comm->dev & 63].open.erase(t->issued);
             return fail(ncclInvalidArgument, "the stream %p is not a live stream", (void *)s);
         }
     }
@@ -162,6 +181,23 @@ static ncclResult_t p2p(bool send, const void *buf, size_t count, ncclDataType_t
     }
     std::vector<call> one{ c };
     return enqueue(one);
+}
+
+/* With STARPIPE_FAKE_GPU_REPORT, at exit: each device's NCCL operations and how many
+ * began before an earlier-issued one had ended. */
+static void report_order(void)
+{
+    for (int d = 0; d < 64; d++)
+        if (order[d].issued)
+            fprintf(stderr, "starpipe fake NCCL (pid %d): device %d: %llu operations, %llu began "
+                    "before one issued earlier had ended\n", (int)getpid(), d, order[d].issued,
+                    order[d].began_early);
+}
+
+__attribute__((constructor)) static void fake_nccl_loaded(void)
+{
+    if (getenv("STARPIPE_FAKE_GPU_REPORT"))
+        atexit(report_order);
 }
 
 extern "C" {
