@@ -487,7 +487,7 @@ app_engine *app_engine_pipelined(int argc, char **argv, sp_app_model *m, const s
         *code = 2;
         return NULL;
     }
-    /* MFU's CPU peak: one core's sgemm, timed before StarPU's workers and MPI's progress
+    /* MFU's CPU peak: one core's FMA peak, timed before StarPU's workers and MPI's progress
      * thread start (a CUDA run does not use it) */
     app_peak cpu_peak = { 0 };
     if (o->steps > 0 && o->peak_tflops <= 0 && sp_app_launcher_rank() == 0) app_peak_cpu(&cpu_peak);

@@ -12,8 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "starpipe/backend.h"
 #include "base/files.h"
+#include "codelets/cpu/kernels.h"
+#include "starpipe/backend.h"
 
 /* ---- the --log file ---- */
 
@@ -139,38 +140,14 @@ double app_step_flops(const sp_program *p, const sp_schedule *sch, int replicas)
     return f * (replicas > 0 ? replicas : 1);
 }
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
+/* MFU's denominator on a CPU rank: the hardware's peak, one core's fused multiply-adds
+ * measured now (codelets/cpu/peak.c), not the library's sgemm rate (which would flatter
+ * MFU by the sgemm's own distance from the peak). */
 void app_peak_cpu(app_peak *pk)
 {
-    enum { N = 256 };
-    pk->flops = 0;
-    snprintf(pk->source, sizeof pk->source, "unknown (out of memory)");
-    float *a = malloc(3 * sizeof(float) * N * N);
-    if (!a) return;
-    float *b = a + N * N, *c = b + N * N;
-    for (int i = 0; i < 2 * N * N; i++) a[i] = (float)((i * 7919) % 1009) / 1009.0f - 0.5f;
-    const sp_backend *be = sp_backend_cpu();
-    be->matmul(NULL, c, a, b, N, N, N, 0, 0, 0, 0); /* warm the caches and the pages */
-    double best = INFINITY, stop = now() + 0.02;
-    int reps = 0;
-    do {
-        double t0 = now();
-        be->matmul(NULL, c, a, b, N, N, N, 0, 0, 0, 0);
-        double dt = now() - t0;
-        if (dt < best) best = dt;
-        reps++;
-    } while (reps < 3 || (now() < stop && reps < 100));
-    free(a);
-    pk->flops = best > 0 ? 2.0 * N * N * N / best : 0;
-    snprintf(pk->source, sizeof pk->source,
-             "measured at start-up: the library's sgemm on one core, %d^3, best of %d runs", N,
-             reps);
+    char what[sizeof pk->source - 32];
+    pk->flops = sp_cpu_fma_peak(0.02, what, sizeof what);
+    snprintf(pk->source, sizeof pk->source, "measured at start-up: %s", what);
 }
 
 /* Dense datasheet figures, FLOP/s: fp32 on the CUDA cores, TF32 on the tensor cores

@@ -191,6 +191,10 @@ int main(int argc, char **argv)
      * falls back to an SSE3 core several times slower: say which ran. */
     printf("sgemm path: %s; OpenBLAS core (comparison only): %s (OPENBLAS_CORETYPE=...)\n",
            sp_gemm_path_name(sp_gemm_path()), openblas_get_corename());
+    /* the hardware's ceiling, as MFU counts it (codelets/cpu/peak.c): each rate's share */
+    char how[160];
+    const double peak = sp_cpu_fma_peak(0.2, how, sizeof how) * 1e-9;
+    printf("core peak: %.1f GFLOP/s, %s; '%% peak' columns are shares of it\n", peak, how);
 
     /* 1. The largest matmul, the MLP fc: (N,C) @ (C,4C), weights stored (4C,C). */
     {
@@ -210,10 +214,11 @@ int main(int argc, char **argv)
             }
         }
         printf("\nMLP fc matmul (%d x %d) @ (%d x %d), %.2f GFLOP\n", N, C, C, 4 * C, fl * 1e-9);
-        printf("  %-28s %10s %10s\n", "", "ms", "GFLOP/s");
-        printf("  %-28s %10.2f %10.1f\n", "sp_matmul_forward", best_sp * 1e3, fl / best_sp * 1e-9);
-        printf("  %-28s %10.2f %10.1f\n", "cblas_sgemm (OpenBLAS)", best_raw * 1e3,
-               fl / best_raw * 1e-9);
+        printf("  %-28s %10s %10s %8s\n", "", "ms", "GFLOP/s", "% peak");
+        printf("  %-28s %10.2f %10.1f %8.1f\n", "sp_matmul_forward", best_sp * 1e3,
+               fl / best_sp * 1e-9, 100 * fl / best_sp * 1e-9 / peak);
+        printf("  %-28s %10.2f %10.1f %8.1f\n", "cblas_sgemm (OpenBLAS)", best_raw * 1e3,
+               fl / best_raw * 1e-9, 100 * fl / best_raw * 1e-9 / peak);
         free(a), free(w), free(o);
     }
 
@@ -241,16 +246,18 @@ int main(int argc, char **argv)
         }
         printf("\nGPT-2 block forward+backward: %.2f GFLOP in matmuls + %.2f in attention\n",
                fl_mm * 1e-9, fl_att * 1e-9);
-        printf("  %-28s %10s %10s %8s\n", "", "ms", "GFLOP/s", "% block");
-        printf("  %-28s %10.2f %10.1f %8s\n", "whole block (kernels)", best * 1e3,
-               (fl_mm + fl_att) / best * 1e-9, "100.0");
+        printf("  %-28s %10s %10s %8s %8s\n", "", "ms", "GFLOP/s", "% block", "% peak");
+        printf("  %-28s %10.2f %10.1f %8s %8.1f\n", "whole block (kernels)", best * 1e3,
+               (fl_mm + fl_att) / best * 1e-9, "100.0", 100 * (fl_mm + fl_att) / best * 1e-9 / peak);
         for (int i = 0; i < OP_COUNT; i++) {
             double f = i == OP_MATMUL ? fl_mm : i == OP_ATTN ? fl_att : 0.0;
-            char g[16] = "-";
-            if (f > 0)
+            char g[16] = "-", q[16] = "-";
+            if (f > 0) {
                 snprintf(g, sizeof g, "%.1f", f / best_ops[i] * 1e-9);
-            printf("    %-26s %10.2f %10s %8.1f\n", op_name[i], best_ops[i] * 1e3, g,
-                   100.0 * best_ops[i] / best);
+                snprintf(q, sizeof q, "%.1f", 100 * f / best_ops[i] * 1e-9 / peak);
+            }
+            printf("    %-26s %10.2f %10s %8.1f %8s\n", op_name[i], best_ops[i] * 1e3, g,
+                   100.0 * best_ops[i] / best, q);
         }
         printf("  %-28s %10.2f %10.1f\n", "same matmuls, OpenBLAS", best_gemm * 1e3,
                fl_mm / best_gemm * 1e-9);

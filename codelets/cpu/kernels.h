@@ -19,6 +19,7 @@
 #ifndef STARPIPE_CPU_KERNELS_H
 #define STARPIPE_CPU_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* out (M,Nc) = op(a) @ op(b) [+ out if acc]; op(a) is (M,K), op(b) is (K,Nc).
@@ -198,6 +199,10 @@ void sp_adamw_update(float *param, float *m, float *v, const float *grad, int64_
 
 /* Sum of squares of x (n) in double: for the global gradient norm. */
 double sp_sum_squares(const float *x, int64_t n);
+/* One core's FMA peak in FLOP/s, measured now for about `seconds` (peak.c): independent
+ * fused multiply-add chains in the widest vectors the core has. what (len bytes, may be
+ * NULL): how it was measured, for the output. */
+double sp_cpu_fma_peak(double seconds, char *what, size_t len);
 
 /* bfloat16 mixed precision. sp_round_bf16: dst = src rounded to bfloat16, round to
  * nearest even (NaN stays a quiet NaN, overflow goes to infinity), kept in fp32 storage:
