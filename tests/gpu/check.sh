@@ -107,13 +107,16 @@ done
 # and nccl.h but no libnccl.so: named to CMake whole.
 nccl_opt=()
 ncclpy=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
-if ls "$cuda"/lib*/libnccl.so* "$cuda"/targets/*/lib/libnccl.so* ${NCCL_HOME:+"$NCCL_HOME"/lib*/libnccl.so*} \
-     /usr/lib/x86_64-linux-gnu/libnccl.so >/dev/null 2>&1; then
-  note "NCCL: $(ls "$cuda"/lib*/libnccl.so* "$cuda"/targets/*/lib/libnccl.so* ${NCCL_HOME:+"$NCCL_HOME"/lib*/libnccl.so*} \
-     /usr/lib/x86_64-linux-gnu/libnccl.so 2>/dev/null | head -1)"
+ncclso=$(ls "$cuda"/lib*/libnccl.so* "$cuda"/targets/*/lib/libnccl.so* \
+           ${NCCL_HOME:+"$NCCL_HOME"/lib*/libnccl.so*} /usr/lib/x86_64-linux-gnu/libnccl.so 2>/dev/null |
+         head -1 || true)
+if [ -n "$ncclso" ]; then
+  note "NCCL: $ncclso"
+  nccl_opt=(-DSTARPIPE_NCCL=ON)
 elif [ -n "$ncclpy" ] && [ -f "$ncclpy/include/nccl.h" ] && [ -f "$ncclpy/lib/libnccl.so.2" ]; then
   note "NCCL: the Python wheel's, $ncclpy"
-  nccl_opt=(-DNCCL_INCLUDE_DIR="$ncclpy/include" -DNCCL_LIBRARY="$ncclpy/lib/libnccl.so.2")
+  nccl_opt=(-DSTARPIPE_NCCL=ON -DNCCL_INCLUDE_DIR="$ncclpy/include"
+            -DNCCL_LIBRARY="$ncclpy/lib/libnccl.so.2")
   cudalib=${cudalib:+$cudalib:}$ncclpy/lib
 else
   note "NOTICE: no NCCL (toolkit, NCCL_HOME, libnccl-dev or the nvidia-nccl wheel): building with -DSTARPIPE_NCCL=OFF"
