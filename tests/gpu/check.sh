@@ -527,7 +527,8 @@ if ((built)); then
     else record FAIL "8. $ml" "rc $prc"; fi
   done
 fi
-# CHECK_EXTRA: a command of the caller's, run last in this environment (gpt, data, mpirun)
+# CHECK_EXTRA: a command of the caller's, run last in this environment (mpirun, the relocated
+# libraries; $gpt, $ncuda and $perf_args exported)
 if ((built)) && [ -n "${CHECK_EXTRA:-}" ]; then
   export gpt ncuda perf_args
   run_phase "extra: $CHECK_EXTRA" 120 extra bash -c "$CHECK_EXTRA"
