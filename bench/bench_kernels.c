@@ -33,6 +33,16 @@ enum { OP_LN, OP_MATMUL, OP_BIAS, OP_ATTN, OP_GELU, OP_RESID, OP_COUNT };
 static const char *op_name[OP_COUNT] = {"layernorm", "matmul", "bias add/grad",
                                         "attention", "gelu", "residual/copy"};
 static double op_time[OP_COUNT];
+/* The least bytes each non-matmul group of the block must move per step (each input read
+ * once, each output written once, 4 bytes a float; bias adds run in place), in units of
+ * N C floats: the memory-bound ops' ceiling is these bytes at the copy bandwidth.
+ *   layernorm: 2 forwards (x in, out: 2 each) 4, 2 backward_x (dln, x in, dx out: 3
+ *     each, one accumulating into dx: + 1) 7, 2 backward_params (dln, x in: 2 each) 4 -> 15
+ *   bias: forward in place (read + write) of 3 + 1 + 4 + 1 = 9 NC -> 18, backward reads 9
+ *     -> 27
+ *   gelu: forward 4 in, 4 out; backward 4 + 4 in, 4 out -> 20
+ *   residual/copy: 2 adds (2 in, 1 out) 6, 2 copies (1 in, 1 out) 4 -> 10 */
+static const double op_nc_floats[OP_COUNT] = {15, 0, 27, 0, 20, 10};
 #define TIMED(op, call)                                                                     \
     do {                                                                                    \
         double t0_ = now();                                                                 \
@@ -263,6 +273,29 @@ int main(int argc, char **argv)
                fl_mm / best_gemm * 1e-9);
         printf("  outside matmul: %.1f%% of the block's time\n",
                100.0 * (best - best_ops[OP_MATMUL]) / best);
+        /* The memory-bound ops against this core's copy bandwidth at the block's sizes (a
+         * memcpy of 4 N C floats, best of reps): how far each is from it (issue 41). */
+        const int64_t nc = (int64_t)N * C, nbuf = 4 * nc;
+        float *src = alloc_f(nbuf, 90), *dst = alloc_f(nbuf, 91);
+        double bcopy = 1e30;
+        for (int r = 0; r < reps + 2; r++) {
+            double t0 = now();
+            memcpy(dst, src, sizeof(float) * (size_t)nbuf);
+            double dt = now() - t0;
+            if (r && dt < bcopy) bcopy = dt;
+        }
+        const double copy_gbs = 2.0 * sizeof(float) * (double)nbuf / bcopy * 1e-9;
+        printf("\n  memory-bound ops against the copy bandwidth (memcpy of %.1f MB: %.1f GB/s "
+               "read + write)\n", sizeof(float) * (double)nbuf * 1e-6, copy_gbs);
+        printf("    %-26s %10s %10s %10s %8s\n", "", "ms", "least MB", "GB/s", "% copy");
+        for (int i = 0; i < OP_COUNT; i++) {
+            if (op_nc_floats[i] <= 0) continue;
+            const double bytes = op_nc_floats[i] * (double)nc * sizeof(float);
+            printf("    %-26s %10.2f %10.1f %10.1f %8.1f\n", op_name[i], best_ops[i] * 1e3,
+                   bytes * 1e-6, bytes / best_ops[i] * 1e-9,
+                   100.0 * bytes / best_ops[i] * 1e-9 / copy_gbs);
+        }
+        free(src), free(dst);
     }
 
     /* 3. LM head: logits (N,V) = x (N,C) @ wte^T, cross-entropy forward and backward. */
