@@ -149,6 +149,11 @@ int main(void)
      * blocks of rows (MC 384) and of k, edges of every kind */
     exact_bits(397, 203, 263);
     exact_bits(61, 40, 1000);
+    /* few rows against a wide transposed b: gemm.c runs them as c^T = b a^T (m <= 96,
+     * n >= 4 m, k >= 64), for every tile edge and two blocks of k */
+    exact_bits(64, 300, 300);
+    exact_bits(13, 520, 129);
+    exact_bits(90, 803, 70);
 
     /* K = 0: the product is empty; acc=0 gives zeros, acc=1 leaves out unchanged. */
     float out[6], keep[6];
