@@ -230,6 +230,15 @@ static sp_exec_gpu_member gpu_member(sp_exec_task_group *tg)
     return m;
 }
 
+/* A CPU member's injected failure (STARPIPE_FAULT=group@), taken once: reported after the
+ * all-reduce's exchanges, as a real failure past them would be. */
+static int take_fail(struct sp_tp_group *vt)
+{
+    const int fail = vt->fail_next;
+    vt->fail_next = 0;
+    return fail;
+}
+
 static int task_allreduce(struct sp_tp_group *vt, float *dst, const float *src, int64_t n,
                           int acc)
 {
@@ -238,8 +247,7 @@ static int task_allreduce(struct sp_tp_group *vt, float *dst, const float *src, 
         sp_exec_gpu_member m = gpu_member(tg);
         return sp_exec_gpu_allreduce(&m, tg->dev, dst, src, n, acc, &tg->why) ? GROUP_GPU : 0;
     }
-    const int fail = vt->fail_next;
-    vt->fail_next = 0;
+    const int fail = take_fail(vt);
     int rc;
     if (n >= SP_GROUP_CHUNKED_FLOATS) {
         rc = task_reduce_chunked(tg, dst, src, n, acc, 0);
@@ -258,8 +266,7 @@ static int task_allreduce_max(struct sp_tp_group *vt, float *x, int64_t n)
         sp_exec_gpu_member m = gpu_member(tg);
         return sp_exec_gpu_allreduce_max(&m, tg->dev, x, n, &tg->why) ? GROUP_GPU : 0;
     }
-    const int fail = vt->fail_next;
-    vt->fail_next = 0;
+    const int fail = take_fail(vt);
     int rc;
     if (n >= SP_GROUP_CHUNKED_FLOATS) {
         rc = task_reduce_chunked(tg, x, x, n, 0, 1);
