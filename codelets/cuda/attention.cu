@@ -16,7 +16,9 @@
  * Products stream their reduction dimension through shared memory FA_K at a time. A block
  * accumulates at most FA_DV head columns of its output (rows 4 ty + i, columns tx + 16 j,
  * FA_J per thread, in registers); wider heads are split over blockIdx.z, each slice
- * recomputing the scores. */
+ * recomputing the scores. 2 blocks per SM: __launch_bounds__ caps the registers at 128
+ * (the key-tile backward spills about 120 bytes; it keeps P in shared memory while dv
+ * accumulates, so its registers hold P or dS, not both). */
 #define FA_TILE 64
 #define FA_NT 16
 #define FA_THREADS (FA_NT * FA_NT)
@@ -156,7 +158,7 @@ static __device__ __forceinline__ void fa_accumulate(float acc[FA_R][FA_J], bool
 /* One block per (b h, query tile, slice of FA_DV head columns): online softmax over the key
  * tiles 0..diagonal; out = (sum p v) / l, lse = m + log l (written by slice 0). Query
  * tiles run heaviest first. */
-static __global__ void __launch_bounds__(FA_THREADS)
+static __global__ void __launch_bounds__(FA_THREADS, 2)
     flash_forward_kernel(float *__restrict__ out, float *__restrict__ lse,
                          const float *__restrict__ qkv, int T, int C, int NH, int group,
                          float scale)
@@ -247,32 +249,57 @@ static __global__ void flash_rowdot_kernel(float *__restrict__ D, const float *_
         D[row] = d;
 }
 
-/* The probabilities and dS of one (query tile q0, key tile k0) pair of head bh, into the
- * callers' registers: P = exp(scale s - lse) where key <= row < T, else 0; dS = P (dP - D)
- * scale with dP = dout v^T. q, k, v: rows of stride C3 (qkv's), dout of stride C. */
-static __device__ __forceinline__ void fa_probs(float p[FA_R][FA_R], float ds[FA_R][FA_R],
-                                                const float *q, const float *k,
-                                                const float *v, const float *dout,
-                                                const float *lse, const float *D, int q0,
-                                                int k0, int T, int C, int64_t C3, int hs,
-                                                float scale, fa_smem &sm)
+/* The probabilities of one (query tile q0, key tile k0) pair of head bh, into the caller's
+ * registers: P = exp(scale s - lse) where key <= row < T, else 0. q, k: rows of stride C3
+ * (qkv's). */
+static __device__ __forceinline__ void fa_probs(float p[FA_R][FA_R], const float *q,
+                                                const float *k, const float *lse, int q0,
+                                                int k0, int T, int64_t C3, int hs, float scale,
+                                                fa_smem &sm)
 {
     const int tx = fa_tx(), ty = fa_ty();
     const int nq = fa_min(FA_TILE, T - q0), nk = fa_min(FA_TILE, T - k0);
-    float dp[FA_R][FA_R];
     fa_scores(p, q + q0 * C3, C3, nq, k + k0 * C3, C3, nk, hs, sm);
-    fa_scores(dp, dout + (int64_t)q0 * C, C, nq, v + k0 * C3, C3, nk, hs, sm);
 #pragma unroll
     for (int i = 0; i < FA_R; i++) {
         const int row = q0 + FA_R * ty + i;
-        const float L = row < T ? lse[row] : 0.0f, Dr = row < T ? D[row] : 0.0f;
+        const float L = row < T ? lse[row] : 0.0f;
 #pragma unroll
         for (int j = 0; j < FA_R; j++) {
             const int key = k0 + FA_R * tx + j;
-            const float e = key <= row && row < T ? expf(p[i][j] * scale - L) : 0.0f;
-            p[i][j] = e;
-            ds[i][j] = e * (dp[i][j] - Dr) * scale;
+            p[i][j] = key <= row && row < T ? expf(p[i][j] * scale - L) : 0.0f;
         }
+    }
+}
+
+/* dS = P (dP - D) scale of the same pair with dP = dout v^T: v rows of stride C3, dout of
+ * stride C. */
+static __device__ __forceinline__ void fa_dscores(float ds[FA_R][FA_R], const float p[FA_R][FA_R],
+                                                  const float *v, const float *dout,
+                                                  const float *D, int q0, int k0, int T, int C,
+                                                  int64_t C3, int hs, float scale, fa_smem &sm)
+{
+    const int ty = fa_ty();
+    const int nq = fa_min(FA_TILE, T - q0), nk = fa_min(FA_TILE, T - k0);
+    fa_scores(ds, dout + (int64_t)q0 * C, C, nq, v + k0 * C3, C3, nk, hs, sm);
+#pragma unroll
+    for (int i = 0; i < FA_R; i++) {
+        const int row = q0 + FA_R * ty + i;
+        const float Dr = row < T ? D[row] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < FA_R; j++)
+            ds[i][j] = p[i][j] * (ds[i][j] - Dr) * scale;
+    }
+}
+
+/* A thread's own entries of sm.p back into registers (the values fa_store_tile wrote). */
+static __device__ __forceinline__ void fa_load_tile(float x[FA_R][FA_R], const fa_smem &sm)
+{
+    const int tx = fa_tx(), ty = fa_ty();
+#pragma unroll
+    for (int i = 0; i < FA_R; i++) {
+        const float4 r = fa_load4(&sm.p[FA_R * ty + i][FA_R * tx]);
+        x[i][0] = r.x, x[i][1] = r.y, x[i][2] = r.z, x[i][3] = r.w;
     }
 }
 
@@ -310,7 +337,7 @@ static __device__ __forceinline__ void fa_write(float *dst, int64_t ld, int n, i
 /* One block per (b, KV head, key tile, column slice): dv = sum P^T dout, dk = sum dS^T q
  * over the KV head's G query heads (1 in GPT's layout) in ascending order, each over the
  * query tiles from the diagonal on, in ascending order. */
-static __global__ void __launch_bounds__(FA_THREADS)
+static __global__ void __launch_bounds__(FA_THREADS, 2)
     flash_backward_kv_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
                              const float *__restrict__ qkv, const float *__restrict__ lse,
                              const float *__restrict__ D, int T, int C, int NH, int group,
@@ -337,11 +364,13 @@ static __global__ void __launch_bounds__(FA_THREADS)
         const float *d = dout + (int64_t)b * T * C + (int64_t)h * hs;
         for (int q0 = k0; q0 < T; q0 += FA_TILE) {
             const int nq = fa_min(FA_TILE, T - q0);
+            /* P's registers are free while dv accumulates: P waits in sm.p for dS */
             float p[FA_R][FA_R], ds[FA_R][FA_R];
-            fa_probs(p, ds, q, k, v, d, lse + bh * T, D + bh * T, q0, k0, T, C, C3, hs, scale,
-                     sm);
+            fa_probs(p, q, k, lse + bh * T, q0, k0, T, C3, hs, scale, sm);
             fa_store_tile(p, sm);
             fa_accumulate(dv, true, d + (int64_t)q0 * C + d0, C, nq, dn, sm);
+            fa_load_tile(p, sm);
+            fa_dscores(ds, p, v, d, D + bh * T, q0, k0, T, C, C3, hs, scale, sm);
             fa_store_tile(ds, sm);
             fa_accumulate(dk, true, q + q0 * C3 + d0, C3, nq, dn, sm);
         }
@@ -353,7 +382,7 @@ static __global__ void __launch_bounds__(FA_THREADS)
 
 /* One block per (b h, query tile, column slice): dq = sum dS k over the key tiles up to
  * the diagonal, in ascending order. Query tiles run heaviest first. */
-static __global__ void __launch_bounds__(FA_THREADS)
+static __global__ void __launch_bounds__(FA_THREADS, 2)
     flash_backward_q_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
                             const float *__restrict__ qkv, const float *__restrict__ lse,
                             const float *__restrict__ D, int T, int C, int NH, int group,
@@ -376,8 +405,8 @@ static __global__ void __launch_bounds__(FA_THREADS)
             dq[i][j] = 0.0f;
     for (int k0 = 0; k0 < q0 + nq; k0 += FA_TILE) {
         float p[FA_R][FA_R], ds[FA_R][FA_R];
-        fa_probs(p, ds, q, k, v, d, lse + (int64_t)bh * T, D + (int64_t)bh * T, q0, k0, T, C,
-                 C3, hs, scale, sm);
+        fa_probs(p, q, k, lse + (int64_t)bh * T, q0, k0, T, C3, hs, scale, sm);
+        fa_dscores(ds, p, v, d, D + (int64_t)bh * T, q0, k0, T, C, C3, hs, scale, sm);
         fa_store_tile(ds, sm);
         fa_accumulate(dq, false, k + k0 * C3 + d0, C3, fa_min(FA_TILE, T - k0), dn, sm);
     }
@@ -389,11 +418,15 @@ static __global__ void __launch_bounds__(FA_THREADS)
  * 4 warps; tiles of AB_TILE rows staged into shared memory as bf16 (rounded there: the only
  * conversion of q, k, v and dout), head columns padded with zeros to a multiple of 16 (so
  * any head size up to AB_HD). A warp owns 16 rows of a product: its operands are read
- * from shared memory into the PTX ISA's fragments by plain 32-bit loads; a score tile's
- * accumulators (C fragments) of two adjacent 8-column tiles are the A fragment of the
- * next product once rounded (FlashAttention-2's register reuse). Row reductions run over
- * the 4 lanes of a row (threadID_in_group) by butterflies: fixed order, deterministic.
- * Shared memory is static (< 48 KiB): no double buffering of K and V yet. */
+ * from shared memory into the PTX ISA's fragments by ldmatrix (.trans for a k-major B); a
+ * score tile's accumulators (C fragments) of two adjacent 8-column tiles are the A
+ * fragment of the next product once rounded (FlashAttention-2's register reuse). Row
+ * reductions run over the 4 lanes of a row (threadID_in_group) by butterflies: fixed
+ * order, deterministic. Shared memory is static (< 48 KiB): no double buffering of K and
+ * V yet. Registers: at most 168 (3 blocks of 4 warps per SM, __launch_bounds__), with no
+ * spill: the forward reads q's fragments from shared memory as it uses them, the dq
+ * kernel takes each key tile in halves of 32 keys (the same keys in the same order); every
+ * change of this kind keeps the bits (tests/gpu/README.md: the hashes before and after). */
 #define AB_TILE 64
 #define AB_WARPS 4
 #define AB_THREADS (AB_WARPS * 32)
@@ -405,7 +438,7 @@ static_assert(AB_HD % 16 == 0 && AB_HD <= 128, "head columns: 8-column tiles in 
 
 typedef uint16_t ab_tile[AB_LD];
 struct alignas(16) ab_smem {
-    ab_tile k[AB_TILE], v[AB_TILE];
+    ab_tile q[AB_TILE], kv[AB_TILE]; /* a query-side tile kept, a key-side tile staged */
 };
 struct alignas(16) ab_smem_kv {
     ab_tile k[AB_TILE], v[AB_TILE], q[AB_QB], d[AB_QB];
@@ -451,27 +484,33 @@ static __device__ __forceinline__ void ab_stage(ab_tile *dst, const float *src, 
 static __device__ __forceinline__ int ab_g() { return ((int)threadIdx.x & 31) >> 2; }
 static __device__ __forceinline__ int ab_tg() { return (int)threadIdx.x & 3; }
 
+/* Fragments by ldmatrix (common.cuh): lane l passes row l % 16 and 8-column half l / 16
+ * of a 16 x 16 block, which is the A fragment's order of matrices (rows 0-7 | 8-15, then
+ * columns 8-15) and, transposed, two adjacent B fragments of a k-major tile. */
+static __device__ __forceinline__ const uint16_t *ab_row16(const ab_tile *t, int r0, int c0)
+{
+    const int l = (int)threadIdx.x & 31;
+    return &t[r0 + (l & 15)][c0 + 8 * (l >> 4)];
+}
 /* A fragment of rows r0.., columns c0.. of a tile: A[i][j] = t[r0 + i][c0 + j]. */
 static __device__ __forceinline__ void ab_load_a(uint32_t a[4], const ab_tile *t, int r0, int c0)
 {
-    const int g = ab_g(), c = c0 + 2 * ab_tg();
-    a[0] = ab_u32(&t[r0 + g][c]), a[1] = ab_u32(&t[r0 + g + 8][c]);
-    a[2] = ab_u32(&t[r0 + g][c + 8]), a[3] = ab_u32(&t[r0 + g + 8][c + 8]);
+    sp_ldmatrix_x4(a, ab_row16(t, r0, c0));
 }
-/* B fragment with B[k][n] = t[n0 + n][k0 + k]: a tile's rows are the product's columns
- * (q k^T with k the tile). */
-static __device__ __forceinline__ void ab_load_bt(uint32_t b[2], const ab_tile *t, int n0, int k0)
+/* The B fragments of two adjacent 8-column tiles n0 and n0 + 8 with B[k][n] = t[n][k]
+ * from k0 (a tile's rows are the product's columns: q k^T with k the tile): b[0] | b[1]
+ * from matrices (rows n0.., columns k0..) and (n0.., k0 + 8..), b[2] | b[3] the same
+ * from row n0 + 8. */
+static __device__ __forceinline__ void ab_load_bt2(uint32_t b[4], const ab_tile *t, int n0, int k0)
 {
-    const uint16_t *r = &t[n0 + ab_g()][k0 + 2 * ab_tg()];
-    b[0] = ab_u32(r), b[1] = ab_u32(r + 8);
+    const int l = (int)threadIdx.x & 31;
+    sp_ldmatrix_x4(b, &t[n0 + (l & 7) + 8 * (l >> 4)][k0 + 8 * ((l >> 3) & 1)]);
 }
-/* B fragment with B[k][n] = t[k0 + k][n0 + n] (p v with v the tile): two rows per
- * register. */
-static __device__ __forceinline__ void ab_load_b(uint32_t b[2], const ab_tile *t, int k0, int n0)
+/* The B fragments of two adjacent 8-column tiles n0 and n0 + 8 with B[k][n] = t[k][n]
+ * from k0 (p v with v the tile): the transposed matrices of the A fragment's rows. */
+static __device__ __forceinline__ void ab_load_b2(uint32_t b[4], const ab_tile *t, int k0, int n0)
 {
-    const int n = n0 + ab_g(), k = k0 + 2 * ab_tg();
-    b[0] = (uint32_t)t[k][n] | (uint32_t)t[k + 1][n] << 16;
-    b[1] = (uint32_t)t[k + 8][n] | (uint32_t)t[k + 9][n] << 16;
+    sp_ldmatrix_x4_trans(b, ab_row16(t, k0, n0));
 }
 /* The A fragment (16 x 16) of two adjacent 16 x 8 accumulator tiles lo | hi, rounded. */
 static __device__ __forceinline__ void ab_c_to_a(uint32_t a[4], const float lo[4],
@@ -480,44 +519,77 @@ static __device__ __forceinline__ void ab_c_to_a(uint32_t a[4], const float lo[4
     a[0] = sp_bf16x2(lo[0], lo[1]), a[1] = sp_bf16x2(lo[2], lo[3]);
     a[2] = sp_bf16x2(hi[0], hi[1]), a[3] = sp_bf16x2(hi[2], hi[3]);
 }
-/* A warp's 16 rows of scores against a tile: s = qa t^T over the head columns (qa: the
- * rows' A fragments, n16 of them), every chain in ascending k. */
-static __device__ __forceinline__ void ab_scores(float s[AB_TILE / 8][4],
-                                                 const uint32_t qa[AB_HD / 16][4],
-                                                 const ab_tile *t, int n16)
+/* A warp's 16 rows of scores against NT 8-row groups of a tile from row n0: s = qa t^T
+ * over the head columns (qa: the rows' A fragments, n16 of them), every chain in
+ * ascending k. */
+template <int NT>
+static __device__ __forceinline__ void ab_scores(float s[NT][4], const uint32_t qa[AB_HD / 16][4],
+                                                 const ab_tile *t, int n0, int n16)
 {
+    static_assert(NT % 2 == 0, "B fragments come in pairs of 8-column tiles");
 #pragma unroll
-    for (int j = 0; j < AB_TILE / 8; j++) {
+    for (int j = 0; j < NT; j++)
 #pragma unroll
         for (int i = 0; i < 4; i++)
             s[j][i] = 0.0f;
 #pragma unroll
-        for (int kk = 0; kk < AB_HD / 16; kk++)
-            if (kk < n16) {
-                uint32_t bf[2];
-                ab_load_bt(bf, t, 8 * j, 16 * kk);
+    for (int kk = 0; kk < AB_HD / 16; kk++)
+        if (kk < n16)
+#pragma unroll
+            for (int j = 0; j < NT; j += 2) {
+                uint32_t bf[4];
+                ab_load_bt2(bf, t, n0 + 8 * j, 16 * kk);
                 sp_mma_bf16(s[j], qa[kk], bf, s[j]);
+                sp_mma_bf16(s[j + 1], qa[kk], bf + 2, s[j + 1]);
             }
-    }
 }
 
-/* acc (a warp's 16 rows, n8 8-column tiles) += x t: x a 16 x AB_TILE block of accumulator
+/* The same with the rows' A fragments read from tile a (rows r0..r0 + 15) as they are
+ * used: 8 registers live instead of 4 n16. */
+template <int NT>
+static __device__ __forceinline__ void ab_scores(float s[NT][4], const ab_tile *a, int r0,
+                                                 const ab_tile *t, int n0, int n16)
+{
+    static_assert(NT % 2 == 0, "B fragments come in pairs of 8-column tiles");
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            s[j][i] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < AB_HD / 16; kk++)
+        if (kk < n16) {
+            uint32_t qa[4];
+            ab_load_a(qa, a, r0, 16 * kk);
+#pragma unroll
+            for (int j = 0; j < NT; j += 2) {
+                uint32_t bf[4];
+                ab_load_bt2(bf, t, n0 + 8 * j, 16 * kk);
+                sp_mma_bf16(s[j], qa, bf, s[j]);
+                sp_mma_bf16(s[j + 1], qa, bf + 2, s[j + 1]);
+            }
+        }
+}
+
+/* acc (a warp's 16 rows, n8 8-column tiles) += x t: x a 16 x 8 NT block of accumulator
  * tiles (P or dS), rounded to bf16 as it becomes the A operand, t the tile in shared
- * memory (P V, dS K: FlashAttention-2's second products). */
+ * memory from row k0 (P V, dS K: FlashAttention-2's second products). */
+template <int NT>
 static __device__ __forceinline__ void ab_acc_product(float acc[AB_HD / 8][4],
-                                                      const float x[AB_TILE / 8][4],
-                                                      const ab_tile *t, int n8)
+                                                      const float x[NT][4], const ab_tile *t,
+                                                      int k0, int n8)
 {
 #pragma unroll
-    for (int kk = 0; kk < AB_TILE / 16; kk++) {
+    for (int kk = 0; kk < NT / 2; kk++) {
         uint32_t a[4];
         ab_c_to_a(a, x[2 * kk], x[2 * kk + 1]);
 #pragma unroll
-        for (int j = 0; j < AB_HD / 8; j++)
+        for (int j = 0; j < AB_HD / 8; j += 2)
             if (j < n8) {
-                uint32_t bf[2];
-                ab_load_b(bf, t, 16 * kk, 8 * j);
+                uint32_t bf[4];
+                ab_load_b2(bf, t, k0 + 16 * kk, 8 * j);
                 sp_mma_bf16(acc[j], a, bf, acc[j]);
+                sp_mma_bf16(acc[j + 1], a, bf + 2, acc[j + 1]);
             }
     }
 }
@@ -558,7 +630,7 @@ static __device__ __forceinline__ void ab_write(float *dst, int64_t ld, int n, i
  * q's fragments stay in registers; per key tile up to the diagonal, S = q k^T, the online
  * softmax (per-lane partial row sums of the fp32 P~, reduced once at the end), o += P~ v
  * with P~ rounded. out = o / l, lse = m + log l. */
-static __global__ void __launch_bounds__(AB_THREADS)
+static __global__ void __launch_bounds__(AB_THREADS, 3)
     flash_forward_bf16_kernel(float *__restrict__ out, float *__restrict__ lse,
                               const float *__restrict__ qkv, int T, int C, int NH, int group,
                               float scale)
@@ -572,14 +644,7 @@ static __global__ void __launch_bounds__(AB_THREADS)
     const int64_t C3 = at.ld;
     const float *row = qkv + (int64_t)b * T * C3;
     const float *q = row + at.q, *k = row + at.k, *v = row + at.v;
-    ab_stage(sm.k, q + q0 * C3, C3, nq, AB_TILE, hd, hs);
-    __syncthreads();
-    uint32_t qa[AB_HD / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < AB_HD / 16; kk++)
-        if (kk < n16)
-            ab_load_a(qa[kk], sm.k, 16 * w, 16 * kk);
-    __syncthreads();
+    ab_stage(sm.q, q + q0 * C3, C3, nq, AB_TILE, hd, hs);
     float o[AB_HD / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
 #pragma unroll
     for (int j = 0; j < AB_HD / 8; j++)
@@ -589,11 +654,12 @@ static __global__ void __launch_bounds__(AB_THREADS)
     const int kend = q0 + nq, row0 = q0 + 16 * w + g; /* rows row0 and row0 + 8 */
     for (int k0 = 0; k0 < kend; k0 += AB_TILE) {
         const int nk = fa_min(AB_TILE, kend - k0);
-        ab_stage(sm.k, k + k0 * C3, C3, nk, AB_TILE, hd, hs);
-        ab_stage(sm.v, v + k0 * C3, C3, nk, AB_TILE, hd, hs);
+        ab_stage(sm.kv, k + k0 * C3, C3, nk, AB_TILE, hd, hs);
         __syncthreads();
         float s[AB_TILE / 8][4];
-        ab_scores(s, qa, sm.k, n16);
+        ab_scores<AB_TILE / 8>(s, sm.q, 16 * w, sm.kv, 0, n16);
+        __syncthreads(); /* every warp is done with k: v takes its place */
+        ab_stage(sm.kv, v + k0 * C3, C3, nk, AB_TILE, hd, hs);
         float mx[2] = { -INFINITY, -INFINITY };
 #pragma unroll
         for (int j = 0; j < AB_TILE / 8; j++)
@@ -623,7 +689,8 @@ static __global__ void __launch_bounds__(AB_THREADS)
 #pragma unroll
             for (int i = 0; i < 4; i++)
                 o[j][i] *= alpha[i >> 1];
-        ab_acc_product(o, s, sm.v, n8);
+        __syncthreads();
+        ab_acc_product<AB_TILE / 8>(o, s, sm.kv, 0, n8);
         __syncthreads();
     }
     float inv[2];
@@ -651,7 +718,7 @@ static __global__ void __launch_bounds__(AB_THREADS)
  * order, each over the query tiles of AB_QB from the diagonal on, in ascending order, the
  * transposed scores S^T = k q^T and dP^T = v dout^T give P^T and dS^T as A fragments:
  * dv += P^T dout, dk += dS^T q. */
-static __global__ void __launch_bounds__(AB_THREADS)
+static __global__ void __launch_bounds__(AB_THREADS, 3)
     flash_backward_kv_bf16_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
                                   const float *__restrict__ qkv, const float *__restrict__ lse,
                                   const float *__restrict__ D, int T, int C, int NH, int group,
@@ -692,22 +759,24 @@ static __global__ void __launch_bounds__(AB_THREADS)
             __syncthreads();
             float st[AB_QB / 8][4], dpt[AB_QB / 8][4];
 #pragma unroll
-            for (int j = 0; j < AB_QB / 8; j++) {
+            for (int j = 0; j < AB_QB / 8; j++)
 #pragma unroll
                 for (int i = 0; i < 4; i++)
                     st[j][i] = dpt[j][i] = 0.0f;
 #pragma unroll
-                for (int kk = 0; kk < AB_HD / 16; kk++)
-                    if (kk < n16) {
-                        uint32_t a[4], bf[2];
-                        ab_load_a(a, sm.k, 16 * w, 16 * kk);
-                        ab_load_bt(bf, sm.q, 8 * j, 16 * kk);
-                        sp_mma_bf16(st[j], a, bf, st[j]);
-                        ab_load_a(a, sm.v, 16 * w, 16 * kk);
-                        ab_load_bt(bf, sm.d, 8 * j, 16 * kk);
-                        sp_mma_bf16(dpt[j], a, bf, dpt[j]);
-                    }
-            }
+            for (int kk = 0; kk < AB_HD / 16; kk++)
+                if (kk < n16) {
+                    static_assert(AB_QB == 16, "one pair of 8-column tiles of queries");
+                    uint32_t a[4], bf[4];
+                    ab_load_a(a, sm.k, 16 * w, 16 * kk);
+                    ab_load_bt2(bf, sm.q, 0, 16 * kk);
+                    sp_mma_bf16(st[0], a, bf, st[0]);
+                    sp_mma_bf16(st[1], a, bf + 2, st[1]);
+                    ab_load_a(a, sm.v, 16 * w, 16 * kk);
+                    ab_load_bt2(bf, sm.d, 0, 16 * kk);
+                    sp_mma_bf16(dpt[0], a, bf, dpt[0]);
+                    sp_mma_bf16(dpt[1], a, bf + 2, dpt[1]);
+                }
 #pragma unroll
             for (int j = 0; j < AB_QB / 8; j++)
 #pragma unroll
@@ -722,13 +791,15 @@ static __global__ void __launch_bounds__(AB_THREADS)
             ab_c_to_a(pa, st[0], st[1]);
             ab_c_to_a(dsa, dpt[0], dpt[1]);
 #pragma unroll
-            for (int j = 0; j < AB_HD / 8; j++)
+            for (int j = 0; j < AB_HD / 8; j += 2)
                 if (j < n8) {
-                    uint32_t bf[2];
-                    ab_load_b(bf, sm.d, 0, 8 * j);
+                    uint32_t bf[4];
+                    ab_load_b2(bf, sm.d, 0, 8 * j);
                     sp_mma_bf16(dv[j], pa, bf, dv[j]);
-                    ab_load_b(bf, sm.q, 0, 8 * j);
+                    sp_mma_bf16(dv[j + 1], pa, bf + 2, dv[j + 1]);
+                    ab_load_b2(bf, sm.q, 0, 8 * j);
                     sp_mma_bf16(dk[j], dsa, bf, dk[j]);
+                    sp_mma_bf16(dk[j + 1], dsa, bf + 2, dk[j + 1]);
                 }
             __syncthreads();
         }
@@ -741,7 +812,7 @@ static __global__ void __launch_bounds__(AB_THREADS)
 /* One block per (b h, query tile of 64), heaviest first: q's and dout's fragments in
  * registers, k and v tiles up to the diagonal through shared memory, in ascending order:
  * dq += dS k with dS = P (dP - D) scale rounded. */
-static __global__ void __launch_bounds__(AB_THREADS)
+static __global__ void __launch_bounds__(AB_THREADS, 3)
     flash_backward_q_bf16_kernel(float *__restrict__ dqkv, const float *__restrict__ dout,
                                  const float *__restrict__ qkv, const float *__restrict__ lse,
                                  const float *__restrict__ D, int T, int C, int NH, int group,
@@ -757,17 +828,15 @@ static __global__ void __launch_bounds__(AB_THREADS)
     const float *row = qkv + (int64_t)b * T * C3;
     const float *q = row + at.q, *k = row + at.k, *v = row + at.v;
     const float *d = dout + (int64_t)b * T * C + (int64_t)h * hs;
-    ab_stage(sm.k, q + q0 * C3, C3, nq, AB_TILE, hd, hs);
-    ab_stage(sm.v, d + (int64_t)q0 * C, C, nq, AB_TILE, hd, hs);
+    ab_stage(sm.q, q + q0 * C3, C3, nq, AB_TILE, hd, hs);
     __syncthreads();
-    uint32_t qa[AB_HD / 16][4], da[AB_HD / 16][4];
+    uint32_t qa[AB_HD / 16][4];
 #pragma unroll
     for (int kk = 0; kk < AB_HD / 16; kk++)
-        if (kk < n16) {
-            ab_load_a(qa[kk], sm.k, 16 * w, 16 * kk);
-            ab_load_a(da[kk], sm.v, 16 * w, 16 * kk);
-        }
+        if (kk < n16)
+            ab_load_a(qa[kk], sm.q, 16 * w, 16 * kk);
     __syncthreads();
+    ab_stage(sm.q, d + (int64_t)q0 * C, C, nq, AB_TILE, hd, hs); /* dout's tile stays */
     const int row0 = q0 + 16 * w + g; /* rows row0 and row0 + 8 */
     float Lr[2], Dr[2];
 #pragma unroll
@@ -782,26 +851,30 @@ static __global__ void __launch_bounds__(AB_THREADS)
 #pragma unroll
         for (int i = 0; i < 4; i++)
             dq[j][i] = 0.0f;
-    for (int k0 = 0; k0 < q0 + nq; k0 += AB_TILE) {
-        const int nk = fa_min(AB_TILE, T - k0);
-        ab_stage(sm.k, k + k0 * C3, C3, nk, AB_TILE, hd, hs);
-        ab_stage(sm.v, v + k0 * C3, C3, nk, AB_TILE, hd, hs);
-        __syncthreads();
-        float s[AB_TILE / 8][4], dp[AB_TILE / 8][4];
-        ab_scores(s, qa, sm.k, n16);  /* q k^T */
-        ab_scores(dp, da, sm.v, n16); /* dout v^T */
+    /* keys in halves of a 64-key tile (as many as before, so dq's chains take the same
+     * keys in the same order): 32 rows of k and 32 of v in sm.kv */
+    ab_tile *kh = sm.kv, *vh = sm.kv + AB_TILE / 2;
+    for (int k0 = 0; k0 < q0 + nq; k0 += AB_TILE)
+        for (int half = 0; half < 2; half++) {
+            const int kb = k0 + AB_TILE / 2 * half, nk = fa_min(AB_TILE / 2, T - kb);
+            ab_stage(kh, k + kb * C3, C3, nk, AB_TILE / 2, hd, hs);
+            ab_stage(vh, v + kb * C3, C3, nk, AB_TILE / 2, hd, hs);
+            __syncthreads();
+            float s[AB_TILE / 16][4], dp[AB_TILE / 16][4];
+            ab_scores<AB_TILE / 16>(s, qa, kh, 0, n16);            /* q k^T */
+            ab_scores<AB_TILE / 16>(dp, sm.q, 16 * w, vh, 0, n16); /* dout v^T */
 #pragma unroll
-        for (int j = 0; j < AB_TILE / 8; j++)
+            for (int j = 0; j < AB_TILE / 16; j++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int row = row0 + (i >= 2 ? 8 : 0), key = k0 + 8 * j + 2 * tg + (i & 1);
-                const float p =
-                    key <= row && row < T ? expf(s[j][i] * scale - Lr[i >> 1]) : 0.0f;
-                dp[j][i] = p * (dp[j][i] - Dr[i >> 1]) * scale;
-            }
-        ab_acc_product(dq, dp, sm.k, n8); /* dS k */
-        __syncthreads();
-    }
+                for (int i = 0; i < 4; i++) {
+                    const int row = row0 + (i >= 2 ? 8 : 0), key = kb + 8 * j + 2 * tg + (i & 1);
+                    const float p =
+                        key <= row && row < T ? expf(s[j][i] * scale - Lr[i >> 1]) : 0.0f;
+                    dp[j][i] = p * (dp[j][i] - Dr[i >> 1]) * scale;
+                }
+            ab_acc_product<AB_TILE / 16>(dq, dp, kh, 0, n8); /* dS k */
+            __syncthreads();
+        }
     ab_write(dqkv + head + (int64_t)q0 * C3, C3, nq, hs, dq, n8, 16 * w, acc);
 }
 
@@ -862,6 +935,35 @@ extern "C" int sp_cuda_attention_backward_bf16(float *dqkv, float *scratch, cons
         dqkv, dout, qkv, lse, scratch, T, C, NH, group, scale, acc);
     SP_CUDA_LAUNCHED();
     return SP_CUDA_OK;
+}
+
+extern "C" int sp_cuda_attention_occupancy(const char **names, int *blocks, int max)
+{
+#ifdef SP_EMU_SIMT
+    (void)names, (void)blocks, (void)max;
+    return -1;
+#else
+    struct {
+        const char *name;
+        const void *fn;
+        int threads;
+    } k[] = {
+        { "flash_forward", (const void *)flash_forward_kernel, FA_THREADS },
+        { "flash_backward_kv", (const void *)flash_backward_kv_kernel, FA_THREADS },
+        { "flash_backward_q", (const void *)flash_backward_q_kernel, FA_THREADS },
+        { "flash_forward_bf16", (const void *)flash_forward_bf16_kernel, AB_THREADS },
+        { "flash_backward_kv_bf16", (const void *)flash_backward_kv_bf16_kernel, AB_THREADS },
+        { "flash_backward_q_bf16", (const void *)flash_backward_q_bf16_kernel, AB_THREADS },
+    };
+    int n = 0;
+    for (int i = 0; i < (int)(sizeof k / sizeof k[0]) && n < max; i++, n++) {
+        names[n] = k[i].name;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks[n], k[i].fn, k[i].threads, 0) !=
+            cudaSuccess)
+            blocks[n] = 0;
+    }
+    return n;
+#endif
 }
 
 /* Grid of the tiled kernels: x the (b, h) pairs (up to 2^31 - 1; the key-tile kernel's:

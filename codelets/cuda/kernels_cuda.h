@@ -191,6 +191,12 @@ int sp_cuda_attention_backward_bf16(float *dqkv, float *scratch, const float *do
                                     int T, int C, int NH, int group, int acc, void *stream,
                                     void *cublas);
 
+/* NEW. Host function. The attention kernels' names and how many blocks of each fit on one
+ * SM of the current device (cudaOccupancyMaxActiveBlocksPerMultiprocessor: registers,
+ * shared memory, threads), at most max of them; returns how many, or -1 where there is no
+ * GPU to ask (the CPU emulation). The kernels are sized for 2 (fp32) and 3 (bf16). */
+int sp_cuda_attention_occupancy(const char **names, int *blocks, int max);
+
 /* ---- loss.cu */
 /* DIFFERS: the loss and the count stay on the device. *loss (device float) = mean over
  * rows of -log p[target] (NaN if any target is bad), *bad (device int) = number of targets

@@ -280,6 +280,15 @@ if ((built)); then
   kernel_phase gpu/test_cuda_kernels "CUDA kernels: rates" 150 kernels
   r=$(sed -n 's/^sum of squares of \(.*\)$/\1/p' "$logdir/kernels.log" 2>/dev/null | head -1)
   [ -n "$r" ] && record PASS "3. (a) grad sum of squares" "$r (floor 1 TB/s)"
+  # attention at T 2048, heads of 128 (its floors are the test's), and its blocks per SM
+  for p in fp32 bf16; do
+    r=$(sed -n "s/^attention B=1 T=2048 C=4096 NH=32 G=0 $p: \(.*\); bits.*/\1/p" \
+      "$logdir/kernels.log" 2>/dev/null | head -1)
+    [ -n "$r" ] && record PASS "3. (a) attention $p T=2048 hs=128" "$r"
+  done
+  r=$(sed -n 's/^occupancy flash_\(.*\): \([0-9]*\) blocks per SM.*/\1 \2/p' \
+    "$logdir/kernels.log" 2>/dev/null | paste -sd, -)
+  [ -n "$r" ] && record PASS "3. (a) attention blocks per SM" "$r"
 fi
 
 # ---------------------------------------------------------------- 4. (b) GPT --check

@@ -334,6 +334,37 @@ void sp_emu_mma_bf16(float d[4], const uint32_t a[4], const uint32_t b[2], const
     }
 }
 
+/* ldmatrix m8n8 .b16 from the PTX ISA ("Warp-level matrix load instruction: ldmatrix"):
+ * matrix i's 8 rows are at the addresses of lanes 8 i .. 8 i + 7 (16 bytes each). Lane
+ * 4 groupID + threadID_in_group gets in register i the elements (groupID, 2 tig) and
+ * (groupID, 2 tig + 1) of matrix i, the lower column in the low half; with .trans, of the
+ * transposed matrix: (2 tig, groupID) and (2 tig + 1, groupID). */
+void sp_emu_ldmatrix(uint32_t *r, int n, int trans, const void *row)
+{
+    if (nthr % 32)
+        fail("ldmatrix in a block of %d threads: only whole warps are emulated", nthr);
+    if (n != 1 && n != 2 && n != 4)
+        fail("ldmatrix .x%d: only .x1, .x2 and .x4 exist", n);
+    if ((uintptr_t)row % 16)
+        fail("ldmatrix: lane %d's row address %p is not 16-byte aligned", cur & 31, row);
+    const int t = cur, slot = th[t].nshfl++ & 1;
+    th[t].shfl[slot] = (uint64_t)(uintptr_t)row;
+    th[t].mma = 0;
+    wait_at(T_SHFL);
+    const int g = (t & 31) >> 2, tg = t & 3;
+    for (int i = 0; i < n; i++) {
+        const uint16_t *m[8];
+        for (int j = 0; j < 8; j++)
+            m[j] = (const uint16_t *)(uintptr_t)th[(t & ~31) | (8 * i + j)].shfl[slot];
+        uint16_t lo, hi;
+        if (trans)
+            lo = m[2 * tg][g], hi = m[2 * tg + 1][g];
+        else
+            lo = m[g][2 * tg], hi = m[g][2 * tg + 1];
+        r[i] = (uint32_t)lo | (uint32_t)hi << 16;
+    }
+}
+
 /* The blocks of each kernel's latest grid, by name: what a test asks to see that a
  * kernel really spreads over the device (sp_emu_last_grid). */
 static std::map<std::string, long long> last_grid;

@@ -45,6 +45,10 @@ uint64_t sp_emu_shfl_xor(unsigned mask, uint64_t bits, int lane_mask, int width)
 /* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 d, a, b, c: a warp collective like a
  * shuffle, with the PTX ISA's fragments (simt.cpp); products exact, sums in fp32. */
 void sp_emu_mma_bf16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]);
+/* ldmatrix.sync.aligned.m8n8.x{n}{.trans}.shared.b16 r, [row]: a warp collective; lane
+ * 8 i + j gives the address of row j of matrix i (16-byte aligned, 8 bf16), each lane
+ * gets 32 bits of each matrix (simt.cpp writes the map out). */
+void sp_emu_ldmatrix(uint32_t *r, int n, int trans, const void *row);
 void sp_emu_launch(const char *kernel, dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
                    const std::function<void()> &body);
 

@@ -5,7 +5,11 @@
  * Products of bf16 values are exact in fp32, so only the fp32 sum of 16 terms differs
  * from the float64 product: 1e-6 relative. Blocks of 32 and 64 threads (two warps, each
  * its own product). And a warp with a lane that skips the mma ends the process with a
- * message naming the kernel, as a GPU would hang or compute garbage. */
+ * message naming the kernel, as a GPU would hang or compute garbage. Then the emulated
+ * ldmatrix .x4 (and .trans): four 8 x 8 bf16 matrices whose 32 rows lie scattered in
+ * shared memory, each lane's registers against the PTX ISA's map read the other way
+ * (element (r, c) of matrix i: lane 4 r + c / 2, half c % 2; transposed, lane 4 c + r / 2,
+ * half r % 2). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +95,52 @@ static void put16(uint32_t *reg, int half, uint16_t h)
     *reg = (*reg & (half ? 0x0000ffffu : 0xffff0000u)) | (uint32_t)h << (16 * half);
 }
 
+struct ldsm_case {
+    alignas(16) uint16_t rows[64][8]; /* the matrices' rows, in a shuffled order */
+    int where[4][8];                  /* row j of matrix i is rows[where[i][j]] */
+    uint32_t r[2][32][4];             /* [trans][lane][register] */
+};
+
+static __global__ void ldsm_kernel(ldsm_case *x)
+{
+    const int l = threadIdx.x % 32;
+    sp_ldmatrix_x4(x->r[0][l], x->rows[x->where[l / 8][l % 8]]);
+    sp_ldmatrix_x4_trans(x->r[1][l], x->rows[x->where[l / 8][l % 8]]);
+}
+
+static int ldmatrix_ok(void)
+{
+    static ldsm_case x;
+    int perm[64], bad = 0;
+    for (int i = 0; i < 64; i++)
+        perm[i] = i;
+    for (int i = 63; i > 0; i--) {
+        const int j = (int)(next() % (uint64_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 8; j++)
+            x.where[i][j] = perm[8 * i + j];
+    for (int k = 0; k < 64; k++)
+        for (int c = 0; c < 8; c++)
+            x.rows[k][c] = rand_bf16();
+    SP_LAUNCH(ldsm_kernel, dim3(1), dim3(32))(&x);
+    if (cudaDeviceSynchronize() != cudaSuccess)
+        return 0;
+    for (int i = 0; i < 4; i++)
+        for (int r = 0; r < 8; r++)
+            for (int c = 0; c < 8; c++) {
+                const uint16_t want = x.rows[x.where[i][r]][c];
+                const uint32_t plain = x.r[0][4 * r + c / 2][i], tr = x.r[1][4 * c + r / 2][i];
+                if ((uint16_t)(plain >> (16 * (c % 2))) != want ||
+                    (uint16_t)(tr >> (16 * (r % 2))) != want)
+                    bad++;
+            }
+    printf("%s: emulated ldmatrix .x4 and .x4.trans (%d of 512 elements misplaced)\n",
+           bad ? "FAIL" : "ok", bad);
+    return !bad;
+}
+
 int main(void)
 {
     int bad = 0;
@@ -143,5 +193,6 @@ int main(void)
         }
     printf(bad ? "FAIL: %d elements of D wrong\n" : "ok: emulated mma m16n8k16 bf16 = A B + C "
                                                     "(40 products, 1 and 2 warps)\n", bad);
-    return bad != 0 || !skip_aborts();
+    const int ldsm = ldmatrix_ok();
+    return bad != 0 || !skip_aborts() || !ldsm;
 }
