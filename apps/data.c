@@ -79,8 +79,8 @@ sp_status app_check_data(const sp_app_model *m, const sp_app_opts *o)
     else if (at < n) {
         char head[128] = "";
         if (n >= 4)
-            snprintf(head, sizeof head, "; a token shard begins with the magic %d, this file "
-                     "with %u", SP_TOKENS_MAGIC,
+            snprintf(head, sizeof head, "; a token shard begins with the magic %d (or %d), "
+                     "this file with %u", SP_TOKENS_MAGIC, SP_TOKENS_MAGIC32,
                      (unsigned)b[0] | (unsigned)b[1] << 8 | (unsigned)b[2] << 16 |
                          (unsigned)b[3] << 24);
         st = sp_set_error(SP_ERR_FORMAT, "data file '%s' is neither UTF-8 text nor a token "

@@ -15,7 +15,7 @@
 #include "base/files.h"
 
 typedef struct {
-    int fd;
+    int fd, width;        /* bytes per token: 2 (uint16) or 4 (uint32) */
     int64_t first, count; /* stream positions [first, first + count) */
     char *path;
 } shard;
@@ -29,6 +29,16 @@ struct sp_tokens {
 static uint32_t le32(const unsigned char *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Token j of a little-endian block of width-byte tokens; a uint32 above INT32_MAX reads as
+ * INT32_MAX, outside every vocabulary (the vocabulary check names it). */
+static inline int32_t token_at(const unsigned char *b, int width, int64_t j)
+{
+    const unsigned char *p = b + width * j;
+    if (width == 2) return p[0] | p[1] << 8;
+    const uint32_t v = le32(p);
+    return v > INT32_MAX ? INT32_MAX : (int32_t)v;
 }
 
 /* Reads exactly len bytes at off, or fails naming the file. */
@@ -55,7 +65,8 @@ int sp_tokens_is_shard(const char *path)
     unsigned char h[8];
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return 0;
-    int ok = pread(fd, h, sizeof h, 0) == (ssize_t)sizeof h && le32(h) == SP_TOKENS_MAGIC;
+    int ok = pread(fd, h, sizeof h, 0) == (ssize_t)sizeof h &&
+             (le32(h) == SP_TOKENS_MAGIC || le32(h) == SP_TOKENS_MAGIC32);
     close(fd);
     return ok;
 }
@@ -89,14 +100,21 @@ static sp_status open_shard(shard *sh, const char *path)
                             "%d-byte header", path, (long long)sb.st_size, SP_TOKENS_HEADER_BYTES);
     sp_status st = read_at(sh->fd, h, sizeof h, 0, path);
     if (st) return st;
-    if (le32(h) != SP_TOKENS_MAGIC)
-        return sp_set_error(SP_ERR_FORMAT, "token shard '%s': magic %u, expected %d", path,
-                            le32(h), SP_TOKENS_MAGIC);
-    if (le32(h + 4) != SP_TOKENS_VERSION)
-        return sp_set_error(SP_ERR_FORMAT, "token shard '%s': version %u, only %d (uint16 "
-                            "tokens) is read", path, le32(h + 4), SP_TOKENS_VERSION);
+    if (le32(h) == SP_TOKENS_MAGIC && le32(h + 4) == SP_TOKENS_VERSION)
+        sh->width = 2;
+    else if (le32(h) == SP_TOKENS_MAGIC32 && le32(h + 4) == SP_TOKENS_VERSION32)
+        sh->width = 4;
+    else if (le32(h) == SP_TOKENS_MAGIC || le32(h) == SP_TOKENS_MAGIC32)
+        return sp_set_error(SP_ERR_FORMAT, "token shard '%s': magic %u with version %u; read "
+                            "are %d version %d (uint16 tokens) and %d version %d (uint32)",
+                            path, le32(h), le32(h + 4), SP_TOKENS_MAGIC, SP_TOKENS_VERSION,
+                            SP_TOKENS_MAGIC32, SP_TOKENS_VERSION32);
+    else
+        return sp_set_error(SP_ERR_FORMAT, "token shard '%s': magic %u, expected %d (uint16 "
+                            "tokens) or %d (uint32)", path, le32(h), SP_TOKENS_MAGIC,
+                            SP_TOKENS_MAGIC32);
     int64_t n = (int32_t)le32(h + 8);
-    int64_t want = SP_TOKENS_HEADER_BYTES + 2 * n;
+    int64_t want = SP_TOKENS_HEADER_BYTES + sh->width * n;
     if (n < 0 || (int64_t)sb.st_size != want)
         return sp_set_error(SP_ERR_FORMAT, "token shard '%s': the header counts %lld tokens "
                             "(%lld bytes in all) but the file has %lld bytes", path,
@@ -182,19 +200,17 @@ sp_status sp_tokens_read(sp_tokens *s, int64_t pos, int64_t n, int32_t *out)
         if (s->s[mid].first <= pos) lo = mid;
         else hi = mid - 1;
     }
-    uint16_t buf[4096];
+    unsigned char buf[4 * 4096];
     for (int i = lo; n > 0 && i < s->n; i++) {
         const shard *sh = &s->s[i];
         int64_t at = pos - sh->first, take = sh->count - at < n ? sh->count - at : n;
         for (int64_t done = 0; done < take;) {
             int64_t k = take - done < 4096 ? take - done : 4096;
-            sp_status st = read_at(sh->fd, buf, (size_t)k * 2,
-                                   SP_TOKENS_HEADER_BYTES + 2 * (at + done), sh->path);
+            sp_status st = read_at(sh->fd, buf, (size_t)(k * sh->width),
+                                   SP_TOKENS_HEADER_BYTES + sh->width * (at + done), sh->path);
             if (st) return st;
-            for (int64_t j = 0; j < k; j++) {
-                const unsigned char *b = (const unsigned char *)&buf[j];
-                out[done + j] = (int32_t)(b[0] | b[1] << 8);
-            }
+            for (int64_t j = 0; j < k; j++)
+                out[done + j] = token_at(buf, sh->width, j);
             done += k;
         }
         out += take, pos += take, n -= take;
@@ -202,24 +218,24 @@ sp_status sp_tokens_read(sp_tokens *s, int64_t pos, int64_t n, int32_t *out)
     return SP_OK;
 }
 
-/* The token at b[j] of a little-endian uint16 block. */
-static inline int32_t token_at(const uint16_t *b, int64_t j)
-{
-    const unsigned char *p = (const unsigned char *)&b[j];
-    return p[0] | p[1] << 8;
-}
-
 /* The largest token of k (a loop the compiler vectorizes: the scan runs at disk speed). */
-static int32_t block_max(const uint16_t *b, int64_t k)
+static int32_t block_max(const unsigned char *b, int width, int64_t k)
 {
-    uint16_t m = 0;
+    int32_t m = 0;
+    if (width == 2) {
+        uint16_t m16 = 0;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    for (int64_t j = 0; j < k; j++) m = b[j] > m ? b[j] : m;
-    return m;
+        const uint16_t *u = (const uint16_t *)(const void *)b;
+        for (int64_t j = 0; j < k; j++) m16 = u[j] > m16 ? u[j] : m16;
 #else
-    for (int64_t j = 0; j < k; j++) m = token_at(b, j) > m ? (uint16_t)token_at(b, j) : m;
-    return m;
+        for (int64_t j = 0; j < k; j++)
+            m16 = token_at(b, 2, j) > m16 ? (uint16_t)token_at(b, 2, j) : m16;
 #endif
+        return m16;
+    }
+    for (int64_t j = 0; j < k; j++)
+        m = token_at(b, 4, j) > m ? token_at(b, 4, j) : m;
+    return m;
 }
 
 /* Streams every shard once in large sequential reads (disk speed, whatever the data
@@ -228,8 +244,8 @@ static int32_t block_max(const uint16_t *b, int64_t k)
 static sp_status scan(sp_tokens *s, int32_t limit, int32_t *max, int *bad_shard,
                       int64_t *bad_at)
 {
-    enum { CHUNK = 1 << 21 }; /* tokens per read: 4 MiB */
-    uint16_t *buf = malloc((size_t)CHUNK * 2);
+    enum { CHUNK = 1 << 21 }; /* tokens per read: 4 or 8 MiB */
+    unsigned char *buf = malloc((size_t)CHUNK * 4);
     if (!buf) return sp_set_error(SP_ERR_NOMEM, "out of memory");
     int32_t m = -1;
     *bad_shard = -1;
@@ -238,16 +254,16 @@ static sp_status scan(sp_tokens *s, int32_t limit, int32_t *max, int *bad_shard,
         posix_fadvise(sh->fd, 0, 0, POSIX_FADV_SEQUENTIAL); /* a larger readahead */
         for (int64_t at = 0; at < sh->count && *bad_shard < 0; at += CHUNK) {
             int64_t k = sh->count - at < CHUNK ? sh->count - at : CHUNK;
-            sp_status st = read_at(sh->fd, buf, (size_t)k * 2, SP_TOKENS_HEADER_BYTES + 2 * at,
-                                   sh->path);
+            sp_status st = read_at(sh->fd, buf, (size_t)(k * sh->width),
+                                   SP_TOKENS_HEADER_BYTES + sh->width * at, sh->path);
             if (st) {
                 free(buf);
                 return st;
             }
-            int32_t bm = block_max(buf, k);
+            int32_t bm = block_max(buf, sh->width, k);
             if (bm > m) m = bm;
             for (int64_t j = 0; limit > 0 && bm >= limit && j < k; j++)
-                if (token_at(buf, j) >= limit) {
+                if (token_at(buf, sh->width, j) >= limit) {
                     *bad_shard = i, *bad_at = at + j;
                     break;
                 }
@@ -272,18 +288,19 @@ sp_status sp_tokens_check_vocab(sp_tokens *s, int32_t vocab)
     int32_t max;
     sp_status st = scan(s, vocab, &max, &bad, &at);
     if (st || bad < 0) return st;
-    const unsigned char *b = NULL;
-    uint16_t tok;
-    if ((st = read_at(s->s[bad].fd, &tok, 2, SP_TOKENS_HEADER_BYTES + 2 * at, s->s[bad].path)))
+    const shard *sh = &s->s[bad];
+    unsigned char tok[4];
+    if ((st = read_at(sh->fd, tok, (size_t)sh->width, SP_TOKENS_HEADER_BYTES + sh->width * at,
+                      sh->path)))
         return st;
-    b = (const unsigned char *)&tok;
-    return sp_set_error(SP_ERR_FORMAT, "token shard '%s': token %d at position %lld (byte "
-                        "offset %lld) is outside the vocabulary [0,%d)", s->s[bad].path,
-                        b[0] | b[1] << 8, (long long)at,
-                        (long long)(SP_TOKENS_HEADER_BYTES + 2 * at), vocab);
+    return sp_set_error(SP_ERR_FORMAT, "token shard '%s': token %lld at position %lld (byte "
+                        "offset %lld) is outside the vocabulary [0,%d)", sh->path,
+                        sh->width == 2 ? (long long)(tok[0] | tok[1] << 8) : (long long)le32(tok),
+                        (long long)at, (long long)(SP_TOKENS_HEADER_BYTES + sh->width * at),
+                        vocab);
 }
 
-sp_status sp_tokens_write(const char *path, const uint16_t *tokens, int64_t n)
+static sp_status write_shard(const char *path, const void *tokens, int width, int64_t n)
 {
     if (n < 0 || n > INT32_MAX || (!tokens && n))
         return sp_set_error(SP_ERR_ARG, "sp_tokens_write: %lld tokens (0 .. %d)", (long long)n,
@@ -292,13 +309,27 @@ sp_status sp_tokens_write(const char *path, const uint16_t *tokens, int64_t n)
     sp_status st = sp_output_open(&o, path, "token shard");
     if (st) return st;
     unsigned char h[SP_TOKENS_HEADER_BYTES] = { 0 };
-    const uint32_t fields[3] = { SP_TOKENS_MAGIC, SP_TOKENS_VERSION, (uint32_t)n };
+    const uint32_t fields[3] = { width == 2 ? SP_TOKENS_MAGIC : SP_TOKENS_MAGIC32,
+                                 width == 2 ? SP_TOKENS_VERSION : SP_TOKENS_VERSION32,
+                                 (uint32_t)n };
     for (int f = 0; f < 3; f++)
         for (int b = 0; b < 4; b++) h[4 * f + b] = (unsigned char)(fields[f] >> (8 * b));
     fwrite(h, 1, sizeof h, o.f);
     for (int64_t i = 0; i < n; i++) {
-        unsigned char t[2] = { (unsigned char)(tokens[i] & 0xff), (unsigned char)(tokens[i] >> 8) };
-        fwrite(t, 1, 2, o.f);
+        const uint32_t v = width == 2 ? ((const uint16_t *)tokens)[i] : ((const uint32_t *)tokens)[i];
+        const unsigned char t[4] = { (unsigned char)v, (unsigned char)(v >> 8),
+                                     (unsigned char)(v >> 16), (unsigned char)(v >> 24) };
+        fwrite(t, 1, (size_t)width, o.f);
     }
     return sp_output_commit(&o, "token shard");
+}
+
+sp_status sp_tokens_write(const char *path, const uint16_t *tokens, int64_t n)
+{
+    return write_shard(path, tokens, 2, n);
+}
+
+sp_status sp_tokens_write32(const char *path, const uint32_t *tokens, int64_t n)
+{
+    return write_shard(path, tokens, 4, n);
 }

@@ -1,7 +1,8 @@
 /* Token shards: the binary layout llm.c's data scripts write, so their shards (and ours)
  * train here as they are. A shard is a 1024-byte header of 256 little-endian int32 —
  * [0] the magic 20240520, [1] the version 1, [2] the token count, the rest 0 — then that
- * many uint16 tokens, little-endian, and nothing after. Several shards read as one
+ * many uint16 tokens, little-endian, and nothing after; or, for vocabularies past 65536
+ * (llm.c's Llama 3 layout), magic 20240801, version 7 and uint32 tokens. Several shards read as one
  * stream, in the order given. Readers take only the windows a microbatch needs (pread):
  * no rank loads the data set. scripts/make-shards writes shards from a text file. */
 #ifndef STARPIPE_TOKENS_H
@@ -17,6 +18,8 @@ extern "C" {
 
 #define SP_TOKENS_MAGIC 20240520
 #define SP_TOKENS_VERSION 1
+#define SP_TOKENS_MAGIC32 20240801 /* uint32 tokens */
+#define SP_TOKENS_VERSION32 7
 #define SP_TOKENS_HEADER_BYTES 1024
 #define SP_TOKENS_MAX_SHARDS 4096
 
@@ -43,8 +46,9 @@ sp_status sp_tokens_max(sp_tokens *s, int32_t *max);
  * SP_ERR_FORMAT naming the shard, the token, its position and its byte offset. */
 sp_status sp_tokens_check_vocab(sp_tokens *s, int32_t vocab);
 
-/* Writes a shard atomically (a temporary renamed over path). */
+/* Writes a shard atomically (a temporary renamed over path): uint16 tokens, or uint32. */
 sp_status sp_tokens_write(const char *path, const uint16_t *tokens, int64_t n);
+sp_status sp_tokens_write32(const char *path, const uint32_t *tokens, int64_t n);
 
 #ifdef __cplusplus
 }

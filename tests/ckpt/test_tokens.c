@@ -1,6 +1,7 @@
 /* Token shards (include/starpipe/tokens.h): written and read back as one stream across
- * shard boundaries, opened by list and by glob, the largest token; and refused, naming the
- * file, when the magic, the version or the size is wrong. With arguments TEXT SHARD...,
+ * shard boundaries, opened by list and by glob, the largest token; uint32 shards (llm.c's
+ * wide layout) beside uint16 ones in one stream, a wide token past the vocabulary named;
+ * and refused, naming the file, when the magic, the version or the size is wrong. With arguments TEXT SHARD...,
  * checks that shards from scripts/make-shards hold TEXT's bytes in order. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,11 +87,46 @@ int main(int argc, char **argv)
     REQUIRE(sp_tokens_read(s, C, 1, got) == SP_OK, "%s", sp_last_error());
     CHECK(got[0] == all[0], "a list is read in its order");
     sp_tokens_close(s);
+    /* a uint32 shard between two uint16 ones: tokens past 65535, read across both kinds */
+    enum { W = 3000 };
+    uint32_t *wide = malloc(sizeof(uint32_t) * W);
+    for (int i = 0; i < W; i++) wide[i] = (uint32_t)(i * 2654435761u) % 128256u; /* Llama 3's */
+    char wpath[96];
+    snprintf(wpath, sizeof wpath, "%s/wide.bin", dir);
+    REQUIRE(sp_tokens_write32(wpath, wide, W) == SP_OK, "%s", sp_last_error());
+    CHECK(sp_tokens_is_shard(wpath), "a uint32 shard not seen as a shard");
+    snprintf(list, sizeof list, "%s,%s,%s", paths[1], wpath, paths[0]);
+    REQUIRE(sp_tokens_open_pattern(list, &s) == SP_OK, "%s", sp_last_error());
+    CHECK(sp_tokens_count(s) == B + W + A, "%lld tokens", (long long)sp_tokens_count(s));
+    int32_t *mixed = malloc(sizeof(int32_t) * (B + W + A));
+    REQUIRE(sp_tokens_read(s, 0, B + W + A, mixed) == SP_OK, "%s", sp_last_error());
+    int wbad = mixed[0] != all[A];
+    for (int i = 0; i < W; i++) wbad += mixed[B + i] != (int32_t)wide[i];
+    for (int i = 0; i < A; i++) wbad += mixed[B + W + i] != all[i];
+    CHECK(!wbad, "%d tokens of the mixed stream differ", wbad);
+    int32_t wmax = 0;
+    for (int i = 0; i < W; i++) wmax = (int32_t)wide[i] > wmax ? (int32_t)wide[i] : wmax;
+    CHECK(sp_tokens_max(s, &mx) == SP_OK && mx == wmax && wmax > 65535, "max %d, want %d", mx,
+          wmax);
+    CHECK(sp_tokens_check_vocab(s, 128256) == SP_OK, "%s", sp_last_error());
+    int first = -1;
+    for (int i = 0; i < W && first < 0; i++) first = wide[i] >= 100000 ? i : -1;
+    char named[160];
+    snprintf(named, sizeof named, "token %u at position %d (byte offset %d)", wide[first], first,
+             1024 + 4 * first);
+    CHECK(sp_tokens_check_vocab(s, 100000) == SP_ERR_FORMAT && strstr(sp_last_error(), named) &&
+              strstr(sp_last_error(), wpath), "vocabulary 100000: '%s', want '%s'",
+          sp_last_error(), named);
+    sp_tokens_close(s);
+    unlink(wpath);
+    free(wide), free(mixed);
     /* refusals, each naming the file */
     unsigned char h[1024 + 4] = { 0 };
     const struct { unsigned magic, version, count; size_t bytes; const char *msg; } bad[] = {
         { 1234, 1, 2, 1028, "magic 1234" },
         { 20240520, 2, 2, 1028, "version 2" },
+        { 20240801, 1, 1, 1028, "magic 20240801 with version 1" }, /* wide magic, narrow version */
+        { 20240801, 7, 2, 1028, "counts 2 tokens" },               /* 2 uint32 need 8 bytes */
         { 20240520, 1, 3, 1028, "counts 3 tokens" },   /* truncated */
         { 20240520, 1, 1, 1028, "counts 1 tokens" },   /* a trailing token */
         { 20240520, 1, 0, 100, "shorter than the" },
