@@ -13,6 +13,7 @@
 #include "apps/settings.h"
 #include "base/files.h"
 #include "starpipe/data.h"
+#include "starpipe/tokenizer.h"
 #include "starpipe/tokens.h"
 
 static double now(void)
@@ -106,6 +107,16 @@ int app_scan_data(const sp_app_model *m, int verbose, char *msg, size_t len)
 int app_hold_out(sp_app_model *m, const sp_app_opts *o, char *msg, size_t len)
 {
     return o->eval_every && m->hold_out ? m->hold_out(m->cfg, msg, len) : 0;
+}
+
+int app_check_sample(sp_app_model *m, const sp_app_opts *o, char *msg, size_t len)
+{
+    if (!o->sample || !m->build_sampler) return 0;
+    sp_status st;
+    sp_graph *g = m->build_sampler(m->cfg, o->tok ? sp_tokenizer_size(o->tok) : 0, &st);
+    if (!g) snprintf(msg, len, "%s", sp_last_error());
+    sp_graph_free(g);
+    return !g;
 }
 
 /* ---- inputs ---- */

@@ -33,6 +33,9 @@ int app_scan_data(const sp_app_model *m, int verbose, char *msg, size_t len);
 /* After prepare: the held-out data set aside, when evaluation is asked for (only then:
  * runs without it train on the data as they always did). 0 ok, else a message. */
 int app_hold_out(sp_app_model *m, const sp_app_opts *o, char *msg, size_t len);
+/* Before step 1, when --sample is asked for: the sampler's model built and freed, so that
+ * a model and a --tokenizer that do not fit stop the run now. 0 ok, else a message. */
+int app_check_sample(sp_app_model *m, const sp_app_opts *o, char *msg, size_t len);
 
 /* Inputs of n microbatches: [mb * ninputs + k], each sized by the program; NULL when out
  * of memory. app_inputs_free takes the same n. */

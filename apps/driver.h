@@ -66,9 +66,12 @@ typedef struct {
     int (*hold_out)(void *cfg, char *msg, size_t len);
     void (*eval_batch)(void *cfg, uint64_t seed, int k, int K, void *const *inputs);
     /* Sampling (--sample): the model for one sequence in one stage, with the trained
-     * model's parameter names, an i32 input "tokens" (1,T) of bytes and a tensor named
-     * "logits" (1,T,V) (sp_generate). NULL: the model does not generate text. */
-    sp_graph *(*build_sampler)(void *cfg, sp_status *st);
+     * model's parameter names, an i32 input "tokens" (1,T) and a tensor named "logits"
+     * (1,T,V) (sp_generate); ntokens the --tokenizer's size (0: none, the sample is
+     * printed as bytes): NULL with a message where the two do not fit. Also called before
+     * step 1 (app_check_sample), so a run that could not sample never starts. NULL: the
+     * model does not generate text. */
+    sp_graph *(*build_sampler)(void *cfg, int ntokens, sp_status *st);
     /* How checkpoints store the parameters (apps/checkpoint.h; NULL: under their graph
      * names), called with cfg. */
     int (*ckpt_layout)(const void *cfg, const sp_graph *g, sp_tensor p, ckpt_piece *pieces);

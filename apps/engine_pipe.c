@@ -360,7 +360,9 @@ static int check_run(pipe_engine *pe, const sp_app_opts *o, const sp_env *env, c
         return 1;
     }
     if (pe->calib && o->link_bw > 0) sp_profile_set_link(pe->calib, o->link_lat, o->link_bw);
-    if (m->prepare(m->cfg, &e->samples, msg, len) || app_hold_out(m, o, msg, len)) return 1;
+    if (m->prepare(m->cfg, &e->samples, msg, len) || app_hold_out(m, o, msg, len) ||
+        app_check_sample(m, o, msg, len))
+        return 1;
     return pe->me == 0 && app_scan_data(m, env->verbose, msg, len); /* one reader of the data */
 }
 

@@ -118,7 +118,7 @@ app_engine *app_engine_reference(sp_app_model *m, const sp_app_opts *o, const sp
     e->sch = re->sch;
     if (app_check_data(m, o) != SP_OK) return refuse(re, m->name, sp_last_error(), 1, code);
     if (m->prepare(m->cfg, &e->samples, msg, sizeof msg) || app_hold_out(m, o, msg, sizeof msg) ||
-        app_scan_data(m, env->verbose, msg, sizeof msg))
+        app_check_sample(m, o, msg, sizeof msg) || app_scan_data(m, env->verbose, msg, sizeof msg))
         return refuse(re, m->name, msg, 1, code);
     int nmb = re->sch->nmicro;
     /* replicas: the same R x m microbatches a replicated run trains on; tensor

@@ -11,6 +11,7 @@
 #include "base/files.h"
 #include "starpipe/optim.h"
 #include "starpipe/plan.h"
+#include "starpipe/tokenizer.h"
 
 /* The first of the launcher's variables that is set, as an int (def when none is, or
  * when it is not a number: these come from mpirun, not from the user). */
@@ -158,8 +159,11 @@ static void usage(const sp_app_model *m, FILE *f)
             "  --eval-every N      the loss on held-out data every N steps and at the end,\n"
             "                      forward only through the pipeline (0: off; 0)\n"
             "  --eval-batches K    held-out microbatches per evaluation (replicas x m)\n"
-            "  --sample N          after training, generate N bytes from the trained model\n"
-            "  --prompt TEXT       what the sample continues (a newline)\n"
+            "  --sample N          after training, generate N tokens from the trained model\n"
+            "  --prompt TEXT       what the sample continues (a newline; its bytes)\n"
+            "  --tokenizer FILE    a tokenizer.json (scripts/make-shards --bpe writes one)\n"
+            "                      that decodes the sample of a subword model; it starts\n"
+            "                      at the tokenizer's <|endoftext|> (or <s>)\n"
             "  --temperature X     sampling temperature, 0 = greedy (1.0)\n"
             "  --top-k K           sample among the K most likely bytes only, 0 = all (0)\n"
             "  --sample-seed N     seed of the sample's draws (--seed)\n"
@@ -223,8 +227,9 @@ static const char *const common[] = { "--steps", "--microbatches", "--chunks", "
                                       "--prompt", "--temperature", "--top-k", "--sample-seed",
                                       "--data-format", "--tensor", "--init",
                                       "--save-on-signal", "--total-steps", "--profile",
-                                      "--calibrate", "--memory-cap", "--link", NULL };
-enum { MODEL_BITS = 40 }; /* the model's flags' bits start here (a common flag's end before) */
+                                      "--calibrate", "--memory-cap", "--link", "--tokenizer",
+                                      NULL };
+enum { MODEL_BITS = 41 }; /* the model's flags' bits start here (a common flag's end before) */
 
 /* The bit of a flag that takes a value in sp_app_opts.given: common flags first, then
  * the model's; -1 for none. */
@@ -315,6 +320,7 @@ static int apply(const sp_app_model *m, sp_app_opts *o, const char *a, const cha
     else if (!strcmp(a, "--temperature")) ok = app_parse_float(a, v, 0.0, 100.0, &o->temperature);
     else if (!strcmp(a, "--top-k")) ok = app_parse_int(a, v, 0, 1 << 20, &o->top_k);
     else if (!strcmp(a, "--sample-seed")) ok = app_parse_int(a, v, 0, INT_MAX, &o->sample_seed);
+    else if (!strcmp(a, "--tokenizer")) ok = (o->tokenizer = v)[0] != 0;
     else if (!strcmp(a, "--prompt")) {
         ok = v[0] != 0;
         if (ok) o->prompt = v;
@@ -360,16 +366,16 @@ int sp_app_apply(const sp_app_model *m, sp_app_opts *o, const char *flag, const 
     return apply_named(m, o, flag, value, sp_app_launcher_rank() == 0 ? stderr : NULL);
 }
 
-/* The evaluation and sampling flags against each other and the app: 1 fine, else -1
- * with one message. */
-static int check_eval_sample(const sp_app_model *m, const sp_app_opts *o, FILE *err)
+/* The evaluation and sampling flags against each other and the app, and --tokenizer read
+ * (into o->tok): 1 fine, else -1 with one message. */
+static int check_eval_sample(const sp_app_model *m, sp_app_opts *o, FILE *err)
 {
     const char *alone = NULL, *needs = NULL;
     if (sp_app_given(m, o, "--eval-batches") && !o->eval_every)
         alone = "--eval-batches", needs = "--eval-every N";
     static const char *const sampling[] = { "--prompt", "--temperature", "--top-k",
-                                            "--sample-seed" };
-    for (int i = 0; i < 4 && !alone; i++)
+                                            "--sample-seed", "--tokenizer" };
+    for (int i = 0; i < 5 && !alone; i++)
         if (sp_app_given(m, o, sampling[i]) && !o->sample) alone = sampling[i], needs = "--sample N";
     if (alone) {
         fprintf(err, "%s: error: %s needs %s\n", m->name, alone, needs);
@@ -386,6 +392,23 @@ static int check_eval_sample(const sp_app_model *m, const sp_app_opts *o, FILE *
     if (o->sample && !m->build_sampler) {
         fprintf(err, "%s: error: --sample: this model does not generate text\n", m->name);
         return -1;
+    }
+    if (o->tokenizer) { /* every rank reads it: each stops here on a bad file */
+        if (sp_tokenizer_load(o->tokenizer, &o->tok) != SP_OK) {
+            fprintf(err, "%s: error: --tokenizer: %s\n", m->name, sp_last_error());
+            return -1;
+        }
+        if (o->prompt) {
+            fprintf(err, "%s: error: --prompt is bytes, and starpipe does not encode text "
+                    "with a tokenizer: with --tokenizer the sample starts at its "
+                    "<|endoftext|> (or <s>)\n", m->name);
+            return -1;
+        }
+        if (sp_tokenizer_added(o->tok, "<|endoftext|>") < 0 && sp_tokenizer_added(o->tok, "<s>") < 0) {
+            fprintf(err, "%s: error: --tokenizer %s has neither <|endoftext|> nor <s> among "
+                    "its added tokens: nothing to start a sample from\n", m->name, o->tokenizer);
+            return -1;
+        }
     }
     if (o->init && o->load) {
         fprintf(err, "%s: error: --init and --load both set the parameters: one of them\n",

@@ -32,6 +32,10 @@ typedef struct {
     int sample, top_k, sample_seed;
     float temperature;
     const char *prompt;
+    /* --tokenizer FILE: a tokenizer.json whose decoder prints the sample (loaded with the
+     * options, on every rank, so a bad file stops the run before it starts) */
+    const char *tokenizer;
+    struct sp_tokenizer *tok;
     /* --data-format: how a model's --data file is read (SP_APP_DATA_*) */
     int data_format;
     /* --save-on-signal SIG: the signal (0: none) that checkpoints at the next step

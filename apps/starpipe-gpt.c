@@ -218,12 +218,18 @@ static void gpt_eval_batch(void *cfg, uint64_t seed, int k, int K, void *const *
 }
 
 /* One sequence, one stage: the model sp_generate runs token by token. */
-static sp_graph *gpt_build_sampler(void *cfg, sp_status *st)
+static sp_graph *gpt_build_sampler(void *cfg, int ntokens, sp_status *st)
 {
     sp_gpt_config one = ((gpt_app *)cfg)->model;
-    if (one.vocab != 256) { /* the sample is printed as bytes */
-        *st = sp_set_error(SP_ERR_ARG, "the sample is printed as bytes: it needs a byte-level "
-                           "model (--vocab 256), not %d tokens", one.vocab);
+    if (!ntokens && one.vocab != 256) { /* the sample is printed as bytes */
+        *st = sp_set_error(SP_ERR_ARG, "--sample: without --tokenizer the sample is printed "
+                           "as bytes, which needs a byte-level model (--vocab 256), not %d "
+                           "tokens", one.vocab);
+        return NULL;
+    }
+    if (ntokens > one.vocab) {
+        *st = sp_set_error(SP_ERR_ARG, "--tokenizer: its %d tokens do not fit the model's "
+                           "vocabulary of %d (--vocab)", ntokens, one.vocab);
         return NULL;
     }
     one.batch = 1;
