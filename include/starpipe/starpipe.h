@@ -61,7 +61,7 @@
  * optim.h (AdamW), reference.h (the single-process reference), exec.h and train.h (the
  * StarPU runtime and the pipelined trainer), models.h and data.h (the built-in GPT and
  * MLP, and their data), safetensors.h (checkpoints), tokens.h (token shards, the layout
- * of llm.c). */
+ * of llm.c), tokenizer.h (a tokenizer.json's decoder). */
 #ifndef STARPIPE_STARPIPE_H
 #define STARPIPE_STARPIPE_H
 
@@ -83,5 +83,6 @@
 #include "starpipe/data.h"
 #include "starpipe/safetensors.h"
 #include "starpipe/tokens.h"
+#include "starpipe/tokenizer.h"
 
 #endif
