@@ -7,9 +7,11 @@
 #    naming what is wrong: a file that is not a tokenizer, --prompt with --tokenizer, a
 #    tokenizer larger than --vocab, --tokenizer without --sample, and a subword model
 #    sampled as bytes.
-# 2. With them (else a note): scripts/make-shards --bpe 512 learns GPT-2's kind of
-#    tokenizer from the GPL text; a model trained on its shards samples through it, again
-#    the same bytes pipelined and --reference.
+# 2. With them (else a note): the README's GPT-2 124M example in small
+#    (bench/gpt2_124m.sh): scripts/make-shards --bpe 512 learns GPT-2's kind of tokenizer
+#    from the GPL text, `--model gpt2` (its vocabulary of 50257, 2 of its layers, context
+#    32) trains on the shards and samples through it, the same bytes pipelined and
+#    --reference.
 set -e
 mpiexec=$1; app=$2
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
@@ -62,11 +64,12 @@ refused "printed as bytes" "$app" $bytes --vocab 260 --sample 4
 
 if python3 -c 'import tokenizers' 2>/dev/null; then
   "$shards" "$text" "$dir/bpe" --bpe 512 >/dev/null 2>&1 || fail "make-shards --bpe 512"
-  run2="--data $dir/bpe_0*.bin --vocab 512 --sample 48 --tokenizer $dir/bpe_tokenizer.json"
-  sample "$dir/pipe2.txt" "$mpiexec" -np 2 --oversubscribe "$app" $run2 $common
-  sample "$dir/ref2.txt" "$app" --reference $run2 $common
+  run2="--model gpt2 --layers 2 --context 32 --batch 1 --microbatches 2 --steps 3
+        --data $dir/bpe_0*.bin --sample 24 --tokenizer $dir/bpe_tokenizer.json"
+  sample "$dir/pipe2.txt" "$mpiexec" -np 2 --oversubscribe "$app" $run2
+  sample "$dir/ref2.txt" "$app" --reference $run2
   cmp "$dir/pipe2.txt" "$dir/ref2.txt" || fail "BPE: the pipelined sample differs"
-  echo "ok: a learned BPE's sample, pipelined and --reference alike:"
+  echo "ok: GPT-2's shape on a learned BPE, its sample pipelined and --reference alike:"
   cat "$dir/pipe2.txt"
 else
   echo "note: no Hugging Face tokenizers (pip install tokenizers): the learned BPE's part skipped"
