@@ -100,6 +100,40 @@ int ckpt_llama_layout(const sp_llama_config *l, const sp_graph *g, sp_tensor p, 
     return n;
 }
 
+int ckpt_gpt_layout(const sp_graph *g, sp_tensor p, ckpt_piece *pc)
+{
+    static const char *const top[][2] = { { "wte", "wte.weight" }, { "wpe", "wpe.weight" },
+                                          { "lnf.g", "ln_f.weight" }, { "lnf.b", "ln_f.bias" } };
+    static const char *const block[][2] = {
+        { "ln1.g", "ln_1.weight" },         { "ln1.b", "ln_1.bias" },
+        { "attn.w", "attn.c_attn.weight" }, { "attn.b", "attn.c_attn.bias" },
+        { "proj.w", "attn.c_proj.weight" }, { "proj.b", "attn.c_proj.bias" },
+        { "ln2.g", "ln_2.weight" },         { "ln2.b", "ln_2.bias" },
+        { "fc.w", "mlp.c_fc.weight" },      { "fc.b", "mlp.c_fc.bias" },
+        { "fcproj.w", "mlp.c_proj.weight" }, { "fcproj.b", "mlp.c_proj.bias" } };
+    const char *name = sp_tensor_name(g, p);
+    char hf[80] = "";
+    for (size_t k = 0; !hf[0] && k < sizeof top / sizeof *top; k++)
+        if (!strcmp(name, top[k][0])) snprintf(hf, sizeof hf, "%s", top[k][1]);
+    int layer, at = 0;
+    if (!hf[0] && sscanf(name, "h%d.%n", &layer, &at) == 1 && at > 0)
+        for (size_t k = 0; !hf[0] && k < sizeof block / sizeof *block; k++)
+            if (!strcmp(name + at, block[k][0]))
+                snprintf(hf, sizeof hf, "h.%d.%s", layer, block[k][1]);
+    if (!hf[0]) return 0; /* not the GPT's: under its own name */
+    const int ndim = sp_tensor_ndim(g, p);
+    memset(pc, 0, sizeof *pc);
+    snprintf(pc->name, sizeof pc->name, "transformer.%s", hf);
+    snprintf(pc->alt[0], sizeof pc->alt[0], "%s", hf);
+    snprintf(pc->alt[1], sizeof pc->alt[1], "%s", name);
+    if (!strcmp(name, "wte")) snprintf(pc->alias, sizeof pc->alias, "lm_head.weight");
+    pc->ndim = ndim;
+    memcpy(pc->shape, sp_param_full_shape(g, p), sizeof(int64_t) * (size_t)ndim);
+    pc->rows = pc->stride = ndim ? pc->shape[0] : 1;
+    pc->blocks = 1;
+    return 1;
+}
+
 /* A stored name: a piece's and a kind's suffix (.adam_m, ...). */
 typedef struct {
     char s[sizeof(((ckpt_piece *)0)->name) + 8];
@@ -112,6 +146,33 @@ static stored_name name_of(const ckpt_piece *q, int what)
     memcpy(n.s, q->name, a);
     memcpy(n.s + a, suffix[what], b + 1);
     return n;
+}
+
+/* Piece q's tensor of kind what in f: under its name, else one of its other spellings
+ * (alt); NULL when none. */
+static const sp_st_tensor *find_stored(sp_safetensors *f, const ckpt_piece *q, int what)
+{
+    const sp_st_tensor *t = sp_safetensors_find(f, name_of(q, what).s);
+    for (int a = 0; !t && a < 2; a++)
+        if (q->alt[a][0]) {
+            ckpt_piece o;
+            memcpy(o.name, q->alt[a], sizeof o.name);
+            t = sp_safetensors_find(f, name_of(&o, what).s);
+        }
+    return t;
+}
+
+/* Whether name is one of piece q's of kind what, in any spelling, or its alias (values). */
+static int names_piece(const ckpt_piece *q, int what, const char *name)
+{
+    if (!strcmp(name_of(q, what).s, name)) return 1;
+    for (int a = 0; a < 2; a++)
+        if (q->alt[a][0]) {
+            ckpt_piece o;
+            memcpy(o.name, q->alt[a], sizeof o.name);
+            if (!strcmp(name_of(&o, what).s, name)) return 1;
+        }
+    return what == 0 && q->alias[0] && !strcmp(q->alias, name);
 }
 
 static int64_t piece_numel(const ckpt_piece *q)
@@ -134,15 +195,17 @@ static sp_status save(const char *path, const sp_graph *g, const char *sig,
 {
     const int np = sp_graph_num_params(g);
     sp_status st = SP_OK;
-    int total = 0;
+    int total = 0, aliases = 0, values = 0;
+    for (int w = 0; w < nwhat; w++) values |= whats[w] == 0;
     ckpt_piece pc[CKPT_MAX_PIECES];
     for (int i = 0; i < np && st == SP_OK; i++) {
         int k = pieces_of(io, g, sp_graph_param(g, i), pc);
         if (k < 0) st = SP_ERR_ARG;
         total += k;
+        for (int q = 0; q < k; q++) aliases += values && pc[q].alias[0];
     }
     if (st != SP_OK) return st;
-    const int n = total * nwhat;
+    const int n = total * nwhat + aliases;
     sp_st_tensor *t = calloc((size_t)n + 1, sizeof *t);
     ckpt_piece *pieces = calloc((size_t)n + 1, sizeof *pieces);
     stored_name *names = calloc((size_t)n + 1, sizeof *names);
@@ -172,6 +235,13 @@ static sp_status save(const char *path, const sp_graph *g, const char *sig,
                 t[k] = (sp_st_tensor){ .name = names[k].s, .dtype = SP_ST_F32,
                                        .ndim = pc[q].ndim, .shape = pieces[k].shape,
                                        .data = data[k] };
+                if (whats[w] == 0 && pc[q].alias[0]) { /* the same values, its other name */
+                    k++;
+                    pieces[k] = pc[q];
+                    snprintf(names[k].s, sizeof names[k].s, "%s", pc[q].alias);
+                    t[k] = t[k - 1];
+                    t[k].name = names[k].s, t[k].shape = pieces[k].shape;
+                }
             }
         }
     }
@@ -308,10 +378,10 @@ static sp_status check_pieces(sp_safetensors *f, const char *path, const sp_grap
             for (int w = 0; w < nwhat; w++, expected++) {
                 char a[64], b[64];
                 const stored_name nm = name_of(&pc[q], whats[w]);
-                const char *name = nm.s;
-                const sp_st_tensor *t = sp_safetensors_find(f, name);
+                const sp_st_tensor *t = find_stored(f, &pc[q], whats[w]);
                 if (!t)
-                    return sp_set_error(SP_ERR_FORMAT, "%s: no tensor '%s'%s", path, name, ctx);
+                    return sp_set_error(SP_ERR_FORMAT, "%s: no tensor '%s'%s", path, nm.s, ctx);
+                const char *name = t->name;
                 int ok = t->ndim == pc[q].ndim &&
                          (t->dtype == SP_ST_F32 ||
                           (wide && (t->dtype == SP_ST_BF16 || t->dtype == SP_ST_F16)));
@@ -325,6 +395,18 @@ static sp_status check_pieces(sp_safetensors *f, const char *path, const sp_grap
                                         wide ? "file" : "checkpoint", wide ? " (or BF16, F16)" : "",
                                         b, ctx);
                 }
+                /* a tied weight's other name, where the file has it: the same values */
+                const sp_st_tensor *al = whats[w] == 0 && pc[q].alias[0]
+                                             ? sp_safetensors_find(f, pc[q].alias) : NULL;
+                if (!al) continue;
+                expected++;
+                int same = al->dtype == t->dtype && al->ndim == t->ndim;
+                for (int d = 0; same && d < t->ndim; d++) same = al->shape[d] == t->shape[d];
+                if (!same || memcmp(al->data, t->data, (size_t)piece_numel(&pc[q]) *
+                                                           sp_st_dtype_size(t->dtype)))
+                    return sp_set_error(SP_ERR_FORMAT, "%s: tensor '%s' is not '%s' (the two "
+                                        "are one weight, tied, in this model)%s", path,
+                                        pc[q].alias, name, ctx);
             }
     }
     if (sp_safetensors_count(f) == expected && !wide) return SP_OK;
@@ -335,9 +417,8 @@ static sp_status check_pieces(sp_safetensors *f, const char *path, const sp_grap
         for (int i = 0; !known && i < sp_graph_num_params(g); i++) {
             int npc = pieces_of(io, g, sp_graph_param(g, i), pc);
             for (int q = 0; !known && q < npc; q++) {
-                for (int w = 0; !known && w < (wide ? 4 : nwhat); w++) { /* values: moments ok */
-                    known = !strcmp(name_of(&pc[q], wide ? w : whats[w]).s, name);
-                }
+                for (int w = 0; !known && w < (wide ? 4 : nwhat); w++) /* values: moments ok */
+                    known = names_piece(&pc[q], wide ? w : whats[w], name);
                 if (wide && pc[q].rope_head) known = known || !strcmp(pc[q].rope_buffer, name);
             }
         }
@@ -381,8 +462,7 @@ static sp_status check_finite(sp_safetensors *f, const char *path, const sp_grap
         const int npc = pieces_of(io, g, sp_graph_param(g, i), pc);
         for (int q = 0; q < npc; q++)
             for (int w = 0; w < nwhat; w++) {
-                const stored_name nm = name_of(&pc[q], whats[w]);
-                const sp_st_tensor *t = sp_safetensors_find(f, nm.s);
+                const sp_st_tensor *t = find_stored(f, &pc[q], whats[w]);
                 const int64_t k = first_nonfinite(t, piece_numel(&pc[q]));
                 if (k < 0) continue;
                 float v;
@@ -390,7 +470,7 @@ static sp_status check_finite(sp_safetensors *f, const char *path, const sp_grap
                                             .data = (const unsigned char *)t->data +
                                                     (size_t)k * sp_st_dtype_size(t->dtype) }, 1);
                 return sp_set_error(SP_ERR_FORMAT, "%s: tensor '%s' holds %s at element %lld "
-                                    "(of %lld): refused, nothing was loaded%s", path, nm.s,
+                                    "(of %lld): refused, nothing was loaded%s", path, t->name,
                                     isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf", (long long)k,
                                     (long long)piece_numel(&pc[q]), ctx);
             }
@@ -473,7 +553,7 @@ static sp_status set_from(sp_safetensors *f, const sp_graph *g, const ckpt_io *i
         float *packed = malloc(sizeof(float) * (size_t)(most ? most : 1));
         if (!whole || !packed) st = sp_set_error(SP_ERR_NOMEM, "checkpoint: out of memory");
         for (int q = 0; q < npc && st == SP_OK; q++) {
-            to_f32(packed, sp_safetensors_find(f, name_of(&pc[q], w).s), piece_numel(&pc[q]));
+            to_f32(packed, find_stored(f, &pc[q], w), piece_numel(&pc[q]));
             move_piece(whole, packed, &pc[q], rl, 0);
         }
         if (st == SP_OK) st = io->set(io->ctx, p, w, whole);

@@ -1,5 +1,6 @@
 /* Checkpoints and gradient dumps of the apps, in the safetensors format: one tensor per
- * parameter under its graph name, with ".adam_m" and ".adam_v" for the AdamW moments,
+ * parameter under its graph name or its model's layout's (Hugging Face's names for the
+ * GPT and the Llama), with ".adam_m" and ".adam_v" for the AdamW moments,
  * and metadata starpipe.format, starpipe.model (the model's signature), starpipe.step
  * and starpipe.settings (the flags a resume needs to continue the same run).
  * Parameters are stored by name, not by stage, so a run can resume under another
@@ -30,6 +31,14 @@ typedef struct {
     int rope_head;
     double rope_theta;
     char rope_buffer[96];
+    /* Other spellings a file may use for the piece (read, never written; "" none): a
+     * layout's shorter names (GPT-2's files without "transformer.") and the graph's names
+     * of files written before the layout. */
+    char alt[2][96];
+    /* A tied weight's second name ("" none): the values are written under it too, for a
+     * loader that wants both (transformers' lm_head.weight, tied to wte); read back, it
+     * must hold the piece's values. */
+    char alias[96];
 } ckpt_piece;
 #define CKPT_MAX_PIECES 8
 /* Fills the pieces of parameter p (at most CKPT_MAX_PIECES) and returns their count; 0:
@@ -44,6 +53,13 @@ typedef int (*ckpt_layout_fn)(const void *ctx, const sp_graph *g, sp_tensor p,
  * rope_theta, and rope_buffer: model.layers.N.self_attn.rotary_emb.inv_freq). */
 int ckpt_llama_layout(const sp_llama_config *l, const sp_graph *g, sp_tensor p,
                       ckpt_piece *pieces);
+
+/* Hugging Face's GPT2LMHeadModel layout of sp_model_gpt's parameters: each under its
+ * transformers name (wte as transformer.wte.weight, h0.attn.w as
+ * transformer.h.0.attn.c_attn.weight, ...; the Conv1D weights are (in, out), as starpipe's
+ * are), the head tied to wte and written as lm_head.weight too. Files without the
+ * "transformer." prefix, and starpipe's files of the graph's own names, read as well. */
+int ckpt_gpt_layout(const sp_graph *g, sp_tensor p, ckpt_piece *pieces);
 
 /* Where the parameters of a run live (the trainer or the reference interpreter). what: 0
  * value, 1 gradient of the last step, 2 AdamW m, 3 AdamW v. get may be collective: every

@@ -305,10 +305,11 @@ static void gpt_settings(void *cfg, char *buf, size_t len)
         snprintf(buf + k, len - (size_t)k, "--data %s\n", c->data);
 }
 
-static int llama_layout(const void *cfg, const sp_graph *g, sp_tensor p, ckpt_piece *pc)
+/* Checkpoints in Hugging Face's names: LlamaForCausalLM's, or GPT2LMHeadModel's. */
+static int hf_layout(const void *cfg, const sp_graph *g, sp_tensor p, ckpt_piece *pc)
 {
     const gpt_app *c = cfg;
-    if (!c->llama) return 0;
+    if (!c->llama) return ckpt_gpt_layout(g, p, pc);
     const sp_llama_config l = llama_of(c, &c->model);
     return ckpt_llama_layout(&l, g, p, pc);
 }
@@ -341,7 +342,8 @@ int main(int argc, char **argv)
     snprintf(defaults, sizeof defaults,
              "model:\n"
              "  --arch A            gpt (GPT-2: LayerNorm, GELU, learned positions, tied\n"
-             "                      head) or llama (RMSNorm, rotary embeddings, SwiGLU,\n"
+             "                      head; checkpoints in Hugging Face's GPT2LMHeadModel\n"
+             "                      names) or llama (RMSNorm, rotary embeddings, SwiGLU,\n"
              "                      grouped-query attention, untied head; checkpoints in\n"
              "                      Hugging Face's LlamaForCausalLM names) (%s)\n"
              "  --model NAME        a known shape: gpt-small, gpt2, gpt2-medium, gpt2-large,\n"
@@ -374,7 +376,7 @@ int main(int argc, char **argv)
                        .param_flags = "--channels or --layers",
                        .act_flags = "--batch, --context or --channels",
                        .hold_out = gpt_hold_out, .eval_batch = gpt_eval_batch,
-                       .build_sampler = gpt_build_sampler, .ckpt_layout = llama_layout };
+                       .build_sampler = gpt_build_sampler, .ckpt_layout = hf_layout };
     int rc = sp_app_main(argc, argv, &m);
     sp_text_free(cfg.text);
     return rc;

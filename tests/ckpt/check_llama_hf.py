@@ -2,14 +2,14 @@
 """starpipe-llama's checkpoints against Hugging Face transformers, driven by ctest
 (ckpt.llama_hf; exit 77, skipped, when torch or transformers is not importable).
 
-  check_llama_hf.py STARPIPE_LLAMA LLAMA_LOGITS
+  check_llama_hf.py STARPIPE_LLAMA HF_LOGITS
 
 For two configs (grouped-query attention with Llama's theta; multi-head attention with a
 small theta, which makes the rotation's convention and theta's plumbing matter):
   1. starpipe -> transformers: a checkpoint written by `starpipe-llama --reference` after 3
      steps loads into LlamaForCausalLM with load_state_dict(strict=True) (its AdamW
      moments set aside), and transformers' logits on 3 x T tokens equal starpipe's
-     (llama_logits: the reference interpreter on that file) within 1e-4 of the largest;
+     (hf_logits: the reference interpreter on that file) within 1e-4 of the largest;
   2. transformers -> starpipe: a randomly initialised LlamaForCausalLM saved with
      save_pretrained, in float32 and in bfloat16, gives starpipe the logits transformers
      computes from those weights; `starpipe-llama --init` trains from it.
@@ -59,11 +59,11 @@ def starpipe_logits(tool, path, c, d):
     tok = tokens_of(c)
     tok.tofile(os.path.join(d, "tokens.bin"))
     out = os.path.join(d, "logits.bin")
-    args = [tool, path, os.path.join(d, "tokens.bin"), out] + [
+    args = [tool, "llama", path, os.path.join(d, "tokens.bin"), out] + [
         str(c[k]) for k in ("V", "T", "L", "H", "KV", "C", "I", "theta")]
     r = subprocess.run(args, capture_output=True, text=True)
     if r.returncode:
-        failed.append(f"llama_logits on {path}: {r.stderr.strip()}")
+        failed.append(f"hf_logits on {path}: {r.stderr.strip()}")
         return None
     return np.fromfile(out, dtype=np.float32).reshape(3, c["T"], c["V"])
 

@@ -1,8 +1,10 @@
-/* llama_logits FILE TOKENS OUT V T L H KV C I THETA: loads FILE (any safetensors file in
- * Hugging Face's LlamaForCausalLM layout: one transformers saved, or a starpipe-llama
- * checkpoint) into sp_model_llama of that config through ckpt_load_values, runs the
- * reference interpreter's forward on the B x T int32 tokens of TOKENS (raw, B = its size
- * / 4T) and writes the logits (B, T, V) as raw float32 to OUT. check_llama_hf.py drives it
+/* hf_logits llama FILE TOKENS OUT V T L H KV C I THETA
+ * hf_logits gpt FILE TOKENS OUT V T L H C
+ * loads FILE (any safetensors file in Hugging Face's LlamaForCausalLM or GPT2LMHeadModel
+ * layout: one transformers saved, or a starpipe checkpoint) into sp_model_llama or
+ * sp_model_gpt of that config through ckpt_load_values, runs the reference interpreter's
+ * forward on the B x T int32 tokens of TOKENS (raw, B = its size / 4T) and writes the
+ * logits (B, T, V) as raw float32 to OUT. check_llama_hf.py and check_gpt2_hf.py drive it
  * against transformers. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,20 +33,25 @@ static sp_status set(void *ctx, sp_tensor p, int what, const float *src)
 
 static int layout(const void *ctx, const sp_graph *g, sp_tensor p, ckpt_piece *pc)
 {
-    return ckpt_llama_layout(ctx, g, p, pc);
+    return ctx ? ckpt_llama_layout(ctx, g, p, pc) : ckpt_gpt_layout(g, p, pc);
 }
 
 int main(int argc, char **argv)
 {
-    if (argc != 12) {
-        fprintf(stderr, "usage: llama_logits FILE TOKENS OUT V T L H KV C I THETA\n");
+    const int llama = argc == 13 && !strcmp(argv[1], "llama");
+    if (!llama && !(argc == 10 && !strcmp(argv[1], "gpt"))) {
+        fprintf(stderr, "usage: hf_logits llama FILE TOKENS OUT V T L H KV C I THETA\n"
+                        "       hf_logits gpt FILE TOKENS OUT V T L H C\n");
         return 2;
     }
+    argv++;
     sp_llama_config c = { .vocab = atoi(argv[4]), .context = atoi(argv[5]),
-                          .layers = atoi(argv[6]), .heads = atoi(argv[7]),
-                          .kv_heads = atoi(argv[8]), .channels = atoi(argv[9]),
-                          .hidden = atoi(argv[10]), .rope_theta = (float)atof(argv[11]),
-                          .stages = 1 };
+                          .layers = atoi(argv[6]), .heads = atoi(argv[7]), .stages = 1 };
+    if (llama)
+        c.kv_heads = atoi(argv[8]), c.channels = atoi(argv[9]), c.hidden = atoi(argv[10]),
+        c.rope_theta = (float)atof(argv[11]);
+    else
+        c.channels = atoi(argv[8]);
     FILE *f = fopen(argv[2], "rb");
     if (!f) return perror(argv[2]), 1;
     int32_t *tok = malloc(1 << 20);
@@ -52,26 +59,30 @@ int main(int argc, char **argv)
     fclose(f);
     c.batch = (int)(n / (size_t)c.context);
     if (c.batch < 1 || n % (size_t)c.context) {
-        fprintf(stderr, "llama_logits: %zu tokens are not rows of %d\n", n, c.context);
+        fprintf(stderr, "hf_logits: %zu tokens are not rows of %d\n", n, c.context);
         return 1;
     }
     sp_status st;
-    sp_graph *g = sp_model_llama(&c, &st);
+    const sp_gpt_config gc = { .vocab = c.vocab, .context = c.context, .layers = c.layers,
+                               .heads = c.heads, .channels = c.channels, .batch = c.batch,
+                               .stages = 1 };
+    sp_graph *g = llama ? sp_model_llama(&c, &st) : sp_model_gpt(&gc, &st);
     sp_program *p = g ? sp_program_build(g, &st) : NULL;
     ref = p ? sp_reference_create(p, 1, NULL, 1, &st) : NULL;
     if (!ref) {
-        fprintf(stderr, "llama_logits: %s\n", sp_last_error());
+        fprintf(stderr, "hf_logits: %s\n", sp_last_error());
         return 1;
     }
-    ckpt_io io = { .get = get, .set = set, .writer = 1, .layout = layout, .layout_ctx = &c };
+    ckpt_io io = { .get = get, .set = set, .writer = 1, .layout = layout,
+                   .layout_ctx = llama ? &c : NULL };
     if (ckpt_load_values(argv[1], g, &io) != SP_OK) {
-        fprintf(stderr, "llama_logits: %s\n", sp_last_error());
+        fprintf(stderr, "hf_logits: %s\n", sp_last_error());
         return 1;
     }
     int32_t *zeros = calloc(n, 4);
     const void *in[2] = { tok, zeros };
     if (sp_reference_eval(ref, 1, in, NULL) != SP_OK) {
-        fprintf(stderr, "llama_logits: %s\n", sp_last_error());
+        fprintf(stderr, "hf_logits: %s\n", sp_last_error());
         return 1;
     }
     const float *logits = sp_reference_value(ref, sp_graph_find(g, "logits"));
