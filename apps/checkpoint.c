@@ -18,7 +18,11 @@ static int pieces_of(const ckpt_io *io, const sp_graph *g, sp_tensor p, ckpt_pie
 {
     const int64_t *shape = sp_param_full_shape(g, p);
     const int ndim = sp_tensor_ndim(g, p);
-    const int64_t whole = sp_param_whole_numel(g, p), rows = ndim ? shape[0] : 1;
+    const int64_t rows = ndim ? shape[0] : 1;
+    /* a padded vocabulary's rows (sp_param_pad_rows) are not stored: files hold the
+     * tokens' rows, whatever the padding (and so whatever T) */
+    const int64_t valid = sp_param_valid_rows(g, p);
+    const int64_t rowlen = sp_param_whole_numel(g, p) / rows, whole = rowlen * valid;
     memset(pc, 0, sizeof *pc * CKPT_MAX_PIECES); /* a layout may leave the rope fields */
     int n = io->layout ? io->layout(io->layout_ctx, g, p, pc) : 0;
     if (n <= 0) {
@@ -26,7 +30,8 @@ static int pieces_of(const ckpt_io *io, const sp_graph *g, sp_tensor p, ckpt_pie
         snprintf(pc->name, sizeof pc->name, "%s", sp_tensor_name(g, p));
         pc->ndim = ndim;
         memcpy(pc->shape, shape, sizeof(int64_t) * (size_t)ndim);
-        pc->rows = pc->stride = rows;
+        if (ndim) pc->shape[0] = valid;
+        pc->rows = pc->stride = valid;
         pc->blocks = 1;
         return 1;
     }
@@ -37,7 +42,7 @@ static int pieces_of(const ckpt_io *io, const sp_graph *g, sp_tensor p, ckpt_pie
         for (int d = 0; d < q->ndim; d++) numel *= q->shape[d];
         const int64_t last = q->row0 + (q->blocks - 1) * q->stride + q->rows;
         if (q->rows < 1 || q->blocks < 1 || q->row0 < 0 || last > rows ||
-            numel != q->blocks * q->rows * (whole / rows)) {
+            numel != q->blocks * q->rows * rowlen) {
             sp_set_error(SP_ERR_ARG, "checkpoint layout: piece '%s' of '%s' does not fit its "
                          "rows", q->name, sp_tensor_name(g, p));
             return -1;
@@ -129,6 +134,7 @@ int ckpt_gpt_layout(const sp_graph *g, sp_tensor p, ckpt_piece *pc)
     if (!strcmp(name, "wte")) snprintf(pc->alias, sizeof pc->alias, "lm_head.weight");
     pc->ndim = ndim;
     memcpy(pc->shape, sp_param_full_shape(g, p), sizeof(int64_t) * (size_t)ndim);
+    if (ndim) pc->shape[0] = sp_param_valid_rows(g, p); /* not a padded vocabulary's rest */
     pc->rows = pc->stride = ndim ? pc->shape[0] : 1;
     pc->blocks = 1;
     return 1;
@@ -549,7 +555,8 @@ static sp_status set_from(sp_safetensors *f, const sp_graph *g, const ckpt_io *i
         const int64_t rl = row_floats(g, p);
         int64_t most = 0;
         for (int q = 0; q < npc; q++) most = piece_numel(&pc[q]) > most ? piece_numel(&pc[q]) : most;
-        float *whole = malloc(sizeof(float) * (size_t)sp_param_whole_numel(g, p));
+        /* zeroed: a padded vocabulary's rows, which files do not hold, load as zeros */
+        float *whole = calloc((size_t)sp_param_whole_numel(g, p), sizeof(float));
         float *packed = malloc(sizeof(float) * (size_t)(most ? most : 1));
         if (!whole || !packed) st = sp_set_error(SP_ERR_NOMEM, "checkpoint: out of memory");
         for (int q = 0; q < npc && st == SP_OK; q++) {

@@ -72,6 +72,9 @@ typedef struct {
      * step 1 (app_check_sample), so a run that could not sample never starts. NULL: the
      * model does not generate text. */
     sp_graph *(*build_sampler)(void *cfg, int ntokens, sp_status *st);
+    /* The tokens of the model's vocabulary (its logits may be padded past them: the sample
+     * draws among the tokens); NULL: every column. */
+    int (*vocab)(void *cfg);
     /* How checkpoints store the parameters (apps/checkpoint.h; NULL: under their graph
      * names), called with cfg. */
     int (*ckpt_layout)(const void *cfg, const sp_graph *g, sp_tensor p, ckpt_piece *pieces);

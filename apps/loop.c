@@ -283,7 +283,8 @@ static int sample_text(sp_app_model *m, const sp_app_opts *o, const sp_graph *g,
     int32_t *tokens = io->writer && !bad ? malloc((np + (size_t)o->sample) * sizeof *tokens) : NULL;
     if (io->writer && !bad) {
         sp_sample_opts so = { .temperature = o->temperature, .top_k = o->top_k,
-                              .seed = (uint64_t)(o->sample_seed >= 0 ? o->sample_seed : o->seed) };
+                              .seed = (uint64_t)(o->sample_seed >= 0 ? o->sample_seed : o->seed),
+                              .vocab = m->vocab ? m->vocab(m->cfg) : 0 };
         for (size_t i = 0; tokens && i < np; i++) tokens[i] = o->tok ? start : (unsigned char)prompt[i];
         if (!tokens || (st = sp_generate(sr, tokens, (int)np, o->sample, &so, tokens + np))) {
             snprintf(msg, len, "--sample: %s", tokens ? sp_last_error() : "out of memory");

@@ -108,7 +108,8 @@ static sp_llama_config llama_of(const gpt_app *c, const sp_gpt_config *m)
                               .channels = m->channels, .hidden = hidden,
                               .rope_theta = c->rope_theta, .batch = m->batch,
                               .stages = m->stages, .stage_layers = m->stage_layers,
-                              .tensor = m->tensor, .tensor_rank = m->tensor_rank };
+                              .tensor = m->tensor, .tensor_rank = m->tensor_rank,
+                              .vocab_pad = m->vocab_pad };
 }
 
 static sp_graph *build_model(const gpt_app *c, const sp_gpt_config *m, sp_status *st)
@@ -239,6 +240,8 @@ static sp_graph *gpt_build_sampler(void *cfg, int ntokens, sp_status *st)
     return build_model(cfg, &one, st);
 }
 
+static int gpt_vocab(void *cfg) { return ((gpt_app *)cfg)->model.vocab; }
+
 static void gpt_describe(void *cfg, FILE *f)
 {
     gpt_app *c = cfg;
@@ -264,9 +267,15 @@ static void gpt_describe(void *cfg, FILE *f)
         snprintf(heads, sizeof heads, "%d heads, %d channels", c->model.heads,
                  c->model.channels);
     }
-    fprintf(f, "%s: %lld parameters, %d layers, %s, context %d, batch %d per microbatch; "
+    /* a padded vocabulary (models.h vocab_pad): its rows count, and are said */
+    char pad[64] = "";
+    const sp_tensor emb = g ? sp_graph_find(g, c->llama ? "model.embed_tokens.weight" : "wte") : -1;
+    if (emb >= 0 && sp_param_valid_rows(g, emb) < sp_param_full_shape(g, emb)[0])
+        snprintf(pad, sizeof pad, " (vocabulary %d padded to %lld)", c->model.vocab,
+                 (long long)sp_param_full_shape(g, emb)[0]);
+    fprintf(f, "%s: %lld parameters%s, %d layers, %s, context %d, batch %d per microbatch; "
             "data %s (%s%s)\n", c->llama ? "Llama" : "GPT",
-            g ? (long long)sp_graph_param_count(g) : 0LL, c->model.layers, heads,
+            g ? (long long)sp_graph_param_count(g) : 0LL, pad, c->model.layers, heads,
             c->model.context, c->model.batch, c->data, what, split);
     sp_graph_free(g);
 }
@@ -314,6 +323,10 @@ static int hf_layout(const void *cfg, const sp_graph *g, sp_tensor p, ckpt_piece
     return ckpt_llama_layout(&l, g, p, pc);
 }
 
+/* The apps pad the vocabulary as Megatron does (models.h, vocab_pad): to a multiple of
+ * 128 x T, so GPT-2's 50257 splits over any --tensor; 256 stays 256 at T = 1 and 2. */
+#define SP_APP_VOCAB_PAD 128
+
 /* The defaults and the flags this model takes (also used by fuzz/fuzz_app_args.c). */
 #ifdef STARPIPE_APP_LLAMA
 #define GPT_APP_LLAMA 1
@@ -325,7 +338,7 @@ static int hf_layout(const void *cfg, const sp_graph *g, sp_tensor p, ckpt_piece
 #define GPT_APP_DEFAULTS                                                                   \
     { .data = SP_DEFAULT_CORPUS, .llama = GPT_APP_LLAMA,                                   \
       .model = { .vocab = 256, .context = 64, .layers = 4, .heads = 4, .channels = 64,      \
-                 .batch = 4, .stages = 1 } }
+                 .batch = 4, .stages = 1, .vocab_pad = SP_APP_VOCAB_PAD } }
 static const char *const gpt_flags[] = { "--data", "--model", "--layers", "--heads", "--channels",
                                          "--context", "--batch", "--stage-layers", "--vocab",
                                          "--arch", "--kv-heads", "--hidden", "--rope-theta",
@@ -376,7 +389,7 @@ int main(int argc, char **argv)
                        .param_flags = "--channels or --layers",
                        .act_flags = "--batch, --context or --channels",
                        .hold_out = gpt_hold_out, .eval_batch = gpt_eval_batch,
-                       .build_sampler = gpt_build_sampler, .ckpt_layout = hf_layout };
+                       .build_sampler = gpt_build_sampler, .vocab = gpt_vocab, .ckpt_layout = hf_layout };
     int rc = sp_app_main(argc, argv, &m);
     sp_text_free(cfg.text);
     return rc;

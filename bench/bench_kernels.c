@@ -313,7 +313,7 @@ int main(int argc, char **argv)
             double t0 = now();
             sp_matmul_forward(lg, x, wte, N, V, C, 0, 1, 0);
             double t1 = now();
-            sp_cross_entropy_forward(&loss, pr, lg, tg, N, V);
+            sp_cross_entropy_forward(&loss, pr, lg, tg, N, V, V);
             sp_cross_entropy_backward(lg, pr, tg, 1.0f, N, V, 0);
             double t2 = now();
             sp_matmul_backward_a(dx, lg, wte, N, V, C, 0, 1, 0);

@@ -207,6 +207,24 @@ int64_t sp_param_whole_numel(const sp_graph *g, sp_tensor p)
     return n;
 }
 
+sp_status sp_param_pad_rows(sp_graph *g, sp_tensor p, int64_t valid)
+{
+    const int64_t *full = sp_param_full_shape(g, p);
+    if (!full || g->node[p].ndim < 1 || valid < 1 || valid > full[0])
+        return sp_set_error(SP_ERR_ARG, "sp_param_pad_rows: %lld valid rows of a parameter "
+                            "of %lld", (long long)valid, (long long)(full ? full[0] : 0));
+    g->node[p].valid_rows = valid < full[0] ? valid : 0;
+    return SP_OK;
+}
+
+int64_t sp_param_valid_rows(const sp_graph *g, sp_tensor p)
+{
+    const int64_t *full = sp_param_full_shape(g, p);
+    if (!full) return 0;
+    if (g->node[p].ndim < 1) return 1;
+    return g->node[p].valid_rows ? g->node[p].valid_rows : full[0];
+}
+
 int sp_graph_tensor_size(const sp_graph *g) { return g ? g->tp_size : 1; }
 int sp_graph_tensor_rank(const sp_graph *g) { return g ? g->tp_rank : 0; }
 
@@ -755,13 +773,30 @@ sp_tensor sp_cross_entropy(sp_graph *g, sp_tensor logits, sp_tensor targets)
     if ((r = need_targets(g, "sp_cross_entropy", in[0], in[1])) < 0) return r;
     const sp_node *L = N(g, in[0]);
     int64_t one = 1, probs = L->numel; /* softmax probabilities; before push moves L */
+    const int64_t V = L->shape[L->ndim - 1];
     sp_node *n = push(g, SP_OP_CROSS_ENTROPY, SP_F32, 1, &one);
     if (!n) return fail(SP_ERR_NOMEM, "sp_cross_entropy: out of memory");
     n->nin = 2;
     n->in[0] = in[0];
     n->in[1] = in[1];
     n->aux = probs;
+    n->vocab = V;
     return g->n - 1;
+}
+
+sp_tensor sp_cross_entropy_padded(sp_graph *g, sp_tensor logits, sp_tensor targets,
+                                  int64_t vocab)
+{
+    sp_tensor t = g && g->tp_size > 1 ? sp_cross_entropy_vocab(g, logits, targets)
+                                      : sp_cross_entropy(g, logits, targets);
+    if (t < 0) return t;
+    sp_node *n = &g->node[t];
+    const int64_t width = g->node[n->in[0]].shape[g->node[n->in[0]].ndim - 1] * g->tp_size;
+    if (vocab < 1 || vocab > width)
+        return fail(SP_ERR_SHAPE, "sp_cross_entropy_padded: %lld tokens in a vocabulary of "
+                    "%lld columns", (long long)vocab, (long long)width);
+    n->vocab = vocab;
+    return t;
 }
 
 /* At T = 1 the whole vocabulary is this rank's: sp_cross_entropy itself, no node of its
@@ -983,12 +1018,18 @@ sp_status sp_param_init_values(const sp_graph *g, sp_tensor p, uint64_t seed, fl
         return SP_OK;
     }
     uint64_t key = splitmix64(seed ^ fnv1a(n->name));
-    /* a part holds the whole tensor's values at its elements (part_runs): those of T = 1 */
+    /* a part holds the whole tensor's values at its elements (part_runs): those of T = 1;
+     * padding rows (sp_param_pad_rows) zero */
+    const int64_t pad = n->valid_rows ? n->valid_rows * (sp_param_whole_numel(g, p) /
+                                                          sp_param_full_shape(g, p)[0])
+                                      : INT64_MAX;
     int64_t outer, run, stride, offset;
     part_runs(g, n, g->tp_rank, &outer, &run, &stride, &offset);
     for (int64_t o = 0, k = 0; o < outer; o++)
-        for (int64_t q = 0; q < run; q++, k++)
-            dst[k] = normal_at(key, o * stride + offset + q, n->init_std);
+        for (int64_t q = 0; q < run; q++, k++) {
+            const int64_t j = o * stride + offset + q;
+            dst[k] = j < pad ? normal_at(key, j, n->init_std) : 0.0f;
+        }
     return SP_OK;
 }
 

@@ -51,9 +51,11 @@ typedef struct {
     float s;          /* scale */
     sp_init init;     /* params */
     float init_std;
+    int64_t valid_rows; /* params: the whole tensor's rows from here on are padding (0: none) */
     int64_t aux;      /* floats the forward saves besides the output (mean/rstd, lse, probs) */
     /* the vocab-parallel ops: the first row of wte (embedding) or column of the logits
-     * (cross-entropy) this rank holds, and the whole vocabulary V */
+     * (cross-entropy) this rank holds, and the whole vocabulary V (the cross-entropies,
+     * plain and vocab-parallel: its tokens, the columns before any padding) */
     int64_t vlo, vocab;
     /* a parameter split over the tensor group (sp_param_split, sp_param_split_view): the
      * whole tensor's shape, whose part tp_rank this one is, the view of it that is split

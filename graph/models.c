@@ -71,6 +71,21 @@ static sp_tensor split(sp_graph *g, const char *fmt, int l, int64_t d0, int64_t 
     return sp_param_split(g, name, d1 > 0 ? 2 : 1, shape, dim, init, std);
 }
 
+/* The padded vocabulary: vocab rounded up to a multiple of pad x T (pad 0: vocab). */
+static int64_t padded_vocab(int vocab, int pad, int T)
+{
+    const int64_t m = (int64_t)(pad > 0 ? pad : 1) * (pad > 0 ? T : 1);
+    return ((int64_t)vocab + m - 1) / m * m;
+}
+
+/* p with its rows from `valid` on marked as padding (a failure propagates as the graph's
+ * error: the tensor id of the failure is passed on). */
+static sp_tensor pad_rows(sp_graph *g, sp_tensor p, int64_t valid)
+{
+    if (p < 0 || valid >= sp_param_full_shape(g, p)[0]) return p;
+    return sp_param_pad_rows(g, p, valid) == SP_OK ? p : -1;
+}
+
 /* The same, split along dimension dim of a view of the shape (sp_param_split_view). */
 static sp_tensor split_view(sp_graph *g, const char *fmt, int l, int ndim, const int64_t *shape,
                             int vndim, const int64_t *view, int dim, sp_init init, float std)
@@ -132,21 +147,23 @@ sp_graph *sp_model_gpt(const sp_gpt_config *c, sp_status *status)
     else if (c->heads % T) /* then T divides C = heads x head_size and 4C too */
         st = sp_set_error(SP_ERR_ARG, "sp_model_gpt: tensor parallelism of %d does not divide "
                           "the %d heads", T, c->heads);
-    else if (c->vocab % T) /* wte and the head split by the vocabulary */
+    else if (c->vocab_pad < 0 || (!c->vocab_pad && c->vocab % T)) /* wte split by rows */
         st = sp_set_error(SP_ERR_ARG, "sp_model_gpt: tensor parallelism of %d does not divide "
-                          "the vocabulary of %d", T, c->vocab);
+                          "the vocabulary of %d (vocab_pad pads it: 128, Megatron's)", T,
+                          c->vocab);
     else
         st = check_split("sp_model_gpt", c->layers, c->stages, c->stage_layers, 1);
     sp_graph *g = new_model("sp_model_gpt", st, c ? c->tensor : 0, c ? c->tensor_rank : 0, status);
     if (!g) return NULL;
     const int64_t B = c->batch, Tc = c->context, C = c->channels, V = c->vocab;
+    const int64_t Vp = padded_vocab(c->vocab, c->vocab_pad, T);
     const int64_t H = c->heads, hs = C / H;
     const float std = 0.02f, std_res = 0.02f / sqrtf(2.0f * c->layers);
     sp_tensor tokens = sp_input_i32(g, "tokens", 2, (int64_t[]){ B, Tc });
     sp_tensor targets = sp_input_i32(g, "targets", 2, (int64_t[]){ B, Tc });
     /* wte split by rows, the vocabulary (at T = 1 a plain parameter): the vocab-parallel
      * embedding, summed over the group, then the positions added once by every rank */
-    sp_tensor wte = split(g, "wte", 0, V, C, 0, SP_INIT_NORMAL, std);
+    sp_tensor wte = pad_rows(g, split(g, "wte", 0, Vp, C, 0, SP_INIT_NORMAL, std), V);
     sp_tensor wpe = param(g, "wpe", 0, 2, Tc, C, SP_INIT_NORMAL, std);
     sp_tensor x = T == 1 ? sp_embed(g, tokens, wte, wpe)
                          : sp_add_positions(g, sp_tp_sum(g, sp_embed_vocab(g, tokens, wte)), wpe);
@@ -187,7 +204,7 @@ sp_graph *sp_model_gpt(const sp_gpt_config *c, sp_status *status)
      * logits (B,T,V/T), then the vocab-parallel cross-entropy (at T = 1 the plain one) */
     sp_tensor logits = sp_matmul(g, sp_tp_copy(g, x), wte, 0, 1);
     return finish(g, logits, T == 1 ? "logits" : "logits.slice",
-                  sp_cross_entropy_vocab(g, logits, targets), status);
+                  sp_cross_entropy_padded(g, logits, targets, V), status);
 }
 
 /* The Llama block of models.h; the same stage cut and tensor-parallel operators as the
@@ -219,20 +236,23 @@ sp_graph *sp_model_llama(const sp_llama_config *c, sp_status *status)
     else if (c->hidden % T)
         st = sp_set_error(SP_ERR_ARG, "sp_model_llama: tensor parallelism of %d does not "
                           "divide the hidden size %d", T, c->hidden);
-    else if (c->vocab % T)
+    else if (c->vocab_pad < 0 || (!c->vocab_pad && c->vocab % T))
         st = sp_set_error(SP_ERR_ARG, "sp_model_llama: tensor parallelism of %d does not "
-                          "divide the vocabulary of %d", T, c->vocab);
+                          "divide the vocabulary of %d (vocab_pad pads it: 128, Megatron's)",
+                          T, c->vocab);
     else
         st = check_split("sp_model_llama", c->layers, c->stages, c->stage_layers, 1);
     sp_graph *g = new_model("sp_model_llama", st, c ? c->tensor : 0, c ? c->tensor_rank : 0, status);
     if (!g) return NULL;
     const int64_t B = c->batch, Tc = c->context, C = c->channels, V = c->vocab;
+    const int64_t Vp = padded_vocab(c->vocab, c->vocab_pad, T);
     const int64_t H = c->heads, KV = c->kv_heads, G = H / KV, hs = C / H, I = c->hidden;
     const float theta = c->rope_theta != 0 ? c->rope_theta : 10000.0f;
     const float std = 0.02f, std_res = 0.02f / sqrtf(2.0f * c->layers);
     sp_tensor tokens = sp_input_i32(g, "tokens", 2, (int64_t[]){ B, Tc });
     sp_tensor targets = sp_input_i32(g, "targets", 2, (int64_t[]){ B, Tc });
-    sp_tensor emb = split(g, "model.embed_tokens.weight", 0, V, C, 0, SP_INIT_NORMAL, std);
+    sp_tensor emb = pad_rows(g, split(g, "model.embed_tokens.weight", 0, Vp, C, 0,
+                                      SP_INIT_NORMAL, std), V);
     sp_tensor x = sp_tp_sum(g, sp_embed_vocab(g, tokens, emb));
     int cur = 0;
     for (int l = 0; l < c->layers; l++) {
@@ -263,10 +283,11 @@ sp_graph *sp_model_llama(const sp_llama_config *c, sp_status *status)
     x = yield_to(g, x, &cur, c->stages - 1);
     x = sp_rmsnorm(g, x, param(g, "model.norm.weight", 0, 1, C, 0, SP_INIT_ONES, 0));
     sp_tensor logits = sp_matmul(g, sp_tp_copy(g, x),
-                                 split(g, "lm_head.weight", 0, V, C, 0, SP_INIT_NORMAL, std),
+                                 pad_rows(g, split(g, "lm_head.weight", 0, Vp, C, 0,
+                                                   SP_INIT_NORMAL, std), V),
                                  0, 1);
     return finish(g, logits, T == 1 ? "logits" : "logits.slice",
-                  sp_cross_entropy_vocab(g, logits, targets), status);
+                  sp_cross_entropy_padded(g, logits, targets, V), status);
 }
 
 /* The MLP's hidden layers pair up, (0, 1), (2, 3), ...: the first of a pair is

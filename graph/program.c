@@ -33,6 +33,8 @@ static double emit_ce_vocab(sp_program *p, sp_kprog *kp, int t, sp_loc out, sp_l
     I->i[0] = logits;
     I->n[0] = N;
     I->n[1] = Vp;
+    /* the slice's tokens: its columns before the vocabulary's padding */
+    I->n[2] = n->vocab - n->vlo >= Vp ? Vp : n->vocab - n->vlo > 0 ? n->vocab - n->vlo : 0;
     I = sp_prog_emit(kp, SP_I_ALLREDUCE_MAX, t);
     I->o[0] = I->i[0] = tail;
     I->n[0] = N;
@@ -170,6 +172,7 @@ static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t, sp_loc 
         I->i[2] = sp_loc_scratch(p, kp, s, 2 * rows_of(A) + 2);
         I->n[0] = rows_of(A);
         I->n[1] = A->shape[A->ndim - 1];
+        I->n[2] = n->vocab; /* the tokens: columns from here on are padding */
         return 6.0 * A->numel;
     case SP_OP_SUM:
     case SP_OP_MEAN:
@@ -509,16 +512,14 @@ static int64_t find_input_limit(const sp_program *p, int t)
     int64_t lim = INT64_MAX;
     for (int u = t + 1; u < g->n; u++) {
         const sp_node *n = &g->node[u];
-        if (n->op == SP_OP_EMBED && n->in[0] == t && g->node[n->in[1]].shape[0] < lim)
-            lim = g->node[n->in[1]].shape[0];
-        if (n->op == SP_OP_CROSS_ENTROPY && n->in[1] == t) {
-            const sp_node *L = &g->node[n->in[0]];
-            if (L->shape[L->ndim - 1] < lim) lim = L->shape[L->ndim - 1];
-        }
-        /* the vocab-parallel ops: ids of the whole vocabulary, not of this rank's part */
-        if ((n->op == SP_OP_EMBED_VOCAB && n->in[0] == t) ||
-            (n->op == SP_OP_CE_VOCAB && n->in[1] == t))
-            if (n->vocab < lim) lim = n->vocab;
+        /* ids of the whole vocabulary (not of a vocab-parallel rank's part), before its
+         * padding: the embedding's valid rows, the cross-entropy's tokens */
+        if ((n->op == SP_OP_EMBED || n->op == SP_OP_EMBED_VOCAB) && n->in[0] == t &&
+            sp_param_valid_rows(g, n->in[1]) < lim)
+            lim = sp_param_valid_rows(g, n->in[1]);
+        if ((n->op == SP_OP_CROSS_ENTROPY || n->op == SP_OP_CE_VOCAB) && n->in[1] == t &&
+            n->vocab < lim)
+            lim = n->vocab;
     }
     return lim;
 }

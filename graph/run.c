@@ -76,7 +76,7 @@ static int run_instr(const sp_kinstr *I, void *const *bufs, const sp_run_args *a
         return be->swiglu_dx(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), M, Nc, acc);
     case SP_I_CE:
         return be->cross_entropy(c, F32(I->o[0]), F32(I->o[1]), F32(I->i[0]), I32(I->i[1]), M,
-                                 Nc, F32(I->i[2]));
+                                 Nc, (int)n[2], F32(I->i[2]));
     case SP_I_SUM: { /* f: 1/n for a mean */
         int rc = be->sum(c, F32(I->o[0]), F32(I->i[0]), n[0]);
         return rc || I->f == 1.0f ? rc : be->scale(c, F32(I->o[0]), F32(I->o[0]), I->f, 1, 0);
@@ -148,7 +148,7 @@ static int run_instr(const sp_kinstr *I, void *const *bufs, const sp_run_args *a
     /* the vocab-parallel cross-entropy; tail: max (N) | sum (N) | target logit (N) |
      * target in the slice (N, i32) (program.c, emit_ce_vocab) */
     case SP_I_VCE_MAX:
-        return be->vocab_ce_max(c, F32(I->o[0]), F32(I->i[0]), M, Nc);
+        return be->vocab_ce_max(c, F32(I->o[0]), F32(I->i[0]), M, Nc, (int)n[2]);
     case SP_I_VCE_EXP:
         return be->vocab_ce_exp(c, F32(I->o[0]), F32(I->o[1]) + n[0],
                                 (int32_t *)(F32(I->o[1]) + 3 * n[0]), F32(I->i[0]),

@@ -98,7 +98,8 @@ sp_status sp_generate(sp_reference *r, const int32_t *prompt, int nprompt, int n
         memset(row + L, 0, (size_t)(T - L) * sizeof *row); /* right padding */
         if ((st = sp_reference_eval(r, 1, (const void *const *)in, NULL))) break;
         const float *logits = sp_reference_value(r, lg) + (size_t)(L - 1) * V;
-        int next = sp_sample_token(logits, V, o->temperature, o->top_k,
+        int next = sp_sample_token(logits, o->vocab > 0 && o->vocab < V ? o->vocab : V,
+                                   o->temperature, o->top_k,
                                    sp_sample_uniform(o->seed, (uint64_t)i));
         if (next < 0) {
             st = sp_set_error(SP_ERR_NUMERIC, "sampling: non-finite logits for generated token "

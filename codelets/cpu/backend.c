@@ -104,10 +104,10 @@ static int swiglu_dx(void *c, float *dx, const float *x, const float *dout, int 
 }
 
 static int cross_entropy(void *c, float *loss, float *probs, const float *logits,
-                         const int32_t *targets, int N, int V, float *scratch)
+                         const int32_t *targets, int N, int V, int valid, float *scratch)
 {
-    return sp_cross_entropy_forward(loss, probs, logits, targets, N, V) ? SP_BACKEND_BAD_INDEX
-                                                                        : 0;
+    return sp_cross_entropy_forward(loss, probs, logits, targets, N, V, valid)
+               ? SP_BACKEND_BAD_INDEX : 0;
 }
 
 static int embed_vocab(void *c, float *out, const int32_t *tokens, const float *wte, int N,
@@ -126,9 +126,9 @@ static int embed_vocab_dwte(void *c, float *dwte, const float *dout, const int32
     return 0;
 }
 
-static int vocab_ce_max(void *c, float *rowmax, const float *logits, int N, int V)
+static int vocab_ce_max(void *c, float *rowmax, const float *logits, int N, int V, int valid)
 {
-    sp_vocab_ce_max(rowmax, logits, N, V);
+    sp_vocab_ce_max(rowmax, logits, N, V, valid);
     return 0;
 }
 

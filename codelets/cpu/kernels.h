@@ -157,11 +157,12 @@ void sp_attention_gqa_backward(float *dqkv, float *scratch, const float *dout,
                                const float *qkv, const float *out, const float *lse, int B,
                                int T, int C, int NH, int group, int acc, int bf16);
 
-/* Softmax cross-entropy, mean over the N rows. logits (N,V), targets (N) in [0,V).
- * probs (N,V) saves the softmax; *loss gets the mean of -log p[target]. Returns the
- * number of out-of-range targets (0 when all are valid; then loss is NaN). */
+/* Softmax cross-entropy, mean over the N rows. logits (N,V) whose first `valid` columns
+ * are the tokens (the rest: a padded vocabulary's padding, probability 0), targets (N) in
+ * [0,valid). probs (N,V) saves the softmax; *loss gets the mean of -log p[target].
+ * Returns the number of out-of-range targets (0 when all are valid; then loss is NaN). */
 int sp_cross_entropy_forward(float *loss, float *probs, const float *logits,
-                             const int32_t *targets, int N, int V);
+                             const int32_t *targets, int N, int V, int valid);
 /* dlogits (N,V) = dloss * (probs - onehot(target)) / N. */
 void sp_cross_entropy_backward(float *dlogits, const float *probs, const int32_t *targets,
                                float dloss, int N, int V, int acc);
@@ -169,7 +170,9 @@ void sp_cross_entropy_backward(float *dlogits, const float *probs, const int32_t
 /* The vocab-parallel cross-entropy (sp_cross_entropy_vocab), the three steps around the
  * group's all-reduces (starpipe/backend.h, vocab_ce_*): logits (N,V) a slice of the whole
  * vocabulary (Vall) starting at column lo.
- * sp_vocab_ce_max: rowmax (N) = each row's maximum (the rule of sp_cross_entropy_forward).
+ * Vall counts the tokens; columns from Vall on (padding) take no part.
+ * sp_vocab_ce_max: rowmax (N) = each row's maximum over the slice's first `valid` columns
+ *   (-inf for none: a slice of padding alone) (the rule of sp_cross_entropy_forward).
  * sp_vocab_ce_exp: exps (N,V) = expf(logit - rowmax); stats[n] = their sum in float, in
  *   column order, stats[N + n] = the target's logit where the slice holds it, else 0;
  *   ltargets[n] = target - lo there, else -1. Returns the number of targets outside
@@ -178,7 +181,7 @@ void sp_cross_entropy_backward(float *dlogits, const float *probs, const int32_t
  *   the mean of log(stats[n]) + rowmax[n] - stats[N + n] over the rows, in double, as
  *   sp_cross_entropy_forward forms -log p[target]. Its backward is
  *   sp_cross_entropy_backward on exps and ltargets. */
-void sp_vocab_ce_max(float *rowmax, const float *logits, int N, int V);
+void sp_vocab_ce_max(float *rowmax, const float *logits, int N, int V, int valid);
 int sp_vocab_ce_exp(float *exps, float *stats, int32_t *ltargets, const float *logits,
                     const int32_t *targets, const float *rowmax, int N, int V, int64_t lo,
                     int64_t Vall);

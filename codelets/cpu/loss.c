@@ -6,7 +6,7 @@
 #include <string.h>
 
 int sp_cross_entropy_forward(float *loss, float *restrict probs, const float *restrict logits,
-                             const int32_t *restrict targets, int N, int V)
+                             const int32_t *restrict targets, int N, int V, int valid)
 {
     int bad = 0;
     double total = 0.0;
@@ -14,18 +14,20 @@ int sp_cross_entropy_forward(float *loss, float *restrict probs, const float *re
         const float *x = logits + (int64_t)n * V;
         float *p = probs + (int64_t)n * V;
         float maxv = -INFINITY;
-        for (int v = 0; v < V; v++)
+        for (int v = 0; v < valid; v++)
             maxv = x[v] > maxv ? x[v] : maxv;
         float sum = 0.0f;
-        for (int v = 0; v < V; v++) {
+        for (int v = 0; v < valid; v++) {
             p[v] = expf(x[v] - maxv);
             sum += p[v];
         }
         float inv = 1.0f / sum;
-        for (int v = 0; v < V; v++)
+        for (int v = 0; v < valid; v++)
             p[v] *= inv;
+        for (int v = valid; v < V; v++) /* padding: no probability, so no gradient */
+            p[v] = 0.0f;
         int32_t tg = targets[n];
-        if (tg < 0 || tg >= V) {
+        if (tg < 0 || tg >= valid) {
             bad++;
             continue;
         }
@@ -67,12 +69,13 @@ void sp_cross_entropy_backward(float *restrict dlogits, const float *restrict pr
 
 /* The vocab-parallel cross-entropy: sp_cross_entropy_forward's steps, cut where the
  * group's all-reduces come in (the maximum after the first, the sums after the second). */
-void sp_vocab_ce_max(float *restrict rowmax, const float *restrict logits, int N, int V)
+void sp_vocab_ce_max(float *restrict rowmax, const float *restrict logits, int N, int V,
+                     int valid)
 {
     for (int n = 0; n < N; n++) {
         const float *x = logits + (int64_t)n * V;
         float maxv = -INFINITY;
-        for (int v = 0; v < V; v++)
+        for (int v = 0; v < valid; v++)
             maxv = x[v] > maxv ? x[v] : maxv;
         rowmax[n] = maxv;
     }
@@ -83,14 +86,18 @@ int sp_vocab_ce_exp(float *restrict exps, float *restrict stats, int32_t *restri
                     const float *restrict rowmax, int N, int V, int64_t lo, int64_t Vall)
 {
     int bad = 0;
+    /* the slice's tokens: columns before Vall - lo (the rest, if any, is padding) */
+    const int valid = Vall - lo >= V ? V : Vall - lo > 0 ? (int)(Vall - lo) : 0;
     for (int n = 0; n < N; n++) {
         const float *x = logits + (int64_t)n * V;
         float *p = exps + (int64_t)n * V;
         float sum = 0.0f;
-        for (int v = 0; v < V; v++) {
+        for (int v = 0; v < valid; v++) {
             p[v] = expf(x[v] - rowmax[n]);
             sum += p[v];
         }
+        for (int v = valid; v < V; v++)
+            p[v] = 0.0f;
         stats[n] = sum;
         int64_t tg = targets[n], r = tg - lo;
         bad += tg < 0 || tg >= Vall;

@@ -98,9 +98,9 @@ static int attention(void *c, float *out, float *lse, float *scratch, const floa
 
 /* scratch: N doubles of per-row losses, then the bad-target count (left on the device) */
 static int cross_entropy(void *c, float *loss, float *probs, const float *logits,
-                         const int32_t *targets, int N, int V, float *scratch)
+                         const int32_t *targets, int N, int V, int valid, float *scratch)
 {
-    return sp_cuda_cross_entropy_forward(loss, probs, logits, targets, N, V,
+    return sp_cuda_cross_entropy_forward(loss, probs, logits, targets, N, V, valid,
                                          (int *)(scratch + 2 * (int64_t)N), scratch, STREAM(c));
 }
 
@@ -117,9 +117,9 @@ static int embed_vocab_dwte(void *c, float *dwte, const float *dout, const int32
     return sp_cuda_embed_vocab_backward(dwte, dout, tokens, N, C, lo, rows, STREAM(c));
 }
 
-static int vocab_ce_max(void *c, float *rowmax, const float *logits, int N, int V)
+static int vocab_ce_max(void *c, float *rowmax, const float *logits, int N, int V, int valid)
 {
-    return sp_cuda_vocab_ce_max(rowmax, logits, N, V, STREAM(c));
+    return sp_cuda_vocab_ce_max(rowmax, logits, N, V, valid, STREAM(c));
 }
 
 static int vocab_ce_exp(void *c, float *exps, float *stats, int32_t *ltargets,

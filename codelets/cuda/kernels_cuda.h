@@ -200,11 +200,12 @@ int sp_cuda_attention_occupancy(const char **names, int *blocks, int max);
 /* ---- loss.cu */
 /* DIFFERS: the loss and the count stay on the device. *loss (device float) = mean over
  * rows of -log p[target] (NaN if any target is bad), *bad (device int) = number of targets
- * outside [0,V) (the CPU's return value), both assigned. scratch: device memory of
+ * outside [0,valid) (the CPU's return value), both assigned. Columns [valid, V) are a
+ * padded vocabulary's padding: probability 0. scratch: device memory of
  * sp_cuda_cross_entropy_scratch_bytes(N) bytes for the per-row losses (double), reduced
  * in a fixed order by one block. One block of 512 threads per row for the softmax. */
 int sp_cuda_cross_entropy_forward(float *loss, float *probs, const float *logits,
-                                  const int32_t *targets, int N, int V, int *bad,
+                                  const int32_t *targets, int N, int V, int valid, int *bad,
                                   void *scratch, void *stream);
 /* Host function: bytes of scratch for sp_cuda_cross_entropy_forward (N doubles, >= 8). */
 int64_t sp_cuda_cross_entropy_scratch_bytes(int N);
@@ -217,7 +218,8 @@ int sp_cuda_cross_entropy_backward(float *dlogits, const float *probs, const int
  * threads per row for max and exp (the sums a fixed tree, not the CPU's column order), the
  * loss summed by one block in double. DIFFERS: a target outside [0,Vall) is not counted;
  * its target logit is NaN, and so the loss (sp_program_check_inputs catches it first). */
-int sp_cuda_vocab_ce_max(float *rowmax, const float *logits, int N, int V, void *stream);
+int sp_cuda_vocab_ce_max(float *rowmax, const float *logits, int N, int V, int valid,
+                         void *stream);
 int sp_cuda_vocab_ce_exp(float *exps, float *stats, int32_t *ltargets, const float *logits,
                          const int32_t *targets, const float *rowmax, int N, int V, int64_t lo,
                          int64_t Vall, void *stream);

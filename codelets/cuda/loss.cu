@@ -33,26 +33,35 @@ static __device__ __forceinline__ float row_exp_sum(float *__restrict__ p,
     return sp_block_sum(s, sh);
 }
 
-/* One block per row: max, exp and sum, normalize (the CPU's order of operations; the sum
- * is a fixed tree). The row's -log p[target] = log(sum) + max - x[target] goes to rowloss
- * in double; a bad target counts in *bad and contributes 0. */
+/* Padding columns [valid, V) of a row: probability 0 (and so no gradient). */
+static __device__ __forceinline__ void row_zero(float *__restrict__ p, int valid, int V)
+{
+    for (int v = valid + (int)threadIdx.x; v < V; v += blockDim.x)
+        p[v] = 0.0f;
+}
+
+/* One block per row: max, exp and sum, normalize over the row's first `valid` columns
+ * (the tokens; the rest is padding) (the CPU's order of operations; the sum is a fixed
+ * tree). The row's -log p[target] = log(sum) + max - x[target] goes to rowloss in double;
+ * a bad target counts in *bad and contributes 0. */
 static __global__ void __launch_bounds__(CE_THREADS)
     ce_forward_kernel(float *__restrict__ probs, double *__restrict__ rowloss, int *bad,
                       const float *__restrict__ logits, const int32_t *__restrict__ targets,
-                      int V)
+                      int V, int valid)
 {
     __shared__ float sh[32];
     const int64_t row = blockIdx.x;
     const float *x = logits + row * V;
     float *p = probs + row * V;
-    const float mx = row_max(x, V, sh);
-    const float s = row_exp_sum(p, x, mx, V, sh);
+    const float mx = row_max(x, valid, sh);
+    const float s = row_exp_sum(p, x, mx, valid, sh);
     const float inv = 1.0f / s;
-    for (int v = threadIdx.x; v < V; v += blockDim.x)
+    for (int v = threadIdx.x; v < valid; v += blockDim.x)
         p[v] *= inv; /* each thread rescales the entries it wrote */
+    row_zero(p, valid, V);
     if (threadIdx.x == 0) {
         const int32_t tg = targets[row];
-        if (tg < 0 || tg >= V) {
+        if (tg < 0 || tg >= valid) {
             atomicAdd(bad, 1); /* integer count: order-independent */
             rowloss[row] = 0.0;
         } else {
@@ -87,16 +96,17 @@ extern "C" int64_t sp_cuda_cross_entropy_scratch_bytes(int N)
 }
 
 extern "C" int sp_cuda_cross_entropy_forward(float *loss, float *probs, const float *logits,
-                                             const int32_t *targets, int N, int V, int *bad,
-                                             void *scratch, void *stream)
+                                             const int32_t *targets, int N, int V, int valid,
+                                             int *bad, void *scratch, void *stream)
 {
     cudaStream_t s = SP_STREAM(stream);
     SP_CUDA_TRY(cudaMemsetAsync(bad, 0, sizeof(int), s));
     if (N <= 0) /* no rows: loss 0, as the CPU */
         return sp_cuda_set_scalar(loss, 0.0f, stream);
     double *rowloss = (double *)scratch;
-    ce_forward_kernel<<<(unsigned)N, CE_THREADS, 0, s>>>(probs, rowloss, bad, logits, targets,
-                                                         V < 0 ? 0 : V);
+    V = V < 0 ? 0 : V;
+    ce_forward_kernel<<<(unsigned)N, CE_THREADS, 0, s>>>(probs, rowloss, bad, logits, targets, V,
+                                                         valid < 0 ? 0 : valid > V ? V : valid);
     SP_CUDA_LAUNCHED();
     ce_loss_kernel<<<1, SUM_THREADS, 0, s>>>(loss, bad, rowloss, N);
     SP_CUDA_LAUNCHED();
@@ -145,22 +155,24 @@ extern "C" int sp_cuda_cross_entropy_backward(float *dlogits, const float *probs
 /* ---- the vocab-parallel cross-entropy (kernels_cuda.h): ce_forward_kernel's steps,
  * cut where the group's all-reduces come in ---- */
 static __global__ void __launch_bounds__(CE_THREADS)
-    vce_max_kernel(float *__restrict__ rowmax, const float *__restrict__ logits, int V)
+    vce_max_kernel(float *__restrict__ rowmax, const float *__restrict__ logits, int V,
+                   int valid)
 {
     __shared__ float sh[32];
     const int64_t row = blockIdx.x;
-    const float mx = row_max(logits + row * V, V, sh);
+    const float mx = row_max(logits + row * V, valid, sh);
     if (threadIdx.x == 0)
         rowmax[row] = mx;
 }
 
 extern "C" int sp_cuda_vocab_ce_max(float *rowmax, const float *logits, int N, int V,
-                                    void *stream)
+                                    int valid, void *stream)
 {
     if (N <= 0)
         return SP_CUDA_OK;
-    vce_max_kernel<<<(unsigned)N, CE_THREADS, 0, SP_STREAM(stream)>>>(rowmax, logits,
-                                                                      V < 0 ? 0 : V);
+    V = V < 0 ? 0 : V;
+    vce_max_kernel<<<(unsigned)N, CE_THREADS, 0, SP_STREAM(stream)>>>(
+        rowmax, logits, V, valid < 0 ? 0 : valid > V ? V : valid);
     SP_CUDA_LAUNCHED();
     return SP_CUDA_OK;
 }
@@ -174,7 +186,10 @@ static __global__ void __launch_bounds__(CE_THREADS)
     __shared__ float sh[32];
     const int64_t row = blockIdx.x;
     const float *x = logits + row * V;
-    const float s = row_exp_sum(exps + row * V, x, rowmax[row], V, sh);
+    /* the slice's tokens: columns before Vall - lo (the rest, if any, is padding) */
+    const int valid = Vall - lo >= V ? V : Vall - lo > 0 ? (int)(Vall - lo) : 0;
+    const float s = row_exp_sum(exps + row * V, x, rowmax[row], valid, sh);
+    row_zero(exps + row * V, valid, V);
     if (threadIdx.x == 0) {
         const int64_t tg = targets[row], r = tg - lo;
         const int ok = tg >= 0 && tg < Vall, here = ok && r >= 0 && r < V;

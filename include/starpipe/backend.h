@@ -75,9 +75,12 @@ typedef struct sp_backend {
      * KV heads each after its G query heads. */
     int (*attention)(void *ctx, float *out, float *lse, float *scratch, const float *qkv,
                      int B, int T, int C, int NH, int group, int prec);
-    /* scratch: 2N + 2 floats, contents undefined (a GPU's per-row losses and bad count) */
+    /* logits (N,V) whose first `valid` columns are the tokens, the rest a padded
+     * vocabulary's padding (probability 0, so cross_entropy_dx gives them 0); targets in
+     * [0,valid). scratch: 2N + 2 floats, contents undefined (a GPU's per-row losses and
+     * bad count) */
     int (*cross_entropy)(void *ctx, float *loss, float *probs, const float *logits,
-                         const int32_t *targets, int N, int V, float *scratch);
+                         const int32_t *targets, int N, int V, int valid, float *scratch);
     int (*sum)(void *ctx, float *out, const float *x, int64_t n);
     /* The vocab-parallel embedding (graph.h, sp_embed_vocab): out (N,C) = wte[token - lo]
      * where lo <= token < lo + rows, else 0; wte the rank's rows (rows,C); V the whole
@@ -86,9 +89,12 @@ typedef struct sp_backend {
                        int C, int64_t lo, int64_t rows, int64_t V);
     /* The vocab-parallel cross-entropy (sp_cross_entropy_vocab): three kernels around the
      * group's all-reduces, which the interpreter runs between them. logits (N,V) are this
-     * rank's slice of the vocabulary, whose first column is lo; Vall the whole one.
-     * vocab_ce_max: rowmax (N) = each row's maximum over the slice.
-     * vocab_ce_exp (rowmax now the group's): exps (N,V) = exp(logit - rowmax); stats (2N)
+     * rank's slice of the vocabulary, whose first column is lo; Vall the tokens of the
+     * whole one: columns from Vall on are padding and take no part.
+     * vocab_ce_max: rowmax (N) = each row's maximum over the slice's first `valid`
+     *   columns (its tokens; -inf for none).
+     * vocab_ce_exp (rowmax now the group's): exps (N,V) = exp(logit - rowmax) (0 on
+     *   padding); stats (2N)
      *   = each row's sum of them, then its target's logit where lo <= target < lo + V,
      *   else 0; ltargets (N) = target - lo there, else -1 (cross_entropy_dx's targets). A
      *   target outside [0,Vall): SP_BACKEND_BAD_INDEX on the CPU; a GPU makes its target
@@ -96,7 +102,7 @@ typedef struct sp_backend {
      * vocab_ce_loss (stats now the group's sums): exps /= the row's sum (the softmax over
      *   the whole vocabulary, on the slice); *loss = the mean over the rows of log(sum) +
      *   max - target logit, summed in double. */
-    int (*vocab_ce_max)(void *ctx, float *rowmax, const float *logits, int N, int V);
+    int (*vocab_ce_max)(void *ctx, float *rowmax, const float *logits, int N, int V, int valid);
     int (*vocab_ce_exp)(void *ctx, float *exps, float *stats, int32_t *ltargets,
                         const float *logits, const int32_t *targets, const float *rowmax, int N,
                         int V, int64_t lo, int64_t Vall);

@@ -83,6 +83,12 @@ sp_tensor sp_rope(sp_graph *g, sp_tensor x, int head_size, int period, int rotat
 sp_tensor sp_swiglu(sp_graph *g, sp_tensor x);
 /* logits (...,V), targets (...) i32 with the same leading dims -> scalar mean loss. */
 sp_tensor sp_cross_entropy(sp_graph *g, sp_tensor logits, sp_tensor targets);
+/* sp_cross_entropy_vocab (and at T = 1 sp_cross_entropy) over a padded vocabulary: of the
+ * whole logits' columns (the last dimension, times T in a tensor group) only the first
+ * `vocab` are tokens; the others get no probability and no gradient. Targets in
+ * [0, vocab). */
+sp_tensor sp_cross_entropy_padded(sp_graph *g, sp_tensor logits, sp_tensor targets,
+                                  int64_t vocab);
 sp_tensor sp_sum(sp_graph *g, sp_tensor x);  /* -> scalar */
 sp_tensor sp_mean(sp_graph *g, sp_tensor x); /* -> scalar */
 sp_tensor sp_reshape(sp_graph *g, sp_tensor x, int ndim, const int64_t *shape);
@@ -176,6 +182,13 @@ const int64_t *sp_param_full_shape(const sp_graph *g, sp_tensor p);
 const int64_t *sp_param_view(const sp_graph *g, sp_tensor p, int *ndim);
 /* Elements of the whole tensor (numel of sp_param_full_shape; 0: not a parameter). */
 int64_t sp_param_whole_numel(const sp_graph *g, sp_tensor p);
+/* A padded vocabulary (Megatron's, llm.c's 50304 for GPT-2's 50257): the whole tensor's
+ * rows from `valid` on are padding, initialized to zero; the model keeps them out of every
+ * result (sp_cross_entropy_padded), so their gradients are zero and they stay zero, and
+ * checkpoints hold only the rows before them. sp_param_valid_rows: that count, or the
+ * whole tensor's rows when it has no padding. */
+sp_status sp_param_pad_rows(sp_graph *g, sp_tensor p, int64_t valid);
+int64_t sp_param_valid_rows(const sp_graph *g, sp_tensor p);
 /* Part `rank` (any member's, 0 <= rank < T, so one rank can assemble all of them) and
  * the whole tensor (sp_param_whole_numel floats): part_to_whole writes the part's
  * elements into their places in whole and leaves the others; whole_to_part reads them.

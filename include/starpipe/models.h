@@ -30,9 +30,11 @@ extern "C" {
  * along dim 0, rows [r V/T, (r+1) V/T)), the embedding sp_embed_vocab -> sp_tp_sum ->
  * sp_add_positions (wpe whole, added once after the sum); the tied head sp_tp_copy ->
  * x wte_part^T, this rank's slice of the logits (B,T,V/T) -> sp_cross_entropy_vocab. lnf
- * and wpe stay whole. T must divide the heads (then also C and 4C) and the vocabulary:
- * else SP_ERR_ARG naming the model, the size and T ("sp_model_gpt: tensor parallelism of 3
- * does not divide the vocabulary of 256"). At T = 1 (tensor 0 or 1) the graph is the one
+ * and wpe stay whole. T must divide the heads (then also C and 4C), and the vocabulary
+ * unless vocab_pad pads it (then wte has Vp = round_up(V, vocab_pad T) rows, the last Vp - V
+ * padding, and the loss is sp_cross_entropy_padded's over V tokens): else SP_ERR_ARG naming
+ * the model, the size and T ("sp_model_gpt: tensor parallelism of 3 does not divide the
+ * vocabulary of 256"). At T = 1 (tensor 0 or 1) the graph is the one
  * without tensor parallelism, node for node, its logits named "logits"; a graph of T > 1
  * names its slice "logits.slice" instead and has no "logits" (sampling builds a T = 1
  * graph and loads whole tensors). */
@@ -49,6 +51,12 @@ typedef struct {
     const int *stage_layers;
     int tensor;      /* T, the tensor group's size; 0 means 1 */
     int tensor_rank; /* this graph's rank in it, 0 .. T-1 */
+    /* Padding of the vocabulary (Megatron's make-vocab-size-divisible-by: 128, which pads
+     * GPT-2's 50257 to 50304 at T = 1, as llm.c does): wte holds round_up(vocab, pad x T)
+     * rows, those past vocab zero and kept out of the loss (sp_param_pad_rows,
+     * sp_cross_entropy_padded), so that any T splits any vocabulary. 0: none, and T must
+     * divide vocab. */
+    int vocab_pad;
 } sp_gpt_config;
 
 sp_graph *sp_model_gpt(const sp_gpt_config *cfg, sp_status *status);
@@ -96,6 +104,7 @@ typedef struct {
     const int *stage_layers; /* as sp_gpt_config's */
     int tensor;
     int tensor_rank;
+    int vocab_pad; /* as sp_gpt_config's: embed_tokens and lm_head padded */
 } sp_llama_config;
 
 sp_graph *sp_model_llama(const sp_llama_config *cfg, sp_status *status);

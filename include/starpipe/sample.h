@@ -18,6 +18,8 @@ typedef struct {
     float temperature; /* 0: greedy, the argmax */
     int top_k;         /* 0: the whole vocabulary; k: only the k largest logits (1: greedy) */
     uint64_t seed;     /* token i's draw is a function of (seed, i): same seed, same text */
+    int vocab;         /* 0: every column of the logits; else only the first vocab (a
+                        * padded vocabulary's tokens, models.h vocab_pad) */
 } sp_sample_opts;
 
 /* The uniform draw in [0, 1) of generated token i. */

@@ -949,29 +949,33 @@ static void check_ce_dx(const float *probs, const int32_t *tg, float dloss, int 
     }
 }
 
-/* The cross-entropy and its gradient; with bad targets (-3 and V) the CPU table returns
- * SP_BACKEND_BAD_INDEX and a NaN loss; a kind that leaves the check to the host returns 0
- * and a NaN loss (backend.h), its probabilities still the CPU's. */
+/* The cross-entropy and its gradient; with bad targets (-3 and the first padding column,
+ * or V) the CPU table returns SP_BACKEND_BAD_INDEX and a NaN loss; a kind that leaves the
+ * check to the host returns 0 and a NaN loss (backend.h), its probabilities still the
+ * CPU's. Each size also with padding: only the first `valid` columns are tokens (GPT-2's
+ * 50257 of 50304). */
 static void test_cross_entropy(void)
 {
-    static const int sz[][2] = { { 7, 13 }, { 37, 33 }, { 5, 1000 }, { 64, 50257 }, { 3, 1 },
-                                 { 1, 7 } };
+    static const int sz[][3] = { { 7, 13, 9 }, { 37, 33, 33 }, { 5, 1000, 999 },
+                                 { 64, 50304, 50257 }, { 3, 1, 1 }, { 1, 7, 1 } };
     for (size_t s = 0; s < sizeof sz / sizeof *sz; s++)
-        for (int bad = 0; bad < 2; bad++) {
-            const int N = sz[s][0], V = sz[s][1];
+        for (int k = 0; k < 4; k++) {
+            const int bad = k & 1, N = sz[s][0], V = sz[s][1], valid = k & 2 ? sz[s][2] : V;
+            if (k & 2 && valid == V) continue;
             const int64_t n = (int64_t)N * V;
             float *logits = rnd(n, -4, 4);
             int32_t *tg = xalloc(sizeof(int32_t) * (size_t)N);
             for (int i = 0; i < N; i++)
-                tg[i] = (int32_t)(kc_next() % (uint64_t)V);
-            if (bad) tg[0] = -3, tg[N - 1] = V;
+                tg[i] = (int32_t)(kc_next() % (uint64_t)valid);
+            if (bad) tg[0] = -3, tg[N - 1] = valid;
             kcase c[1];
-            begin(c, "N=%d V=%d%s", N, V, bad ? " bad targets" : "");
+            begin(c, "N=%d V=%d valid=%d%s", N, V, valid, bad ? " bad targets" : "");
             c->cpu_rc = bad ? SP_BACKEND_BAD_INDEX : 0;
             int ol = OUT_F(c, "loss", NULL, 1, bad ? NAN_BOTH : TOL);
             int op = OUT_F(c, "probs", NULL, n, TOL), il = IN_F(c, logits, n);
             int it = IN_I(c, tg, N), sc = SCRATCH(c, 2 * (int64_t)N + 2);
-            RUN(c, cross_entropy, F(c, ol), F(c, op), F(c, il), I(c, it), N, V, F(c, sc));
+            RUN(c, cross_entropy, F(c, ol), F(c, op), F(c, il), I(c, it), N, V, valid,
+                F(c, sc));
             float *probs = CPU(c, op);
             end(c);
             check_ce_dx(probs, tg, 0.73f * 2.5f, N, V, bad ? " bad targets" : "");
@@ -986,26 +990,32 @@ static void test_cross_entropy(void)
  * check to the host returns 0 and makes that row's target logit NaN (backend.h). */
 static void test_vocab_ce(void)
 {
-    static const int sz[][4] = { { 7, 13, 2, 1 }, { 37, 33, 3, 0 }, { 5, 1000, 4, 3 },
-                                 { 64, 2000, 2, 1 }, { 3, 1, 2, 0 }, { 1, 1031, 3, 2 } };
+    /* N, the slice's V, T, rank, and the padding at the end of the whole vocabulary: none,
+     * part of this rank's slice, all of it */
+    static const int sz[][5] = { { 7, 13, 2, 1, 0 }, { 37, 33, 3, 0, 0 }, { 5, 1000, 4, 3, 0 },
+                                 { 64, 2000, 2, 1, 0 }, { 3, 1, 2, 0, 0 }, { 1, 1031, 3, 2, 0 },
+                                 { 7, 13, 2, 1, 5 }, { 64, 2000, 2, 1, 47 },
+                                 { 5, 1000, 4, 3, 1000 }, { 6, 96, 4, 3, 130 } };
     for (size_t s = 0; s < sizeof sz / sizeof *sz; s++)
         for (int bad = 0; bad < 2; bad++) {
             const int N = sz[s][0], V = sz[s][1], T = sz[s][2], rank = sz[s][3];
-            const int64_t n = (int64_t)N * V, Vall = (int64_t)V * T, lo = (int64_t)rank * V;
+            const int64_t n = (int64_t)N * V, lo = (int64_t)rank * V;
+            const int64_t Vall = (int64_t)V * T - sz[s][4]; /* the tokens */
+            const int valid = Vall - lo >= V ? V : Vall - lo > 0 ? (int)(Vall - lo) : 0;
             float *logits = rnd(n, -4, 4);
             int32_t *tg = xalloc(sizeof(int32_t) * (size_t)N);
             for (int i = 0; i < N; i++)
                 tg[i] = (int32_t)(kc_next() % (uint64_t)Vall);
-            tg[0] = (int32_t)(lo + V - 1); /* one in the slice, at its last column */
+            if (valid) tg[0] = (int32_t)(lo + valid - 1); /* one in the slice, its last token */
             if (bad) tg[N - 1] = (int32_t)Vall;
             kcase c[1];
-            begin(c, "N=%d V=%d", N, V);
-            int om = OUT_F(c, "rowmax", NULL, N, 0), il = IN_F(c, logits, n);
-            RUN(c, vocab_ce_max, F(c, om), F(c, il), N, V);
+            begin(c, "N=%d V=%d valid=%d", N, V, valid);
+            int om = OUT_F(c, "rowmax", NULL, N, BITS), il = IN_F(c, logits, n); /* exact */
+            RUN(c, vocab_ce_max, F(c, om), F(c, il), N, V, valid);
             float *gmax = CPU(c, om);
             end(c);
-            for (int i = 1; i < N; i += 2) /* the group's maxima, some raised */
-                gmax[i] += uni(0, 2);
+            for (int i = 0; i < N; i++) /* the group's maxima, some raised (all finite) */
+                gmax[i] = valid ? gmax[i] + (i % 2 ? uni(0, 2) : 0.0f) : uni(-1, 1);
             begin(c, "N=%d V=%d T=%d rank=%d%s", N, V, T, rank, bad ? " bad target" : "");
             c->cpu_rc = bad ? SP_BACKEND_BAD_INDEX : 0;
             int oe = OUT_F(c, "exps", NULL, n, TOL), os = OUT_F(c, "stats", NULL, 2 * N, NOCMP);
@@ -1026,8 +1036,8 @@ static void test_vocab_ce(void)
             float *exps = CPU(c, oe), *stats = CPU(c, os);
             int32_t *ltg = CPU(c, ot);
             end(c);
-            for (int i = 0; i < N; i++) /* the group's sums, some raised */
-                stats[i] += i % 3 ? uni(0, 3) : 0.0f;
+            for (int i = 0; i < N; i++) /* the group's sums, some raised (all positive) */
+                stats[i] += i % 3 || !valid ? uni(0.5f, 3) : 0.0f;
             begin(c, "N=%d V=%d T=%d", N, V, T);
             int ol = OUT_F(c, "loss", NULL, 1, TOL);
             oe = OUT_F(c, "exps", exps, n, TOL);

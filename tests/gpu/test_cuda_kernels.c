@@ -272,10 +272,10 @@ static void test_cross_entropy_extras(void)
             int32_t *dtg = dcopy_i(tg, N);
             void *scr = dalloc((size_t)sp_cuda_cross_entropy_scratch_bytes(N));
             int *dbad = dalloc(sizeof(int));
-            int cbad = sp_cross_entropy_forward(&loss, probs, logits, tg, N, V), gbad[2] = {-1, -1};
+            int cbad = sp_cross_entropy_forward(&loss, probs, logits, tg, N, V, V), gbad[2] = {-1, -1};
             snprintf(L, sizeof L, "cross_entropy_forward N=%d V=%d bad=%d", N, V, cbad);
             for (int rep = 0; rep < 2; rep++) {
-                kstat(L, sp_cuda_cross_entropy_forward(dloss_, dprobs, dl, dtg, N, V, dbad, scr,
+                kstat(L, sp_cuda_cross_entropy_forward(dloss_, dprobs, dl, dtg, N, V, V, dbad, scr,
                                                        stream));
                 down(&gbad[rep], dbad, sizeof(int));
             }

@@ -145,7 +145,7 @@ static void run_all(run_t *r, int off)
     float *logits = buf(r, (int64_t)N * V, off, 25, -5, 5), *probs = buf(r, (int64_t)N * V, off, 0, 0, 0);
     float *loss = buf(r, 1, off, 0, 0, 0);
     int32_t *tg = tok; /* tokens are in [0, V) */
-    kc_expect(sp_cross_entropy_forward(loss, probs, logits, tg, N, V) == 0, "ce targets valid");
+    kc_expect(sp_cross_entropy_forward(loss, probs, logits, tg, N, V, V) == 0, "ce targets valid");
     keep(r, "cross_entropy loss", loss, 1);
     keep(r, "cross_entropy probs", probs, (int64_t)N * V);
     o = buf(r, (int64_t)N * V, off, 26, -1, 1); sp_cross_entropy_backward(o, probs, tg, 1.3f, N, V, 1);

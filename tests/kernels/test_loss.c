@@ -1,5 +1,6 @@
 /* Softmax cross-entropy and sum against float64 references and central finite
- * differences, plus edge cases: out-of-range targets, logits of 1e4, a long sum. */
+ * differences, plus edge cases: out-of-range targets, logits of 1e4, a long sum; and a
+ * padded vocabulary, against the same rows without their padding. */
 #include "codelets/cpu/kernels.h"
 #include "kcheck.h"
 
@@ -57,7 +58,7 @@ static void run_ce(int N, int V, double spread, uint64_t seed)
 #define TAG(t) (snprintf(what, sizeof what, "cross_entropy N%d V%d logits x%g seed%llu %s", N, \
                          V, spread, (unsigned long long)seed, t), what)
     kc_fill_nan(p, n);
-    int bad = sp_cross_entropy_forward(&loss, p, x, tg, N, V);
+    int bad = sp_cross_entropy_forward(&loss, p, x, tg, N, V, V);
     kc_expect(bad == 0, TAG("no target reported out of range"));
     kc_check(TAG("loss"), &loss, &lref, 1, TOL);
     kc_check(TAG("probs"), p, pd, n, TOL);
@@ -90,7 +91,7 @@ static void ce_large_logits(void)
     kc_to_double(xd, x, N * V);
     ce_ctx c = {N, V, tg, xd, pd, 1.0};
     double lref = ref_forward(&c);
-    int bad = sp_cross_entropy_forward(&loss, p, x, tg, N, V);
+    int bad = sp_cross_entropy_forward(&loss, p, x, tg, N, V, V);
     kc_expect(bad == 0 && isfinite(loss), "cross_entropy logits 1e4: loss finite");
     double rel = fabs(loss - lref) / lref;
     kc_expect(rel <= 1e-6, "cross_entropy logits 1e4: loss matches float64 within 1e-6");
@@ -116,7 +117,7 @@ static void ce_bad_targets(void)
     int32_t tg[N] = {2, -1, V, 6};
     kc_seed(12);
     kc_fill(x, N * V, -2, 2);
-    int bad = sp_cross_entropy_forward(&loss, p, x, tg, N, V);
+    int bad = sp_cross_entropy_forward(&loss, p, x, tg, N, V, V);
     kc_expect(bad == 2, "cross_entropy: 2 out-of-range targets reported");
     kc_expect(isnan(loss), "cross_entropy: loss is NaN with out-of-range targets");
     for (int i = 0; i < G + N * V + G; i++)
@@ -133,7 +134,7 @@ static void ce_bad_targets(void)
     kc_expect(ok, "cross_entropy backward: bad-target row gets p / N only");
     tg[1] = 0;
     tg[2] = 0;
-    bad = sp_cross_entropy_forward(&loss, p, x, tg, N, V);
+    bad = sp_cross_entropy_forward(&loss, p, x, tg, N, V, V);
     kc_expect(bad == 0 && isfinite(loss), "cross_entropy: valid again once targets fixed");
 }
 
@@ -194,6 +195,74 @@ static void sum_long(void)
     free(x);
 }
 
+/* A padded vocabulary (valid of V columns are tokens; the padding holds large logits that
+ * would dominate were they counted): the loss and the tokens' probabilities bit for bit
+ * those of the same rows cut to their tokens, the padding's probabilities and gradient 0,
+ * a target in the padding counted bad; and the vocab-parallel steps on slices of the padded
+ * row (one partly, one wholly padding) giving the cut rows' maximum, and exps of 0 past the
+ * tokens. */
+static void ce_padded(void)
+{
+    enum { N = 5, V = 48, VALID = 37 };
+    kc_seed(11);
+    float x[N * V], cut[N * VALID], p[N * V], q[N * VALID], d[N * V], loss, want;
+    int32_t tg[N];
+    for (int n = 0; n < N; n++) {
+        tg[n] = (int32_t)(kc_next() % VALID);
+        for (int v = 0; v < V; v++) {
+            x[n * V + v] = v < VALID ? (float)(3 * kc_uniform()) : 50.0f + (float)v;
+            if (v < VALID) cut[n * VALID + v] = x[n * V + v];
+        }
+    }
+    int bad = sp_cross_entropy_forward(&loss, p, x, tg, N, V, VALID);
+    int bad_cut = sp_cross_entropy_forward(&want, q, cut, tg, N, VALID, VALID);
+    int same = !bad && !bad_cut && !memcmp(&loss, &want, sizeof loss), zero = 1;
+    for (int n = 0; n < N; n++)
+        for (int v = 0; v < V; v++)
+            if (v < VALID) same &= !memcmp(&p[n * V + v], &q[n * VALID + v], 4);
+            else zero &= p[n * V + v] == 0.0f;
+    kc_expect(same, "cross_entropy padded: the loss and the tokens' probabilities are the "
+                    "cut rows' bit for bit");
+    sp_cross_entropy_backward(d, p, tg, 1.0f, N, V, 0);
+    for (int n = 0; n < N; n++)
+        for (int v = VALID; v < V; v++) zero &= d[n * V + v] == 0.0f;
+    kc_expect(zero, "cross_entropy padded: probability and gradient 0 on the padding");
+    tg[2] = VALID;
+    kc_expect(sp_cross_entropy_forward(&loss, p, x, tg, N, V, VALID) == 1 && isnan(loss),
+              "cross_entropy padded: a target in the padding is bad");
+    tg[2] = 0;
+    /* the vocab-parallel steps: slices of 24 columns; rank 1 has 13 tokens, a rank 2 none */
+    float mx[N], mcut[N], e[N * 24], st[2 * N];
+    int32_t lt[N];
+    for (int n = 0; n < N; n++) {
+        mcut[n] = -INFINITY;
+        for (int v = 0; v < VALID; v++) mcut[n] = fmaxf(mcut[n], x[n * V + v]);
+    }
+    float s1[N * 24], gm[N];
+    for (int n = 0; n < N; n++)
+        for (int v = 0; v < 24; v++) s1[n * 24 + v] = x[n * V + 24 + v];
+    sp_vocab_ce_max(mx, s1, N, 24, VALID - 24);
+    float m0[N];
+    for (int n = 0; n < N; n++) m0[n] = -INFINITY;
+    for (int n = 0; n < N; n++)
+        for (int v = 0; v < 24; v++) m0[n] = fmaxf(m0[n], x[n * V + v]);
+    int ok = 1;
+    for (int n = 0; n < N; n++) gm[n] = fmaxf(m0[n], mx[n]), ok &= gm[n] == mcut[n];
+    kc_expect(ok, "vocab_ce_max padded: the group's maximum is the cut rows'");
+    sp_vocab_ce_exp(e, st, lt, s1, tg, gm, N, 24, 24, VALID);
+    for (int n = 0; n < N; n++)
+        for (int v = 0; v < 24; v++)
+            ok &= v < VALID - 24 ? e[n * 24 + v] == expf(s1[n * 24 + v] - gm[n])
+                                 : e[n * 24 + v] == 0.0f;
+    kc_expect(ok, "vocab_ce_exp padded: exps of the tokens, 0 past them");
+    sp_vocab_ce_max(mx, s1, N, 24, 0);
+    ok = 1;
+    for (int n = 0; n < N; n++) ok &= mx[n] == -INFINITY;
+    sp_vocab_ce_exp(e, st, lt, s1, tg, gm, N, 24, 48, VALID);
+    for (int n = 0; n < N; n++) ok &= st[n] == 0.0f && lt[n] == -1;
+    kc_expect(ok, "vocab-parallel: a slice of padding alone adds nothing");
+}
+
 int main(void)
 {
     kc_start();
@@ -207,6 +276,7 @@ int main(void)
     }
     ce_large_logits();
     ce_bad_targets();
+    ce_padded();
     sum_long();
     return kc_finish("test_kernels_loss");
 }

@@ -30,7 +30,8 @@ echo "ok: gpt-small and llama-small are the apps' defaults"
 small="--context 64 --batch 1 --microbatches 2"
 steps=1 # a step of GPT-2's 50257 x 768 embedding takes a second here
 run a.ckpt "$gpt" --layers 2 --heads 12 --channels 768 --vocab 50257 $small
-grep -q "^GPT: 52823808 parameters, 2 layers, 12 heads, 768 channels, context 64" "$dir/log" ||
+# 2 blocks and the embedding of 50304 rows (50257 padded to a multiple of 128)
+grep -q "^GPT: 52859904 parameters (vocabulary 50257 padded to 50304), 2 layers, 12 heads, 768 channels, context 64" "$dir/log" ||
   fail "GPT-2's widths: not the parameter count of 2 of its blocks"
 run b.ckpt "$gpt" --model gpt2 --layers 2 $small
 cmp "$dir/a.ckpt" "$dir/b.ckpt" || fail "--model gpt2 --layers 2: not the shape given flag by flag"
