@@ -10,6 +10,7 @@
 #include "apps/parse.h"
 #include "starpipe/data.h"
 #include "starpipe/models.h"
+#include "starpipe/stages.h"
 
 typedef struct {
     const char *data;
@@ -323,10 +324,6 @@ static int hf_layout(const void *cfg, const sp_graph *g, sp_tensor p, ckpt_piece
     return ckpt_llama_layout(&l, g, p, pc);
 }
 
-/* The apps pad the vocabulary as Megatron does (models.h, vocab_pad): to a multiple of
- * 128 x T, so GPT-2's 50257 splits over any --tensor; 256 stays 256 at T = 1 and 2. */
-#define SP_APP_VOCAB_PAD 128
-
 /* The defaults and the flags this model takes (also used by fuzz/fuzz_app_args.c). */
 #ifdef STARPIPE_APP_LLAMA
 #define GPT_APP_LLAMA 1
@@ -338,7 +335,7 @@ static int hf_layout(const void *cfg, const sp_graph *g, sp_tensor p, ckpt_piece
 #define GPT_APP_DEFAULTS                                                                   \
     { .data = SP_DEFAULT_CORPUS, .llama = GPT_APP_LLAMA,                                   \
       .model = { .vocab = 256, .context = 64, .layers = 4, .heads = 4, .channels = 64,      \
-                 .batch = 4, .stages = 1, .vocab_pad = SP_APP_VOCAB_PAD } }
+                 .batch = 4, .stages = 1, .vocab_pad = SP_VOCAB_PAD } }
 static const char *const gpt_flags[] = { "--data", "--model", "--layers", "--heads", "--channels",
                                          "--context", "--batch", "--stage-layers", "--vocab",
                                          "--arch", "--kv-heads", "--hidden", "--rope-theta",

@@ -119,6 +119,12 @@ static sp_stage_model *decoder_stages(const decoder_costs *d, int nstages)
     return m;
 }
 
+int64_t sp_padded_vocab(int64_t vocab, int pad, int tp)
+{
+    const int64_t m = pad > 0 ? (int64_t)pad * (tp > 1 ? tp : 1) : 1;
+    return (vocab + m - 1) / m * m;
+}
+
 sp_stage_model *sp_stage_model_gpt(const sp_gpt_shape *g, int nstages)
 {
     int tp = g && g->tensor > 1 ? g->tensor : 1;
@@ -134,7 +140,8 @@ sp_stage_model *sp_stage_model_gpt(const sp_gpt_shape *g, int nstages)
         sp_set_error(SP_ERR_ARG, "GPT shape: %s", msg);
         return NULL;
     }
-    double N = (double)g->batch * g->context, C = g->channels, T = g->context, V = g->vocab;
+    double N = (double)g->batch * g->context, C = g->channels, T = g->context;
+    double V = (double)sp_padded_vocab(g->vocab, SP_VOCAB_PAD, tp);
     double eb = g->elem_bytes > 0 ? g->elem_bytes : 2;
     /* one rank's part of a block (stages.h): the split weights and biases, the rest whole */
     decoder_costs d = {
@@ -174,9 +181,9 @@ sp_stage_model *sp_stage_model_llama(const sp_llama_shape *l, int nstages)
     else if (l->heads % l->kv_heads)
         snprintf(msg, sizeof msg, "%d KV heads do not divide %d heads", l->kv_heads, l->heads),
             why = msg;
-    else if (l->kv_heads % tp || l->hidden % tp || l->vocab % tp)
-        snprintf(msg, sizeof msg, "tensor %d must divide the %d KV heads, the %d hidden "
-                 "units and the vocabulary of %d", tp, l->kv_heads, l->hidden, l->vocab),
+    else if (l->kv_heads % tp || l->hidden % tp)
+        snprintf(msg, sizeof msg, "tensor %d must divide the %d KV heads and the %d hidden "
+                 "units", tp, l->kv_heads, l->hidden),
             why = msg;
     else if (nstages < 1 || (!l->stage_layers && l->layers < nstages))
         snprintf(msg, sizeof msg, "%d layers cannot be cut into %d stages", l->layers,
@@ -187,7 +194,8 @@ sp_stage_model *sp_stage_model_llama(const sp_llama_shape *l, int nstages)
         sp_set_error(SP_ERR_ARG, "Llama shape: %s", why);
         return NULL;
     }
-    double N = (double)l->batch * l->context, C = l->channels, T = l->context, V = l->vocab;
+    double N = (double)l->batch * l->context, C = l->channels, T = l->context;
+    double V = (double)sp_padded_vocab(l->vocab, SP_VOCAB_PAD, tp);
     double I = l->hidden, kv = (double)l->kv_heads * (l->channels / l->heads);
     double eb = l->elem_bytes > 0 ? l->elem_bytes : 2;
     double prod = 2 * N * C * (2 * C + 2 * kv + 3 * I); /* q, k, v, o, gate, up, down */

@@ -1,5 +1,6 @@
 /* Model builders: GPT-2-style decoder and MLP over the graph API (include/starpipe/models.h). */
 #include "starpipe/models.h"
+#include "starpipe/stages.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -69,13 +70,6 @@ static sp_tensor split(sp_graph *g, const char *fmt, int l, int64_t d0, int64_t 
     snprintf(name, sizeof name, fmt, l);
     int64_t shape[2] = { d0, d1 };
     return sp_param_split(g, name, d1 > 0 ? 2 : 1, shape, dim, init, std);
-}
-
-/* The padded vocabulary: vocab rounded up to a multiple of pad x T (pad 0: vocab). */
-static int64_t padded_vocab(int vocab, int pad, int T)
-{
-    const int64_t m = (int64_t)(pad > 0 ? pad : 1) * (pad > 0 ? T : 1);
-    return ((int64_t)vocab + m - 1) / m * m;
 }
 
 /* p with its rows from `valid` on marked as padding (a failure propagates as the graph's
@@ -156,7 +150,7 @@ sp_graph *sp_model_gpt(const sp_gpt_config *c, sp_status *status)
     sp_graph *g = new_model("sp_model_gpt", st, c ? c->tensor : 0, c ? c->tensor_rank : 0, status);
     if (!g) return NULL;
     const int64_t B = c->batch, Tc = c->context, C = c->channels, V = c->vocab;
-    const int64_t Vp = padded_vocab(c->vocab, c->vocab_pad, T);
+    const int64_t Vp = sp_padded_vocab(c->vocab, c->vocab_pad, T);
     const int64_t H = c->heads, hs = C / H;
     const float std = 0.02f, std_res = 0.02f / sqrtf(2.0f * c->layers);
     sp_tensor tokens = sp_input_i32(g, "tokens", 2, (int64_t[]){ B, Tc });
@@ -245,7 +239,7 @@ sp_graph *sp_model_llama(const sp_llama_config *c, sp_status *status)
     sp_graph *g = new_model("sp_model_llama", st, c ? c->tensor : 0, c ? c->tensor_rank : 0, status);
     if (!g) return NULL;
     const int64_t B = c->batch, Tc = c->context, C = c->channels, V = c->vocab;
-    const int64_t Vp = padded_vocab(c->vocab, c->vocab_pad, T);
+    const int64_t Vp = sp_padded_vocab(c->vocab, c->vocab_pad, T);
     const int64_t H = c->heads, KV = c->kv_heads, G = H / KV, hs = C / H, I = c->hidden;
     const float theta = c->rope_theta != 0 ? c->rope_theta : 10000.0f;
     const float std = 0.02f, std_res = 0.02f / sqrtf(2.0f * c->layers);

@@ -131,13 +131,13 @@ static int sched_fits(const ctx *c, int k, int P, int m, int v)
     }
 }
 
-/* The tensor degrees the model splits: T divides what the apps split by T. */
+/* The tensor degrees the model splits: T divides what the apps split by T (the vocabulary
+ * is padded to a multiple of T, sp_padded_vocab). */
 static int splits(const ctx *c, int T)
 {
-    if (c->cfg->gpt)
-        return c->cfg->gpt->channels % T == 0 && c->heads % T == 0 && c->cfg->gpt->vocab % T == 0;
+    if (c->cfg->gpt) return c->cfg->gpt->channels % T == 0 && c->heads % T == 0;
     const sp_llama_shape *l = c->cfg->llama;
-    return l->kv_heads % T == 0 && l->hidden % T == 0 && l->vocab % T == 0;
+    return l->kv_heads % T == 0 && l->hidden % T == 0;
 }
 
 /* Cut number k of L layers into S stages: k's layers off the first and the last stage,

@@ -6,6 +6,7 @@
 #define STARPIPE_STAGES_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -111,12 +112,19 @@ typedef struct {
 sp_stage_model *sp_stage_model_chain(int n, double f, double b, double w, size_t bytes);
 void sp_stage_model_free(sp_stage_model *m);
 
+/* The vocabulary padded as Megatron pads it (make-vocab-size-divisible-by): vocab rounded
+ * up to a multiple of pad x tp (pad <= 0: vocab itself). The models' (models.h vocab_pad)
+ * and the planner's: the apps pad with SP_VOCAB_PAD, and so do the stage models below. */
+int64_t sp_padded_vocab(int64_t vocab, int pad, int tp);
+#define SP_VOCAB_PAD 128
+
 /* A GPT's stages from its shape alone, for planning at scales that cannot run here
  * (docs/scaling.md): `layers` transformer blocks of `channels` (pre-LayerNorm, 4x MLP,
  * full attention over `context` tokens), `batch` sequences per microbatch, vocabulary
  * `vocab`, cut into nstages stages of layers / nstages blocks (the remainder to the first
  * stages); stage 0 also holds the token and position embeddings, the last stage the
- * final LayerNorm and the (untied) output head. Per microbatch of N = batch x context
+ * final LayerNorm and the (untied) output head; V below is the vocabulary padded to a
+ * multiple of SP_VOCAB_PAD x T (sp_padded_vocab), as the apps run it. Per microbatch of N = batch x context
  * tokens and a block of C channels: F = 24 N C^2 + 4 N T C FLOPs, B = 24 N C^2 + 8 N T C,
  * W = 24 N C^2; the head adds 2 N C V to each. Costs are FLOPs / device_flops; activations
  * saved per block 34 N C x elem_bytes / 2 (Megatron's count with attention recomputed by a
