@@ -32,9 +32,10 @@ json.dump({"model": {"type": "BPE", "vocab": vocab, "merges": []},
            "added_tokens": [{"id": 0, "content": "<|endoftext|>", "special": True}],
            "decoder": {"type": "ByteLevel"}}, open(sys.argv[1], "w"))
 EOF
-sample() { # OUT [flags]: the sample's lines (after the header) of a run
+sample() { # OUT [flags]: the sample (its header and text) of a run: the end of its
+  # stdout (what StarPU or MPI print at shutdown goes to stderr)
   out=$1; shift
-  "$@" >"$dir/log" 2>&1 || fail "$*"
+  "$@" >"$dir/log" 2>"$dir/err" || { cat "$dir/err" >>"$dir/log"; fail "$*"; }
   sed -n '/^sample (/,$p' "$dir/log" >"$out"
   [ -s "$out" ] || fail "no sample in the output of $*"
 }
