@@ -29,12 +29,19 @@ try:
 except ImportError as e:
     print(f"skipped: {e}")
     sys.exit(77)
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_check import failed, finish, hf_logits  # noqa: E402
+from hf_check import compare as compare_tol, starpipe_logits as logits_of  # noqa: E402
 
 torch.manual_seed(0)
 torch.set_num_threads(1)
 CONFIGS = [dict(V=256, T=16, L=2, H=4, C=32), dict(V=300, T=12, L=3, H=2, C=16)]
 TOL = 1e-5
-failed = []
+
+
+def compare(what, mine, model, c):
+    compare_tol(what, mine, model, c, TOL)
 
 
 def hf_model(c, init_std=0.02):
@@ -46,40 +53,8 @@ def hf_model(c, init_std=0.02):
     return GPT2LMHeadModel(cfg).float().eval()
 
 
-def tokens_of(c):
-    k = np.arange(3 * c["T"], dtype=np.int64)
-    return ((k * 37 + 11) % c["V"]).astype(np.int32).reshape(3, c["T"])
-
-
 def starpipe_logits(tool, path, c, d):
-    tok = tokens_of(c)
-    tok.tofile(os.path.join(d, "tokens.bin"))
-    out = os.path.join(d, "logits.bin")
-    args = [tool, "gpt", path, os.path.join(d, "tokens.bin"), out] + [
-        str(c[k]) for k in ("V", "T", "L", "H", "C")]
-    r = subprocess.run(args, capture_output=True, text=True)
-    if r.returncode:
-        failed.append(f"hf_logits on {path}: {r.stderr.strip()}")
-        return None
-    return np.fromfile(out, dtype=np.float32).reshape(3, c["T"], c["V"])
-
-
-def hf_logits(model, c):
-    with torch.no_grad():
-        return model(torch.tensor(tokens_of(c), dtype=torch.long)).logits.float().numpy()
-
-
-def compare(what, mine, model, c):
-    if mine is None:
-        return
-    ref = hf_logits(model, c)
-    err = float(np.max(np.abs(mine - ref)))
-    scale = float(np.max(np.abs(ref)))
-    print(f"{what}: logits within {err:.2e} of transformers' (largest |logit| {scale:.3g})")
-    if not err <= TOL * max(scale, 1.0):
-        failed.append(f"{what}: logits differ from transformers' by {err:.3g}")
-    if float(np.std(ref)) < 1e-3:
-        failed.append(f"{what}: logits nearly constant ({np.std(ref):.2g}): too weak a check")
+    return logits_of(tool, "gpt", ("V", "T", "L", "H", "C"), path, c, d)
 
 
 def strict_load(model, sd, tag):
@@ -154,9 +129,7 @@ def main():
                                capture_output=True, text=True)
             if r.returncode or "step 1 loss" not in r.stdout:
                 failed.append(f"{tag}: starpipe-gpt --init {path}: {r.stderr.strip()}")
-    for f in failed:
-        print("FAIL:", f)
-    return 1 if failed else 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -20,13 +20,15 @@ import sys
 import tempfile
 
 try:
-    import numpy as np
     import torch
     from safetensors import safe_open
     from transformers import LlamaConfig, LlamaForCausalLM
 except ImportError as e:
     print(f"skipped: {e}")
     sys.exit(77)
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_check import compare, failed, finish, starpipe_logits as logits_of  # noqa: E402
 
 torch.manual_seed(0)
 torch.set_num_threads(1)
@@ -34,7 +36,11 @@ CONFIGS = [
     dict(V=256, T=16, L=2, H=4, KV=2, C=32, I=64, theta=10000.0),
     dict(V=256, T=12, L=3, H=2, KV=2, C=16, I=40, theta=100.0),
 ]
-failed = []
+KEYS = ("V", "T", "L", "H", "KV", "C", "I", "theta")
+
+
+def starpipe_logits(tool, path, c, d):
+    return logits_of(tool, "llama", KEYS, path, c, d)
 
 
 def hf_model(c, init_std=0.02):
@@ -48,38 +54,6 @@ def hf_model(c, init_std=0.02):
         cfg.rope_parameters["rope_theta"] = c["theta"]
     cfg._attn_implementation = "eager"
     return LlamaForCausalLM(cfg).float().eval()
-
-
-def tokens_of(c):
-    k = np.arange(3 * c["T"], dtype=np.int64)
-    return ((k * 37 + 11) % c["V"]).astype(np.int32).reshape(3, c["T"])
-
-
-def starpipe_logits(tool, path, c, d):
-    tok = tokens_of(c)
-    tok.tofile(os.path.join(d, "tokens.bin"))
-    out = os.path.join(d, "logits.bin")
-    args = [tool, "llama", path, os.path.join(d, "tokens.bin"), out] + [
-        str(c[k]) for k in ("V", "T", "L", "H", "KV", "C", "I", "theta")]
-    r = subprocess.run(args, capture_output=True, text=True)
-    if r.returncode:
-        failed.append(f"hf_logits on {path}: {r.stderr.strip()}")
-        return None
-    return np.fromfile(out, dtype=np.float32).reshape(3, c["T"], c["V"])
-
-
-def compare(what, mine, model, c):
-    if mine is None:
-        return
-    with torch.no_grad():
-        ref = model(torch.tensor(tokens_of(c), dtype=torch.long)).logits.float().numpy()
-    err = float(np.max(np.abs(mine - ref)))
-    scale = float(np.max(np.abs(ref)))
-    print(f"{what}: logits within {err:.2e} of transformers' (largest |logit| {scale:.3g})")
-    if not err <= 1e-4 * max(scale, 1.0):
-        failed.append(f"{what}: logits differ from transformers' by {err:.3g}")
-    if float(np.std(ref)) < 1e-3:
-        failed.append(f"{what}: logits nearly constant ({np.std(ref):.2g}): too weak a check")
 
 
 def main():
@@ -105,7 +79,8 @@ def main():
             except RuntimeError as e:
                 failed.append(f"{tag}: transformers refuses starpipe's checkpoint: {e}")
                 continue
-            compare(f"{tag}, starpipe's checkpoint", starpipe_logits(tool, ck, c, d), model, c)
+            compare(f"{tag}, starpipe's checkpoint", starpipe_logits(tool, ck, c, d), model, c,
+                    1e-4)
             # 2. transformers -> starpipe, float32 then bfloat16
             src = hf_model(c, init_std=0.2)
             for dtype in (torch.float32, torch.bfloat16):
@@ -115,15 +90,13 @@ def main():
                 widened = hf_model(c)
                 widened.load_state_dict({k: v.float() for k, v in src.state_dict().items()})
                 compare(f"{tag}, transformers' {dtype} file", starpipe_logits(tool, path, c, d),
-                        widened, c)
+                        widened, c, 1e-4)
             src.float()
             r = subprocess.run([app, "--reference", "--steps", "1", "--init", path] + flags,
                                capture_output=True, text=True)
             if r.returncode or "step 1 loss" not in r.stdout:
                 failed.append(f"{tag}: starpipe-llama --init {path}: {r.stderr.strip()}")
-    for f in failed:
-        print("FAIL:", f)
-    return 1 if failed else 0
+    return finish()
 
 
 if __name__ == "__main__":

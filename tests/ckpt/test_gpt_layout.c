@@ -8,34 +8,11 @@
  * with transformers itself where torch is installed. */
 #include "apps/checkpoint.h"
 #include "ck.h"
+#include "param_store.h"
 #include "starpipe/models.h"
 
 static sp_gpt_config cfg = { .vocab = 16, .context = 4, .layers = 2, .heads = 2,
                              .channels = 8, .batch = 1, .stages = 1 };
-static sp_graph *g;
-static float *store[64][4]; /* [param][what] */
-static int nsets;
-
-static int index_of(sp_tensor p)
-{
-    for (int i = 0; i < sp_graph_num_params(g); i++)
-        if (sp_graph_param(g, i) == p) return i;
-    REQUIRE(0, "tensor %d is not a parameter", (int)p);
-    return -1;
-}
-static sp_status get(void *ctx, sp_tensor p, int what, float *dst)
-{
-    (void)ctx;
-    memcpy(dst, store[index_of(p)][what], 4 * (size_t)sp_param_whole_numel(g, p));
-    return SP_OK;
-}
-static sp_status set(void *ctx, sp_tensor p, int what, const float *src)
-{
-    (void)ctx;
-    nsets++;
-    memcpy(store[index_of(p)][what], src, 4 * (size_t)sp_param_whole_numel(g, p));
-    return SP_OK;
-}
 static int layout(const void *ctx, const sp_graph *gr, sp_tensor p, ckpt_piece *pc)
 {
     (void)ctx;
