@@ -519,6 +519,30 @@ static __device__ __forceinline__ void ab_c_to_a(uint32_t a[4], const float lo[4
     a[0] = sp_bf16x2(lo[0], lo[1]), a[1] = sp_bf16x2(lo[2], lo[3]);
     a[2] = sp_bf16x2(hi[0], hi[1]), a[3] = sp_bf16x2(hi[2], hi[3]);
 }
+/* One step k0 = 16 kk of a warp's scores s (16 rows against NT 8-row groups of tile t
+ * from row n0): s += a t^T over those 16 head columns, a the rows' A fragment. */
+template <int NT>
+static __device__ __forceinline__ void ab_scores_step(float s[NT][4], const uint32_t a[4],
+                                                      const ab_tile *t, int n0, int kk)
+{
+    static_assert(NT % 2 == 0, "B fragments come in pairs of 8-column tiles");
+#pragma unroll
+    for (int j = 0; j < NT; j += 2) {
+        uint32_t bf[4];
+        ab_load_bt2(bf, t, n0 + 8 * j, 16 * kk);
+        sp_mma_bf16(s[j], a, bf, s[j]);
+        sp_mma_bf16(s[j + 1], a, bf + 2, s[j + 1]);
+    }
+}
+template <int NT> static __device__ __forceinline__ void ab_zero(float s[NT][4])
+{
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            s[j][i] = 0.0f;
+}
+
 /* A warp's 16 rows of scores against NT 8-row groups of a tile from row n0: s = qa t^T
  * over the head columns (qa: the rows' A fragments, n16 of them), every chain in
  * ascending k. */
@@ -526,22 +550,11 @@ template <int NT>
 static __device__ __forceinline__ void ab_scores(float s[NT][4], const uint32_t qa[AB_HD / 16][4],
                                                  const ab_tile *t, int n0, int n16)
 {
-    static_assert(NT % 2 == 0, "B fragments come in pairs of 8-column tiles");
-#pragma unroll
-    for (int j = 0; j < NT; j++)
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            s[j][i] = 0.0f;
+    ab_zero<NT>(s);
 #pragma unroll
     for (int kk = 0; kk < AB_HD / 16; kk++)
         if (kk < n16)
-#pragma unroll
-            for (int j = 0; j < NT; j += 2) {
-                uint32_t bf[4];
-                ab_load_bt2(bf, t, n0 + 8 * j, 16 * kk);
-                sp_mma_bf16(s[j], qa[kk], bf, s[j]);
-                sp_mma_bf16(s[j + 1], qa[kk], bf + 2, s[j + 1]);
-            }
+            ab_scores_step<NT>(s, qa[kk], t, n0, kk);
 }
 
 /* The same with the rows' A fragments read from tile a (rows r0..r0 + 15) as they are
@@ -550,24 +563,13 @@ template <int NT>
 static __device__ __forceinline__ void ab_scores(float s[NT][4], const ab_tile *a, int r0,
                                                  const ab_tile *t, int n0, int n16)
 {
-    static_assert(NT % 2 == 0, "B fragments come in pairs of 8-column tiles");
-#pragma unroll
-    for (int j = 0; j < NT; j++)
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            s[j][i] = 0.0f;
+    ab_zero<NT>(s);
 #pragma unroll
     for (int kk = 0; kk < AB_HD / 16; kk++)
         if (kk < n16) {
             uint32_t qa[4];
             ab_load_a(qa, a, r0, 16 * kk);
-#pragma unroll
-            for (int j = 0; j < NT; j += 2) {
-                uint32_t bf[4];
-                ab_load_bt2(bf, t, n0 + 8 * j, 16 * kk);
-                sp_mma_bf16(s[j], qa, bf, s[j]);
-                sp_mma_bf16(s[j + 1], qa, bf + 2, s[j + 1]);
-            }
+            ab_scores_step<NT>(s, qa, t, n0, kk);
         }
 }
 

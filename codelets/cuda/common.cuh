@@ -145,27 +145,28 @@ static __device__ __forceinline__ void sp_mma_bf16(float d[4], const uint32_t a[
  * .trans) loads per lane. Lane 8 i + j passes row j of matrix i (16-byte aligned); lane
  * 4 groupID + tig gets r[i] = matrix i's (groupID, 2 tig | 2 tig + 1), or with .trans the
  * transposed matrix's. Every lane of the warp, converged. */
-static __device__ __forceinline__ void sp_ldmatrix_x4(uint32_t r[4], const void *row)
+template <int TRANS>
+static __device__ __forceinline__ void sp_ldmatrix_x4_of(uint32_t r[4], const void *row)
 {
 #ifdef SP_EMU_SIMT
-    sp_emu_ldmatrix(r, 4, 0, row);
+    sp_emu_ldmatrix(r, 4, TRANS, row);
 #else
     const unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 #endif
+}
+static __device__ __forceinline__ void sp_ldmatrix_x4(uint32_t r[4], const void *row)
+{
+    sp_ldmatrix_x4_of<0>(r, row);
 }
 static __device__ __forceinline__ void sp_ldmatrix_x4_trans(uint32_t r[4], const void *row)
 {
-#ifdef SP_EMU_SIMT
-    sp_emu_ldmatrix(r, 4, 1, row);
-#else
-    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-#endif
+    sp_ldmatrix_x4_of<1>(r, row);
 }
 
 /* Binds the handle to the stream (only when it differs: cublasSetStream also resets a
