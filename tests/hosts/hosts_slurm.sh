@@ -12,11 +12,8 @@
 #      requeues the job (its run failed after a checkpoint), slurmctld marks node 1 down,
 #      and the requeued job, given one node (scontrol update NumNodes=1 NumTasks=1),
 #      resumes there and ends with the reference's bytes; no rank is left on either host.
-# (One task per node in 2: with two per node, 4 ranks of 2 hosts share this machine's 2
-# cores, and under srun a step of this model took 2-7 s, against 3 ms with one rank per
-# host and 5-10 ms for the same 4 ranks under scripts/hosts' mpirun. Not found why: the
-# ranks' StarPU-MPI threads spin in MPI_Test, which yields under srun. Not a cluster's
-# case: a node's ranks have cores of their own.)
+# (One task per node in 2. Each host has a core of its own; two tasks of one node would
+# share it.)
 # Exit 77 where namespaces cannot be made or Slurm is missing.
 set -uo pipefail
 apps=$(cd "$1" && pwd)
@@ -24,7 +21,13 @@ here=$(dirname "$0")
 source "$here/cluster.sh"
 source "$here/../slurm/slurm_lib.sh"
 trap 'exit 1' INT TERM
-cluster_up 2
+# each host a core of its own, as a cluster's nodes have theirs (its slurmd, and so its
+# jobs' ranks, confined to it): with every core on both hosts, each node's rank took the
+# machine for its own and both bound their StarPU-MPI threads to the same core, where
+# the two threads' polling left one of them without the core for seconds at a time
+# (steps of 25 ms that took 3-33 s, a message "sent" and not received within
+# STARPIPE_STEP_TIMEOUT: the stalls this test met in CI)
+cluster_up 2 1
 rmdir "$dir" # (its scratch folder: Slurm's is the one used)
 slurm_prepare
 trap 'slurm_cleanup; cluster_down' EXIT
@@ -41,7 +44,8 @@ slurm_conf "$(hostname -s)" "$net.254" "$cluster/local" \
 slurm_start slurmctld -D -i -f "$dir/slurm.conf"
 for i in 0 1; do
   mkdir -p "$dir/spool-$name-node$i"
-  slurm_start "$root/scripts/hosts" exec "$cluster" $i slurmd -D -N "$name-node$i" -f "$dir/slurm.conf"
+  slurm_start "$root/scripts/hosts" exec "$cluster" $i taskset -c "$(cat "$cluster/cpus$i")" \
+    slurmd -D -N "$name-node$i" -f "$dir/slurm.conf"
 done
 slurm_wait_idle 2
 echo "Slurm up in $(ms "$t0") ms: nodes $name-node0 and $name-node1 ($cpus CPUs each), slurmctld at $net.254"
