@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# bench/hosts_links.sh [--quick] [--tcp-tuned] [BUILD]: the planner against links like a
-# cluster's. --tcp-tuned: Open MPI's TCP eager limits and largest fragment at 129 KiB and
-# 1 MiB socket buffers (bench/README.md, "Links between hosts": a 64 KiB message then goes
-# eager; not the runtime's default). Two
+# bench/hosts_links.sh [--quick] [--tcp-defaults] [BUILD]: the planner against links like
+# a cluster's. The runtime tunes Open MPI's TCP (eager limits and largest fragment at
+# 129 KiB, 1 MiB socket buffers: a 64 KiB message goes eager; README, "Open MPI over TCP,
+# tuned"); --tcp-defaults gives mpirun Open MPI's own values instead (64 KiB, 128 KiB,
+# the kernel's buffers), for the comparison in bench/README.md. Two
 # hosts on this machine (scripts/hosts, as root), one rank each, so that every pipeline
 # message crosses the hosts' link; the link shaped by tc's token bucket (tbf) to each
 # setting in turn, both ways, the ranks of a host untouched. A run on the unshaped link
@@ -13,14 +14,12 @@
 # fresh profile; the table gives the medians of the rounds. Exit 77 where hosts or tc
 # cannot be made.
 set -euo pipefail
-quick=0 tuned=()
+quick=0 mca=()
 [[ ${1:-} == --quick ]] && { quick=1; shift; }
-if [[ ${1:-} == --tcp-tuned ]]; then
+if [[ ${1:-} == --tcp-defaults ]]; then
     shift
-    for p in btl_tcp_eager_limit btl_tcp_rndv_eager_limit btl_tcp_max_send_size; do
-        tuned+=(--mca "$p" 132096)
-    done
-    tuned+=(--mca btl_tcp_sndbuf 1048576 --mca btl_tcp_rcvbuf 1048576)
+    mca=(--mca btl_tcp_eager_limit 65536 --mca btl_tcp_rndv_eager_limit 65536
+           --mca btl_tcp_max_send_size 131072 --mca btl_tcp_sndbuf 0 --mca btl_tcp_rcvbuf 0)
 fi
 BUILD=${1:-build}
 app=$BUILD/apps/starpipe-gpt
@@ -40,7 +39,7 @@ trap '"$root/scripts/hosts" down "$cluster"; rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 run() { # the app on 2 hosts, one rank each
     # shellcheck disable=SC2086
-    timeout 600 "$cluster/mpirun" -np 2 --map-by node ${tuned[@]+"${tuned[@]}"} "$app" \
+    timeout 600 "$cluster/mpirun" -np 2 --map-by node ${mca[@]+"${mca[@]}"} "$app" \
         --steps "$steps" $args "$@"
 }
 bytes_per_s() { # tc's rate as bytes per second

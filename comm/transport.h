@@ -143,5 +143,8 @@ sp_status sp_comm_mpi_error(const char *file, int line, const char *call, int rc
  * and from a private copy to another node. */
 #define SP_COMM_EAGER_BYTES 131072
 #define SP_COMM_EAGER_LIMIT (SP_COMM_EAGER_BYTES + 1024)
+/* The TCP sockets' buffers asked of Open MPI (btl_tcp_sndbuf, _rcvbuf): room for a few
+ * eager messages in flight, so that the kernel takes each whole at once. */
+#define SP_COMM_TCP_SOCKET_BUFFER (1 << 20)
 
 #endif

@@ -184,6 +184,11 @@ int sp_launch_ompi_tuning(const sp_mpi_library *lib, sp_ompi_tuning *t)
     t->btl = five ? "sm" : "vader";
     t->eager_alias = five ? "OMPI_MCA_btl_vader_eager_limit" : NULL;
     t->max_send_alias = five ? "OMPI_MCA_btl_vader_max_send_size" : NULL;
+    t->tcp_eager_limit = "OMPI_MCA_btl_tcp_eager_limit";
+    t->tcp_rndv_eager_limit = "OMPI_MCA_btl_tcp_rndv_eager_limit";
+    t->tcp_max_send_size = "OMPI_MCA_btl_tcp_max_send_size";
+    t->tcp_sndbuf = "OMPI_MCA_btl_tcp_sndbuf";
+    t->tcp_rcvbuf = "OMPI_MCA_btl_tcp_rcvbuf";
     return 1;
 }
 

@@ -68,6 +68,10 @@ typedef struct {
     /* 5.x: the old names, still accepted as synonyms; a user who set one of them made
      * the choice, and the new name must not be set beside it (NULL in 4.x) */
     const char *eager_alias, *max_send_alias;
+    /* the TCP BTL (between hosts; the same names in 4.x and 5.x): its eager limit, the
+     * first fragment of a larger message, its fragment size and its sockets' buffers */
+    const char *tcp_eager_limit, *tcp_rndv_eager_limit, *tcp_max_send_size, *tcp_sndbuf,
+        *tcp_rcvbuf;
 } sp_ompi_tuning;
 
 /* 1 and the names for Open MPI 4.x and 5.x; 0 and all NULL for another MPI or an Open MPI

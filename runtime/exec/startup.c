@@ -148,7 +148,7 @@ static sp_status exec_init(int *argc, char ***argv)
     sp_ompi_tuning tune;
     sp_launch_mpi_library(&mpi);
     int tuned = !up && sp_launch_ompi_tuning(&mpi, &tune);
-    char mpi_line[160];
+    char mpi_line[256];
     if (tuned) {
         /* OpenMPI's polling never yields the core unless the node is oversubscribed, and
          * StarPU-MPI's progress thread polls while any request is pending: on a rank with
@@ -175,10 +175,27 @@ static sp_status exec_init(int *argc, char ***argv)
             setenv(tune.eager_limit, eager, 0);
         if (!tune.max_send_alias || !getenv(tune.max_send_alias))
             setenv(tune.max_send_size, eager, 0);
+        /* Between hosts the same messages go over TCP, whose eager limit is 64 KB with
+         * the header: a 64 KB activation went by rendezvous, its first fragment answered
+         * by the receiver's progress thread and the rest sent by the sender's, each when
+         * it next got its core; raised alone, a 64 KB write did not fit the socket's
+         * default buffer and waited for the sender's progress. Eager up to the same
+         * limit, into buffers that take a whole message, the kernel carries it without
+         * either rank: a 2-actor step between 2 hosts with a core each, 32.3 ms and
+         * 1.39x its bound with instant messages, took 24.3 ms and 1.05x
+         * (bench/README.md, "Links between hosts"). */
+        setenv(tune.tcp_eager_limit, eager, 0);
+        setenv(tune.tcp_rndv_eager_limit, eager, 0);
+        setenv(tune.tcp_max_send_size, eager, 0); /* its default, 128 KB, is below */
+        char sockbuf[32];
+        snprintf(sockbuf, sizeof sockbuf, "%d", SP_COMM_TCP_SOCKET_BUFFER);
+        setenv(tune.tcp_sndbuf, sockbuf, 0);
+        setenv(tune.tcp_rcvbuf, sockbuf, 0);
         const char *lim = getenv(tune.eager_limit);
         if (!lim && tune.eager_alias) lim = getenv(tune.eager_alias);
-        snprintf(mpi_line, sizeof mpi_line, "%s tuned (%s eager limit %s B)", mpi.name,
-                 tune.btl, lim ? lim : "?");
+        snprintf(mpi_line, sizeof mpi_line, "%s tuned (%s eager limit %s B; tcp eager limit "
+                 "%s B, socket buffers %s B)", mpi.name, tune.btl, lim ? lim : "?",
+                 getenv(tune.tcp_eager_limit), getenv(tune.tcp_sndbuf));
     } else {
         snprintf(mpi_line, sizeof mpi_line, "%s left as it is (%s)", mpi.name,
                  up ? "started before starpipe" : "not Open MPI 4 or 5");

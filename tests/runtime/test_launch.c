@@ -209,8 +209,13 @@ static void library(void)
               !strcmp(t.yield_when_idle, "OMPI_MCA_mpi_yield_when_idle") &&
               !strcmp(t.eager_limit, "OMPI_MCA_btl_vader_eager_limit") &&
               !strcmp(t.max_send_size, "OMPI_MCA_btl_vader_max_send_size") &&
-              !strcmp(t.btl, "vader") && !t.eager_alias && !t.max_send_alias,
-          "4.x: vader's names");
+              !strcmp(t.btl, "vader") && !t.eager_alias && !t.max_send_alias &&
+              !strcmp(t.tcp_eager_limit, "OMPI_MCA_btl_tcp_eager_limit") &&
+              !strcmp(t.tcp_rndv_eager_limit, "OMPI_MCA_btl_tcp_rndv_eager_limit") &&
+              !strcmp(t.tcp_max_send_size, "OMPI_MCA_btl_tcp_max_send_size") &&
+              !strcmp(t.tcp_sndbuf, "OMPI_MCA_btl_tcp_sndbuf") &&
+              !strcmp(t.tcp_rcvbuf, "OMPI_MCA_btl_tcp_rcvbuf"),
+          "4.x: vader's names, tcp's");
 
     sp_launch_parse_mpi(ompi503, &lib);
     CHECK(lib.open_mpi && lib.major == 5 && lib.minor == 0 && lib.release == 3 &&
@@ -220,8 +225,10 @@ static void library(void)
               !strcmp(t.eager_limit, "OMPI_MCA_btl_sm_eager_limit") &&
               !strcmp(t.max_send_size, "OMPI_MCA_btl_sm_max_send_size") &&
               !strcmp(t.btl, "sm") && !strcmp(t.eager_alias, "OMPI_MCA_btl_vader_eager_limit") &&
-              !strcmp(t.max_send_alias, "OMPI_MCA_btl_vader_max_send_size"),
-          "5.x: sm's names, vader's as the aliases a user may have set");
+              !strcmp(t.max_send_alias, "OMPI_MCA_btl_vader_max_send_size") &&
+              !strcmp(t.tcp_eager_limit, "OMPI_MCA_btl_tcp_eager_limit") &&
+              !strcmp(t.tcp_sndbuf, "OMPI_MCA_btl_tcp_sndbuf"),
+          "5.x: sm's names, vader's as the aliases a user may have set, tcp's");
     sp_launch_parse_mpi(ompi5rc, &lib);
     CHECK(lib.open_mpi && lib.major == 5 && lib.release == 0 && sp_launch_ompi_tuning(&lib, &t),
           "5.0.0rc12: '%s'", lib.name);
