@@ -25,7 +25,7 @@ trap 'exit 1' INT TERM
 # jobs' ranks, confined to it): with every core on both hosts, each node's rank took the
 # machine for its own and both bound their StarPU-MPI threads to the same core, where
 # the two threads' polling left one of them without the core for seconds at a time
-# (steps of 25 ms that took 3-33 s, a message "sent" and not received within
+# (steps of 3-5 ms that took up to 33 s, a message "sent" and not received within
 # STARPIPE_STEP_TIMEOUT: the stalls this test met in CI)
 cluster_up 2 1
 rmdir "$dir" # (its scratch folder: Slurm's is the one used)
@@ -34,7 +34,7 @@ trap 'slurm_cleanup; cluster_down' EXIT
 t0=$(date +%s%N)
 gpt=$apps/starpipe-gpt
 net=$(sed -n '1s/\.[0-9]* .*//p' "$cluster/hostfile")
-cpus=$(nproc)
+cpus=$(nproc) # Slurm's count per node (room for 2 tasks; they share the host's core)
 # a node is down after 30 s of silence (Slurm's default: 300 s), after the ranks' own
 # STARPIPE_STEP_TIMEOUT has named it (else slurmstepd cancels them first)
 slurmd_timeout=30
