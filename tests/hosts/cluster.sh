@@ -1,7 +1,8 @@
 # Sourced by the tests of this folder: cluster_up N [K] makes a cluster of N hosts
 # (scripts/hosts; K: each host K cores of its own) and sets root, dir (a scratch folder),
-# cluster (its directory) and name (its prefix); exits 77 where namespaces cannot be made. On exit, whatever runs on the
-# hosts is thawed and killed, the hosts removed and the scratch folder too.
+# cluster (its directory) and name (its prefix); exits 77 where namespaces cannot be
+# made. On exit, whatever runs on the hosts is thawed and killed, the hosts removed and
+# the scratch folder too.
 cluster_up() {
     local n=$1 k=${2:-} rc=0
     root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
