@@ -21,12 +21,13 @@ here=$(dirname "$0")
 source "$here/cluster.sh"
 source "$here/../slurm/slurm_lib.sh"
 trap 'exit 1' INT TERM
-# each host a core of its own, as a cluster's nodes have theirs (its slurmd, and so its
-# jobs' ranks, confined to it): with every core on both hosts, each node's rank took the
-# machine for its own and both bound their StarPU-MPI threads to the same core, where
-# the two threads' polling left one of them without the core for seconds at a time
-# (steps of 3-5 ms that took up to 33 s, a message "sent" and not received within
-# STARPIPE_STEP_TIMEOUT: the stalls this test met in CI)
+# each host a core of its own, as a cluster's nodes have theirs (its slurmd started
+# there by scripts/hosts exec, and so its jobs' ranks, confined to it): with every core
+# on both hosts, each node's rank took the machine for its own and both bound their
+# StarPU-MPI threads to the same core, where the two threads' polling left one of them
+# without the core for seconds at a time (steps of 3-5 ms that took up to 33 s, a
+# message "sent" and not received within STARPIPE_STEP_TIMEOUT: the stalls this test met
+# in CI)
 cluster_up 2 1
 rmdir "$dir" # (its scratch folder: Slurm's is the one used)
 slurm_prepare
@@ -44,8 +45,7 @@ slurm_conf "$(hostname -s)" "$net.254" "$cluster/local" \
 slurm_start slurmctld -D -i -f "$dir/slurm.conf"
 for i in 0 1; do
   mkdir -p "$dir/spool-$name-node$i"
-  slurm_start "$root/scripts/hosts" exec "$cluster" $i taskset -c "$(cat "$cluster/cpus$i")" \
-    slurmd -D -N "$name-node$i" -f "$dir/slurm.conf"
+  slurm_start "$root/scripts/hosts" exec "$cluster" $i slurmd -D -N "$name-node$i" -f "$dir/slurm.conf"
 done
 slurm_wait_idle 2
 echo "Slurm up in $(ms "$t0") ms: nodes $name-node0 and $name-node1 ($cpus CPUs each), slurmctld at $net.254"
