@@ -52,11 +52,14 @@ static inline v4sf fma_portable(v4sf acc, float x, v4sf b)
 #define GK_NV 2
 #include "codelets/cpu/gemm_kernel.h"
 
+/* 8 rows, not 12: on a Zen 4 core the 8 x 32 tile ran the GPT-2 block's products 2-4%
+ * faster at 2048 rows and up to 10% at 64 (where 12 rows compute 72), same bits
+ * (bench/README.md, "Small microbatches"). */
 #define GK_NAME kernel_avx512
 #define GK_ATTR SP_NOFMA __attribute__((target("avx512f")))
 #define GK_FMA(acc, x, b) ((v)_mm512_fmadd_ps(_mm512_set1_ps(x), (__m512)(b), (__m512)(acc)))
 #define GK_VB 64
-#define GK_MR 12
+#define GK_MR 8
 #define GK_NV 2
 #include "codelets/cpu/gemm_kernel.h"
 
@@ -85,7 +88,7 @@ static const gemm_path paths[SP_GEMM_NPATHS] = {
     [SP_GEMM_PORTABLE] = { "portable", { kernel_portable, 4, 8 }, { NULL, 0, 0 } },
 #ifdef SP_GEMM_X86
     [SP_GEMM_AVX2] = { "avx2", { kernel_avx2, 6, 16 }, { NULL, 0, 0 } },
-    [SP_GEMM_AVX512] = { "avx512f", { kernel_avx512, 12, 32 }, { kernel_avx512_narrow, 24, 16 } },
+    [SP_GEMM_AVX512] = { "avx512f", { kernel_avx512, 8, 32 }, { kernel_avx512_narrow, 24, 16 } },
 #else
     [SP_GEMM_AVX2] = { "avx2", { NULL, 0, 0 }, { NULL, 0, 0 } },
     [SP_GEMM_AVX512] = { "avx512f", { NULL, 0, 0 }, { NULL, 0, 0 } },
@@ -253,6 +256,36 @@ static void pack_panel(float *restrict bp, int NR, const float *restrict b, int6
                 bp[(int64_t)k * NR + j] = 0.0f;
 }
 
+/* Memory the loops read next (rows of lines `stride` bytes apart: b's next panel),
+ * prefetched a few lines before each tile: a weight that one small microbatch uses
+ * comes from memory once, in rows too short or too far apart for the hardware
+ * prefetchers to follow. +2-5% on GPT-2 124M's products at 64-256 rows (bench/README.md,
+ * "Small microbatches"). */
+typedef struct {
+    const char *row;
+    int64_t stride;
+    int lines_per_row, line, left;
+} prefetch_stream;
+
+static void stream_start(prefetch_stream *s, const float *p, int64_t stride_floats, int rows,
+                         int floats)
+{
+    const uintptr_t a = (uintptr_t)p & ~(uintptr_t)63;
+    const int lines = (int)(((uintptr_t)(p + floats) - a + 63) / 64);
+    *s = (prefetch_stream){ (const char *)a, stride_floats * 4, lines, 0, rows * lines };
+}
+
+static void stream_fetch(prefetch_stream *s, int lines)
+{
+    for (; lines > 0 && s->left > 0; lines--, s->left--) {
+        __builtin_prefetch(s->row + (int64_t)s->line * 64, 0, 2);
+        if (++s->line == s->lines_per_row) {
+            s->line = 0;
+            s->row += s->stride;
+        }
+    }
+}
+
 /* The blocked loops. B comes packed (bpk: panels of depth kp, as sp_gemm_pack writes
  * them) or is packed here, panel by panel, into a stack buffer. */
 static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta, const float *b,
@@ -311,12 +344,26 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
             for (int j0 = 0; j0 < n; j0 += NR) {
                 const int nr = n - j0 < NR ? n - j0 : NR;
                 const float *panel = bp;
+                prefetch_stream next = { 0 }; /* b's next panel */
                 if (bpk)
                     panel = bpk + (int64_t)(j0 / NR) * kp * NR + (int64_t)k0 * NR;
-                else
+                else {
                     pack_panel(bp, NR, b, ldb, tb, k0, kc, j0, nr);
+                    int jn = j0 + NR, kn = k0, kcn = kc;
+                    if (jn >= n && m0 + MC >= m && k0 + KC < k) { /* the next block's first */
+                        jn = 0;
+                        kn = k0 + KC;
+                        kcn = k - kn < KC ? k - kn : KC;
+                    }
+                    const int nrn = n - jn < NR ? n - jn : NR;
+                    if (jn < n)
+                        stream_start(&next, b + (tb ? (int64_t)jn * ldb + kn : (int64_t)kn * ldb + jn),
+                                     ldb, tb ? nrn : kcn, tb ? kcn : nrn);
+                }
+                const int tiles = (mc + MR - 1) / MR, share = (next.left + tiles - 1) / tiles;
                 for (int i0 = m0; i0 < m0 + mc; i0 += MR) {
                     const int mr = m0 + mc - i0 < MR ? m0 + mc - i0 : MR;
+                    stream_fetch(&next, share);
                     const float *ap = apack ? apack + (int64_t)(i0 - m0) * kc
                                             : a + (int64_t)i0 * rsa + (int64_t)k0 * csa;
                     const int64_t *ro = apack ? poff : roff, cs = apack ? MR : csa;

@@ -92,7 +92,7 @@ static void run_case(int M, int Nc, int K, int ta, int tb, uint64_t seed)
 
 /* The contract's exact bits (gemm_impl.h): out[i][j] is the sequential chain of fmaf over
  * k from out (acc) or 0. Sizes past a block of K (256) and of rows (384),
- * tiles of every height (4, 6, 12, 24) and width (8, 16, 32), and the narrow tile. */
+ * tiles of every height (4, 6, 8, 24) and width (8, 16, 32), and the narrow tile. */
 static SP_NOFMA void naive(float *out, const float *a, const float *b, int M, int Nc, int K,
                            int ta, int tb, int acc)
 {
