@@ -14,10 +14,11 @@
 
 #include "codelets/cpu/vec_impl.h"
 
-/* Block sizes: a packed panel of b (KC x NR) stays in L1 while the rows of a stream past
- * it; MC rows of a (MC x KC, 384 KB) stay in L2 while the panels go by. KC also bounds the
- * stack: the panel and an edge tile of c, about 36 KB. */
-#define KC 256
+/* Block sizes: a packed panel of b (kc x NR) stays in L1 (or L2) while the rows of a
+ * stream past it; MC rows of a (MC x kc) stay in L2 while the panels go by. kc is the
+ * tile's (gemm_tile); a panel of up to KC_STACK rows is on the stack (with an edge tile of
+ * c, about 36 KB), a deeper one on the heap. */
+#define KC_STACK 256
 #define MC 384
 #define MR_MAX 24
 #define NR_MAX 32
@@ -75,7 +76,7 @@ static inline v4sf fma_portable(v4sf acc, float x, v4sf b)
 
 typedef struct {
     kernel_fn kernel;
-    int mr, nr;
+    int mr, nr, kc; /* kc: the depth of a block of k */
 } gemm_tile;
 
 /* A path's tile, and optionally a narrow one for products of at most its nr columns. */
@@ -85,13 +86,17 @@ typedef struct {
 } gemm_path;
 
 static const gemm_path paths[SP_GEMM_NPATHS] = {
-    [SP_GEMM_PORTABLE] = { "portable", { kernel_portable, 4, 8 }, { NULL, 0, 0 } },
+    [SP_GEMM_PORTABLE] = { "portable", { kernel_portable, 4, 8, 256 }, { NULL, 0, 0, 0 } },
 #ifdef SP_GEMM_X86
-    [SP_GEMM_AVX2] = { "avx2", { kernel_avx2, 6, 16 }, { NULL, 0, 0 } },
-    [SP_GEMM_AVX512] = { "avx512f", { kernel_avx512, 8, 32 }, { kernel_avx512_narrow, 24, 16 } },
+    [SP_GEMM_AVX2] = { "avx2", { kernel_avx2, 6, 16, 256 }, { NULL, 0, 0, 0 } },
+    /* kc 768, not 256: a GPT-2 width (768) in one block, c loaded and stored once; on a
+     * Zen 4 core (1 MB of L2) the block's products +2-3% at 2048 rows, the head's forward
+     * at 64 rows +15% (bench/README.md, "Small microbatches") */
+    [SP_GEMM_AVX512] = { "avx512f", { kernel_avx512, 8, 32, 768 },
+                         { kernel_avx512_narrow, 24, 16, 256 } },
 #else
-    [SP_GEMM_AVX2] = { "avx2", { NULL, 0, 0 }, { NULL, 0, 0 } },
-    [SP_GEMM_AVX512] = { "avx512f", { NULL, 0, 0 }, { NULL, 0, 0 } },
+    [SP_GEMM_AVX2] = { "avx2", { NULL, 0, 0, 0 }, { NULL, 0, 0, 0 } },
+    [SP_GEMM_AVX512] = { "avx512f", { NULL, 0, 0, 0 }, { NULL, 0, 0, 0 } },
 #endif
 };
 
@@ -304,7 +309,12 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
     const int MR = P->mr, NR = P->nr;
     /* a[i][kk] = a[i * rsa + kk * csa] */
     const int64_t rsa = ta ? 1 : lda, csa = ta ? lda : 1;
-    float bp[KC * NR_MAX] __attribute__((aligned(64)));
+    float bstack[KC_STACK * NR_MAX] __attribute__((aligned(64)));
+    int KC = P->kc;
+    float *bheap = !bpk && KC > KC_STACK && k > KC_STACK
+                       ? aligned_alloc(64, sizeof(float) * (size_t)KC * NR) : NULL;
+    if (!bpk && !bheap && KC > KC_STACK) KC = KC_STACK; /* the same bits at any depth */
+    float *bp = bheap ? bheap : bstack;
     float ce[MR_MAX * NR_MAX]; /* an edge tile of c */
     int64_t roff[MR_MAX], poff[MR_MAX]; /* a's rows; poff: a packed panel's */
     /* Large products pack each block of a into micro-panels (MR rows interleaved, k
@@ -393,6 +403,7 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
         }
     }
     free(apack);
+    free(bheap);
 }
 
 /* A few rows against a transposed b, x (m, k) @ W^T with W stored (n, k) as every layer's

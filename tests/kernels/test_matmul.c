@@ -91,7 +91,7 @@ static void run_case(int M, int Nc, int K, int ta, int tb, uint64_t seed)
 }
 
 /* The contract's exact bits (gemm_impl.h): out[i][j] is the sequential chain of fmaf over
- * k from out (acc) or 0. Sizes past a block of K (256) and of rows (384),
+ * k from out (acc) or 0. Sizes past a block of K (256, 768) and of rows (384),
  * tiles of every height (4, 6, 8, 24) and width (8, 16, 32), and the narrow tile. */
 static SP_NOFMA void naive(float *out, const float *a, const float *b, int M, int Nc, int K,
                            int ta, int tb, int acc)
@@ -146,8 +146,9 @@ int main(void)
     exact_bits(50, 13, 61);
     exact_bits(25, 70, 9);
     /* large enough for the packed path (gemm.c: a and b packed by 8 x 8 transposes): two
-     * blocks of rows (MC 384) and of k, edges of every kind */
+     * blocks of rows (MC 384) and of k (256 deep, 768 on AVX-512), edges of every kind */
     exact_bits(397, 203, 263);
+    exact_bits(397, 75, 781);
     exact_bits(61, 40, 1000);
     /* few rows against a wide transposed b: gemm.c runs them as c^T = b a^T (m <= 96,
      * n >= 4 m, k >= 64), for every tile edge and two blocks of k */
