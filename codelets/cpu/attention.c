@@ -12,7 +12,7 @@
 #include "codelets/cpu/vec_impl.h"
 #include "codelets/gelu.h"
 
-/* Query rows per block: a multiple of every sp_gemm tile height (4, 6, 12, 24). The block
+/* Query rows per block: a multiple of every sp_gemm tile height (4, 6, 8, 24). The block
  * only decides which exact zeros (the masked scores of the diagonal block) enter a sum,
  * so the results do not depend on it beyond the sign of a zero. */
 #define BQ 24
