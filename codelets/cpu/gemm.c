@@ -55,7 +55,7 @@ static inline v4sf fma_portable(v4sf acc, float x, v4sf b)
 
 /* 8 rows, not 12: on a Zen 4 core the 8 x 32 tile ran the GPT-2 block's products 2-4%
  * faster at 2048 rows and up to 10% at 64 (where 12 rows compute 72), same bits
- * (bench/README.md, "Small microbatches"). */
+ * (bench/README.md, "The 8 x 32 tile"). */
 #define GK_NAME kernel_avx512
 #define GK_ATTR SP_NOFMA __attribute__((target("avx512f")))
 #define GK_FMA(acc, x, b) ((v)_mm512_fmadd_ps(_mm512_set1_ps(x), (__m512)(b), (__m512)(acc)))
@@ -91,7 +91,7 @@ static const gemm_path paths[SP_GEMM_NPATHS] = {
     [SP_GEMM_AVX2] = { "avx2", { kernel_avx2, 6, 16, 256 }, { NULL, 0, 0, 0 } },
     /* kc 768, not 256: a GPT-2 width (768) in one block, c loaded and stored once; on a
      * Zen 4 core (1 MB of L2) the block's products +2-3% at 2048 rows, the head's forward
-     * at 64 rows +15% (bench/README.md, "Small microbatches") */
+     * at 64 rows +15% (bench/README.md, "The 8 x 32 tile") */
     [SP_GEMM_AVX512] = { "avx512f", { kernel_avx512, 8, 32, 768 },
                          { kernel_avx512_narrow, 24, 16, 256 } },
 #else
@@ -265,7 +265,7 @@ static void pack_panel(float *restrict bp, int NR, const float *restrict b, int6
  * prefetched a few lines before each tile: a weight that one small microbatch uses
  * comes from memory once, in rows too short or too far apart for the hardware
  * prefetchers to follow. +2-5% on GPT-2 124M's products at 64-256 rows (bench/README.md,
- * "Small microbatches"). */
+ * "The 8 x 32 tile"). */
 typedef struct {
     const char *row;
     int64_t stride;
@@ -292,7 +292,8 @@ static void stream_fetch(prefetch_stream *s, int lines)
 }
 
 /* The blocked loops. B comes packed (bpk: panels of depth kp, as sp_gemm_pack writes
- * them) or is packed here, panel by panel, into a stack buffer. */
+ * them) or is packed here, panel by panel, into a buffer (on the stack up to KC_STACK
+ * deep). */
 static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta, const float *b,
                      int64_t ldb, int tb, const float *bpk, int kp, int np, int m, int n, int k,
                      int acc, int no_apack)
