@@ -115,15 +115,20 @@ cd "$dir" || exit 1
 resume=""
 [ -f ck.st ] && resume="--resume ck.st"
 log=run-\$SLURM_JOB_ID.\${SLURM_RESTART_COUNT:-0}.out
-srun --mpi=pmix "$gpt" $small --save ck.st --save-on-signal USR1 \$resume | tee "\$log"
+srun --mpi=pmix "$gpt" $small --save ck.st --save-on-signal USR1 --log train.log \$resume |
+  tee "\$log"
 grep -q "stopped by SIGUSR1" "\$log" && scontrol requeue "\$SLURM_JOB_ID"
 exit 0
 JOB
 job=$(run timeout 10 sbatch --parsable "${over[@]}" -o "$dir/requeue.out" "$dir/requeue.sh") ||
   fail "sbatch refused the requeue job"
+# Signalled once rank 0 has opened its --log file: every rank has its handler by then (armed
+# before MPI starts), and the run is 8000 steps from its end. Not at a "step" line: the
+# task's stdout reaches the file through slurmstepd and srun, which under load delivered
+# it only as the run ended (the signal came after the last step).
 i=0
-until grep -q "^step [1-9]" "$dir/run-$job.0.out" 2>/dev/null; do
-  sleep 0.1; i=$((i + 1)); [ $i -lt 600 ] || fail "job $job trained no step in 60 s"
+until [ -e "$dir/train.log" ]; do
+  sleep 0.1; i=$((i + 1)); [ $i -lt 600 ] || fail "job $job opened no --log file in 60 s"
 done
 run timeout 10 scancel --signal=USR1 "$job" || fail "scancel --signal=USR1 failed"
 i=0

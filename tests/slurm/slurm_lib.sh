@@ -63,7 +63,7 @@ slurm_cleanup() {
 fail() {
   echo "FAIL: $1"
   local f
-  for f in "$dir"/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }; done
+  for f in "$dir"/*.log "$dir"/run-*.out; do [ -f "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }; done
   exit 1
 }
 run() { SP_SLURM_TEST=$dir "$@"; }
