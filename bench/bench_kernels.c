@@ -2,7 +2,10 @@
  * sp_matmul_forward (the kernels' own sgemm, gemm.c) next to OpenBLAS's cblas_sgemm, then
  * one GPT-2 block forward + backward composed from the kernels (llm.c-style) with a
  * per-op breakdown, all on one thread.
- * Usage: bench_kernels [--quick] [--B n] [--T n] [--C n] [--NH n] [--V n] [--reps n] */
+ * Usage: bench_kernels [--quick] [--B n] [--T n] [--C n] [--NH n] [--V n] [--reps n]
+ *                      [--path portable|avx2|avx512f]
+ * --path: a narrower sgemm path than the CPU's widest (the AVX2 kernels on an AVX-512
+ * core, say); same bits on every path. */
 #include "codelets/cpu/gemm_impl.h"
 #include "codelets/cpu/kernels.h"
 
@@ -173,18 +176,37 @@ static int arg_int(int argc, char **argv, int *i, const char *name, int *v)
     return 1;
 }
 
+/* --path NAME: that sgemm path, or a message and exit 2 where this CPU or build lacks it */
+static int arg_path(int argc, char **argv, int *i)
+{
+    if (strcmp(argv[*i], "--path") != 0)
+        return 0;
+    const char *name = *i + 1 < argc ? argv[++*i] : "";
+    for (int p = 0; p < SP_GEMM_NPATHS; p++)
+        if (!strcmp(name, sp_gemm_path_name(p))) {
+            if (sp_gemm_set_path(p) == 0)
+                return 1;
+            fprintf(stderr, "bench_kernels: --path %s: this CPU or build lacks it\n", name);
+            exit(2);
+        }
+    fprintf(stderr, "bench_kernels: --path '%s' is not one of", name);
+    for (int p = 0; p < SP_GEMM_NPATHS; p++) fprintf(stderr, " %s", sp_gemm_path_name(p));
+    fprintf(stderr, "\n");
+    exit(2);
+}
+
 int main(int argc, char **argv)
 {
     int B = 8, T = 256, C = 512, NH = 8, V = 256, reps = 3;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             B = 2, T = 64, C = 128, NH = 4, V = 256, reps = 2;
-        } else if (!(arg_int(argc, argv, &i, "--B", &B) || arg_int(argc, argv, &i, "--T", &T) ||
+        } else if (!arg_path(argc, argv, &i) && !(arg_int(argc, argv, &i, "--B", &B) || arg_int(argc, argv, &i, "--T", &T) ||
                      arg_int(argc, argv, &i, "--C", &C) || arg_int(argc, argv, &i, "--NH", &NH) ||
                      arg_int(argc, argv, &i, "--V", &V) ||
                      arg_int(argc, argv, &i, "--reps", &reps))) {
             fprintf(stderr, "usage: %s [--quick] [--B n] [--T n] [--C n] [--NH n] [--V n] "
-                            "[--reps n]\n", argv[0]);
+                            "[--reps n] [--path portable|avx2|avx512f]\n", argv[0]);
             return 2;
         }
     }
