@@ -996,9 +996,9 @@ sp_status sp_search(const sp_search_config *cfg, sp_search_result **out)
             if (c.dev.gpus_per_node % T == 0 && c.D % T == 0 && splits(&c, T))
                 k += snprintf(ts + k, sizeof ts - (size_t)k, "%s%d", k ? ", " : "", T);
         st = sp_set_error(SP_ERR_ARG, "search: no layout of %d devices fits %.4g GB per device: "
-                          "the least any needs is %.4g GB (tensor degrees tried: %s; T divides "
-                          "the %s and the vocabulary)", c.D, c.mem / 1e9, c.least_mem / 1e9, ts,
-                          cfg->gpt ? "heads, the channels" : "KV heads, the MLP's width");
+                          "the least any needs is %.4g GB (tensor degrees tried: %s, those "
+                          "that divide the %s and a node)", c.D, c.mem / 1e9, c.least_mem / 1e9,
+                          ts, cfg->gpt ? "heads and the channels" : "KV heads and the MLP's width");
         goto fail;
     }
     for (int i = 0; i < c.nbest && st == SP_OK; i++) st = explain(&c, &c.best[i]);
