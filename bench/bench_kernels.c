@@ -201,9 +201,9 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             B = 2, T = 64, C = 128, NH = 4, V = 256, reps = 2;
-        } else if (!arg_path(argc, argv, &i) && !(arg_int(argc, argv, &i, "--B", &B) || arg_int(argc, argv, &i, "--T", &T) ||
-                     arg_int(argc, argv, &i, "--C", &C) || arg_int(argc, argv, &i, "--NH", &NH) ||
-                     arg_int(argc, argv, &i, "--V", &V) ||
+        } else if (!(arg_path(argc, argv, &i) || arg_int(argc, argv, &i, "--B", &B) ||
+                     arg_int(argc, argv, &i, "--T", &T) || arg_int(argc, argv, &i, "--C", &C) ||
+                     arg_int(argc, argv, &i, "--NH", &NH) || arg_int(argc, argv, &i, "--V", &V) ||
                      arg_int(argc, argv, &i, "--reps", &reps))) {
             fprintf(stderr, "usage: %s [--quick] [--B n] [--T n] [--C n] [--NH n] [--V n] "
                             "[--reps n] [--path portable|avx2|avx512f]\n", argv[0]);
