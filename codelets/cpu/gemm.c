@@ -368,7 +368,8 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
                     }
                     const int nrn = n - jn < NR ? n - jn : NR;
                     if (jn < n)
-                        stream_start(&next, b + (tb ? (int64_t)jn * ldb + kn : (int64_t)kn * ldb + jn),
+                        stream_start(&next,
+                                     b + (tb ? (int64_t)jn * ldb + kn : (int64_t)kn * ldb + jn),
                                      ldb, tb ? nrn : kcn, tb ? kcn : nrn);
                 }
                 const int tiles = (mc + MR - 1) / MR, share = (next.left + tiles - 1) / tiles;
