@@ -214,6 +214,32 @@ __attribute__((target("avx2"))) static void pack_rows6_avx2(float *restrict d,
         for (int i = 0; i < 6; i++)
             d[(int64_t)kk * 6 + i] = src[i * lda + kk];
 }
+
+/* The same for the AVX-512 tiles (MR a multiple of 8): rows from mr on repeat the last.
+ * The scalar gather it replaces was 5% of the large GPT config's pipelined step (perf
+ * record, 2026-12-05). */
+__attribute__((target("avx2"))) static void pack_rows8n_avx2(float *restrict d, int MR,
+                                                             const float *restrict src,
+                                                             int64_t lda, int mr, int kc)
+{
+    for (int g = 0; g < MR; g += 8) {
+        const float *row[8];
+        for (int i = 0; i < 8; i++)
+            row[i] = src + (int64_t)(g + i < mr ? g + i : mr - 1) * lda;
+        int kk = 0;
+        for (; kk + 8 <= kc; kk += 8) {
+            __m256 r[8], col[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = _mm256_loadu_ps(row[i] + kk);
+            transpose8(r, col);
+            for (int j = 0; j < 8; j++)
+                _mm256_storeu_ps(d + (int64_t)(kk + j) * MR + g, col[j]);
+        }
+        for (; kk < kc; kk++)
+            for (int i = 0; i < 8; i++)
+                d[(int64_t)kk * MR + g + i] = row[i][kk];
+    }
+}
 #endif
 
 /* bp (kc, NR) <- op(b) rows k0.., columns j0..j0+nr-1, zero-padded to NR columns. */
@@ -291,6 +317,45 @@ static void stream_fetch(prefetch_stream *s, int lines)
     }
 }
 
+/* d (kc, MR interleaved) <- a micro-panel of op(a): mr rows (a[r][kk] = src[r * rsa +
+ * kk * csa]), kc long, the rows from mr to MR repeating the last. */
+static void pack_a(float *restrict d, const gemm_tile *P, const float *restrict src, int ta,
+                   int64_t rsa, int64_t csa, int mr, int kc)
+{
+    const int MR = P->mr;
+#ifdef SP_GEMM_X86
+    /* the vector paths, which have AVX2: a copy a vector at a time, not a float */
+#define SP_PACK_COPY(W)                                                                 \
+    for (int kk = 0; kk < kc; kk++)                                                     \
+        memcpy(d + (int64_t)kk * (W), src + (int64_t)kk * csa, sizeof(float) * (W))
+    if (P->kernel == kernel_avx2 && mr == 6) {
+        if (!ta) /* rows lda apart */
+            pack_rows6_avx2(d, src, rsa, kc);
+        else /* a's six rows lie side by side at each k */
+            SP_PACK_COPY(6);
+        return;
+    }
+    if (P->kernel != kernel_portable && MR % 8 == 0) {
+        if (!ta) {
+            pack_rows8n_avx2(d, MR, src, rsa, mr, kc);
+            return;
+        }
+        if (mr == MR) {
+            switch (MR) {
+            case 8: SP_PACK_COPY(8); return;
+            case 24: SP_PACK_COPY(24); return;
+            }
+        }
+    }
+#undef SP_PACK_COPY
+#endif
+    int64_t roff[MR_MAX];
+    for (int r = 0; r < MR; r++) /* rows past the edge: the last again */
+        roff[r] = (r < mr ? r : mr - 1) * rsa;
+    for (int kk = 0; kk < kc; kk++, src += csa, d += MR)
+        for (int r = 0; r < MR; r++) d[r] = src[roff[r]];
+}
+
 /* The blocked loops. B comes packed (bpk: panels of depth kp, as sp_gemm_pack writes
  * them) or is packed here, panel by panel, into a buffer (on the stack up to KC_STACK
  * deep). */
@@ -335,22 +400,8 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
                 for (int i0 = m0; i0 < m0 + mc; i0 += MR) {
                     float *d = apack + (int64_t)(i0 - m0) * kc;
                     const int mr = m0 + mc - i0 < MR ? m0 + mc - i0 : MR;
-                    const float *src = a + (int64_t)i0 * rsa + (int64_t)k0 * csa;
-#ifdef SP_GEMM_X86
-                    if (mr == 6 && P->kernel == kernel_avx2) {
-                        if (!ta) /* rows lda apart */
-                            pack_rows6_avx2(d, src, rsa, kc);
-                        else /* a's six rows lie side by side at each k */
-                            for (int kk = 0; kk < kc; kk++)
-                                memcpy(d + (int64_t)kk * 6, src + (int64_t)kk * csa,
-                                       6 * sizeof(float));
-                        continue;
-                    }
-#endif
-                    for (int r = 0; r < MR; r++) /* rows past the edge: the last again */
-                        roff[r] = (r < mr ? r : mr - 1) * rsa;
-                    for (int kk = 0; kk < kc; kk++, src += csa, d += MR)
-                        for (int r = 0; r < MR; r++) d[r] = src[roff[r]];
+                    pack_a(d, P, a + (int64_t)i0 * rsa + (int64_t)k0 * csa, ta, rsa, csa, mr,
+                           kc);
                 }
             for (int j0 = 0; j0 < n; j0 += NR) {
                 const int nr = n - j0 < NR ? n - j0 : NR;

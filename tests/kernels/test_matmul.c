@@ -150,6 +150,7 @@ int main(void)
     exact_bits(397, 203, 263);
     exact_bits(397, 75, 781);
     exact_bits(61, 40, 1000);
+    exact_bits(397, 13, 781); /* the narrow tile (24 x 16 on AVX-512) packed, with edges */
     /* few rows against a wide transposed b: gemm.c runs them as c^T = b a^T (m <= 96,
      * n >= 4 m, k >= 64), for every tile edge and two blocks of k */
     exact_bits(64, 300, 300);
