@@ -139,6 +139,37 @@ char *sp_task_format(sp_task t, char *buf, size_t n)
     return buf;
 }
 
+sp_status sp_schedule_split_backward(sp_schedule *s)
+{
+    for (int a = 0; a < s->nactors; a++) {
+        int extra = 0;
+        for (int j = 0; j < s->ntasks[a]; j++) {
+            const sp_task t = s->tasks[a][j];
+            extra += t.kind == SP_TASK_BW && t.stage > 0 && s->stage_actor[t.stage - 1] != a;
+        }
+        if (!extra) continue;
+        const int n = s->ntasks[a] + extra;
+        sp_task *v = malloc((size_t)n * sizeof *v);
+        if (!v) return sp_set_error(SP_ERR_NOMEM, "out of memory splitting backwards");
+        int k = 0;
+        for (int j = 0; j < s->ntasks[a]; j++) {
+            const sp_task t = s->tasks[a][j];
+            if (t.kind == SP_TASK_BW && t.stage > 0 && s->stage_actor[t.stage - 1] != a) {
+                v[k++] = (sp_task){ SP_TASK_B, t.mb, t.stage };
+                v[k++] = (sp_task){ SP_TASK_W, t.mb, t.stage };
+            } else
+                v[k++] = t;
+        }
+        free(s->tasks[a]);
+        s->tasks[a] = v;
+        s->ntasks[a] = s->cap[a] = n;
+    }
+    const size_t len = strlen(s->name);
+    if (len + 7 <= sizeof s->name && (len < 6 || strcmp(s->name + len - 6, "+split")))
+        memcpy(s->name + len, "+split", 7);
+    return SP_OK;
+}
+
 /* ------------------------------------------------------------------ built-ins */
 
 /* Each generator appends the tasks of one actor; `st` carries the first error. */
@@ -422,8 +453,11 @@ const char *sp_schedule_help(void)
         n += (size_t)snprintf(text + n, sizeof text - n, "  %-17s %s\n", "auto",
                               "synthesized for the stage costs and a memory cap (Qi et al. "
                               "2024's greedy; the planner only, --memory-cap)");
-        snprintf(text + n, sizeof text - n, "  %-17s %s\n", "file:PATH",
-                 "a schedule in the text format of docs/planner.md");
+        n += (size_t)snprintf(text + n, sizeof text - n, "  %-17s %s\n", "file:PATH",
+                              "a schedule in the text format of docs/planner.md");
+        snprintf(text + n, sizeof text - n, "  %-17s %s\n", "NAME+split",
+                 "NAME (a built-in or file:PATH) with each backward that sends its input "
+                 "gradient run as B then W");
     }
     return text;
 }

@@ -17,6 +17,24 @@ sp_status sp_schedule_from_env(const char *name, int p, int m, int v, sp_schedul
     if (!strcmp(name, "help"))
         return sp_set_error(SP_ERR_ARG, "schedules (STARPIPE_SCHEDULE):\n%s",
                             sp_schedule_help());
+    /* "NAME+split": the schedule NAME with its sending backwards split */
+    const size_t len = strlen(name);
+    if (len > 6 && !strcmp(name + len - 6, "+split")) {
+        char base[4096];
+        if (len - 6 >= sizeof base)
+            return sp_set_error(SP_ERR_ARG, "schedule name too long (%zu bytes)", len);
+        memcpy(base, name, len - 6);
+        base[len - 6] = '\0';
+        if (!strcmp(base, "auto") || !strcmp(base, "help"))
+            return sp_set_error(SP_ERR_ARG, "schedule '%s': '+split' applies to a built-in "
+                                "or file:PATH, not to '%s'", name, base);
+        st = sp_schedule_from_env(base, p, m, v, out);
+        if (!st && (st = sp_schedule_split_backward(*out))) {
+            sp_schedule_free(*out);
+            *out = NULL;
+        }
+        return st;
+    }
     if (m <= 0) m = env.microbatches;
     int v_from_env = 0;
     if (v <= 0) {

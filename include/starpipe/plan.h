@@ -107,12 +107,21 @@ sp_status sp_schedule_auto(const sp_stage_model *model, int nactors, int nmicro,
 /* The default cap: 1F1B's largest peak, min(p, m) units (stage 0's). */
 int sp_schedule_auto_default_cap(int nactors, int nmicro);
 
+/* Rewrites each fused BW(i, s) whose stage receives its input from the stage before it
+ * on another actor as B(i, s) W(i, s): the input gradient is then sent when B ends, and
+ * the weight gradients are computed while it travels and the actor before works on it.
+ * The same order on every actor, the same bits (W accumulates as BW did); the tail of
+ * 1F1B and GPipe then waits on B alone (docs/planner.md, "Split backwards"). The
+ * schedule's name gains "+split". */
+sp_status sp_schedule_split_backward(sp_schedule *s);
+
 /* The schedule the user asked for. Explicit arguments win (a flag overrides the
  * environment): name (NULL: STARPIPE_SCHEDULE, default "1f1b"; "file:PATH" reads a text
- * file), nmicro (<= 0: STARPIPE_MICROBATCHES, default 2p), nchunks (<= 0:
- * STARPIPE_CHUNKS, default 2 for interleaved and V-shaped, else 1). Errors name the
- * offending value: an unknown name lists the valid ones, "help" returns SP_ERR_ARG with
- * the list as its message. */
+ * file; a built-in or file name ending in "+split" is then rewritten by
+ * sp_schedule_split_backward), nmicro (<= 0: STARPIPE_MICROBATCHES, default 2p), nchunks
+ * (<= 0: STARPIPE_CHUNKS, default 2 for interleaved and V-shaped, else 1). Errors name
+ * the offending value: an unknown name lists the valid ones, "help" returns SP_ERR_ARG
+ * with the list as its message. */
 sp_status sp_schedule_from_env(const char *name, int nactors, int nmicro, int nchunks,
                                sp_schedule **out);
 

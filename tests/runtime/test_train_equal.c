@@ -19,11 +19,14 @@
 
 static int failures, passes, skipped;
 
-static void run_case(int gpt, const char *sched_name, int m)
+/* split: the schedule with its sending backwards as B W (sp_schedule_split_backward);
+ * a schedule it leaves unchanged is not run twice. */
+static void run_case(int gpt, const char *sched_name, int m, int split)
 {
     int P = sp_exec_size(), bad = 0;
     char what[128];
-    snprintf(what, sizeof what, "%s/%s/p=%d/m=%d", gpt ? "gpt" : "mlp", sched_name, P, m);
+    snprintf(what, sizeof what, "%s/%s%s/p=%d/m=%d", gpt ? "gpt" : "mlp", sched_name,
+             split ? "+split" : "", P, m);
     int v = (!strcmp(sched_name, "interleaved-1f1b") || !strcmp(sched_name, "zb-v") ||
              !strcmp(sched_name, "dualpipe-v")) ? 2 : 1;
     sp_schedule *sch = NULL;
@@ -36,6 +39,13 @@ static void run_case(int gpt, const char *sched_name, int m)
         skipped++;
         failures += bad;
         return;
+    }
+    if (split) {
+        const int before = sp_schedule_total_tasks(sch);
+        if (sp_schedule_split_backward(sch) != SP_OK || sp_schedule_total_tasks(sch) == before) {
+            sp_schedule_free(sch);
+            return;
+        }
     }
     sp_train_opts to = { .seed = 11, .trace = 1 };
     sp_adamw_defaults(&to.opt);
@@ -79,7 +89,8 @@ int main(int argc, char **argv)
             if (only && strcmp(only, name)) continue;
             for (int j = 0; j < 3; j++) {
                 if (j > 0 && ms[j] == ms[j - 1]) continue; /* p = 1: m = 1 twice */
-                run_case(gpt, name, ms[j]);
+                run_case(gpt, name, ms[j], 0);
+                run_case(gpt, name, ms[j], 1);
             }
         }
     if (sp_exec_rank() == 0) {

@@ -51,6 +51,26 @@ static run_t run(const char *name, int p, int m, int v, double F, double B, doub
     return r;
 }
 
+/* The same through sp_schedule_from_env's name (NAME+split). */
+static run_t run_named(const char *name, int p, int m, double F, double B, double W)
+{
+    run_t r = { 0 };
+    MUST(sp_schedule_from_env(name, p, m, 0, &r.sch));
+    r.model = sp_stage_model_chain(r.sch->nstages, F, B, W, 64);
+    CHECK(r.model != NULL, "model");
+    MUST(sp_plan_build(r.model, r.sch, &r.plan));
+    MUST(sp_plan_check(r.plan));
+    sp_sim_config cfg = { 0 };
+    MUST(sp_simulate(r.plan, r.model, &cfg, &r.res));
+    sp_sim_result *rv;
+    cfg.rendezvous = 1;
+    cfg.latency = 0.25;
+    cfg.bandwidth = 1000;
+    MUST(sp_simulate(r.plan, r.model, &cfg, &rv));
+    sp_sim_result_free(rv);
+    return r;
+}
+
 static int near(double a, double b) { return fabs(a - b) <= 1e-9 * (1 + fabs(b)); }
 
 static int imin(int a, int b) { return a < b ? a : b; }
@@ -110,6 +130,85 @@ int main(void)
                 }
                 run_free(&z), run_free(&o);
             }
+
+    /* Split backwards (sp_schedule_split_backward, "NAME+split"): every stage after the
+     * first runs B then W and sends its input gradient when B ends, so each of the p - 1
+     * hand-offs of the cool-down waits on B, not BW: step (m+p-1)(F+B+W) - (p-1)W, where
+     * the fused form takes (m+p-1)(F+B+W). Stage 0 keeps BW; the peaks stay the fused
+     * ones. */
+    const char *const split[] = { "gpipe", "1f1b", "eager-1f1b" };
+    for (int p = 2; p <= 8; p++)
+        for (int c = 0; c < 4; c++)
+            for (size_t k = 0; k < sizeof ms / sizeof *ms; k++)
+                for (int q = 0; q < 3; q++) {
+                    const int m = ms[k];
+                    const double F = costs[c][0], B = costs[c][1], W = costs[c][2];
+                    char name[32];
+                    snprintf(name, sizeof name, "%s+split", split[q]);
+                    run_t x = run_named(name, p, m, F, B, W);
+                    run_t f = run(split[q], p, m, 0, F, B, W);
+                    const double want = (m + p - 1) * (F + B + W) - (p - 1) * W;
+                    CHECK(near(x.res->step_time, want) &&
+                              near(f.res->step_time, want + (p - 1) * W),
+                          "%s p=%d m=%d F,B,W=%g,%g,%g: step %g (fused %g), want %g", name, p, m,
+                          F, B, W, x.res->step_time, f.res->step_time, want);
+                    CHECK(!strcmp(x.sch->name, name), "name '%s', want '%s'", x.sch->name, name);
+                    for (int a = 0; a < p; a++) {
+                        int nbw = 0, nb = 0;
+                        for (int j = 0; j < x.sch->ntasks[a]; j++) {
+                            nbw += x.sch->tasks[a][j].kind == SP_TASK_BW;
+                            nb += x.sch->tasks[a][j].kind == SP_TASK_B;
+                        }
+                        CHECK(nbw == (a == 0 ? m : 0) && nb == (a == 0 ? 0 : m),
+                              "%s p=%d m=%d actor %d: %d BW and %d B", name, p, m, a, nbw, nb);
+                        CHECK(x.plan->peak[a].act_units == f.plan->peak[a].act_units,
+                              "%s p=%d m=%d actor %d peak %d, fused %d", name, p, m, a,
+                              x.plan->peak[a].act_units, f.plan->peak[a].act_units);
+                    }
+                    run_free(&x), run_free(&f);
+                }
+    {
+        sp_schedule *s = NULL;
+        CHECK(sp_schedule_from_env("auto+split", 2, 4, 0, &s) == SP_ERR_ARG
+                  && strstr(sp_last_error(), "'+split' applies to a built-in"),
+              "auto+split refused: %s", sp_last_error());
+        CHECK(sp_schedule_from_env("1f1c+split", 2, 4, 0, &s) == SP_ERR_ARG
+                  && strstr(sp_last_error(), "unknown schedule '1f1c'"),
+              "1f1c+split: %s", sp_last_error());
+    }
+    /* Every built-in: a BW stays where its stage is the first or the stage before is on
+     * the same actor (the V placements' turn), else it becomes B W in its place; nothing
+     * else moves. */
+    for (int i = 0; i < sp_schedule_builtin_count(); i++)
+        for (int p = 2; p <= 4; p++) {
+            const char *bn = sp_schedule_builtin_info(i)->name;
+            sp_schedule *f = NULL, *s = NULL;
+            MUST(sp_schedule_builtin(bn, p, 2 * p, 0, &f));
+            MUST(sp_schedule_builtin(bn, p, 2 * p, 0, &s));
+            MUST(sp_schedule_split_backward(s));
+            for (int a = 0; a < p; a++) {
+                int j = 0, ok = 1;
+                for (int k = 0; k < f->ntasks[a] && ok; k++) {
+                    const sp_task t = f->tasks[a][k];
+                    const int splits = t.kind == SP_TASK_BW && t.stage > 0 &&
+                                       f->stage_actor[t.stage - 1] != a;
+                    if (!splits)
+                        ok = j < s->ntasks[a] && !memcmp(&s->tasks[a][j++], &t, sizeof t);
+                    else {
+                        ok = j + 1 < s->ntasks[a] && s->tasks[a][j].kind == SP_TASK_B &&
+                             s->tasks[a][j + 1].kind == SP_TASK_W &&
+                             s->tasks[a][j].mb == t.mb && s->tasks[a][j + 1].mb == t.mb &&
+                             s->tasks[a][j].stage == t.stage &&
+                             s->tasks[a][j + 1].stage == t.stage;
+                        j += 2;
+                    }
+                }
+                CHECK(ok && j == s->ntasks[a], "%s+split p=%d actor %d: not the fused order "
+                      "with its sending BW as B W", bn, p, a);
+            }
+            sp_schedule_free(f);
+            sp_schedule_free(s);
+        }
 
     /* Interleaved 1F1B, m a multiple of p: bubble ((p-1)/v) / (m + (p-1)/v) (Narayanan
      * et al. 2021); peak on actor r: min(2(p-r-1) + (v-1)p + 1, m v) chunks (Megatron's

@@ -183,7 +183,15 @@ int main(void)
               "help lacks %s", sp_schedule_builtin_info(i)->name);
     int lines = 0;
     for (const char *c = sp_schedule_help(); *c; c++) lines += *c == '\n';
-    CHECK(lines == sp_schedule_builtin_count() + 2, "help: one line per schedule + auto + file:PATH");
+    CHECK(lines == sp_schedule_builtin_count() + 3 && strstr(sp_schedule_help(), "NAME+split"),
+          "help: one line per schedule + auto + file:PATH + NAME+split");
+    /* NAME+split through the environment, on a file too */
+    setenv("STARPIPE_SCHEDULE", "1f1b+split", 1);
+    MUST(sp_schedule_from_env(NULL, 2, 4, 0, &s));
+    CHECK(!strcmp(s->name, "1f1b+split") && s->ntasks[0] == 8 && s->ntasks[1] == 12,
+          "1f1b+split from the environment: '%s', %d and %d tasks", s->name, s->ntasks[0],
+          s->ntasks[1]);
+    sp_schedule_free(s);
     /* file:PATH through the environment */
     sp_schedule *z;
     MUST(sp_schedule_builtin("zb-v", 3, 5, 2, &z));
@@ -196,6 +204,16 @@ int main(void)
     CHECK(same_schedule(s, z), "file: through STARPIPE_SCHEDULE");
     sp_schedule_free(s);
     CHECK(sp_schedule_from_env(NULL, 4, 0, 0, &s) == SP_ERR_ARG, "file with other actor count");
+    sp_schedule_free(z);
+    /* file:PATH+split: the file's schedule split, as the built-in's */
+    MUST(sp_schedule_builtin("gpipe", 2, 3, 0, &z));
+    MUST(sp_schedule_save(z, path));
+    sp_schedule_free(z);
+    snprintf(spec, sizeof spec, "file:%s+split", path);
+    MUST(sp_schedule_from_env(spec, 2, 0, 0, &s));
+    MUST(sp_schedule_from_env("gpipe+split", 2, 3, 0, &z));
+    CHECK(same_schedule(s, z), "file:PATH+split as gpipe+split");
+    sp_schedule_free(s);
     sp_schedule_free(z);
     unlink(path);
     return test_done("test_text");
