@@ -23,11 +23,14 @@ static void run_free(run_t *r)
     memset(r, 0, sizeof *r);
 }
 
-/* Plans `name` on a chain with per-stage costs F, B, W (BW = B + W). */
-static run_t run(const char *name, int p, int m, int v, double F, double B, double W)
+/* Plans `name` on a chain with per-stage costs F, B, W (BW = B + W); split: its sending
+ * backwards as B W (sp_schedule_split_backward, "NAME+split"). */
+static run_t run_as(const char *name, int p, int m, int v, double F, double B, double W,
+                    int split)
 {
     run_t r = { 0 };
     MUST(sp_schedule_builtin(name, p, m, v, &r.sch));
+    if (split) MUST(sp_schedule_split_backward(r.sch));
     r.model = sp_stage_model_chain(r.sch->nstages, F, B, W, 64);
     CHECK(r.model != NULL, "model");
     MUST(sp_plan_build(r.model, r.sch, &r.plan));
@@ -51,24 +54,9 @@ static run_t run(const char *name, int p, int m, int v, double F, double B, doub
     return r;
 }
 
-/* The same through sp_schedule_from_env's name (NAME+split). */
-static run_t run_named(const char *name, int p, int m, double F, double B, double W)
+static run_t run(const char *name, int p, int m, int v, double F, double B, double W)
 {
-    run_t r = { 0 };
-    MUST(sp_schedule_from_env(name, p, m, 0, &r.sch));
-    r.model = sp_stage_model_chain(r.sch->nstages, F, B, W, 64);
-    CHECK(r.model != NULL, "model");
-    MUST(sp_plan_build(r.model, r.sch, &r.plan));
-    MUST(sp_plan_check(r.plan));
-    sp_sim_config cfg = { 0 };
-    MUST(sp_simulate(r.plan, r.model, &cfg, &r.res));
-    sp_sim_result *rv;
-    cfg.rendezvous = 1;
-    cfg.latency = 0.25;
-    cfg.bandwidth = 1000;
-    MUST(sp_simulate(r.plan, r.model, &cfg, &rv));
-    sp_sim_result_free(rv);
-    return r;
+    return run_as(name, p, m, v, F, B, W, 0);
 }
 
 static int near(double a, double b) { return fabs(a - b) <= 1e-9 * (1 + fabs(b)); }
@@ -145,7 +133,7 @@ int main(void)
                     const double F = costs[c][0], B = costs[c][1], W = costs[c][2];
                     char name[32];
                     snprintf(name, sizeof name, "%s+split", split[q]);
-                    run_t x = run_named(name, p, m, F, B, W);
+                    run_t x = run_as(split[q], p, m, 0, F, B, W, 1);
                     run_t f = run(split[q], p, m, 0, F, B, W);
                     const double want = (m + p - 1) * (F + B + W) - (p - 1) * W;
                     CHECK(near(x.res->step_time, want) &&
