@@ -139,14 +139,18 @@ char *sp_task_format(sp_task t, char *buf, size_t n)
     return buf;
 }
 
+/* A fused backward that sends its input gradient to another actor. */
+static int sends_back(const sp_schedule *s, sp_task t, int actor)
+{
+    return t.kind == SP_TASK_BW && t.stage > 0 && s->stage_actor[t.stage - 1] != actor;
+}
+
 sp_status sp_schedule_split_backward(sp_schedule *s)
 {
     for (int a = 0; a < s->nactors; a++) {
         int extra = 0;
-        for (int j = 0; j < s->ntasks[a]; j++) {
-            const sp_task t = s->tasks[a][j];
-            extra += t.kind == SP_TASK_BW && t.stage > 0 && s->stage_actor[t.stage - 1] != a;
-        }
+        for (int j = 0; j < s->ntasks[a]; j++)
+            extra += sends_back(s, s->tasks[a][j], a);
         if (!extra) continue;
         const int n = s->ntasks[a] + extra;
         sp_task *v = malloc((size_t)n * sizeof *v);
@@ -154,7 +158,7 @@ sp_status sp_schedule_split_backward(sp_schedule *s)
         int k = 0;
         for (int j = 0; j < s->ntasks[a]; j++) {
             const sp_task t = s->tasks[a][j];
-            if (t.kind == SP_TASK_BW && t.stage > 0 && s->stage_actor[t.stage - 1] != a) {
+            if (sends_back(s, t, a)) {
                 v[k++] = (sp_task){ SP_TASK_B, t.mb, t.stage };
                 v[k++] = (sp_task){ SP_TASK_W, t.mb, t.stage };
             } else
