@@ -1,9 +1,12 @@
 /* Softmax cross-entropy (mean over rows) and the scalar sum reduction.
- * The loss uses log-sum-exp, so it stays finite even where a probability underflows. */
+ * The loss uses log-sum-exp, so it stays finite even where a probability underflows.
+ * exp is sp_expf (expf_impl.h): glibc's expf bits, from C, a vector at a time. */
 #include "codelets/cpu/kernels.h"
 
 #include <math.h>
 #include <string.h>
+
+#include "codelets/cpu/expf_impl.h"
 
 int sp_cross_entropy_forward(float *loss, float *restrict probs, const float *restrict logits,
                              const int32_t *restrict targets, int N, int V, int valid)
@@ -13,14 +16,12 @@ int sp_cross_entropy_forward(float *loss, float *restrict probs, const float *re
     for (int n = 0; n < N; n++) {
         const float *x = logits + (int64_t)n * V;
         float *p = probs + (int64_t)n * V;
-        float maxv = -INFINITY;
-        for (int v = 0; v < valid; v++)
-            maxv = x[v] > maxv ? x[v] : maxv;
+        const float maxv = sp_max_skip_nan(x, valid);
+        /* the exps a vector at a time, then their sum in order (the loss's bits) */
+        sp_expf_shifted(p, x, maxv, valid);
         float sum = 0.0f;
-        for (int v = 0; v < valid; v++) {
-            p[v] = expf(x[v] - maxv);
+        for (int v = 0; v < valid; v++)
             sum += p[v];
-        }
         float inv = 1.0f / sum;
         for (int v = 0; v < valid; v++)
             p[v] *= inv;
@@ -72,13 +73,8 @@ void sp_cross_entropy_backward(float *restrict dlogits, const float *restrict pr
 void sp_vocab_ce_max(float *restrict rowmax, const float *restrict logits, int N, int V,
                      int valid)
 {
-    for (int n = 0; n < N; n++) {
-        const float *x = logits + (int64_t)n * V;
-        float maxv = -INFINITY;
-        for (int v = 0; v < valid; v++)
-            maxv = x[v] > maxv ? x[v] : maxv;
-        rowmax[n] = maxv;
-    }
+    for (int n = 0; n < N; n++)
+        rowmax[n] = sp_max_skip_nan(logits + (int64_t)n * V, valid);
 }
 
 int sp_vocab_ce_exp(float *restrict exps, float *restrict stats, int32_t *restrict ltargets,
@@ -91,11 +87,10 @@ int sp_vocab_ce_exp(float *restrict exps, float *restrict stats, int32_t *restri
     for (int n = 0; n < N; n++) {
         const float *x = logits + (int64_t)n * V;
         float *p = exps + (int64_t)n * V;
+        sp_expf_shifted(p, x, rowmax[n], valid);
         float sum = 0.0f;
-        for (int v = 0; v < valid; v++) {
-            p[v] = expf(x[v] - rowmax[n]);
+        for (int v = 0; v < valid; v++)
             sum += p[v];
-        }
         for (int v = valid; v < V; v++)
             p[v] = 0.0f;
         stats[n] = sum;

@@ -1,6 +1,10 @@
 /* Softmax cross-entropy and sum against float64 references and central finite
  * differences, plus edge cases: out-of-range targets, logits of 1e4, a long sum; and a
  * padded vocabulary, against the same rows without their padding. */
+#include <string.h>
+
+#include "codelets/cpu/expf_impl.h"
+#include "codelets/cpu/gemm_impl.h"
 #include "codelets/cpu/kernels.h"
 #include "kcheck.h"
 
@@ -263,9 +267,86 @@ static void ce_padded(void)
     kc_expect(ok, "vocab-parallel: a slice of padding alone adds nothing");
 }
 
+/* sp_expf, the cross-entropy's exp: within one ulp of exp in float64 on a sweep of the
+ * float bit patterns (every 4099th), glibc's values where its branches decide, and
+ * sp_expf_shifted on every sgemm path bitwise the scalar form, tails and special lanes
+ * among the vector ones included. */
+static void expf_checks(void)
+{
+    int far = 0;
+    for (uint64_t u = 0; u < (1ull << 32); u += 4099) {
+        const uint32_t b = (uint32_t)u;
+        float x;
+        memcpy(&x, &b, sizeof x);
+        const float got = sp_expf(x);
+        if (isnan(x)) {
+            far += !isnan(got);
+            continue;
+        }
+        const double want = exp((double)x);
+        const float w = (float)want, lo = nextafterf(w, -INFINITY), hi = nextafterf(w, INFINITY);
+        if (!(got == w || (got == lo && want < w) || (got == hi && want > w))) {
+            if (far++ < 3)
+                fprintf(stderr, "  sp_expf(%a) = %a, exp in float64 %a\n", (double)x,
+                        (double)got, want);
+        }
+    }
+    kc_expect(far == 0, "sp_expf within one ulp of exp on 1048322 floats");
+    kc_expect(sp_expf(-INFINITY) == 0.0f && sp_expf(INFINITY) == INFINITY &&
+                  isnan(sp_expf(NAN)) && sp_expf(0.0f) == 1.0f && sp_expf(-0.0f) == 1.0f &&
+                  sp_expf(89.0f) == INFINITY && sp_expf(-104.0f) == 0.0f &&
+                  sp_expf(-103.5f) == 0x1p-149f && sp_expf(-88.5f) > 0.0f,
+              "sp_expf: glibc's special values");
+
+    enum { N = 1000 };
+    float x[N], want[N], got[N];
+    kc_seed(7);
+    kc_fill(x, N, -120.0, 95.0);
+    const float odd[] = { NAN, INFINITY, -INFINITY, -103.5f, -104.0f, 90.0f, -88.5f, 0.0f };
+    for (int i = 0; i < 8; i++)
+        x[37 * i + 5] = odd[i];
+    const float shift = 3.25f;
+    for (int i = 0; i < N; i++)
+        want[i] = sp_expf(x[i] - shift);
+    const int path = sp_gemm_path();
+    for (int p = 0; p < SP_GEMM_NPATHS; p++) {
+        if (sp_gemm_set_path(p) != 0)
+            continue;
+        int same = 1;
+        for (int n = 0; n <= 19 && same; n++) { /* every tail length */
+            sp_expf_shifted(got, x + n, shift, n);
+            same = !memcmp(got, want + n, sizeof(float) * (size_t)n);
+        }
+        sp_expf_shifted(got, x, shift, N);
+        same = same && !memcmp(got, want, sizeof got);
+        char what[96];
+        snprintf(what, sizeof what, "sp_expf_shifted on the %s path: the scalar's bits",
+                 sp_gemm_path_name(p));
+        kc_expect(same, what);
+        /* the row max: NaNs skipped, every length, the loop's value */
+        int ok = sp_max_skip_nan(x, 0) == -INFINITY;
+        float nans[40];
+        for (int i = 0; i < 40; i++)
+            nans[i] = NAN;
+        ok = ok && sp_max_skip_nan(nans, 40) == -INFINITY;
+        for (int n = 1; n <= 40 && ok; n++) {
+            float m = -INFINITY;
+            for (int i = 0; i < n; i++)
+                m = x[i + 200] > m ? x[i + 200] : m;
+            nans[n - 1] = x[200 + n - 1];
+            ok = sp_max_skip_nan(x + 200, n) == m && sp_max_skip_nan(nans, 40) == m;
+        }
+        snprintf(what, sizeof what, "sp_max_skip_nan on the %s path: the loop's max",
+                 sp_gemm_path_name(p));
+        kc_expect(ok, what);
+    }
+    sp_gemm_set_path(path);
+}
+
 int main(void)
 {
     kc_start();
+    expf_checks();
     for (uint64_t seed = 1; seed <= 3; seed++) {
         run_ce(7, 13, 3.0, seed);
         run_ce(13, 37, 3.0, seed);
