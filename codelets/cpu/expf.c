@@ -89,10 +89,19 @@ SP_NOFMA float sp_expf(float x)
 }
 
 #ifdef SP_EXPF_X86
-/* Eight lanes: the same operations as expf_main, lane by lane; lanes with special inputs
- * are recomputed by sp_expf. */
-__attribute__((target("avx512f"))) static void shifted_avx512(float *p, const float *x,
-                                                              float shift, int n)
+/* The lanes of a vector whose inputs were special (the bits of odd): sp_expf's. */
+static void redo_lanes(float *p, const float *x, float shift, int odd)
+{
+    for (; odd; odd &= odd - 1) {
+        const int j = __builtin_ctz((unsigned)odd);
+        p[j] = sp_expf(x[j] - shift);
+    }
+}
+
+/* The vector forms do the whole vectors and return how many elements that was; the same
+ * operations as expf_main, lane by lane. Eight lanes: */
+__attribute__((target("avx512f"))) static int shifted_avx512(float *p, const float *x,
+                                                             float shift, int n)
 {
     const __m512d invln2n = _mm512_set1_pd(INVLN2N), sh = _mm512_set1_pd(SHIFT);
     const __m512d c0 = _mm512_set1_pd(C0), c1 = _mm512_set1_pd(C1), c2 = _mm512_set1_pd(C2);
@@ -115,18 +124,15 @@ __attribute__((target("avx512f"))) static void shifted_avx512(float *p, const fl
         _mm256_storeu_ps(p + v, _mm512_cvtpd_ps(_mm512_mul_pd(y, s)));
         const __m256i top = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(xf), 20),
                                              _mm256_set1_epi32(0x7ff));
-        const int odd = _mm256_movemask_ps(
-            _mm256_castsi256_ps(_mm256_cmpgt_epi32(top, _mm256_set1_epi32(0x42a))));
-        for (int j = 0; odd && j < 8; j++)
-            if (odd >> j & 1) p[v + j] = sp_expf(x[v + j] - shift);
+        const __m256i odd = _mm256_cmpgt_epi32(top, _mm256_set1_epi32(0x42a));
+        redo_lanes(p + v, x + v, shift, _mm256_movemask_ps(_mm256_castsi256_ps(odd)));
     }
-    for (; v < n; v++)
-        p[v] = sp_expf(x[v] - shift);
+    return v;
 }
 
 /* Four lanes, AVX2 and FMA. */
-__attribute__((target("avx2,fma"))) static void shifted_avx2(float *p, const float *x,
-                                                             float shift, int n)
+__attribute__((target("avx2,fma"))) static int shifted_avx2(float *p, const float *x,
+                                                            float shift, int n)
 {
     const __m256d invln2n = _mm256_set1_pd(INVLN2N), sh = _mm256_set1_pd(SHIFT);
     const __m256d c0 = _mm256_set1_pd(C0), c1 = _mm256_set1_pd(C1), c2 = _mm256_set1_pd(C2);
@@ -149,13 +155,10 @@ __attribute__((target("avx2,fma"))) static void shifted_avx2(float *p, const flo
         _mm_storeu_ps(p + v, _mm256_cvtpd_ps(_mm256_mul_pd(y, s)));
         const __m128i top = _mm_and_si128(_mm_srli_epi32(_mm_castps_si128(xf), 20),
                                           _mm_set1_epi32(0x7ff));
-        const int odd =
-            _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(top, _mm_set1_epi32(0x42a))));
-        for (int j = 0; odd && j < 4; j++)
-            if (odd >> j & 1) p[v + j] = sp_expf(x[v + j] - shift);
+        const __m128i odd = _mm_cmpgt_epi32(top, _mm_set1_epi32(0x42a));
+        redo_lanes(p + v, x + v, shift, _mm_movemask_ps(_mm_castsi128_ps(odd)));
     }
-    for (; v < n; v++)
-        p[v] = sp_expf(x[v] - shift);
+    return v;
 }
 #endif
 
@@ -167,56 +170,56 @@ static inline float max_skip(float a, float m)
 
 #ifdef SP_EXPF_X86
 /* MAXPS returns its second operand when either is NaN: the running max never is. */
-__attribute__((target("avx512f"))) static float max_avx512(const float *x, int n)
+/* The max of the whole vectors, *done the elements they held. */
+__attribute__((target("avx512f"))) static float max_avx512(const float *x, int n, int *done)
 {
     __m512 m = _mm512_set1_ps(-INFINITY);
     int v = 0;
     for (; v + 16 <= n; v += 16)
         m = _mm512_max_ps(_mm512_loadu_ps(x + v), m);
-    float r = _mm512_reduce_max_ps(m);
-    for (; v < n; v++)
-        r = max_skip(x[v], r);
-    return r;
+    *done = v;
+    return _mm512_reduce_max_ps(m);
 }
 
-__attribute__((target("avx2"))) static float max_avx2(const float *x, int n)
+__attribute__((target("avx2"))) static float max_avx2(const float *x, int n, int *done)
 {
     __m256 m = _mm256_set1_ps(-INFINITY);
     int v = 0;
     for (; v + 8 <= n; v += 8)
         m = _mm256_max_ps(_mm256_loadu_ps(x + v), m);
+    *done = v;
     float lanes[8], r = -INFINITY;
     _mm256_storeu_ps(lanes, m);
     for (int j = 0; j < 8; j++)
         r = max_skip(lanes[j], r);
-    for (; v < n; v++)
-        r = max_skip(x[v], r);
     return r;
 }
 #endif
 
 float sp_max_skip_nan(const float *x, int n)
 {
+    float r = -INFINITY;
+    int v = 0;
 #ifdef SP_EXPF_X86
     switch (sp_gemm_path()) {
-    case SP_GEMM_AVX512: return max_avx512(x, n);
-    case SP_GEMM_AVX2: return max_avx2(x, n);
+    case SP_GEMM_AVX512: r = max_avx512(x, n, &v); break;
+    case SP_GEMM_AVX2: r = max_avx2(x, n, &v); break;
     }
 #endif
-    float r = -INFINITY;
-    for (int v = 0; v < n; v++)
+    for (; v < n; v++)
         r = max_skip(x[v], r);
     return r;
 }
 
 SP_NOFMA void sp_expf_shifted(float *p, const float *x, float shift, int n)
 {
+    int v = 0;
 #ifdef SP_EXPF_X86
     switch (sp_gemm_path()) {
-    case SP_GEMM_AVX512: shifted_avx512(p, x, shift, n); return;
-    case SP_GEMM_AVX2: shifted_avx2(p, x, shift, n); return;
+    case SP_GEMM_AVX512: v = shifted_avx512(p, x, shift, n); break;
+    case SP_GEMM_AVX2: v = shifted_avx2(p, x, shift, n); break;
     }
 #endif
-    for (int v = 0; v < n; v++)
+    for (; v < n; v++)
         p[v] = sp_expf(x[v] - shift);
 }

@@ -188,55 +188,38 @@ __attribute__((target("avx2"))) static void pack_cols8_avx2(float *restrict bp, 
     }
 }
 
-/* d (kc, 6 interleaved) <- six rows of a, lda apart, kc long: the AVX2 tile's micro-panel of
- * an untransposed a, eight columns at a time by an 8x8 register transpose (the two spare
- * rows repeat the last) instead of one load and store per element. */
-__attribute__((target("avx2"))) static void pack_rows6_avx2(float *restrict d,
-                                                            const float *restrict src,
-                                                            int64_t lda, int kc)
-{
-    int kk = 0;
-    for (; kk + 8 <= kc; kk += 8) {
-        __m256 r[8];
-        for (int i = 0; i < 6; i++)
-            r[i] = _mm256_loadu_ps(src + i * lda + kk);
-        r[6] = r[7] = r[5];
-        __m256 col[8]; /* col[j] = (row 0 .. row 7)[kk + j] */
-        transpose8(r, col);
-        for (int j = 0; j < 8; j++) { /* six floats: four, then two (AMD's masked stores
-                                          are slow) */
-            float *o = d + (int64_t)(kk + j) * 6;
-            _mm_storeu_ps(o, _mm256_castps256_ps128(col[j]));
-            _mm_storel_pi((__m64 *)(o + 4), _mm256_extractf128_ps(col[j], 1));
-        }
-    }
-    for (; kk < kc; kk++)
-        for (int i = 0; i < 6; i++)
-            d[(int64_t)kk * 6 + i] = src[i * lda + kk];
-}
-
-/* The same for the AVX-512 tiles (MR a multiple of 8): rows from mr on repeat the last.
- * The scalar gather it replaces was 5% of the large GPT config's pipelined step (perf
- * record, 2026-12-05). */
-__attribute__((target("avx2"))) static void pack_rows8n_avx2(float *restrict d, int MR,
-                                                             const float *restrict src,
-                                                             int64_t lda, int mr, int kc)
+/* d (kc, MR interleaved) <- MR rows of a (MR 6, or a multiple of 8), lda apart, kc long,
+ * rows from mr on repeating the last: a tile's micro-panel of an untransposed a, eight
+ * rows and eight columns at a time by 8x8 register transposes instead of one load and
+ * store per element (that gather was 5% of the large GPT config's pipelined step on the
+ * AVX-512 tiles, perf record 2026-12-05). */
+__attribute__((target("avx2"))) static void pack_rows_avx2(float *restrict d, int MR,
+                                                           const float *restrict src,
+                                                           int64_t lda, int mr, int kc)
 {
     for (int g = 0; g < MR; g += 8) {
+        const int w = MR - g < 8 ? MR - g : 8; /* rows this group stores */
         const float *row[8];
         for (int i = 0; i < 8; i++)
             row[i] = src + (int64_t)(g + i < mr ? g + i : mr - 1) * lda;
         int kk = 0;
         for (; kk + 8 <= kc; kk += 8) {
-            __m256 r[8], col[8];
+            __m256 r[8], col[8]; /* col[j] = (row 0 .. row 7)[kk + j] */
             for (int i = 0; i < 8; i++)
                 r[i] = _mm256_loadu_ps(row[i] + kk);
             transpose8(r, col);
-            for (int j = 0; j < 8; j++)
-                _mm256_storeu_ps(d + (int64_t)(kk + j) * MR + g, col[j]);
+            for (int j = 0; j < 8; j++) {
+                float *o = d + (int64_t)(kk + j) * MR + g;
+                if (w == 8)
+                    _mm256_storeu_ps(o, col[j]);
+                else { /* six: four, then two (AMD's masked stores are slow) */
+                    _mm_storeu_ps(o, _mm256_castps256_ps128(col[j]));
+                    _mm_storel_pi((__m64 *)(o + 4), _mm256_extractf128_ps(col[j], 1));
+                }
+            }
         }
         for (; kk < kc; kk++)
-            for (int i = 0; i < 8; i++)
+            for (int i = 0; i < w; i++)
                 d[(int64_t)kk * MR + g + i] = row[i][kk];
     }
 }
@@ -328,20 +311,14 @@ static void pack_a(float *restrict d, const gemm_tile *P, const float *restrict 
 #define SP_PACK_COPY(W)                                                                 \
     for (int kk = 0; kk < kc; kk++)                                                     \
         memcpy(d + (int64_t)kk * (W), src + (int64_t)kk * csa, sizeof(float) * (W))
-    if (P->kernel == kernel_avx2 && mr == 6) {
-        if (!ta) /* rows lda apart */
-            pack_rows6_avx2(d, src, rsa, kc);
-        else /* a's six rows lie side by side at each k */
-            SP_PACK_COPY(6);
-        return;
-    }
-    if (P->kernel != kernel_portable && MR % 8 == 0) {
-        if (!ta) {
-            pack_rows8n_avx2(d, MR, src, rsa, mr, kc);
+    if (P->kernel != kernel_portable && (MR == 6 || MR % 8 == 0)) {
+        if (!ta) { /* rows lda apart */
+            pack_rows_avx2(d, MR, src, rsa, mr, kc);
             return;
         }
-        if (mr == MR) {
+        if (mr == MR) { /* a's MR rows lie side by side at each k */
             switch (MR) {
+            case 6: SP_PACK_COPY(6); return;
             case 8: SP_PACK_COPY(8); return;
             case 24: SP_PACK_COPY(24); return;
             }
