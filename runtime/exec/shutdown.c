@@ -1,16 +1,33 @@
 /* The end: the executor shut down (StarPU, StarPU-MPI, the transports, MPI if it started
  * it), or the whole job aborted. Relies on state.c, trace.c, tasks.c, transfers.c,
  * watchdog.c (the barrier before) and device.c. */
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <starpu_mpi.h>
 
 #include "runtime/exec/device.h"
 #include "sched/policy.h"
 #include "runtime/exec/exec_int.h"
+
+/* MPI_Abort asks the launcher to end every rank, and waits for it. A launcher this host
+ * cannot reach answers late: on a Slurm node cut off from srun, PMIx_Abort waited 20 s for
+ * slurmstepd, which waited on srun (tests/hosts/hosts_slurm.sh). After ABORT_WAIT_S the
+ * rank ends by itself; its local launcher daemon sees it gone. */
+#define ABORT_WAIT_S 5
+
+static void *exit_later(void *code)
+{
+    nanosleep(&(struct timespec){ ABORT_WAIT_S, 0 }, NULL);
+    fprintf(stderr, "starpipe: rank %d: the launcher did not end the job within %d s of "
+            "MPI_Abort (unreachable?): leaving\n", sp_exec_rank_, ABORT_WAIT_S);
+    _exit((int)(intptr_t)code);
+}
 
 _Noreturn void sp_exec_abort(int code, const char *fmt, ...)
 {
@@ -31,8 +48,12 @@ _Noreturn void sp_exec_abort(int code, const char *fmt, ...)
      * last lines (which ranks and hosts did not answer) are out too. */
     if (X.broken)
         nanosleep(&(struct timespec){ 1, 0 }, NULL);
-    if (up && !down)
+    if (up && !down) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, exit_later, (void *)(intptr_t)code) == 0)
+            pthread_detach(t);
         MPI_Abort(MPI_COMM_WORLD, code); /* the launcher then kills every rank */
+    }
     exit(code);
 }
 
