@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "codelets/cpu/gemm_impl.h"
+#include "codelets/cpu/v16_impl.h"
 #include "codelets/cpu/vec_impl.h"
 #include "codelets/gelu.h"
 
@@ -17,51 +18,28 @@
  * so the results do not depend on it beyond the sign of a zero. */
 #define BQ 24
 
-/* exp(min(max(z, -87), 0)), NaN kept: e^-87 ~ 1.6e-38 stays normal and is 0 next to a
- * row sum >= 1; z > 0 does not occur (scores minus their max, or minus the lse). The
- * clamps and the NaN pass-through work on the bits with masks, so the loops vectorize
- * (a float compare would keep them scalar), and a NaN never reaches sp_exp_nonpos's
- * float-to-int conversion. As unsigned bits: z in [-inf, -87) is (0xC2AE0000,
- * 0xFF800000], z > 0 is [1, 0x7F800000], NaN is |bits| > 0x7F800000. */
-static inline float exp_le0(float z)
-{
-    const uint32_t u = (uint32_t)sp_gelu_f2i(z);
-    const uint32_t nan = -(uint32_t)((u & 0x7FFFFFFFu) > 0x7F800000u);
-    const uint32_t low = -(uint32_t)(u - 0xC2AE0001u < 0xFF800000u - 0xC2AE0000u) | nan;
-    const uint32_t pos = -(uint32_t)(u - 1u < 0x7F800000u);
-    const uint32_t zc = (u & ~(low | pos)) | (0xC2AE0000u & low);
-    const uint32_t e = (uint32_t)sp_gelu_f2i(sp_exp_nonpos(sp_gelu_i2f((int32_t)zc)));
-    return sp_gelu_i2f((int32_t)((e & ~nan) | (u & nan)));
-}
-
-/* The rows below run over whole chunks of 16 columns, up to kend rounded up (the strips'
- * row stride is a multiple of 16), masking the columns past the row's own t: no scalar
- * loop tails, which cost more than the work on short rows. The columns from kend on
- * hold anything (even NaN): they are only ever selected away, never multiplied. */
-
-/* x if keep, else +0, on the bits (a select of floats would stay a branch). */
-static inline float keep_if(float x, int keep)
-{
-    return sp_gelu_i2f(sp_gelu_f2i(x) & -(int32_t)keep);
-}
+/* The softmax runs on 16 floats at a time in GCC's vector types (v16_impl.h), each lane
+ * the scalar form's operations in its order, so every clone gives the same bits: GCC
+ * left the row max scalar, and at head size 16 and T 64 the softmax was a third of
+ * attention's time (bench/README.md, "Attention at small heads"). Rows run over whole
+ * chunks of 16 columns, up to kend rounded up (the strips' row stride is a multiple of
+ * 16), masking the columns past the row's own t: no scalar tails, which cost more than
+ * the work on short rows. The columns from kend on hold anything (even NaN): they are
+ * only ever selected away, never multiplied. */
 
 /* Max of x[0..t] over nc chunks. Compared as integers (the bits of a float, negatives
- * with their magnitude bits flipped, order like the floats), so the loop vectorizes,
- * which a float max does not without -ffast-math. A NaN with the sign bit clear becomes
- * the max, which makes the whole row NaN; one with it set is skipped, and the exp of
- * x - max brings it back. */
-static inline float row_max(const float *x, int nc, int t)
+ * with their magnitude bits flipped, order like the floats). A NaN with the sign bit
+ * clear becomes the max, which makes the whole row NaN; one with it set is skipped, and
+ * the exp of x - max brings it back. */
+SP_V16_FN float row_max(const float *x, int nc, int t)
 {
-    int32_t m[16];
-    for (int j = 0; j < 16; j++)
-        m[j] = INT32_MIN;
-    for (int c = 0; c < nc; c++)
-        for (int j = 0; j < 16; j++) {
-            const int u = 16 * c + j;
-            const int32_t b = sp_gelu_f2i(x[u]);
-            const int32_t key = u <= t ? b ^ ((b >> 31) & 0x7FFFFFFF) : INT32_MIN;
-            m[j] = key > m[j] ? key : m[j];
-        }
+    v16i m = (v16i){ 0 } + INT32_MIN;
+    for (int c = 0; c < nc; c++) {
+        const v16i b = (v16i)sp_ld16(x + 16 * c), in = (v16i)sp_lanes_upto(16 * c, t);
+        const v16i key = ((b ^ ((b >> 31) & 0x7FFFFFFF)) & in) | (INT32_MIN & ~in);
+        const v16i gt = key > m;
+        m = (key & gt) | (m & ~gt);
+    }
     int32_t mk = m[0];
     for (int j = 1; j < 16; j++)
         mk = m[j] > mk ? m[j] : mk;
@@ -73,25 +51,31 @@ static inline float row_max(const float *x, int nc, int t)
  * the log-sum-exp of its scaled scores. max(x) scale is max(x scale): rounding is
  * monotonic. With inv (bf16, FlashAttention-2's rounding points) a row instead becomes
  * its unnormalized exp(scale x - max) rounded to bf16, the product's operand, and inv[r]
- * = 1 / its fp32 sum, applied to the output after the product. */
+ * = 1 / its fp32 sum, applied to the output after the product. Rows in passes (maxes,
+ * exps, sums): with rows of a few chunks, one row at a time was a chain. */
 static SP_VEC_FN void softmax_rows(float *restrict s, int64_t ld, int bq, int t0, int kend,
                                    float scale, float *restrict lse, float *restrict inv)
 {
     const int nc = (kend + 15) / 16;
+    float mx[BQ];
+    v16f zs[BQ];
+    for (int r = 0; r < bq; r++)
+        mx[r] = row_max(s + r * ld, nc, t0 + r) * scale;
     for (int r = 0; r < bq; r++) {
         float *x = s + r * ld;
         const int t = t0 + r;
-        const float mx = row_max(x, nc, t) * scale;
-        float z[16];
-        for (int j = 0; j < 16; j++)
-            z[j] = 0.0f;
-        for (int c = 0; c < nc; c++)
-            for (int j = 0; j < 16; j++) {
-                const int u = 16 * c + j;
-                const float p = keep_if(exp_le0(x[u] * scale - mx), u <= t);
-                x[u] = p;
-                z[j] += p;
-            }
+        v16f z = { 0 };
+        for (int c = 0; c < nc; c++) {
+            const v16f e = sp_exp_le0_16(sp_ld16(x + 16 * c) * scale - mx[r]);
+            const v16f p = (v16f)((v16u)e & sp_lanes_upto(16 * c, t));
+            sp_st16(x + 16 * c, p);
+            z += p;
+        }
+        zs[r] = z;
+    }
+    for (int r = 0; r < bq; r++) {
+        float *x = s + r * ld;
+        const v16f z = zs[r];
         const float sum =
             (((z[0] + z[8]) + (z[1] + z[9])) + ((z[2] + z[10]) + (z[3] + z[11]))) +
             (((z[4] + z[12]) + (z[5] + z[13])) + ((z[6] + z[14]) + (z[7] + z[15])));
@@ -100,10 +84,10 @@ static SP_VEC_FN void softmax_rows(float *restrict s, int64_t ld, int bq, int t0
             inv[r] = 1.0f / sum;
         } else {
             const float in = 1.0f / sum;
-            for (int u = 0; u < 16 * nc; u++)
-                x[u] *= in;
+            for (int c = 0; c < nc; c++)
+                sp_st16(x + 16 * c, sp_ld16(x + 16 * c) * in);
         }
-        lse[r] = mx + logf(sum);
+        lse[r] = mx[r] + logf(sum);
     }
 }
 
@@ -120,10 +104,11 @@ static SP_VEC_FN void softmax_backward_rows(float *restrict p, float *restrict d
         float *x = p + r * ld, *d = dp + r * ld;
         const int t = t0 + r;
         const float l = lse[r], Dr = D[r];
-        for (int u = 0; u < 16 * nc; u++) {
-            const float e = exp_le0(x[u] * scale - l);
-            x[u] = keep_if(e, u <= t);
-            d[u] = keep_if(e * (d[u] - Dr) * scale, u <= t);
+        for (int c = 0; c < nc; c++) {
+            const v16u in = sp_lanes_upto(16 * c, t);
+            const v16f e = sp_exp_le0_16(sp_ld16(x + 16 * c) * scale - l);
+            sp_st16(x + 16 * c, (v16f)((v16u)e & in));
+            sp_st16(d + 16 * c, (v16f)((v16u)(e * (sp_ld16(d + 16 * c) - Dr) * scale) & in));
         }
     }
 }

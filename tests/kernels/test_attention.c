@@ -5,6 +5,8 @@
  * (sp_attention_gqa_forward, G = 1, 2, 3, 4 query heads per KV head), the reference
  * reading each head where kernels.h says it is. */
 #include "codelets/cpu/kernels.h"
+#include "codelets/cpu/v16_impl.h"
+#include "codelets/gelu.h"
 #include "kcheck.h"
 
 /* Scores are fp32 dots of hs <= 32 terms through expf and a T-term normalisation, then
@@ -145,6 +147,41 @@ static void nan_case(void)
     free(qkv); free(out); free(lse); free(scratch);
 }
 
+/* What the softmax's exp must give for z's bits: sp_exp_nonpos of z clamped to [-87, 0],
+ * NaN kept as it is. */
+static uint32_t exp_le0_want(uint32_t bits)
+{
+    if ((bits & 0x7FFFFFFFu) > 0x7F800000u)
+        return bits;
+    const uint32_t z = bits > 0xC2AE0000u ? 0xC2AE0000u : bits >= 0x80000000u ? bits : 0;
+    return (uint32_t)sp_gelu_f2i(sp_exp_nonpos(sp_gelu_i2f((int32_t)z)));
+}
+
+/* The softmax's 16-lane exp (v16_impl.h) against the scalar sp_exp_nonpos it must equal
+ * bit for bit, in the clone this CPU runs: every 61st float of [-87, -0], then the
+ * clamps' cases (below -87, above 0, infinities, NaNs). Returns the mismatches. */
+static SP_VEC_FN int64_t exp16_mismatches(void)
+{
+    static const uint32_t special[] = { 0xC2AE0000u, 0xC2AE0001u, 0xC2C80000u, 0xF149F2CAu,
+                                        0xFF7FFFFFu, 0xFF800000u, 0x00000001u, 0x3F800000u,
+                                        0x7F7FFFFFu, 0x7F800000u, 0x7FC00000u, 0x7F800001u,
+                                        0xFFC00000u, 0xFFFFFFFFu, 0x80000000u, 0x00000000u };
+    const int64_t nsweep = (0xC2AE0000u - 0x80000000u) / 61 + 1,
+                  total = nsweep + (int64_t)(sizeof special / sizeof special[0]);
+    int64_t bad = 0;
+    for (int64_t i0 = 0; i0 < total; i0 += 16) {
+        uint32_t in[16];
+        for (int j = 0; j < 16; j++) {
+            const int64_t i = i0 + j < total ? i0 + j : total - 1;
+            in[j] = i < nsweep ? 0x80000000u + (uint32_t)(61 * i) : special[i - nsweep];
+        }
+        const v16u got = (v16u)sp_exp_le0_16(sp_ld16((const float *)in));
+        for (int j = 0; j < 16; j++)
+            bad += got[j] != exp_le0_want(in[j]);
+    }
+    return bad;
+}
+
 int main(void)
 {
     kc_start();
@@ -167,5 +204,9 @@ int main(void)
     run_case(1, 31, 12, 3, 0, 8.0, 5);
     run_case(1, 31, 12, 3, 3, 8.0, 6);
     nan_case();
+    const int64_t bad = exp16_mismatches();
+    kc_expect(bad == 0, "softmax: the 16-lane exp equals sp_exp_nonpos bit for bit");
+    if (bad)
+        fprintf(stderr, "  %lld floats differ\n", (long long)bad);
     return kc_finish("test_kernels_attention");
 }

@@ -1,0 +1,66 @@
+/* 16 floats at a time in GCC's vector types (internal to codelets/cpu): loops written on
+ * them vectorize where GCC's own vectorizer gave up, under every SP_VEC_FN clone (the
+ * default one lowers each to four SSE operations). Each lane does what the scalar C would,
+ * in its order, so every clone gives the same bits. The helpers are always inlined into
+ * their caller's clone: a 64-byte vector passed between functions of different targets
+ * would change the ABI. */
+#ifndef STARPIPE_CPU_V16_IMPL_H
+#define STARPIPE_CPU_V16_IMPL_H
+
+#include <stdint.h>
+
+#include "codelets/cpu/vec_impl.h"
+
+#pragma GCC diagnostic ignored "-Wpsabi" /* see above: never passed between targets */
+
+#define SP_V16_FN static inline __attribute__((always_inline))
+
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+typedef uint32_t v16u __attribute__((vector_size(64)));
+typedef float v16f_un __attribute__((vector_size(64), aligned(4)));
+
+SP_V16_FN v16f sp_ld16(const float *p) { return *(const v16f_un *)p; }
+SP_V16_FN void sp_st16(float *p, v16f x) { *(v16f_un *)p = x; }
+
+/* Lanes u0..u0+15 <= t: all ones, else 0. */
+SP_V16_FN v16u sp_lanes_upto(int u0, int t)
+{
+    const v16i lane = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 };
+    return (v16u)(lane <= (v16i){ 0 } + (t - u0));
+}
+
+/* sp_exp_nonpos (codelets/gelu.h) on 16 lanes, operation for operation
+ * (tests/kernels/test_attention.c compares them). */
+SP_V16_FN v16f sp_exp_nonpos16(v16f z)
+{
+    const v16i n = __builtin_convertvector(z * 1.44269504088896341f - 0.5f, v16i);
+    const v16f fn = __builtin_convertvector(n, v16f);
+    const v16f r = z - fn * 0.693359375f - fn * -2.12194440e-4f;
+    v16f p = (v16f){ 0 } + 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    return p * (v16f)((n + 127) << 23);
+}
+
+/* exp(min(max(z, -87), 0)), NaN kept: e^-87 ~ 1.6e-38 stays normal and is 0 next to a
+ * softmax row's sum >= 1; z > 0 gives 1 (a softmax never has it). The clamps work on the
+ * bits, and a NaN never reaches the float-to-int conversion. As unsigned bits: z in
+ * [-inf, -87) is (0xC2AE0000, 0xFF800000], z > 0 is [1, 0x7F800000], NaN is |bits| >
+ * 0x7F800000. */
+SP_V16_FN v16f sp_exp_le0_16(v16f z)
+{
+    const v16u u = (v16u)z, one = { 0 };
+    const v16u nan = (v16u)((u & 0x7FFFFFFFu) > one + 0x7F800000u);
+    const v16u low = (v16u)(u - 0xC2AE0001u < one + (0xFF800000u - 0xC2AE0000u)) | nan;
+    const v16u pos = (v16u)(u - 1u < one + 0x7F800000u);
+    const v16u zc = (u & ~(low | pos)) | (0xC2AE0000u & low);
+    const v16u e = (v16u)sp_exp_nonpos16((v16f)zc);
+    return (v16f)((e & ~nan) | (u & nan));
+}
+
+#endif
