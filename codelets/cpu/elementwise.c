@@ -9,7 +9,7 @@
 
 #include "codelets/cpu/vec_impl.h"
 
-void sp_bias_add_forward(float *out, const float *x, const float *restrict bias, int N, int C)
+SP_VEC_FN void sp_bias_add_forward(float *out, const float *x, const float *restrict bias, int N, int C)
 {
     for (int n = 0; n < N; n++) {
         float *o = out + (int64_t)n * C;
@@ -21,7 +21,7 @@ void sp_bias_add_forward(float *out, const float *x, const float *restrict bias,
 
 /* Rows are added in order n = 0..N-1 into a float per column: deterministic, and the
  * column loop vectorizes. */
-void sp_bias_add_backward_bias(float *restrict dbias, const float *restrict dout, int N, int C,
+SP_VEC_FN void sp_bias_add_backward_bias(float *restrict dbias, const float *restrict dout, int N, int C,
                                int acc)
 {
     if (!acc)
