@@ -8,32 +8,66 @@
 
 #include "codelets/cpu/expf_impl.h"
 
+/* p = exp(x - shift[r]) over the first `valid` columns of g <= CE_ROWS rows (stride V),
+ * and each row's sum of them into sum[r], in column order (the loss's bits). A row's sum
+ * alone is a chain of dependent adds: a third of GPT-2's cross-entropy. So the rows go
+ * side by side, a chunk of columns at a time while it is in cache: eight chains at once,
+ * each still in its own order. */
+#define CE_ROWS 8
+#define CE_CHUNK 1024
+static void exp_rows_summed(float *restrict p, const float *restrict x, int64_t V, int valid,
+                            int g, const float *restrict shift, float *restrict sum)
+{
+    float s[CE_ROWS] = { 0 };
+    for (int v0 = 0; v0 < valid; v0 += CE_CHUNK) {
+        const int len = valid - v0 < CE_CHUNK ? valid - v0 : CE_CHUNK;
+        for (int r = 0; r < g; r++)
+            sp_expf_shifted(p + r * V + v0, x + r * V + v0, shift[r], len);
+        const float *q = p + v0;
+        if (g == CE_ROWS) {
+            for (int v = 0; v < len; v++)
+                for (int r = 0; r < CE_ROWS; r++)
+                    s[r] += q[r * V + v];
+        } else {
+            for (int r = 0; r < g; r++)
+                for (int v = 0; v < len; v++)
+                    s[r] += q[r * V + v];
+        }
+    }
+    for (int r = 0; r < g; r++)
+        sum[r] = s[r];
+}
+
 int sp_cross_entropy_forward(float *loss, float *restrict probs, const float *restrict logits,
                              const int32_t *restrict targets, int N, int V, int valid)
 {
     int bad = 0;
     double total = 0.0;
-    for (int n = 0; n < N; n++) {
-        const float *x = logits + (int64_t)n * V;
-        float *p = probs + (int64_t)n * V;
-        const float maxv = sp_max_skip_nan(x, valid);
-        /* the exps a vector at a time, then their sum in order (the loss's bits) */
-        sp_expf_shifted(p, x, maxv, valid);
-        float sum = 0.0f;
-        for (int v = 0; v < valid; v++)
-            sum += p[v];
-        float inv = 1.0f / sum;
-        for (int v = 0; v < valid; v++)
-            p[v] *= inv;
-        for (int v = valid; v < V; v++) /* padding: no probability, so no gradient */
-            p[v] = 0.0f;
-        int32_t tg = targets[n];
-        if (tg < 0 || tg >= valid) {
-            bad++;
-            continue;
+    for (int n0 = 0; n0 < N; n0 += CE_ROWS) {
+        const int g = N - n0 < CE_ROWS ? N - n0 : CE_ROWS;
+        float maxv[CE_ROWS], sums[CE_ROWS];
+        for (int r = 0; r < g; r++)
+            maxv[r] = sp_max_skip_nan(logits + (int64_t)(n0 + r) * V, valid);
+        exp_rows_summed(probs + (int64_t)n0 * V, logits + (int64_t)n0 * V, V, valid, g, maxv,
+                        sums);
+        for (int r = 0; r < g; r++) {
+            const int n = n0 + r;
+            const float *x = logits + (int64_t)n * V;
+            float *p = probs + (int64_t)n * V;
+            const float sum = sums[r];
+            float inv = 1.0f / sum;
+            for (int v = 0; v < valid; v++)
+                p[v] *= inv;
+            for (int v = valid; v < V; v++) /* padding: no probability, so no gradient */
+                p[v] = 0.0f;
+            int32_t tg = targets[n];
+            if (tg < 0 || tg >= valid) {
+                bad++;
+                continue;
+            }
+            /* -log p[tg] = log(sum) + max - x[tg], evaluated without forming p[tg]. */
+            total += log((double)sum) + (double)maxv[r] - (double)x[tg];
         }
-        /* -log p[tg] = log(sum) + max - x[tg], evaluated without forming p[tg]. */
-        total += log((double)sum) + (double)maxv - (double)x[tg];
     }
     if (bad)
         *loss = NAN;
@@ -84,16 +118,14 @@ int sp_vocab_ce_exp(float *restrict exps, float *restrict stats, int32_t *restri
     int bad = 0;
     /* the slice's tokens: columns before Vall - lo (the rest, if any, is padding) */
     const int valid = Vall - lo >= V ? V : Vall - lo > 0 ? (int)(Vall - lo) : 0;
+    for (int n0 = 0; n0 < N; n0 += CE_ROWS)
+        exp_rows_summed(exps + (int64_t)n0 * V, logits + (int64_t)n0 * V, V, valid,
+                        N - n0 < CE_ROWS ? N - n0 : CE_ROWS, rowmax + n0, stats + n0);
     for (int n = 0; n < N; n++) {
         const float *x = logits + (int64_t)n * V;
         float *p = exps + (int64_t)n * V;
-        sp_expf_shifted(p, x, rowmax[n], valid);
-        float sum = 0.0f;
-        for (int v = 0; v < valid; v++)
-            sum += p[v];
         for (int v = valid; v < V; v++)
             p[v] = 0.0f;
-        stats[n] = sum;
         int64_t tg = targets[n], r = tg - lo;
         bad += tg < 0 || tg >= Vall;
         int here = tg >= 0 && tg < Vall && r >= 0 && r < V;

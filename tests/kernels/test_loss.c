@@ -199,6 +199,46 @@ static void sum_long(void)
     free(x);
 }
 
+/* The forward's rows run eight at a time, in chunks of columns: its bits must be those of
+ * the plain form, one row at a time, its sum in column order (written out here), on rows
+ * of several chunks with padding, a partial last group of rows, and the vocab-parallel
+ * exps' sums too. */
+static void ce_row_order(void)
+{
+    enum { N = 19, V = 2600, VALID = 2583 };
+    kc_seed(21);
+    float *x = KC_F(N * V), *p = KC_F(N * V), *q = KC_F(N * V), *e = KC_F(N * V), loss;
+    float st[2 * N], mx[N], sums[N];
+    int32_t tg[N], lt[N];
+    kc_fill(x, N * V, -6, 6);
+    for (int n = 0; n < N; n++)
+        tg[n] = (int32_t)(kc_next() % VALID);
+    sp_cross_entropy_forward(&loss, p, x, tg, N, V, VALID);
+    double total = 0.0;
+    int same = 1;
+    for (int n = 0; n < N; n++) {
+        const float *xr = x + (int64_t)n * V;
+        float *qr = q + (int64_t)n * V, sum = 0.0f;
+        mx[n] = sp_max_skip_nan(xr, VALID);
+        sp_expf_shifted(qr, xr, mx[n], VALID);
+        for (int v = 0; v < VALID; v++)
+            sum += qr[v];
+        for (int v = 0; v < VALID; v++)
+            qr[v] *= 1.0f / sum;
+        for (int v = VALID; v < V; v++)
+            qr[v] = 0.0f;
+        total += log((double)sum) + (double)mx[n] - (double)xr[tg[n]];
+        sums[n] = sum;
+    }
+    sp_vocab_ce_exp(e, st, lt, x, tg, mx, N, V, 0, VALID);
+    same &= !memcmp(st, sums, sizeof sums);
+    const float want = (float)(total / N);
+    same &= !memcmp(p, q, sizeof(float) * N * V) && !memcmp(&loss, &want, sizeof loss);
+    kc_expect(same, "cross_entropy: rows side by side give the one-row-at-a-time bits "
+                    "(probabilities, loss, the vocab-parallel sums)");
+    free(x); free(p); free(q); free(e);
+}
+
 /* A padded vocabulary (valid of V columns are tokens; the padding holds large logits that
  * would dominate were they counted): the loss and the tokens' probabilities bit for bit
  * those of the same rows cut to their tokens, the padding's probabilities and gradient 0,
@@ -358,6 +398,7 @@ int main(void)
     ce_large_logits();
     ce_bad_targets();
     ce_padded();
+    ce_row_order();
     sum_long();
     return kc_finish("test_kernels_loss");
 }
