@@ -40,20 +40,28 @@ SP_GELU_FN float sp_gelu_i2f(int32_t i)
 
 /* exp(z) for z in [-87, 0] (no range check: the caller clamps), from Cephes' expf: Cody-
  * Waite reduction, degree-5 polynomial, scaling by building 2^n's bits. Branch-free, so
- * loops over it vectorize; ~1 ulp. NaN gives NaN. Also the CPU attention's softmax. */
+ * loops over it vectorize; ~1 ulp. NaN gives NaN. Also the CPU attention's softmax, on 16
+ * lanes (cpu/v16_impl.h): so its steps are written once, for a float type F whose ints
+ * are I, with TO_I truncating F to I, TO_F converting back and BITS_F reading an I's bits
+ * as an F. */
+#define SP_EXP_NONPOS_BODY(F, I, z, TO_I, TO_F, BITS_F)                                    \
+    const I n_ = TO_I((z) * 1.44269504088896341f - 0.5f); /* round(z / ln2), z <= 0 */     \
+    const F fn_ = TO_F(n_);                                                                \
+    const F r_ = (z) - fn_ * 0.693359375f - fn_ * -2.12194440e-4f; /* z - n ln2 */         \
+    F p_ = r_ * 1.9875691500e-4f + 1.3981999507e-3f;                                       \
+    p_ = p_ * r_ + 8.3334519073e-3f;                                                       \
+    p_ = p_ * r_ + 4.1665795894e-2f;                                                       \
+    p_ = p_ * r_ + 1.6666665459e-1f;                                                       \
+    p_ = p_ * r_ + 5.0000001201e-1f;                                                       \
+    p_ = p_ * r_ * r_ + r_ + 1.0f;                                                         \
+    return p_ * BITS_F((n_ + 127) << 23)
+
+#define SP_FLOAT_TO_INT_(x) ((int)(x))
+#define SP_INT_TO_FLOAT_(x) ((float)(x))
+
 SP_GELU_FN float sp_exp_nonpos(float z)
 {
-    int n = (int)(z * 1.44269504088896341f - 0.5f); /* round(z / ln2), z <= 0 */
-    float fn = (float)n;
-    float r = z - fn * 0.693359375f - fn * -2.12194440e-4f; /* z - n ln2, two parts */
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    return p * sp_gelu_i2f((n + 127) << 23);
+    SP_EXP_NONPOS_BODY(float, int, z, SP_FLOAT_TO_INT_, SP_INT_TO_FLOAT_, sp_gelu_i2f);
 }
 
 /* tanh(u) = sign(u) (1 - e) / (1 + e), e = exp(-2|u|) (sp_exp_nonpos). Written

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "codelets/cpu/vec_impl.h"
+#include "codelets/gelu.h"
 
 #pragma GCC diagnostic ignored "-Wpsabi" /* see above: never passed between targets */
 
@@ -30,21 +31,14 @@ SP_V16_FN v16u sp_lanes_upto(int u0, int t)
     return (v16u)(lane <= (v16i){ 0 } + (t - u0));
 }
 
-/* sp_exp_nonpos (codelets/gelu.h) on 16 lanes, operation for operation
- * (tests/kernels/test_attention.c compares them). */
+/* sp_exp_nonpos (codelets/gelu.h) on 16 lanes: its steps, SP_EXP_NONPOS_BODY
+ * (tests/kernels/test_attention.c compares the two bit for bit). */
+#define SP_V16_TO_I_(x) __builtin_convertvector(x, v16i)
+#define SP_V16_TO_F_(x) __builtin_convertvector(x, v16f)
+#define SP_V16_BITS_F_(x) ((v16f)(x))
 SP_V16_FN v16f sp_exp_nonpos16(v16f z)
 {
-    const v16i n = __builtin_convertvector(z * 1.44269504088896341f - 0.5f, v16i);
-    const v16f fn = __builtin_convertvector(n, v16f);
-    const v16f r = z - fn * 0.693359375f - fn * -2.12194440e-4f;
-    v16f p = (v16f){ 0 } + 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    return p * (v16f)((n + 127) << 23);
+    SP_EXP_NONPOS_BODY(v16f, v16i, z, SP_V16_TO_I_, SP_V16_TO_F_, SP_V16_BITS_F_);
 }
 
 /* exp(min(max(z, -87), 0)), NaN kept: e^-87 ~ 1.6e-38 stays normal and is 0 next to a
