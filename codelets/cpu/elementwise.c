@@ -9,7 +9,8 @@
 
 #include "codelets/cpu/vec_impl.h"
 
-SP_VEC_FN void sp_bias_add_forward(float *out, const float *x, const float *restrict bias, int N, int C)
+SP_VEC_FN void sp_bias_add_forward(float *out, const float *x, const float *restrict bias,
+                                   int N, int C)
 {
     for (int n = 0; n < N; n++) {
         float *o = out + (int64_t)n * C;
@@ -21,8 +22,8 @@ SP_VEC_FN void sp_bias_add_forward(float *out, const float *x, const float *rest
 
 /* Rows are added in order n = 0..N-1 into a float per column: deterministic, and the
  * column loop vectorizes. */
-SP_VEC_FN void sp_bias_add_backward_bias(float *restrict dbias, const float *restrict dout, int N, int C,
-                               int acc)
+SP_VEC_FN void sp_bias_add_backward_bias(float *restrict dbias, const float *restrict dout,
+                                         int N, int C, int acc)
 {
     if (!acc)
         memset(dbias, 0, sizeof(float) * (size_t)(C > 0 ? C : 0));

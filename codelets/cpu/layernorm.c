@@ -6,9 +6,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "codelets/cpu/v16_impl.h"
 #include "codelets/cpu/vec_impl.h"
-
-#pragma GCC diagnostic ignored "-Wpsabi" /* the v8f helpers are always inlined */
 
 #define LN_EPS 1e-5f
 
@@ -21,13 +20,13 @@ typedef float v8f __attribute__((vector_size(32)));
 typedef float v8f_un __attribute__((vector_size(32), aligned(4)));
 #define LD8(p) (*(const v8f_un *)(p))
 
-static inline float tree8(v8f s)
+SP_V16_FN float tree8(v8f s)
 {
     return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
 /* Sum of x (n). */
-static inline __attribute__((always_inline)) float sum8(const float *restrict x, int n)
+SP_V16_FN float sum8(const float *restrict x, int n)
 {
     v8f s = { 0 };
     int i = 0;
@@ -40,8 +39,7 @@ static inline __attribute__((always_inline)) float sum8(const float *restrict x,
 }
 
 /* Sum of (x - m)^2 and of a*b, same pattern as sum8. */
-static inline __attribute__((always_inline)) float sumsqdev8(const float *restrict x, float m,
-                                                             int n)
+SP_V16_FN float sumsqdev8(const float *restrict x, float m, int n)
 {
     v8f s = { 0 };
     int i = 0;
@@ -55,8 +53,7 @@ static inline __attribute__((always_inline)) float sumsqdev8(const float *restri
     return r;
 }
 
-static inline __attribute__((always_inline)) float dot8(const float *restrict a,
-                                                        const float *restrict b, int n)
+SP_V16_FN float dot8(const float *restrict a, const float *restrict b, int n)
 {
     v8f s = { 0 };
     int i = 0;
@@ -70,9 +67,10 @@ static inline __attribute__((always_inline)) float dot8(const float *restrict a,
 
 /* Two passes (mean, then squared deviations) rather than E[x^2] - E[x]^2: no
  * cancellation when |mean| >> std. */
-SP_VEC_FN void sp_layernorm_forward(float *restrict out, float *restrict mean, float *restrict rstd,
-                          const float *restrict x, const float *restrict gamma,
-                          const float *restrict beta, int N, int C)
+SP_VEC_FN void sp_layernorm_forward(float *restrict out, float *restrict mean,
+                                    float *restrict rstd, const float *restrict x,
+                                    const float *restrict gamma, const float *restrict beta,
+                                    int N, int C)
 {
     for (int n = 0; n < N; n++) {
         const float *xr = x + (int64_t)n * C;
@@ -92,9 +90,9 @@ SP_VEC_FN void sp_layernorm_forward(float *restrict out, float *restrict mean, f
  * any allocation. */
 #define LN_CHUNK 512
 SP_VEC_FN void sp_layernorm_backward_x(float *restrict dx, const float *restrict dout,
-                             const float *restrict x, const float *restrict mean,
-                             const float *restrict rstd, const float *restrict gamma,
-                             int N, int C, int acc)
+                                       const float *restrict x, const float *restrict mean,
+                                       const float *restrict rstd, const float *restrict gamma,
+                                       int N, int C, int acc)
 {
     float g[LN_CHUNK], xh[LN_CHUNK];
     for (int n = 0; n < N; n++) {
@@ -125,9 +123,10 @@ SP_VEC_FN void sp_layernorm_backward_x(float *restrict dx, const float *restrict
 }
 
 SP_VEC_FN void sp_layernorm_backward_params(float *restrict dgamma, float *restrict dbeta,
-                                  const float *restrict dout, const float *restrict x,
-                                  const float *restrict mean, const float *restrict rstd,
-                                  int N, int C, int acc)
+                                            const float *restrict dout,
+                                            const float *restrict x,
+                                            const float *restrict mean,
+                                            const float *restrict rstd, int N, int C, int acc)
 {
     if (!acc && C > 0) {
         memset(dgamma, 0, sizeof(float) * (size_t)C);
@@ -146,8 +145,9 @@ SP_VEC_FN void sp_layernorm_backward_params(float *restrict dgamma, float *restr
 
 /* RMSNorm: out = x rstd weight, rstd = 1/sqrt(mean(x^2) + eps); saves rstd (N). */
 #define RMS_EPS 1e-5f
-SP_VEC_FN void sp_rmsnorm_forward(float *restrict out, float *restrict rstd, const float *restrict x,
-                        const float *restrict weight, int N, int C)
+SP_VEC_FN void sp_rmsnorm_forward(float *restrict out, float *restrict rstd,
+                                  const float *restrict x, const float *restrict weight, int N,
+                                  int C)
 {
     for (int n = 0; n < N; n++) {
         const float *xr = x + (int64_t)n * C;
@@ -162,8 +162,8 @@ SP_VEC_FN void sp_rmsnorm_forward(float *restrict out, float *restrict rstd, con
 /* dx = rstd (g - xhat mean(g xhat)), g = weight * dout, xhat = x rstd: layernorm's with no
  * mean to subtract. */
 SP_VEC_FN void sp_rmsnorm_backward_x(float *restrict dx, const float *restrict dout,
-                           const float *restrict x, const float *restrict rstd,
-                           const float *restrict weight, int N, int C, int acc)
+                                     const float *restrict x, const float *restrict rstd,
+                                     const float *restrict weight, int N, int C, int acc)
 {
     float g[LN_CHUNK], xh[LN_CHUNK];
     for (int n = 0; n < N; n++) {
@@ -188,9 +188,10 @@ SP_VEC_FN void sp_rmsnorm_backward_x(float *restrict dx, const float *restrict d
 }
 
 /* dweight (C) += sum over rows of x rstd dout, rows in order (= with acc 0). */
-SP_VEC_FN void sp_rmsnorm_backward_weight(float *restrict dweight, const float *restrict dout,
-                                const float *restrict x, const float *restrict rstd, int N,
-                                int C, int acc)
+SP_VEC_FN void sp_rmsnorm_backward_weight(float *restrict dweight,
+                                          const float *restrict dout,
+                                          const float *restrict x, const float *restrict rstd,
+                                          int N, int C, int acc)
 {
     if (!acc && C > 0) memset(dweight, 0, sizeof(float) * (size_t)C);
     for (int n = 0; n < N; n++) {

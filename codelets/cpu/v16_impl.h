@@ -1,9 +1,10 @@
 /* 16 floats at a time in GCC's vector types (internal to codelets/cpu): loops written on
  * them vectorize where GCC's own vectorizer gave up, under every SP_VEC_FN clone (the
  * default one lowers each to four SSE operations). Each lane does what the scalar C would,
- * in its order, so every clone gives the same bits. The helpers are always inlined into
- * their caller's clone: a 64-byte vector passed between functions of different targets
- * would change the ABI. */
+ * in its order, so every clone gives the same bits. The helpers (SP_V16_FN, also for
+ * other widths' helpers: layernorm.c's 8-float sums) are always inlined into their
+ * caller's clone: a vector passed between functions of different targets would change
+ * the ABI. */
 #ifndef STARPIPE_CPU_V16_IMPL_H
 #define STARPIPE_CPU_V16_IMPL_H
 
