@@ -46,7 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n)
     if (given & 2) setenv("STARPIPE_SCHEDULE", env, 1); else unsetenv("STARPIPE_SCHEDULE");
     if (given & 4) setenv("STARPIPE_MICROBATCHES", f[2], 1); else unsetenv("STARPIPE_MICROBATCHES");
     if (given & 8) setenv("STARPIPE_CHUNKS", f[3], 1); else unsetenv("STARPIPE_CHUNKS");
-    const char *used = name ? name : (given & 2) && *env ? env : "1f1b";
+    const char *used = name ? name : (given & 2) && *env ? env : SP_SCHEDULE_DEFAULT;
     int from_file = !strncmp(used, "file:", 5);
 
     sp_schedule *s = (sp_schedule *)1;

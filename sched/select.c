@@ -13,7 +13,7 @@ sp_status sp_schedule_from_env(const char *name, int p, int m, int v, sp_schedul
     sp_env env; /* STARPIPE_SCHEDULE, STARPIPE_MICROBATCHES, STARPIPE_CHUNKS */
     sp_status st = sp_env_read(&env);
     if (st) return st;
-    if (!name) name = env.schedule ? env.schedule : "1f1b";
+    if (!name) name = env.schedule ? env.schedule : SP_SCHEDULE_DEFAULT;
     if (!strcmp(name, "help"))
         return sp_set_error(SP_ERR_ARG, "schedules (STARPIPE_SCHEDULE):\n%s",
                             sp_schedule_help());

@@ -115,9 +115,14 @@ int sp_schedule_auto_default_cap(int nactors, int nmicro);
  * schedule's name gains "+split". */
 sp_status sp_schedule_split_backward(sp_schedule *s);
 
+/* The schedule used when neither a name nor STARPIPE_SCHEDULE gives one: 1F1B with its
+ * sending backwards split, the same bits and planned memory as "1f1b" and a shorter
+ * cool-down (bench/README.md, "Split backwards"). "1f1b" is the published fused form. */
+#define SP_SCHEDULE_DEFAULT "1f1b+split"
+
 /* The schedule the user asked for. Explicit arguments win (a flag overrides the
- * environment): name (NULL: STARPIPE_SCHEDULE, default "1f1b"; "file:PATH" reads a text
- * file; a built-in or file name ending in "+split" is then rewritten by
+ * environment): name (NULL: STARPIPE_SCHEDULE, default SP_SCHEDULE_DEFAULT; "file:PATH"
+ * reads a text file; a built-in or file name ending in "+split" is then rewritten by
  * sp_schedule_split_backward), nmicro (<= 0: STARPIPE_MICROBATCHES, default 2p), nchunks
  * (<= 0: STARPIPE_CHUNKS, default 2 for interleaved and V-shaped, else 1). Errors name
  * the offending value: an unknown name lists the valid ones, "help" returns SP_ERR_ARG

@@ -14,10 +14,11 @@ dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
 # sets 1000%): 50x, beyond the jitter of millisecond tasks, far below the 1000x and more
 # between such a task and a drained one
 export STARPU_HISTORY_MAX_ERROR=5000
-run() { # run LOG [VAR=VALUE]: the default GPT on 2 ranks in this StarPU home
+run() { # run LOG [VAR=VALUE]: the default GPT on 2 ranks in this StarPU home, under the
+  # published 1F1B (fused backwards on both stages: the default splits stage 1's)
   log=$1; shift
   env STARPU_HOME="$dir" "$@" "$mpiexec" -np 2 -x STARPU_HOME -x STARPU_HISTORY_MAX_ERROR \
-    ${1:+-x ${1%%=*}} "$app" --steps 3 >"$dir/$log" 2>&1
+    ${1:+-x ${1%%=*}} "$app" --steps 3 --schedule 1f1b >"$dir/$log" 2>&1
 }
 # first, in the fresh home, a run whose step 2 fails, then a run after it
 if run fault.log STARPIPE_FAULT=fail@2:1; then

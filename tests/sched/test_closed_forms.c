@@ -163,6 +163,20 @@ int main(void)
         CHECK(sp_schedule_from_env("1f1c+split", 2, 4, 0, &s) == SP_ERR_ARG
                   && strstr(sp_last_error(), "unknown schedule '1f1c'"),
               "1f1c+split: %s", sp_last_error());
+        /* No name and no STARPIPE_SCHEDULE: 1F1B with its sending backwards split, task for
+         * task */
+        unsetenv("STARPIPE_SCHEDULE");
+        sp_schedule *d = NULL;
+        MUST(sp_schedule_from_env(NULL, 3, 6, 0, &d));
+        MUST(sp_schedule_from_env("1f1b+split", 3, 6, 0, &s));
+        int same = !strcmp(d->name, "1f1b+split") && d->nactors == s->nactors;
+        for (int a = 0; same && a < d->nactors; a++) {
+            same = d->ntasks[a] == s->ntasks[a];
+            for (int j = 0; same && j < d->ntasks[a]; j++)
+                same = !memcmp(&d->tasks[a][j], &s->tasks[a][j], sizeof(sp_task));
+        }
+        CHECK(same, "the default schedule '%s' is not 1f1b+split", d->name);
+        sp_schedule_free(d), sp_schedule_free(s);
     }
     /* Every built-in: a BW stays where its stage is the first or the stage before is on
      * the same actor (the V placements' turn), else it becomes B W in its place; nothing
