@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # bench/gpt2_pipeline.sh [BUILD] [ROUNDS]: GPT-2 124M's shape (12 layers, 12 heads, 768
 # channels, vocabulary 50257, random init) on this machine: one process against 2 ranks
-# under 1F1B, 1F1B+split (stage 1's backwards as B then W) and ZB-H1, the default flags
-# otherwise (the cut balanced by cost), at context 256 with 8 microbatches of one sequence
-# and at llm.c's 4 x 64 tokens (4 microbatches of one sequence of 64). The data are the
-# default text's bytes (token ids below 256 in a vocabulary of 50257: the same work as
-# subword tokens). Rounds alternate the runs; each run's figure is its median step of
+# under 1F1B, 1F1B+split (stage 1's backwards as B then W: the default) and ZB-H1, the
+# default flags otherwise (the cut balanced by cost), at context 256 with 8 microbatches
+# of one sequence and at llm.c's 4 x 64 tokens (4 microbatches of one sequence of 64).
+# The data are the default text's bytes (token ids below 256 in a vocabulary of 50257:
+# the same work as subword tokens). Rounds alternate the runs; each run's figure is its median step of
 # steps 2..N, and a configuration's the lower of its rounds'. Prints step time, speed-up
 # over one process, bubble and tokens per second.
 set -euo pipefail
@@ -48,7 +48,7 @@ for ((r = 0; r < ROUNDS; r++)); do
         done
     done
 done
-printf '%-32s %-18s %10s %9s %8s %8s\n' shape run "step (ms)" speed-up bubble "tok/s"
+printf '%-32s %-28s %10s %9s %8s %8s\n' shape run "step (ms)" speed-up bubble "tok/s"
 for sh in "${shapes[@]}"; do
     IFS='|' read -r shape steps <<<"$sh"
     base=${best[$shape|1|1f1b]%% *}
@@ -56,7 +56,8 @@ for sh in "${shapes[@]}"; do
         IFS='|' read -r np sched <<<"$rn"
         read -r ms bb tk <<<"${best[$shape|$np|$sched]}"
         label=$([[ $np == 1 ]] && echo "1 process" || echo "2 ranks $sched")
-        printf '%-32s %-18s %10s %8.2fx %8s %8s\n' "$shape" "$label" "$ms" \
+        [[ $np == 2 && $sched == 1f1b+split ]] && label+=" (default)"
+        printf '%-32s %-28s %10s %8.2fx %8s %8s\n' "$shape" "$label" "$ms" \
             "$(awk -v a="$base" -v b="$ms" 'BEGIN { print a / b }')" "${bb:--}" "$tk"
     done
 done
