@@ -5,9 +5,9 @@
 # default flags otherwise (the cut balanced by cost), at context 256 with 8 microbatches
 # of one sequence and at llm.c's 4 x 64 tokens (4 microbatches of one sequence of 64).
 # The data are the default text's bytes (token ids below 256 in a vocabulary of 50257:
-# the same work as subword tokens). Rounds alternate the runs; each run's figure is its median step of
-# steps 2..N, and a configuration's the lower of its rounds'. Prints step time, speed-up
-# over one process, bubble and tokens per second.
+# the same work as subword tokens). Rounds alternate the runs; each run's figure is its
+# median step of steps 2..N, and a configuration's the lower of its rounds'. Prints step
+# time, speed-up over one process, bubble and tokens per second.
 set -euo pipefail
 BUILD=${1:-build}
 ROUNDS=${2:-2}
