@@ -136,7 +136,7 @@ SP_TASK_FN(sp_optim_task)
     const sp_optim_task_args *a = args;
     int64_t lo = a->shard ? a->lo : 0, hi = a->shard ? a->hi : INT64_MAX;
     return failed("AdamW of stage", a->stage,
-                  sp_optim_update_range_on(a->prog, a->stage, lo, hi, bufs[0], bufs[1], bufs[2],
-                                           bufs[3], &a->opt, a->grad_scale, a->t, dev->be,
-                                           dev->ctx));
+                  sp_optim_update_part_on(a->prog, a->stage, lo, hi, (sp_optim_part)a->part,
+                                          bufs[0], bufs[1], bufs[2], bufs[3], &a->opt,
+                                          a->grad_scale, a->t, dev->be, dev->ctx));
 }

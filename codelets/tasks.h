@@ -106,7 +106,8 @@ typedef struct {
 SP_TASK_FN(sp_local_add_task);
 
 /* AdamW of the parameters stage `stage` owns: bufs = PARAMS, GRADS, m, v. With `shard`,
- * only those with slab offsets in [lo, hi), and m and v hold floats lo..hi-1. */
+ * only those with slab offsets in [lo, hi), and m and v hold floats lo..hi-1; `part`
+ * (sp_optim_part) picks the tied ones, the others, or all. */
 typedef struct {
     const sp_program *prog;
     int stage;
@@ -115,6 +116,7 @@ typedef struct {
     int t;
     int shard;
     int64_t lo, hi;
+    int part;
 } sp_optim_task_args;
 SP_TASK_FN(sp_optim_task);
 

@@ -107,10 +107,29 @@ sp_status sp_optim_update_range_on(const sp_program *p, int s, int64_t lo, int64
                                    const sp_adamw_config *cfg, float grad_scale, int t,
                                    const sp_backend *be, void *ctx)
 {
+    return sp_optim_update_part_on(p, s, lo, hi, SP_OPTIM_ALL, params, grads, m, v, cfg,
+                                   grad_scale, t, be, ctx);
+}
+
+/* Parameter k is held by a stage other than s (a tied parameter). */
+static int held_elsewhere(const sp_program *p, int s, int k)
+{
+    for (int q = 0; q < p->nstages; q++)
+        if (q != s && p->param_off[q][k] >= 0) return 1;
+    return 0;
+}
+
+sp_status sp_optim_update_part_on(const sp_program *p, int s, int64_t lo, int64_t hi,
+                                  sp_optim_part part, float *params, const float *grads,
+                                  float *m, float *v, const sp_adamw_config *cfg,
+                                  float grad_scale, int t, const sp_backend *be, void *ctx)
+{
     const sp_graph *g = p->g;
     for (int k = 0; k < g->n; k++) {
         int64_t a = p->param_off[s][k];
         if (g->node[k].op != SP_OP_PARAM || a < lo || a >= hi || owner_of(p, k) != s) continue;
+        if (part != SP_OPTIM_ALL && held_elsewhere(p, s, k) != (part == SP_OPTIM_TIED))
+            continue;
         float wd = g->node[k].ndim >= 2 ? cfg->weight_decay : 0.0f;
         int rc = be->adamw(ctx, params + a, m + (a - lo), v + (a - lo), grads + a,
                            g->node[k].numel, cfg->lr, cfg->beta1, cfg->beta2, cfg->eps, wd,

@@ -118,6 +118,37 @@ static sp_status transfer_chunk(sp_trainer *t, const sp_instr *in, sp_exec_buf *
     return st;
 }
 
+/* Tied parameter k has a copy on another rank: its owner sends it after each update. */
+static int sent_tied(const sp_trainer *t, int k)
+{
+    const sp_stage_shared *sh = &t->model->shared[k];
+    for (int q = 1; q < sh->nstages; q++)
+        if (!owns(t, sh->stages[q])) return 1;
+    return 0;
+}
+
+/* Whether stage s's tied parameters are packed for their sends by the optimizer itself:
+ * when s owns one whose copy is on another rank, and the update is not sharded (ZeRO-1
+ * gathers the other replicas' shards after it). Their AdamW then runs first, and their
+ * transfers overlap the rest of the stage's update. */
+static int packs_tied(const sp_trainer *t, int s)
+{
+    for (int k = 0; !t->o.shard_optimizer && k < t->nshared; k++)
+        if (t->model->shared[k].stages[0] == s && sent_tied(t, k)) return 1;
+    return 0;
+}
+
+/* Copies tied parameter k's values out of its owner's slab into its send buffer. */
+static sp_status pack_tied(sp_trainer *t, int k)
+{
+    int o = sp_tr_shared_owner(t, k);
+    return sp_tr_submit_copy(t, sp_tr_transfer_buf(t, &(sp_buf){ .cls = SP_BUF_SHARED_PARAM,
+                                                                 .idx = k, .mb = -1,
+                                                                 .stage = -1 }),
+                             0, t->h_params[o], sp_tr_shared_off(t, k, o),
+                             sp_tr_shared_numel(t, k), "pack param", SP_TR_HELPER);
+}
+
 sp_status sp_tr_do_transfer(sp_trainer *t, const sp_instr *in)
 {
     const sp_buf *b = &in->buf;
@@ -137,12 +168,9 @@ sp_status sp_tr_do_transfer(sp_trainer *t, const sp_instr *in)
             (st = sp_tr_submit_copy(t, x, 0, t->h_grads[b->stage], sp_tr_shared_off(t, b->idx, b->stage),
                               sp_tr_shared_numel(t, b->idx), "pack grad", SP_TR_HELPER)))
             return st;
-        if (b->cls == SP_BUF_SHARED_PARAM) {
-            int o = sp_tr_shared_owner(t, b->idx);
-            if ((st = sp_tr_submit_copy(t, x, 0, t->h_params[o], sp_tr_shared_off(t, b->idx, o),
-                                  sp_tr_shared_numel(t, b->idx), "pack param", SP_TR_HELPER)))
-                return st;
-        }
+        if (b->cls == SP_BUF_SHARED_PARAM && !packs_tied(t, sp_tr_shared_owner(t, b->idx)) &&
+            (st = pack_tied(t, b->idx)))
+            return st;
         return sp_tr_send(t, x, peer_rank(t, in->peer), (uint32_t)in->seq);
     }
     if ((st = sp_tr_recv(t, x, peer_rank(t, in->peer), (uint32_t)in->seq))) return st;
@@ -204,17 +232,26 @@ sp_status sp_tr_do_nccl(sp_trainer *t, int call)
     return st;
 }
 
-sp_status sp_tr_do_optimizer(sp_trainer *t, int s, float scale)
+static sp_status submit_adamw(sp_trainer *t, int s, float scale, sp_optim_part part)
 {
     sp_exec_buf *bufs[4] = { t->h_params[s], t->h_grads[s], t->h_m[s], t->h_v[s] };
     sp_access_mode modes[4] = { SP_ACCESS_RW, SP_ACCESS_R, SP_ACCESS_RW, SP_ACCESS_RW };
     sp_optim_task_args a = { .prog = t->p, .stage = s, .opt = t->o.opt, .grad_scale = scale,
-                             .t = t->steps + 1, .shard = t->o.shard_optimizer };
+                             .t = t->steps + 1, .shard = t->o.shard_optimizer, .part = part };
     if (a.shard) sp_trainer_shard(t, s, &a.lo, &a.hi);
     char name[32];
-    snprintf(name, sizeof name, "AdamW s%d", s);
-    sp_status st = sp_tr_submit(t, name, sp_optim_task, 4, bufs, modes, &a, sizeof a,
-                          (task_id){ -1, -1, s, -1 });
+    snprintf(name, sizeof name, part == SP_OPTIM_TIED ? "AdamW tied s%d" : "AdamW s%d", s);
+    return sp_tr_submit(t, name, sp_optim_task, 4, bufs, modes, &a, sizeof a,
+                        (task_id){ -1, -1, s, -1 });
+}
+
+sp_status sp_tr_do_optimizer(sp_trainer *t, int s, float scale)
+{
+    const int early = packs_tied(t, s);
+    sp_status st = submit_adamw(t, s, scale, early ? SP_OPTIM_TIED : SP_OPTIM_ALL);
+    for (int k = 0; early && st == SP_OK && k < t->nshared; k++)
+        if (t->model->shared[k].stages[0] == s && sent_tied(t, k)) st = pack_tied(t, k);
+    if (early && st == SP_OK) st = submit_adamw(t, s, scale, SP_OPTIM_UNTIED);
     /* ZeRO-1: the other replicas' updated shards */
     if (st == SP_OK && t->rep && t->o.shard_optimizer) st = sp_tr_gather_params(t, s);
     /* tied parameters with a copy in another stage of this rank: no message, a copy */

@@ -119,6 +119,16 @@ sp_status sp_optim_update_range_on(const sp_program *p, int s, int64_t lo, int64
                                    const sp_adamw_config *cfg, float grad_scale, int t,
                                    const sp_backend *be, void *ctx);
 
+/* Which of the owned parameters an update takes: all, only the tied ones (held by other
+ * stages too, whose copies wait for them), or all but those. TIED then UNTIED is ALL, in
+ * another order of tensors: the same bits. */
+typedef enum { SP_OPTIM_ALL = 0, SP_OPTIM_TIED = 1, SP_OPTIM_UNTIED = 2 } sp_optim_part;
+/* sp_optim_update_range_on for one part of the owned parameters. */
+sp_status sp_optim_update_part_on(const sp_program *p, int s, int64_t lo, int64_t hi,
+                                  sp_optim_part part, float *params, const float *grads,
+                                  float *m, float *v, const sp_adamw_config *cfg,
+                                  float grad_scale, int t, const sp_backend *be, void *ctx);
+
 /* Copies the owner's values of every parameter the two stages share into stage `other`. */
 void sp_optim_copy_shared(const sp_program *p, int owner, const float *owner_params, int other,
                           float *other_params);
