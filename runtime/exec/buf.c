@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "runtime/exec/device.h"
 #include "runtime/exec/exec_int.h"
@@ -40,10 +41,27 @@ sp_status sp_exec_buf_register(sp_exec_buf **out, void *ptr, size_t count, size_
     return st ? st : wrap_handle(out, STARPU_MAIN_RAM, ptr, count, elemsize);
 }
 
+/* A large host buffer asks for transparent huge pages before its first touch. Weights of
+ * hundreds of MB are read a panel at a time, across rows a few KB apart: on 4 KB pages
+ * each row is a TLB miss. Where THP is "never", or the memory is the driver's pinned
+ * memory, the call fails and nothing changes. */
+static void want_huge_pages(void *p, size_t bytes)
+{
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t lo = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+    uintptr_t hi = ((uintptr_t)p + bytes) & ~(huge - 1);
+    if (bytes >= 2 * huge && hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+#else
+    (void)p, (void)bytes;
+#endif
+}
+
 void *sp_exec_host_alloc(size_t bytes)
 {
     void *p = NULL;
     if (starpu_malloc_flags(&p, bytes ? bytes : 1, STARPU_MALLOC_PINNED) != 0 || !p) return NULL;
+    want_huge_pages(p, bytes);
     memset(p, 0, bytes);
     return p;
 }
