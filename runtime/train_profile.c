@@ -121,7 +121,8 @@ sp_status sp_tr_profile_step(sp_trainer *t)
     return SP_OK;
 }
 
-/* After a step's update phase: its AdamW tasks' durations, by stage. */
+/* After a step's update phase: its AdamW tasks' durations, by stage (a stage whose tied
+ * parameters are sent updates them in a task of their own first: "AdamW tied s<s>"). */
 void sp_tr_profile_update(sp_trainer *t)
 {
     sp_tr_profile *pr = t->prof;
@@ -131,7 +132,9 @@ void sp_tr_profile_update(sp_trainer *t)
     double *row = pr->opt + (size_t)(pr->nsteps - 1) * t->S;
     for (size_t i = 0; i < n; i++) {
         int s;
-        if (!rec[i].transfer && sscanf(rec[i].name, "AdamW s%d", &s) == 1 && s >= 0 && s < t->S)
+        const char *at = strrchr(rec[i].name, ' '); /* "AdamW[ tied] s<stage>" */
+        if (!rec[i].transfer && !strncmp(rec[i].name, "AdamW", 5) && at &&
+            sscanf(at, " s%d", &s) == 1 && s >= 0 && s < t->S)
             row[s] += 1e-6 * (rec[i].end_us - rec[i].start_us);
     }
 }

@@ -25,6 +25,17 @@ awk '$1 == "task" || $1 == "op" { split($2, s, "="); split($3, k, "="); key = s[
        if (n < 4) { print "FAIL: " n " task lines"; bad = 1 }
        exit bad }' "$dir/p.txt"
 grep -q '^link kind=allreduce ranks=2 bytes=' "$dir/p.txt" || { echo "FAIL: no link probe"; exit 1; }
+# every AdamW task of a stage is in its update time: with a vocabulary of 50257 the tied
+# wte (3.2M floats, updated in a task of its own before the rest) is 98% of stage 0's
+# update, which must then take far longer than with a vocabulary of 256
+for v in 256 50257; do
+  "$mpiexec" -np 2 "$app" --steps 4 --layers 2 --vocab $v --profile "$dir/u$v.txt" >"$dir/log" 2>&1 ||
+    { cat "$dir/log"; exit 1; }
+done
+u0=$(awk '$1 == "update" && $2 == "stage=0" { split($3, x, "="); print x[2] }' "$dir/u256.txt")
+u1=$(awk '$1 == "update" && $2 == "stage=0" { split($3, x, "="); print x[2] }' "$dir/u50257.txt")
+awk -v a="$u0" -v b="$u1" 'BEGIN { exit !(a > 0 && b > 5 * a) }' ||
+  { echo "FAIL: stage 0's update took $u1 s with the large vocabulary, $u0 s with 256"; exit 1; }
 # the caches' probe (13 sizes, ascending), and a reuse factor for every task timed, ahead
 # of the ops (whose times the reader takes them out of)
 [ "$(grep -c '^cache bytes=[0-9]* seconds_per_byte=' "$dir/p.txt")" = 13 ] ||
