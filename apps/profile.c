@@ -176,7 +176,7 @@ static void write_body(FILE *f, const app_profile_run *r, const sp_train_profile
         }
     for (int s = 0; s < S; s++)
         fprintf(f, "update stage=%d seconds=%.9g floats=%.9g\n", s, pf->opt_s[s],
-                (double)sp_program_buf_bytes(r->p, SP_BUF_PARAMS, s) / 4 /
+                (double)sp_program_owned_floats(r->p, s) /
                     (r->sharded && r->replicas > 1 ? r->replicas : 1));
     for (int a = 0; a < pl->nactors; a++)
         for (int i = 0; i < pl->ninstr[a]; i++) {

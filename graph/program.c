@@ -562,6 +562,16 @@ int sp_program_param_owner(const sp_program *p, sp_tensor param)
     return -1;
 }
 
+int64_t sp_program_owned_floats(const sp_program *p, int stage)
+{
+    int64_t n = 0;
+    for (int k = 0; p && stage >= 0 && stage < p->nstages && k < p->g->n; k++)
+        if (p->g->node[k].op == SP_OP_PARAM && p->param_off[stage][k] >= 0 &&
+            sp_program_param_owner(p, k) == stage)
+            n += p->g->node[k].numel;
+    return n;
+}
+
 /* NULL: a failed build, whose message stays */
 sp_status sp_program_set_precision(sp_program *p, sp_precision precision)
 {

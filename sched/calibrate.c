@@ -807,7 +807,7 @@ sp_status sp_profile_predict(const sp_profile *pf, const sp_program *p, const sp
         double floats = 0;
         for (int s = 0; s < S; s++)
             if (plan->stage_actor[s] == a)
-                floats += (double)sp_program_buf_bytes(p, SP_BUF_PARAMS, s) / 4;
+                floats += (double)sp_program_owned_floats(p, s);
         double u = spf * floats / (sharded && R > 1 ? R : 1);
         if (u > out->update_s) out->update_s = u;
         out->mem_bytes[a] = sp_predict_memory(p, plan, a, 0, R, sharded);

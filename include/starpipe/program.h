@@ -138,6 +138,9 @@ sp_status sp_program_local_add_run_on(const sp_program *p, int stage, float *gra
  * each; its owner is the lowest of them. */
 int64_t sp_program_param_offset(const sp_program *p, int stage, sp_tensor param);
 int sp_program_param_owner(const sp_program *p, sp_tensor param);
+/* Floats of the parameters stage `stage` owns: what its AdamW updates (its PARAMS slab
+ * less the copies of parameters an earlier stage owns). */
+int64_t sp_program_owned_floats(const sp_program *p, int stage);
 
 /* Runs one program on buffers given in sp_program_buf order. dloss is the gradient that
  * seeds the backward at the loss (1/m to average m microbatches). Returns SP_OK, or an

@@ -1,11 +1,14 @@
 /* Shards of a stage (sp_optim_shards) for replicas and the sharded optimizer: contiguous,
  * covering the PARAMS slab, cut only at tensor starts, close to even where tensors allow;
  * per-parameter sums of squares over any sharding fold to sp_optim_sumsq bit for bit;
- * AdamW over the shards equals AdamW over the whole stage bit for bit. */
+ * AdamW over the shards equals AdamW over the whole stage bit for bit, and so does the
+ * tied parameters' update followed by the rest's (the runtime's order where the tied ones
+ * are sent); the floats a stage owns are its slab less the tied copies it does not own. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "starpipe/backend.h"
 #include "starpipe/models.h"
 #include "starpipe/optim.h"
 #include "tests/check.h"
@@ -35,6 +38,37 @@ int main(void)
         sp_adamw_defaults(&opt);
         sp_optim_update(p, s, p0, grads, m0, v0, &opt, 0.5f, 1); /* the unsharded update */
         double whole = sp_optim_sumsq(p, s, grads);
+        {
+            const sp_tensor wte = sp_graph_find(g, "wte");
+            REQUIRE(wte >= 0, "no wte");
+            const int64_t off = sp_program_param_offset(p, s, wte), n = sp_tensor_numel(g, wte);
+            const int owner = sp_program_param_owner(p, wte) == s;
+            CHECK(sp_program_owned_floats(p, s) == total - (owner ? 0 : n),
+                  "stage %d owns %lld floats of %lld (wte %lld)", s,
+                  (long long)sp_program_owned_floats(p, s), (long long)total, (long long)n);
+            float *pt = malloc((size_t)total * 4), *mt = calloc((size_t)total, 4);
+            float *vt = calloc((size_t)total, 4);
+            REQUIRE(pt && mt && vt, "out of memory");
+            memcpy(pt, params, (size_t)total * 4);
+            REQUIRE(sp_optim_update_part_on(p, s, 0, INT64_MAX, SP_OPTIM_TIED, pt, grads, mt,
+                                            vt, &opt, 0.5f, 1, sp_backend_cpu(), NULL) == SP_OK,
+                    "%s", sp_last_error());
+            int64_t in = 0, out = 0; /* moments set inside and outside wte's copy */
+            for (int64_t j = 0; j < total; j++) {
+                const int inside = off >= 0 && j >= off && j < off + n;
+                in += inside && mt[j] != 0.0f;
+                out += !inside && mt[j] != 0.0f;
+            }
+            CHECK(out == 0 && (owner ? in > n / 2 : in == 0), "stage %d: the tied update set "
+                  "%lld moments in wte and %lld outside it", s, (long long)in, (long long)out);
+            REQUIRE(sp_optim_update_part_on(p, s, 0, INT64_MAX, SP_OPTIM_UNTIED, pt, grads, mt,
+                                            vt, &opt, 0.5f, 1, sp_backend_cpu(), NULL) == SP_OK,
+                    "%s", sp_last_error());
+            CHECK(!memcmp(pt, p0, (size_t)total * 4) && !memcmp(mt, m0, (size_t)total * 4) &&
+                      !memcmp(vt, v0, (size_t)total * 4),
+                  "stage %d: tied then untied differs from the whole update", s);
+            free(pt), free(mt), free(vt);
+        }
         for (int R = 1; R <= 7; R++) {
             int64_t b[8];
             sp_optim_shards(p, s, R, b);
