@@ -459,9 +459,10 @@ const char *sp_schedule_help(void)
                               "2024's greedy; the planner only, --memory-cap)");
         n += (size_t)snprintf(text + n, sizeof text - n, "  %-17s %s\n", "file:PATH",
                               "a schedule in the text format of docs/planner.md");
-        snprintf(text + n, sizeof text - n, "  %-17s %s\n", "NAME+split",
-                 "NAME (a built-in or file:PATH) with each backward that sends its input "
-                 "gradient run as B then W");
+        n += (size_t)snprintf(text + n, sizeof text - n, "  %-17s %s\n", "NAME+split",
+                              "NAME (a built-in or file:PATH) with each backward that sends "
+                              "its input gradient run as B then W");
+        snprintf(text + n, sizeof text - n, "the default: %s\n", SP_SCHEDULE_DEFAULT);
     }
     return text;
 }

@@ -183,8 +183,9 @@ int main(void)
               "help lacks %s", sp_schedule_builtin_info(i)->name);
     int lines = 0;
     for (const char *c = sp_schedule_help(); *c; c++) lines += *c == '\n';
-    CHECK(lines == sp_schedule_builtin_count() + 3 && strstr(sp_schedule_help(), "NAME+split"),
-          "help: one line per schedule + auto + file:PATH + NAME+split");
+    CHECK(lines == sp_schedule_builtin_count() + 4 && strstr(sp_schedule_help(), "NAME+split")
+              && strstr(sp_schedule_help(), "the default: " SP_SCHEDULE_DEFAULT "\n"),
+          "help: one line per schedule + auto + file:PATH + NAME+split + the default");
     /* NAME+split through the environment, on a file too */
     setenv("STARPIPE_SCHEDULE", "1f1b+split", 1);
     MUST(sp_schedule_from_env(NULL, 2, 4, 0, &s));
