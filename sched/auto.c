@@ -194,11 +194,10 @@ sp_status sp_schedule_auto(const sp_stage_model *model, int p, int m, const sp_a
      * when they fit the cap (the greedy alone trails ZB-H1 at 1F1B's memory on even
      * stages: its W's come in bursts when the memory fills, where ZB-H1 keeps one W after
      * each B) */
-    static const char *const seeds[] = { "zb-h1", "1f1b", "1f1b" };
+    static const char *const seeds[] = { "zb-h1", "1f1b", SP_SCHEDULE_DEFAULT };
     for (int k = 0; k < 3 && st == SP_OK; k++) {
         sp_schedule *s;
-        st = sp_schedule_builtin(seeds[k], p, m, 1, &s);
-        if (st == SP_OK && k == 2 && (st = sp_schedule_split_backward(s))) sp_schedule_free(s);
+        st = sp_schedule_builtin_split(seeds[k], p, m, 1, &s);
         if (st) break;
         snprintf(s->name, sizeof s->name, "auto");
         double t = simulate(model, s, cfg, cap);

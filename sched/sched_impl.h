@@ -128,6 +128,11 @@ sp_status sp_plan_pool_map(const sp_plan *plan, const sp_stage_model *model, int
 void sp_mem_add(sp_mem_peak *peak, size_t cur[5], int *act_count, sp_buf b, size_t bytes,
                 int sign);
 
+/* Built-in `name`, or "NAME+split" of a built-in (sp_schedule_split_backward), for these
+ * sizes, without the environment or files: the planner's own picks (auto's seeds, the
+ * layout search). */
+sp_status sp_schedule_builtin_split(const char *name, int p, int m, int v, sp_schedule **out);
+
 /* SP_ERR_SCHEDULE "<headline> actor A waits at <instr>; ..." for every actor whose
  * program counter pc[a] stopped short of its end (plan_check.c, sim.c). */
 sp_status sp_plan_stuck_error(const sp_plan *plan, const int *pc, const char *headline);

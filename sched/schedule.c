@@ -552,3 +552,20 @@ sp_status sp_schedule_builtin(const char *name, int p, int m, int v, sp_schedule
     *out = s;
     return SP_OK;
 }
+
+sp_status sp_schedule_builtin_split(const char *name, int p, int m, int v, sp_schedule **out)
+{
+    char base[64];
+    const size_t len = strlen(name);
+    if (len <= 6 || strcmp(name + len - 6, "+split"))
+        return sp_schedule_builtin(name, p, m, v, out);
+    if (len - 6 >= sizeof base) return unknown_name(name);
+    memcpy(base, name, len - 6);
+    base[len - 6] = '\0';
+    sp_status st = sp_schedule_builtin(base, p, m, v, out);
+    if (st == SP_OK && (st = sp_schedule_split_backward(*out))) {
+        sp_schedule_free(*out);
+        *out = NULL;
+    }
+    return st;
+}

@@ -21,21 +21,8 @@ enum { RC_NONE, RC_BINDING, RC_ALL, NRC };
 static const char *const scheds[] = { "1f1b", "gpipe", "eager-1f1b", "zb-h1",
                                       "interleaved-1f1b", "zb-v", "dualpipe-v",
                                       "1f1b+split", "gpipe+split", "eager-1f1b+split", "auto" };
-enum { SCHED_INTERLEAVED = 4, SCHED_ZBV = 5, SCHED_DUALPIPEV = 6, SCHED_SPLIT = 7,
-       SCHED_AUTO = 10, NSCHED = 11 };
-
-/* Built-in k for (P, m, v): a "+split" form is its base with the sending backwards split. */
-static sp_status builtin(int k, int P, int m, int v, sp_schedule **out)
-{
-    static const char *const base[] = { "1f1b", "gpipe", "eager-1f1b" };
-    const int split = k >= SCHED_SPLIT && k < SCHED_AUTO;
-    sp_status st = sp_schedule_builtin(split ? base[k - SCHED_SPLIT] : scheds[k], P, m, v, out);
-    if (st == SP_OK && split && (st = sp_schedule_split_backward(*out))) {
-        sp_schedule_free(*out);
-        *out = NULL;
-    }
-    return st;
-}
+enum { SCHED_INTERLEAVED = 4, SCHED_ZBV = 5, SCHED_DUALPIPEV = 6, SCHED_AUTO = 10,
+       NSCHED = 11 };
 
 /* Layers taken off the first and the last stage (the middle ones share them): the
  * embedding's memory and the head's work sit there. */
@@ -687,7 +674,7 @@ static sp_status run_group(ctx *c, const group *g, dry *d)
         if (mode == RC_BINDING) memcpy(rc, none_rc, (size_t)S);
         for (int s = 0; s < S; s++) md->stage[s].recompute = rc[s];
         if (g->sched == SCHED_AUTO) st = make_auto(c, md, tt, g, &lk[0], rc, d, &sch);
-        else st = builtin(g->sched, P, g->m, g->v, &sch);
+        else st = sp_schedule_builtin_split(scheds[g->sched], P, g->m, g->v, &sch);
         if (st == SP_OK && !sch) res->refused++; /* auto: not one microbatch fits */
         if (st || !sch) goto next;
         if ((st = dry_run(d, md, tt, sch, rc, msg, R > 1 ? ar : NULL))) goto next;
