@@ -122,7 +122,7 @@ static run_report report_of(const app_engine *e, int start)
     return rr;
 }
 
-/* The final line's ", loss 5.535660 -> 3.077937"; nothing when no step ran (--steps 0). */
+/* The final line's ", loss 5.535660 -> 3.078362"; nothing when no step ran (--steps 0). */
 static const char *loss_range(char *buf, size_t len, int steps, float first, float last)
 {
     if (steps > 0) snprintf(buf, len, ", loss %.6f -> %.6f", first, last);

@@ -1,8 +1,9 @@
 /* GELU (tanh form), SiLU and their derivatives, one definition for the CPU kernels
  * (cpu/elementwise.c) and the CUDA ones (cuda/elementwise.cu), so both run the same
- * operations in the same order. nvcc contracts the polynomial into FMAs (plain C on
- * x86-64 without -march does not), so GPU results differ from the CPU's by a few ulp:
- * up to 1.6e-6 absolute in the gradient on [-6, 6], found with an FMA emulation. */
+ * operations in the same order. Every multiply-add is an explicit fmaf, rounded once on
+ * every path (an instruction where the CPU has FMA and on GPUs, glibc's correctly rounded
+ * fmaf elsewhere), and no a * b + c is left for nvcc to contract: the CPU's bits do not
+ * depend on the instruction set, and the GPU runs the same operations. */
 #ifndef STARPIPE_CODELETS_GELU_H
 #define STARPIPE_CODELETS_GELU_H
 
@@ -14,9 +15,6 @@
 #else
 #define SP_GELU_FN static inline
 #endif
-
-#define SP_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-#define SP_GELU_A 0.044715f
 
 SP_GELU_FN int32_t sp_gelu_f2i(float f)
 {
@@ -42,18 +40,21 @@ SP_GELU_FN float sp_gelu_i2f(int32_t i)
  * Waite reduction, degree-5 polynomial, scaling by building 2^n's bits. Branch-free, so
  * loops over it vectorize; ~1 ulp. NaN gives NaN. Also the CPU attention's softmax, on 16
  * lanes (cpu/v16_impl.h): so its steps are written once, for a float type F whose ints
- * are I, with TO_I truncating F to I, TO_F converting back and BITS_F reading an I's bits
- * as an F. */
-#define SP_EXP_NONPOS_BODY(F, I, z, TO_I, TO_F, BITS_F)                                    \
-    const I n_ = TO_I((z) * 1.44269504088896341f - 0.5f); /* round(z / ln2), z <= 0 */     \
+ * are I, with TO_I truncating F to I, TO_F converting back, BITS_F reading an I's bits as
+ * an F, and FMA(a, b, c) a * b + c rounded once (b and c may be float constants). Nine
+ * fused multiply-adds where there were eighteen multiplies and adds: GELU and the
+ * softmax spend most of their time here. */
+#define SP_EXP_NONPOS_BODY(F, I, z, TO_I, TO_F, BITS_F, FMA)                               \
+    const I n_ = TO_I(FMA((z), 1.44269504088896341f, -0.5f)); /* round(z / ln2), z <= 0 */ \
     const F fn_ = TO_F(n_);                                                                \
-    const F r_ = (z) - fn_ * 0.693359375f - fn_ * -2.12194440e-4f; /* z - n ln2 */         \
-    F p_ = r_ * 1.9875691500e-4f + 1.3981999507e-3f;                                       \
-    p_ = p_ * r_ + 8.3334519073e-3f;                                                       \
-    p_ = p_ * r_ + 4.1665795894e-2f;                                                       \
-    p_ = p_ * r_ + 1.6666665459e-1f;                                                       \
-    p_ = p_ * r_ + 5.0000001201e-1f;                                                       \
-    p_ = p_ * r_ * r_ + r_ + 1.0f;                                                         \
+    F r_ = FMA(fn_, -0.693359375f, (z)); /* z - n ln2, ln2 in two parts */                 \
+    r_ = FMA(fn_, 2.12194440e-4f, r_);                                                     \
+    F p_ = FMA(r_, 1.9875691500e-4f, 1.3981999507e-3f);                                    \
+    p_ = FMA(p_, r_, 8.3334519073e-3f);                                                    \
+    p_ = FMA(p_, r_, 4.1665795894e-2f);                                                    \
+    p_ = FMA(p_, r_, 1.6666665459e-1f);                                                    \
+    p_ = FMA(p_, r_, 5.0000001201e-1f);                                                    \
+    p_ = FMA(p_, r_ * r_, r_) + 1.0f;                                                      \
     return p_ * BITS_F((n_ + 127) << 23)
 
 #define SP_FLOAT_TO_INT_(x) ((int)(x))
@@ -61,60 +62,68 @@ SP_GELU_FN float sp_gelu_i2f(int32_t i)
 
 SP_GELU_FN float sp_exp_nonpos(float z)
 {
-    SP_EXP_NONPOS_BODY(float, int, z, SP_FLOAT_TO_INT_, SP_INT_TO_FLOAT_, sp_gelu_i2f);
+    SP_EXP_NONPOS_BODY(float, int, z, SP_FLOAT_TO_INT_, SP_INT_TO_FLOAT_, sp_gelu_i2f, fmaf);
 }
 
-/* tanh(u) = sign(u) (1 - e) / (1 + e), e = exp(-2|u|) (sp_exp_nonpos). Written
- * branch-free so the CPU's GELU loops vectorize; glibc's tanhf does not, and was 1/3 of a
- * block's time. Absolute error ~2 ulp of 1: GELU uses 1 + tanh, so that is relative. */
-SP_GELU_FN float sp_tanh_fast(float u)
+/* e = exp(-|v|), |v| clamped to 87 so that e stays normal. The clamp compares the bits
+ * as integers (the same order for non-negative floats): a float compare may trap, so GCC
+ * would not if-convert it and the loops would stay scalar. A NaN is clamped too; the
+ * callers' outer factor x still propagates it. */
+SP_GELU_FN float sp_exp_neg_abs(float v)
 {
-    /* |u| <= 43.5 so that exp(-2|u|) stays normal (tanh is +-1 in float long before).
-     * The clamp compares the bits as integers (same order for non-negative floats): a
-     * float compare may trap, so GCC would not if-convert it and the loop would stay
-     * scalar. A NaN is clamped too, but GELU's outer factor x still propagates it. */
-    int32_t ai = sp_gelu_f2i(fabsf(u));
-    ai = ai < 0x422E0000 ? ai : 0x422E0000; /* 43.5f */
-    float e = sp_exp_nonpos(-2.0f * sp_gelu_i2f(ai));
-    float t = (1.0f - e) / (1.0f + e);
-    return copysignf(t, u);
+    int32_t ai = sp_gelu_f2i(v) & 0x7FFFFFFF;
+    ai = ai < 0x42AE0000 ? ai : 0x42AE0000; /* 87.0f */
+    return sp_exp_nonpos(-sp_gelu_i2f(ai));
 }
+
+/* a where v's sign bit is set, b elsewhere: a select on the bits (vectorizes). */
+SP_GELU_FN float sp_select_neg(float v, float a, float b)
+{
+    const int32_t neg = sp_gelu_f2i(v) >> 31; /* all ones where the sign bit is set */
+    return sp_gelu_i2f((sp_gelu_f2i(a) & neg) | (sp_gelu_f2i(b) & ~neg));
+}
+
+/* The logistic sigmoid s(v) = 1 / (1 + e) for v >= 0 and e / (1 + e) below, e =
+ * exp(-|v|): no cancellation in the negative tail. A NaN gives a number here; the
+ * callers' outer factor x propagates it. */
+SP_GELU_FN float sp_sigmoid(float x)
+{
+    const float e = sp_exp_neg_abs(x);
+    return sp_select_neg(x, e, 1.0f) / (1.0f + e);
+}
+
+/* GELU's tanh form, 0.5 x (1 + tanh(u)) with u = k (x + a x^3), k = sqrt(2/pi), a =
+ * 0.044715, computed as x s(v), v = 2u: 0.5 (1 + tanh(u)) is s(2u) exactly. So GELU keeps
+ * its relative accuracy far into the negative tail, where 1 + tanh(u) rounded to 0, and
+ * the derivative needs one exp and one division. */
+#define SP_GELU_2K 1.5957691216057308f  /* 2k */
+#define SP_GELU_2KA 0.0713548162726003f /* 2ka */
+#define SP_GELU_6KA 0.2140644488178008f /* 6ka: dv/dx = 2k + 6ka x^2 */
 
 SP_GELU_FN float sp_gelu(float x)
 {
-    return 0.5f * x * (1.0f + sp_tanh_fast(SP_GELU_K * (x + SP_GELU_A * x * x * x)));
+    const float v = x * fmaf(SP_GELU_2KA, x * x, SP_GELU_2K);
+    const float e = sp_exp_neg_abs(v);
+    return sp_select_neg(v, x * e, x) / (1.0f + e);
 }
 
-/* d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3a x^2), t = tanh(k (x + a x^3)).
- * 1 - t^2 rather than 1/cosh^2: no overflow for large |x|, and the term vanishes there. */
+/* d/dx = s + x s (1 - s) dv/dx, where s (1 - s) = e / (1 + e)^2 whatever v's sign. */
 SP_GELU_FN float sp_gelu_grad(float x)
 {
-    float t = sp_tanh_fast(SP_GELU_K * (x + SP_GELU_A * x * x * x));
-    return 0.5f * (1.0f + t) +
-           0.5f * x * (1.0f - t * t) * SP_GELU_K * (1.0f + 3.0f * SP_GELU_A * x * x);
+    const float x2 = x * x;
+    const float v = x * fmaf(SP_GELU_2KA, x2, SP_GELU_2K);
+    const float e = sp_exp_neg_abs(v);
+    const float q = 1.0f / (1.0f + e), eq = e * q;
+    return fmaf(x * (eq * q), fmaf(SP_GELU_6KA, x2, SP_GELU_2K), sp_select_neg(v, eq, q));
 }
 
-/* The logistic sigmoid, 1 / (1 + e) for x >= 0 and e / (1 + e) below, e = exp(-|x|)
- * (|x| clamped to 87, so e stays normal): no cancellation for large negative x. The
- * select works on the bits, so the CPU loops vectorize. A NaN gives a number here, and
- * SiLU's outer factor x propagates it. */
-SP_GELU_FN float sp_sigmoid(float x)
-{
-    int32_t ai = sp_gelu_f2i(fabsf(x));
-    ai = ai < 0x42AE0000 ? ai : 0x42AE0000; /* 87.0f */
-    const float e = sp_exp_nonpos(-sp_gelu_i2f(ai));
-    const int32_t neg = sp_gelu_f2i(x) >> 31; /* all ones where the sign bit is set */
-    const float num = sp_gelu_i2f((sp_gelu_f2i(e) & neg) | (0x3F800000 & ~neg));
-    return num / (1.0f + e);
-}
-
-/* SiLU (swish), x sigmoid(x), and its derivative s (1 + x (1 - s)): SwiGLU's gate. */
+/* SiLU (swish), x s(x), and its derivative s (1 + x (1 - s)): SwiGLU's gate. */
 SP_GELU_FN float sp_silu(float x) { return x * sp_sigmoid(x); }
 
 SP_GELU_FN float sp_silu_grad(float x)
 {
     const float s = sp_sigmoid(x);
-    return s * (1.0f + x * (1.0f - s));
+    return s * fmaf(x, 1.0f - s, 1.0f);
 }
 
 #endif
