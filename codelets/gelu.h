@@ -3,7 +3,8 @@
  * operations in the same order. Every multiply-add is an explicit fmaf, rounded once on
  * every path (an instruction where the CPU has FMA and on GPUs, glibc's correctly rounded
  * fmaf elsewhere), and no a * b + c is left for nvcc to contract: the CPU's bits do not
- * depend on the instruction set, and the GPU runs the same operations. */
+ * depend on the instruction set, and a GPU should give the same ones (test_backend_ops
+ * holds GELU to them bit for bit: passed in the CPU emulation, not yet run on a device). */
 #ifndef STARPIPE_CODELETS_GELU_H
 #define STARPIPE_CODELETS_GELU_H
 
