@@ -43,8 +43,8 @@ SP_GELU_FN float sp_gelu_i2f(int32_t i)
  * lanes (cpu/v16_impl.h): so its steps are written once, for a float type F whose ints
  * are I, with TO_I truncating F to I, TO_F converting back, BITS_F reading an I's bits as
  * an F, and FMA(a, b, c) a * b + c rounded once (b and c may be float constants). Nine
- * fused multiply-adds where there were eighteen multiplies and adds: GELU and the
- * softmax spend most of their time here. */
+ * fused multiply-adds and two other operations where there were twenty multiplies and
+ * adds: GELU and the softmax spend most of their time here. */
 #define SP_EXP_NONPOS_BODY(F, I, z, TO_I, TO_F, BITS_F, FMA)                               \
     const I n_ = TO_I(FMA((z), 1.44269504088896341f, -0.5f)); /* round(z / ln2), z <= 0 */ \
     const F fn_ = TO_F(n_);                                                                \
