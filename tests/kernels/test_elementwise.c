@@ -143,6 +143,46 @@ static SP_NOFMA int same_as_scalar(const float *y, const float *x, int n, int gr
     return same;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* gelu.h's loops compiled for each vector clone's target, run where the CPU has it: the
+ * kernels run only the clone this CPU picks, so the others are checked here. */
+#define GELU_LOOP(name, isa)                                                             \
+    static SP_NOFMA __attribute__((target(isa))) void name(float *restrict y,            \
+                                                              const float *restrict x,   \
+                                                              int n, int grad)           \
+    {                                                                                    \
+        if (grad)                                                                        \
+            for (int i = 0; i < n; i++) y[i] = sp_gelu_grad(x[i]);                       \
+        else                                                                             \
+            for (int i = 0; i < n; i++) y[i] = sp_gelu(x[i]);                            \
+    }
+GELU_LOOP(gelu_x86_64_v3, "arch=x86-64-v3")
+GELU_LOOP(gelu_avx512f, "avx512f")
+
+/* Each target's GELU and derivative against the baseline's scalar ones, bit for bit. */
+static void check_clone_targets(const float *xs, float *ys, int n)
+{
+    static const struct {
+        const char *name;
+        void (*run)(float *restrict, const float *restrict, int, int);
+    } paths[] = { { "x86-64-v3", gelu_x86_64_v3 }, { "avx512f", gelu_avx512f } };
+    const int has[] = { __builtin_cpu_supports("x86-64-v3"), __builtin_cpu_supports("avx512f") };
+    for (int p = 0; p < 2; p++) {
+        if (!has[p]) {
+            printf("gelu: no %s on this CPU, its clone not checked\n", paths[p].name);
+            continue;
+        }
+        char what[96];
+        for (int grad = 0; grad < 2; grad++) {
+            paths[p].run(ys, xs, n, grad);
+            snprintf(what, sizeof what, "gelu %s, %s: the baseline's bits", grad ? "derivative"
+                     : "forward", paths[p].name);
+            kc_expect(same_as_scalar(ys, xs, n, grad), what);
+        }
+    }
+}
+#endif
+
 int main(void)
 {
     kc_start();
@@ -198,6 +238,14 @@ int main(void)
               "gelu forward: the same bits as the scalar gelu.h, every element");
     kc_expect(same_as_scalar(gs, xs, NS, 1),
               "gelu backward: the same bits as the scalar gelu.h, every element");
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    /* the sweep, then arbitrary bit patterns (NaN, inf, subnormals among them) */
+    for (int i = NS / 2; i < NS; i++) {
+        const uint32_t u = (uint32_t)i * 2654435761u;
+        memcpy(&xs[i], &u, sizeof u);
+    }
+    check_clone_targets(xs, ys, NS);
+#endif
     xs[0] = NAN;
     sp_gelu_forward(ys, xs, 1);
     kc_expect(isnan(ys[0]), "gelu forward propagates NaN");
