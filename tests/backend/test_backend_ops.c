@@ -15,16 +15,16 @@
  * prints every comparison's error; OPS_SEED=n other random inputs (37 by default).
  *
  * Tolerances (a kind without cpu_bits), from tests/gpu/test_cuda_kernels.c where these
- * checks were first made: max|dev - cpu| / max(1, max|cpu|) <= TOL = 1e-5 for every entry
- * (each reduction sums at most a few thousand fp32 terms of magnitude <= ~15, so two
- * summation orders differ by ~1e-6; the elementwise entries, embed, AdamW and the
- * cross-entropy's gradient by an ulp (FMA) or not at all, GELU's not at all (bitwise); the bf16 products multiply the
- * same bf16 values exactly on both sides); 0 (the same values) for maximum, the
- * vocab-parallel embedding, the rows' maxima and the target logits; bitwise for to_bf16,
- * copy, set, zero and reduce_replicas (the table promises copy and the CUDA kernels the
- * others; set and zero must leave the rest of the buffer as it was); sum_squares within
- * 1e-9 in double; bf16 attention TOL_BF16_OUT, TOL_BF16, TOL_BF16_DX and TOL_BF16_WIDE
- * (see there). */
+ * checks were first made: max|dev - cpu| / max(1, max|cpu|) <= TOL = 1e-5 for every
+ * entry (each reduction sums at most a few thousand fp32 terms of magnitude <= ~15, so
+ * two summation orders differ by ~1e-6; the elementwise entries, embed, AdamW and the
+ * cross-entropy's gradient by an ulp (FMA) or not at all, GELU not at all (bitwise); the
+ * bf16 products multiply the same bf16 values exactly on both sides); 0 (the same
+ * values) for maximum, the vocab-parallel embedding, the rows' maxima and the target
+ * logits; bitwise for to_bf16, copy, set, zero and reduce_replicas (the table promises
+ * copy and the CUDA kernels the others; set and zero must leave the rest of the buffer
+ * as it was); sum_squares within 1e-9 in double; bf16 attention TOL_BF16_OUT, TOL_BF16,
+ * TOL_BF16_DX and TOL_BF16_WIDE (see there). */
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
