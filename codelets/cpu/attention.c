@@ -113,15 +113,29 @@ static SP_VEC_FN void softmax_backward_rows(float *restrict p, float *restrict d
     }
 }
 
-/* Scratch: three packed operands of one head (k^T and v, or k^T, v^T and k, each packed
- * once and reused by every query block), then two (BQ, LD) strips, LD = T rounded up to
- * 16, and D; each starts 64-byte aligned. */
-typedef struct {
-    float *kt, *p2, *p3, *s, *ds, *D;
-    float *qb, *db; /* bf16 only: a block's q and dout rounded, (BQ, hs) each */
-} att_scratch;
+/* Query rows per group in the backward: its strips hold a group's P and dS whole, so that
+ * dk and dv take each key block's products over all the group's rows at once (a depth
+ * of up to the group's rows, where one block's was BQ: c loaded and stored, and q and
+ * dout packed, once per group, not per block). Up to GROUP_FLOATS floats a strip. */
+#define GROUP_FLOATS (128 * 1024)
 
 static int64_t up16(int64_t n) { return (n + 15) / 16 * 16; }
+
+static int group_rows(int T)
+{
+    const int64_t blocks = (T + BQ - 1) / BQ;
+    int64_t g = GROUP_FLOATS / (BQ * up16(T));
+    g = g < 1 ? 1 : g > blocks ? blocks : g;
+    return (int)g * BQ;
+}
+
+/* Scratch: three packed operands of one head (k^T and v, or k^T, v^T and k, each packed
+ * once and reused by every query block), two (group_rows, LD) strips, LD = T rounded up
+ * to 16, a group's q and dout packed, and D; each starts 64-byte aligned. */
+typedef struct {
+    float *kt, *p2, *p3, *s, *ds, *qg, *dg, *D, *pt; /* pt: (hs, BQ) */
+    float *qb, *db; /* bf16 only: a block's q and dout rounded, (BQ, hs) each */
+} att_scratch;
 
 static int64_t packed_slot(int T, int hs)
 {
@@ -129,18 +143,26 @@ static int64_t packed_slot(int T, int hs)
     return up16(a > b ? a : b);
 }
 
+static int64_t group_slot(int T, int hs)
+{
+    return up16(sp_gemm_packed_floats(group_rows(T), hs));
+}
+
 static att_scratch carve(float *scratch, int T, int hs)
 {
     att_scratch z;
-    const int64_t slot = packed_slot(T, hs), strip = (int64_t)BQ * up16(T);
+    const int64_t slot = packed_slot(T, hs), strip = (int64_t)group_rows(T) * up16(T);
     float *base = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     z.kt = base;
     z.p2 = z.kt + slot;
     z.p3 = z.p2 + slot;
     z.s = z.p3 + slot;
     z.ds = z.s + strip;
-    z.D = z.ds + strip;
-    z.qb = z.D + BQ;
+    z.qg = z.ds + strip;
+    z.dg = z.qg + group_slot(T, hs);
+    z.D = z.dg + group_slot(T, hs);
+    z.pt = z.D + up16(BQ);
+    z.qb = z.pt + (int64_t)BQ * hs;
     z.db = z.qb + (int64_t)BQ * hs;
     return z;
 }
@@ -149,7 +171,8 @@ int64_t sp_attention_scratch_floats(int B, int T, int C, int NH)
 {
     if (T <= 0 || NH <= 0)
         return 1;
-    return 16 + 3 * packed_slot(T, C / NH) + 2 * (int64_t)BQ * up16(T) + BQ;
+    return 16 + 3 * packed_slot(T, C / NH) + 2 * (int64_t)group_rows(T) * up16(T) +
+           2 * group_slot(T, C / NH) + up16(BQ) + (int64_t)BQ * (C / NH);
 }
 
 int64_t sp_attention_scratch_floats_bf16(int B, int T, int C, int NH)
@@ -245,12 +268,36 @@ void sp_attention_forward_bf16(float *restrict out, float *restrict lse,
     attention_forward(out, lse, scratch, qkv, B, T, C, NH, 0, 1);
 }
 
+/* D[r] = x_r . y_r for bq rows of hs, ld apart: each a sequential sum in i order of
+ * rounded products (no fused multiply-add); D has room for BQ. The products go to pt
+ * transposed (hs, BQ),
+ * so that the sums run along vectors of rows, their chains side by side: one row's
+ * chain at a time was a twelfth of the backward's time (64 dependent adds a row). */
+static SP_VEC_FN void dot_rows(float *restrict D, float *restrict pt, const float *restrict x,
+                               const float *restrict y, int64_t ld, int bq, int hs)
+{
+    for (int r = 0; r < bq; r++)
+        for (int i = 0; i < hs; i++)
+            pt[i * BQ + r] = x[r * ld + i] * y[r * ld + i];
+    for (int r = bq; r < BQ; r++) /* rows past bq: zeros, summed and never read */
+        for (int i = 0; i < hs; i++)
+            pt[i * BQ + r] = 0.0f;
+    for (int r = 0; r < BQ; r++)
+        D[r] = 0.0f;
+    for (int i = 0; i < hs; i++)
+        for (int r = 0; r < BQ; r++)
+            D[r] += pt[i * BQ + r];
+}
+
 /* Per (b, h), block by block: P from the saved lse, dP = dout_i v^T, dS = P (dP - D)
- * scale; dq_i = dS k; dk += dS^T q_i; dv += P^T dout_i. dk and dv collect the blocks in
- * ascending order (each a sequential sum over query rows, as sp_gemm promises), and a
- * KV head its G query heads in ascending order, from zero when acc = 0. bf16: q, k, v,
- * dout rounded as operands (D stays of the fp32 dout and out), then P and dS rounded
- * after the softmax backward (dS from the fp32 P). */
+ * scale; dq_i = dS k. A group's blocks keep their P and dS, then dk += dS^T q and dv +=
+ * P^T dout over the group's rows, per key block from its own first row (the rows before
+ * it see it masked). Each dk and dv element is so one chain over the query rows in
+ * ascending order, from its diagonal block's first row (masked zeros included), exactly
+ * the terms a block at a time took: the same bits at any group size. A KV head collects
+ * its G query heads in ascending order, from zero when acc = 0. bf16: q, k, v, dout
+ * rounded as operands (D stays of the fp32 dout and out), then P and dS rounded after
+ * the softmax backward (dS from the fp32 P). */
 static SP_NOFMA void attention_backward(float *restrict dqkv, float *restrict scratch,
                                         const float *restrict dout, const float *restrict qkv,
                                         const float *restrict out, const float *restrict lse,
@@ -259,7 +306,7 @@ static SP_NOFMA void attention_backward(float *restrict dqkv, float *restrict sc
 {
     if (B <= 0 || T <= 0 || NH <= 0)
         return;
-    const int hs = C / NH, G = group ? group : 1;
+    const int hs = C / NH, G = group ? group : 1, GR = group_rows(T);
     const float scale = 1.0f / sqrtf((float)hs);
     const att_scratch z = carve(scratch, T, hs);
     const int64_t LD = up16(T); /* the strips' row stride */
@@ -272,12 +319,8 @@ static SP_NOFMA void attention_backward(float *restrict dqkv, float *restrict sc
             const float *o = out + (int64_t)b * T * C + h * hs;
             const float *L = lse + ((int64_t)b * NH + h) * T;
             float *dq = dqkv + base + at.q, *dk = dqkv + base + at.k, *dv = dqkv + base + at.v;
+            const int kv_acc = acc || h % G != 0; /* dk, dv: add to what is there */
             if (h % G == 0) {
-                if (!acc)
-                    for (int t = 0; t < T; t++) {
-                        memset(dk + (int64_t)t * C3, 0, sizeof(float) * (size_t)hs);
-                        memset(dv + (int64_t)t * C3, 0, sizeof(float) * (size_t)hs);
-                    }
                 sp_gemm_pack(z.kt, k, C3, 1, hs, T); /* k^T (hs, T) */
                 sp_gemm_pack(z.p2, v, C3, 1, hs, T); /* v^T (hs, T) */
                 sp_gemm_pack(z.p3, k, C3, 0, T, hs); /* k (T, hs) */
@@ -287,34 +330,52 @@ static SP_NOFMA void attention_backward(float *restrict dqkv, float *restrict sc
                     sp_round_bf16(z.p3, z.p3, sp_gemm_packed_floats(T, hs));
                 }
             }
-            for (int t0 = 0; t0 < T; t0 += BQ) {
-                const int bq = T - t0 < BQ ? T - t0 : BQ, kend = t0 + bq;
-                const float *qi = q + (int64_t)t0 * C3, *di = d + (int64_t)t0 * C;
-                int64_t lq = C3, ld = C;
-                for (int r = 0; r < bq; r++) {
-                    const float *dr = di + (int64_t)r * C, *orow = o + (int64_t)(t0 + r) * C;
-                    float sum = 0.0f;
-                    for (int i = 0; i < hs; i++)
-                        sum += dr[i] * orow[i];
-                    z.D[r] = sum;
-                }
-                if (bf16) {
-                    round_rows(z.qb, qi, C3, bq, hs);
-                    round_rows(z.db, di, C, bq, hs);
-                    qi = z.qb, di = z.db, lq = ld = hs;
-                }
-                sp_gemm_packed(z.s, LD, qi, lq, 0, z.kt, hs, T, bq, kend, hs, 0);
-                sp_gemm_packed(z.ds, LD, di, ld, 0, z.p2, hs, T, bq, kend, hs, 0);
-                softmax_backward_rows(z.s, z.ds, LD, bq, t0, kend, scale, L + t0, z.D);
-                if (bf16)
-                    for (int r = 0; r < bq; r++) {
-                        sp_round_bf16(z.s + r * LD, z.s + r * LD, up16(kend));
-                        sp_round_bf16(z.ds + r * LD, z.ds + r * LD, up16(kend));
+            for (int g0 = 0; g0 < T; g0 += GR) {
+                const int g1 = T - g0 < GR ? T : g0 + GR;
+                for (int t0 = g0; t0 < g1; t0 += BQ) {
+                    const int bq = g1 - t0 < BQ ? g1 - t0 : BQ, kend = t0 + bq;
+                    const float *qi = q + (int64_t)t0 * C3, *di = d + (int64_t)t0 * C;
+                    int64_t lq = C3, ld = C;
+                    dot_rows(z.D, z.pt, di, o + (int64_t)t0 * C, C, bq, hs);
+                    if (bf16) {
+                        round_rows(z.qb, qi, C3, bq, hs);
+                        round_rows(z.db, di, C, bq, hs);
+                        qi = z.qb, di = z.db, lq = ld = hs;
                     }
-                sp_gemm_packed(dq + (int64_t)t0 * C3, C3, z.ds, LD, 0, z.p3, T, hs, bq, hs, kend,
-                               acc);
-                sp_gemm(dk, C3, z.ds, LD, 1, qi, lq, 0, kend, hs, bq, 1);
-                sp_gemm(dv, C3, z.s, LD, 1, di, ld, 0, kend, hs, bq, 1);
+                    float *s = z.s + (t0 - g0) * LD, *ds = z.ds + (t0 - g0) * LD;
+                    sp_gemm_packed(s, LD, qi, lq, 0, z.kt, hs, T, bq, kend, hs, 0);
+                    sp_gemm_packed(ds, LD, di, ld, 0, z.p2, hs, T, bq, kend, hs, 0);
+                    softmax_backward_rows(s, ds, LD, bq, t0, kend, scale, L + t0, z.D);
+                    if (bf16)
+                        for (int r = 0; r < bq; r++) {
+                            sp_round_bf16(s + r * LD, s + r * LD, up16(kend));
+                            sp_round_bf16(ds + r * LD, ds + r * LD, up16(kend));
+                        }
+                    sp_gemm_packed(dq + (int64_t)t0 * C3, C3, ds, LD, 0, z.p3, T, hs, bq, hs,
+                                   kend, acc);
+                }
+                /* the group's q and dout rows, packed once for all its key blocks */
+                const int rows = g1 - g0;
+                sp_gemm_pack(z.qg, q + (int64_t)g0 * C3, C3, 0, rows, hs);
+                sp_gemm_pack(z.dg, d + (int64_t)g0 * C, C, 0, rows, hs);
+                if (bf16) {
+                    sp_round_bf16(z.qg, z.qg, sp_gemm_packed_floats(rows, hs));
+                    sp_round_bf16(z.dg, z.dg, sp_gemm_packed_floats(rows, hs));
+                }
+                if (g0 > 0) { /* keys before the group: every row of it, after earlier groups */
+                    sp_gemm_packed(dk, C3, z.ds, LD, 1, z.qg, rows, hs, g0, hs, rows, 1);
+                    sp_gemm_packed(dv, C3, z.s, LD, 1, z.dg, rows, hs, g0, hs, rows, 1);
+                }
+                for (int j0 = g0; j0 < g1; j0 += BQ) { /* the group's own keys, first seen here */
+                    const int bk = g1 - j0 < BQ ? g1 - j0 : BQ, r0 = j0 - g0;
+                    const int64_t at0 = (int64_t)r0 * LD + j0;
+                    sp_gemm_packed(dk + (int64_t)j0 * C3, C3, z.ds + at0, LD, 1,
+                                   sp_gemm_packed_from(z.qg, hs, r0), rows, hs, bk, hs, g1 - j0,
+                                   kv_acc);
+                    sp_gemm_packed(dv + (int64_t)j0 * C3, C3, z.s + at0, LD, 1,
+                                   sp_gemm_packed_from(z.dg, hs, r0), rows, hs, bk, hs, g1 - j0,
+                                   kv_acc);
+                }
             }
         }
 }

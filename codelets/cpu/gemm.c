@@ -484,6 +484,11 @@ void sp_gemm_pack(float *bp, const float *b, int64_t ldb, int tb, int k, int n)
                    n - j0 < NR ? n - j0 : NR);
 }
 
+const float *sp_gemm_packed_from(const float *bp, int np, int k0)
+{
+    return bp + (int64_t)k0 * tile_for(np)->nr; /* each panel's rows are nr floats */
+}
+
 void sp_gemm_packed(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
                     const float *bp, int kp, int np, int m, int n, int k, int acc)
 {

@@ -23,11 +23,14 @@ void sp_gemm(float *c, int64_t ldc, const float *a, int64_t lda, int ta, const f
  * same keys). sp_gemm_pack writes op(b) (k,n) into bp, sp_gemm_packed_floats(k, n) floats
  * (enough for any path); sp_gemm_packed then takes rows 0..k-1 and columns 0..n-1 of an
  * op(b) packed with depth kp and width np (k <= kp, n <= np) as its b. Pack and use on
- * the same path. 64-byte alignment of bp is faster, not required. */
+ * the same path. 64-byte alignment of bp is faster, not required.
+ * sp_gemm_packed_from(bp, np, k0) is that packed op(b) from row k0 on: give it to
+ * sp_gemm_packed with the same kp and np, and k <= kp - k0. */
 int64_t sp_gemm_packed_floats(int k, int n);
 void sp_gemm_pack(float *bp, const float *b, int64_t ldb, int tb, int k, int n);
 void sp_gemm_packed(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
                     const float *bp, int kp, int np, int m, int n, int k, int acc);
+const float *sp_gemm_packed_from(const float *bp, int np, int k0);
 
 /* The instruction-set paths, chosen once from the CPU (the widest supported). */
 enum { SP_GEMM_PORTABLE, SP_GEMM_AVX2, SP_GEMM_AVX512, SP_GEMM_NPATHS };
