@@ -27,45 +27,49 @@
  * the work on short rows. The columns from kend on hold anything (even NaN): they are
  * only ever selected away, never multiplied. */
 
-/* Max of x[0..t] over nc chunks. Compared as integers (the bits of a float, negatives
- * with their magnitude bits flipped, order like the floats). A NaN with the sign bit
- * clear becomes the max, which makes the whole row NaN; one with it set is skipped, and
- * the exp of x - max brings it back. */
-SP_V16_FN float row_max(const float *x, int nc, int t)
+/* The lanes' running max of x[0..t] over nc chunks, compared as integers (the bits of a
+ * float, negatives with their magnitude bits flipped, order like the floats); lanes past
+ * t hold INT32_MIN. A NaN with the sign bit clear becomes the max, which makes the whole
+ * row NaN; one with it set is skipped, and the exp of x - max brings it back. */
+SP_V16_FN v16i row_max_lanes(const float *x, int nc, int t)
 {
     v16i m = (v16i){ 0 } + INT32_MIN;
     for (int c = 0; c < nc; c++) {
         const v16i b = (v16i)sp_ld16(x + 16 * c), in = (v16i)sp_lanes_upto(16 * c, t);
-        const v16i key = ((b ^ ((b >> 31) & 0x7FFFFFFF)) & in) | (INT32_MIN & ~in);
-        const v16i gt = key > m;
-        m = (key & gt) | (m & ~gt);
+        m = sp_imax16(m, ((b ^ ((b >> 31) & 0x7FFFFFFF)) & in) | (INT32_MIN & ~in));
     }
-    int32_t mk = m[0];
-    for (int j = 1; j < 16; j++)
-        mk = m[j] > mk ? m[j] : mk;
-    return sp_gelu_i2f(mk ^ ((mk >> 31) & 0x7FFFFFFF));
+    return m;
 }
 
 /* Rows t0..t0+bq-1 of one head: s (bq, ld) holds q k^T in columns 0..kend-1. Each row t
- * becomes its softmax over columns 0..t (16 fixed partial sums), zeros after; lse[r] =
- * the log-sum-exp of its scaled scores. max(x) scale is max(x scale): rounding is
- * monotonic. With inv (bf16, FlashAttention-2's rounding points) a row instead becomes
- * its unnormalized exp(scale x - max) rounded to bf16, the product's operand, and inv[r]
- * = 1 / its fp32 sum, applied to the output after the product. Rows in passes (maxes,
- * exps, sums): with rows of a few chunks, one row at a time was a chain. */
+ * becomes its softmax over columns 0..t (16 fixed partial sums, added by the pairwise
+ * tree of sp_rows16_sum), zeros after; lse[r] = the log-sum-exp of its scaled scores.
+ * max(x) scale is max(x scale): rounding is monotonic. With inv (bf16, FlashAttention-2's
+ * rounding points) a row instead becomes its unnormalized exp(scale x - max) rounded to
+ * bf16, the product's operand, and inv[r] = 1 / its fp32 sum, applied to the output
+ * after the product. Rows in passes (maxes, exps, sums): with rows of a few chunks, one
+ * row at a time was a chain; the rows' horizontal max and sum run sixteen rows at once. */
 static SP_VEC_FN void softmax_rows(float *restrict s, int64_t ld, int bq, int t0, int kend,
                                    float scale, float *restrict lse, float *restrict inv)
 {
+    enum { ROWS = (BQ + 15) / 16 * 16 };
     const int nc = (kend + 15) / 16;
-    float mx[BQ];
-    v16f zs[BQ];
-    for (int r = 0; r < bq; r++)
-        mx[r] = row_max(s + r * ld, nc, t0 + r) * scale;
-    for (int r = 0; r < bq; r++) {
+    float mx[ROWS], sum[ROWS];
+    v16i km[ROWS];
+    v16f zs[ROWS];
+    for (int r = 0; r < ROWS; r++)
+        km[r] = r < bq ? row_max_lanes(s + r * ld, nc, t0 + r) : (v16i){ 0 } + INT32_MIN;
+    for (int r0 = 0; r0 < bq; r0 += 16) {
+        const v16i k = sp_rows16_max(km + r0);
+        const v16f m = (v16f)(k ^ ((k >> 31) & 0x7FFFFFFF));
+        for (int r = 0; r < 16; r++)
+            mx[r0 + r] = m[r] * scale;
+    }
+    for (int r = 0; r < ROWS; r++) {
         float *x = s + r * ld;
         const int t = t0 + r;
         v16f z = { 0 };
-        for (int c = 0; c < nc; c++) {
+        for (int c = 0; r < bq && c < nc; c++) {
             const v16f e = sp_exp_le0_16(sp_ld16(x + 16 * c) * scale - mx[r]);
             const v16f p = (v16f)((v16u)e & sp_lanes_upto(16 * c, t));
             sp_st16(x + 16 * c, p);
@@ -73,21 +77,19 @@ static SP_VEC_FN void softmax_rows(float *restrict s, int64_t ld, int bq, int t0
         }
         zs[r] = z;
     }
+    for (int r0 = 0; r0 < bq; r0 += 16)
+        sp_st16(sum + r0, sp_rows16_sum(zs + r0));
     for (int r = 0; r < bq; r++) {
         float *x = s + r * ld;
-        const v16f z = zs[r];
-        const float sum =
-            (((z[0] + z[8]) + (z[1] + z[9])) + ((z[2] + z[10]) + (z[3] + z[11]))) +
-            (((z[4] + z[12]) + (z[5] + z[13])) + ((z[6] + z[14]) + (z[7] + z[15])));
         if (inv) {
             sp_round_bf16(x, x, 16 * (int64_t)nc);
-            inv[r] = 1.0f / sum;
+            inv[r] = 1.0f / sum[r];
         } else {
-            const float in = 1.0f / sum;
+            const float in = 1.0f / sum[r];
             for (int c = 0; c < nc; c++)
                 sp_st16(x + 16 * c, sp_ld16(x + 16 * c) * in);
         }
-        lse[r] = mx[r] + logf(sum);
+        lse[r] = mx[r] + logf(sum[r]);
     }
 }
 

@@ -69,4 +69,41 @@ SP_V16_FN v16f sp_exp_le0_16(v16f z)
     return (v16f)((e & ~nan) | (u & nan));
 }
 
+/* Sixteen rows' horizontal reductions at once: lane r of the result reduces v[r]'s 16
+ * lanes by the pairwise tree (((v0 op v8) op (v1 op v9)) op ((v2 op v10) op (v3 op v11)))
+ * op (((v4 op v12) op ...) op ((v6 op v14) op (v7 op v15))), each level one two-vector
+ * shuffle of even and odd lanes per pair of rows instead of fifteen scalar steps a row.
+ * The operands keep their left and right places, so a sum has the bits of that scalar
+ * expression. */
+#define SP_LO8_ 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define SP_HI8_ 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define SP_EVEN_ 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30
+#define SP_ODD_ 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31
+#define SP_PAIR_(OP, x, y, I, J) OP(__builtin_shufflevector(x, y, I), __builtin_shufflevector(x, y, J))
+#define SP_ROWS16_REDUCE_(T, OP, v)                                                          \
+    do {                                                                                  \
+        T a_[8], b_[4], c_[2];                                                            \
+        for (int p_ = 0; p_ < 8; p_++) /* [row 2p: v_i op v_i+8, i < 8 | row 2p+1: same] */ \
+            a_[p_] = SP_PAIR_(OP, v[2 * p_], v[2 * p_ + 1], SP_LO8_, SP_HI8_);              \
+        for (int p_ = 0; p_ < 4; p_++) /* four rows' four pairs of those */                \
+            b_[p_] = SP_PAIR_(OP, a_[2 * p_], a_[2 * p_ + 1], SP_EVEN_, SP_ODD_);           \
+        for (int p_ = 0; p_ < 2; p_++) /* eight rows' two halves */                        \
+            c_[p_] = SP_PAIR_(OP, b_[2 * p_], b_[2 * p_ + 1], SP_EVEN_, SP_ODD_);           \
+        return SP_PAIR_(OP, c_[0], c_[1], SP_EVEN_, SP_ODD_);                              \
+    } while (0)
+#define SP_ADD_(x, y) ((x) + (y))
+#define SP_IMAX_(x, y) sp_imax16((x), (y))
+
+SP_V16_FN v16i sp_imax16(v16i x, v16i y)
+{
+    const v16i gt = x > y;
+    return (x & gt) | (y & ~gt);
+}
+
+/* lane r: the sum of v[r]'s lanes in the order above */
+SP_V16_FN v16f sp_rows16_sum(const v16f v[16]) { SP_ROWS16_REDUCE_(v16f, SP_ADD_, v); }
+
+/* lane r: the largest of v[r]'s lanes */
+SP_V16_FN v16i sp_rows16_max(const v16i v[16]) { SP_ROWS16_REDUCE_(v16i, SP_IMAX_, v); }
+
 #endif

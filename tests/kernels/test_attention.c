@@ -233,6 +233,37 @@ static SP_VEC_FN int64_t exp16_mismatches(void)
     return bad;
 }
 
+/* The softmax's sixteen-row reductions (v16_impl.h) against the scalar tree the kernels
+ * promise, in the clone this CPU runs, over rows whose sums depend on the order (lanes
+ * of magnitudes 2^-20..2^20, both signs). Returns the mismatching lanes. */
+static SP_VEC_FN int64_t rows16_mismatches(void)
+{
+    int64_t bad = 0;
+    for (int trial = 0; trial < 200; trial++) {
+        v16f v[16];
+        v16i k[16];
+        for (int r = 0; r < 16; r++)
+            for (int i = 0; i < 16; i++) {
+                v[r][i] = (float)ldexp(kc_uniform(), (int)(20 * kc_uniform()));
+                k[r][i] = (int32_t)(uint32_t)(kc_next() >> 32);
+            }
+        const v16f sum = sp_rows16_sum(v);
+        const v16i mx = sp_rows16_max(k);
+        for (int r = 0; r < 16; r++) {
+            const v16f z = v[r];
+            const float want =
+                (((z[0] + z[8]) + (z[1] + z[9])) + ((z[2] + z[10]) + (z[3] + z[11]))) +
+                (((z[4] + z[12]) + (z[5] + z[13])) + ((z[6] + z[14]) + (z[7] + z[15])));
+            int32_t m = k[r][0];
+            for (int i = 1; i < 16; i++)
+                m = k[r][i] > m ? k[r][i] : m;
+            bad += sp_gelu_f2i(sum[r]) != sp_gelu_f2i(want);
+            bad += mx[r] != m;
+        }
+    }
+    return bad;
+}
+
 int main(void)
 {
     kc_start();
@@ -264,5 +295,9 @@ int main(void)
     kc_expect(bad == 0, "softmax: the 16-lane exp equals sp_exp_nonpos bit for bit");
     if (bad)
         fprintf(stderr, "  %lld floats differ\n", (long long)bad);
+    const int64_t bad16 = rows16_mismatches();
+    kc_expect(bad16 == 0, "softmax: sixteen rows' sums and maxes equal the scalar tree's bits");
+    if (bad16)
+        fprintf(stderr, "  %lld lanes differ\n", (long long)bad16);
     return kc_finish("test_kernels_attention");
 }
