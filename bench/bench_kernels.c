@@ -1,7 +1,7 @@
 /* Kernel benchmark (prints a table; not a test): the MLP fc matmul through
  * sp_matmul_forward (the kernels' own sgemm, gemm.c) next to OpenBLAS's cblas_sgemm, then
  * one GPT-2 block forward + backward composed from the kernels (llm.c-style) with a
- * per-op breakdown, all on one thread.
+ * per-op breakdown, attention alone, and the LM head, all on one thread.
  * Usage: bench_kernels [--quick] [--B n] [--T n] [--C n] [--NH n] [--V n] [--reps n]
  *                      [--path portable|avx2|avx512f]
  * --path: a narrower sgemm path than the CPU's widest (the AVX2 kernels on an AVX-512
@@ -320,7 +320,37 @@ int main(int argc, char **argv)
         free(src), free(dst);
     }
 
-    /* 3. LM head: logits (N,V) = x (N,C) @ wte^T, cross-entropy forward and backward. */
+    /* 3. Attention alone, warm (the same inputs again and again, best of 20 x reps): the
+     * kernel's own speed, apart from what the block's other ops leave in the caches. */
+    {
+        const int64_t n3 = (int64_t)N * 3 * C, nc = (int64_t)N * C;
+        float *qkv = alloc_f(n3, 13), *out = alloc_f(nc, 14), *dout = alloc_f(nc, 15);
+        float *dqkv = alloc_f(n3, 16), *lse = alloc_f((int64_t)B * NH * T, 17);
+        float *scr = alloc_f(sp_attention_scratch_floats(B, T, C, NH), 18);
+        const double pairs = (double)B * T * (T + 1) / 2.0;
+        double bf = 1e30, bb = 1e30;
+        for (int r = 0; r < 20 * reps + 1; r++) {
+            double t0 = now();
+            sp_attention_forward(out, lse, scr, qkv, B, T, C, NH);
+            double t1 = now();
+            sp_attention_backward(dqkv, scr, dout, qkv, out, lse, B, T, C, NH, 0);
+            double t2 = now();
+            if (r) {
+                bf = t1 - t0 < bf ? t1 - t0 : bf;
+                bb = t2 - t1 < bb ? t2 - t1 : bb;
+            }
+        }
+        printf("\nattention alone, warm (best of %d; FLOPs as above: forward 4 C, backward 8 C "
+               "per pair)\n", 20 * reps);
+        printf("  %-28s %10s %10s %8s\n", "", "us", "GFLOP/s", "% peak");
+        printf("  %-28s %10.1f %10.1f %8.1f\n", "forward", bf * 1e6, 4 * C * pairs / bf * 1e-9,
+               100 * 4 * C * pairs / bf * 1e-9 / peak);
+        printf("  %-28s %10.1f %10.1f %8.1f\n", "backward", bb * 1e6, 8 * C * pairs / bb * 1e-9,
+               100 * 8 * C * pairs / bb * 1e-9 / peak);
+        free(qkv), free(out), free(dout), free(dqkv), free(lse), free(scr);
+    }
+
+    /* 4. LM head: logits (N,V) = x (N,C) @ wte^T, cross-entropy forward and backward. */
     {
         float *x = alloc_f((int64_t)N * C, 7), *wte = alloc_f((int64_t)V * C, 8);
         float *lg = alloc_f((int64_t)N * V, 9), *pr = alloc_f((int64_t)N * V, 10);
