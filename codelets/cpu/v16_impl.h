@@ -79,7 +79,8 @@ SP_V16_FN v16f sp_exp_le0_16(v16f z)
 #define SP_HI8_ 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
 #define SP_EVEN_ 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30
 #define SP_ODD_ 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31
-#define SP_PAIR_(OP, x, y, I, J) OP(__builtin_shufflevector(x, y, I), __builtin_shufflevector(x, y, J))
+#define SP_PAIR_(OP, x, y, I, J) \
+    OP(__builtin_shufflevector(x, y, I), __builtin_shufflevector(x, y, J))
 #define SP_ROWS16_REDUCE_(T, OP, v)                                                          \
     do {                                                                                  \
         T a_[8], b_[4], c_[2];                                                            \
