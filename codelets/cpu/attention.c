@@ -66,13 +66,12 @@ static SP_VEC_FN void softmax_rows(float *restrict s, int64_t ld, int bq, int t0
             mx[r0 + r] = m[r] * scale;
     }
     for (int r = 0; r < ROWS; r++) {
-        float *x = s + r * ld;
-        const int t = t0 + r;
-        v16f z = { 0 };
+        v16f z = { 0 }; /* rows past bq: sums of nothing, never read */
         for (int c = 0; r < bq && c < nc; c++) {
-            const v16f e = sp_exp_le0_16(sp_ld16(x + 16 * c) * scale - mx[r]);
-            const v16f p = (v16f)((v16u)e & sp_lanes_upto(16 * c, t));
-            sp_st16(x + 16 * c, p);
+            float *x = s + r * ld + 16 * c;
+            const v16f e = sp_exp_le0_16(sp_ld16(x) * scale - mx[r]);
+            const v16f p = (v16f)((v16u)e & sp_lanes_upto(16 * c, t0 + r));
+            sp_st16(x, p);
             z += p;
         }
         zs[r] = z;
