@@ -27,6 +27,10 @@
  * the work on short rows. The columns from kend on hold anything (even NaN): they are
  * only ever selected away, never multiplied. */
 
+/* A float's bits as an integer that orders like the float (negatives with their
+ * magnitude bits flipped), and back: the map is its own inverse. */
+SP_V16_FN v16i ordered_bits(v16i b) { return b ^ ((b >> 31) & 0x7FFFFFFF); }
+
 /* The lanes' running max of x[0..t] over nc chunks, compared as integers (the bits of a
  * float, negatives with their magnitude bits flipped, order like the floats); lanes past
  * t hold INT32_MIN. A NaN with the sign bit clear becomes the max, which makes the whole
@@ -36,7 +40,7 @@ SP_V16_FN v16i row_max_lanes(const float *x, int nc, int t)
     v16i m = (v16i){ 0 } + INT32_MIN;
     for (int c = 0; c < nc; c++) {
         const v16i b = (v16i)sp_ld16(x + 16 * c), in = (v16i)sp_lanes_upto(16 * c, t);
-        m = sp_imax16(m, ((b ^ ((b >> 31) & 0x7FFFFFFF)) & in) | (INT32_MIN & ~in));
+        m = sp_imax16(m, (ordered_bits(b) & in) | (INT32_MIN & ~in));
     }
     return m;
 }
@@ -60,8 +64,7 @@ static SP_VEC_FN void softmax_rows(float *restrict s, int64_t ld, int bq, int t0
     for (int r = 0; r < ROWS; r++)
         km[r] = r < bq ? row_max_lanes(s + r * ld, nc, t0 + r) : (v16i){ 0 } + INT32_MIN;
     for (int r0 = 0; r0 < bq; r0 += 16) {
-        const v16i k = sp_rows16_max(km + r0);
-        const v16f m = (v16f)(k ^ ((k >> 31) & 0x7FFFFFFF));
+        const v16f m = (v16f)ordered_bits(sp_rows16_max(km + r0));
         for (int r = 0; r < 16; r++)
             mx[r0 + r] = m[r] * scale;
     }
@@ -271,9 +274,9 @@ void sp_attention_forward_bf16(float *restrict out, float *restrict lse,
 
 /* D[r] = x_r . y_r for bq rows of hs, ld apart: each a sequential sum in i order of
  * rounded products (no fused multiply-add); D has room for BQ. The products go to pt
- * transposed (hs, BQ),
- * so that the sums run along vectors of rows, their chains side by side: one row's
- * chain at a time was a twelfth of the backward's time (64 dependent adds a row). */
+ * transposed (hs, BQ), so that the sums run along vectors of rows, their chains side by
+ * side: one row's chain at a time was a twelfth of the backward's time (64 dependent
+ * adds a row). */
 static SP_VEC_FN void dot_rows(float *restrict D, float *restrict pt, const float *restrict x,
                                const float *restrict y, int64_t ld, int bq, int hs)
 {
