@@ -12,9 +12,9 @@
  * all in W (a job in B needs its op's output gradient complete, so every contribution
  * to it is in B too), and each list keeps reverse order, so B-then-W and BW perform the
  * same additions in the same order: bitwise the same result. The first contribution to
- * an activation gradient assigns, later ones add; parameter gradients always add. A bias
- * add's input gradient that is only the copy of its output gradient is that storage
- * (grad_root): the job emits nothing, and the gradient is the same floats. */
+ * an activation gradient assigns, later ones add; parameter gradients always add. An add's
+ * or bias add's input gradient that is only the copy of its output gradient is that
+ * storage (grad_root): the job emits nothing, and the gradient is the same floats. */
 #include "graph/autodiff.h"
 
 #include <stdlib.h>
@@ -67,7 +67,8 @@ static double emit_job(ctx *c, sp_kprog *kp, int t, int k, int acc)
     const sp_node *X = &p->g->node[n->in[k]];
     /* dx shares dy's storage (grad_root, program.c): the copy would be onto itself. Returned
      * before any operand is resolved, so no gradient is marked as used here. */
-    if (n->op == SP_OP_BIAS_ADD && k == 0 && p->grad_root[n->in[0]] == p->grad_root[t])
+    if (((n->op == SP_OP_BIAS_ADD && k == 0) || n->op == SP_OP_ADD) &&
+        p->grad_root[n->in[k]] == p->grad_root[t])
         return 0.0;
     sp_loc dout = sp_loc_grad(p, kp, s, t, SP_ACCESS_R);
     sp_loc dx = param_use_grad(p, kp, s, t, k, acc ? SP_ACCESS_RW : SP_ACCESS_W);

@@ -295,13 +295,16 @@ static sp_status layout_param_uses(sp_program *p)
 
 /* --- layout ------------------------------------------------------------------------ */
 
-/* grad_root: a bias add y = x + b copies dy into dx. When that copy is all of dx, x's
- * gradient is y's storage and the copy is not emitted (autodiff.c): the same floats, no
- * traffic, kept once. It is all of dx when the bias add's input 0 is x's only use (no other
- * job adds into dx) and x is computed in the bias add's stage (no edge sends or gathers dx);
- * x is then not the loss either (no seed: the loss has no consumer the loss depends on). A
- * PARAM's gradient is its own accumulator, an INPUT needs none. In descending order, a
- * chain of bias adds shares the last one's root. */
+/* grad_root: a bias add y = x + b copies dy into dx, and so does an add y = x + z (or z +
+ * x) for each of its terms. When that copy is all of dx, x's gradient is y's storage and
+ * the copy is not emitted (autodiff.c): the same floats, no traffic, kept once. It is all
+ * of dx when x's only use is that input (no other job adds into dx) and x is computed in
+ * the add's stage (no edge sends or gathers dx); x is then not the loss either (no seed:
+ * the loss has no consumer the loss depends on). A PARAM's gradient is its own
+ * accumulator, an INPUT needs none. Both terms of an add may share dy: once y's consumers
+ * are done (reverse order), nothing writes dy, and only the terms' producers read it. In
+ * descending order, a chain of adds shares the last one's root (a residual branch's
+ * projection and its bias add share the residual sum's gradient). */
 static sp_status alias_grads(sp_program *p)
 {
     const sp_graph *g = p->g;
@@ -315,13 +318,15 @@ static sp_status alias_grads(sp_program *p)
     }
     for (int t = T - 1; t >= 0; t--) {
         const sp_node *n = &g->node[t];
-        if (n->op != SP_OP_BIAS_ADD || !p->needs_grad[t]) continue;
-        int x = n->in[0];
-        const sp_node *X = &g->node[x];
-        if (X->op == SP_OP_PARAM || X->op == SP_OP_INPUT || X->stage != n->stage ||
-            !p->needs_grad[x] || uses[x] != 1)
-            continue;
-        p->grad_root[x] = p->grad_root[t]; /* t's root is final: its consumers came later */
+        if ((n->op != SP_OP_BIAS_ADD && n->op != SP_OP_ADD) || !p->needs_grad[t]) continue;
+        for (int k = 0; k < (n->op == SP_OP_ADD ? 2 : 1); k++) { /* a bias add: x, not b */
+            int x = n->in[k];
+            const sp_node *X = &g->node[x];
+            if (X->op == SP_OP_PARAM || X->op == SP_OP_INPUT || X->stage != n->stage ||
+                !p->needs_grad[x] || uses[x] != 1)
+                continue;
+            p->grad_root[x] = p->grad_root[t]; /* t's root is final: its consumers came later */
+        }
     }
     free(uses);
     return SP_OK;
@@ -331,7 +336,7 @@ static sp_status alias_grads(sp_program *p)
  * then its auxiliary floats, less those in SCRATCH (scr_off, aux_scr_off); the values
  * stored as bf16 (act16) go after the fp32 part, each on 16 bytes (cuBLAS's preferred
  * alignment), their aux floats stay in the fp32 part. Without bf16 or SCRATCH values
- * this is the plain fp32 layout. */
+ * this is the plain fp32 layout. A fused product (program.c) has no value, so no place. */
 static void layout_act(sp_program *p)
 {
     const sp_graph *g = p->g;
@@ -339,7 +344,9 @@ static void layout_act(sp_program *p)
     for (int t = 0; t < g->n; t++) {
         const sp_node *n = &g->node[t];
         p->act_off[t] = p->aux_off[t] = -1;
-        if (n->op == SP_OP_INPUT || n->op == SP_OP_PARAM || n->op == SP_OP_YIELD) continue;
+        if (n->op == SP_OP_INPUT || n->op == SP_OP_PARAM || n->op == SP_OP_YIELD ||
+            p->fused[t])
+            continue;
         int s = n->stage;
         if (!p->act16[t] && p->scr_off[t] < 0) {
             p->act_off[t] = p->act_floats[s];
@@ -638,7 +645,8 @@ sp_status sp_program_place(sp_program *p)
     int on = p->act_bf16 && p->precision == SP_PRECISION_BF16;
     for (int t = 0; t < g->n; t++) {
         const sp_node *n = &g->node[t];
-        int computed = n->op != SP_OP_INPUT && n->op != SP_OP_PARAM && n->op != SP_OP_YIELD;
+        int computed = n->op != SP_OP_INPUT && n->op != SP_OP_PARAM && n->op != SP_OP_YIELD &&
+                       !p->fused[t]; /* a fused product has no value of its own */
         int scr = computed && !p->bwd_read[t] && t != g->loss && !n->name[0];
         p->scr_off[t] = scr ? 0 : -1;
         p->aux_scr_off[t] = computed && n->aux && !p->aux_bwd_read[t] ? 0 : -1;

@@ -67,19 +67,23 @@ static double emit_forward_op(sp_program *p, sp_kprog *kp, int s, int t, sp_loc 
     const sp_node *A = n->nin > 0 ? &g->node[n->in[0]] : NULL;
     const sp_node *B = n->nin > 1 ? &g->node[n->in[1]] : NULL;
     sp_kinstr *I;
-    if (n->op == SP_OP_MATMUL) {
-        int64_t M = n->numel / n->shape[n->ndim - 1], Nc = n->shape[n->ndim - 1];
-        int64_t K = n->ta ? A->shape[0] : A->shape[A->ndim - 1];
-        I = sp_prog_emit(kp, SP_I_MATMUL, t);
+    /* a product and the bias add that is its one reader: one instruction, at the add */
+    const int fuse = n->op == SP_OP_BIAS_ADD && p->fused[n->in[0]];
+    if (n->op == SP_OP_MATMUL || fuse) {
+        const sp_node *P = fuse ? A : n, *PA = &g->node[P->in[0]];
+        int64_t M = P->numel / P->shape[P->ndim - 1], Nc = P->shape[P->ndim - 1];
+        int64_t K = P->ta ? PA->shape[0] : PA->shape[PA->ndim - 1];
+        I = sp_prog_emit(kp, fuse ? SP_I_MATMUL_BIAS : SP_I_MATMUL, t);
         I->o[0] = out;
-        sp_set_operand(p, kp, s, I, 0, n->in[0]);
-        sp_set_operand(p, kp, s, I, 1, n->in[1]);
+        sp_set_operand(p, kp, s, I, 0, P->in[0]);
+        sp_set_operand(p, kp, s, I, 1, P->in[1]);
+        if (fuse) I->i[2] = sp_loc_value(p, kp, s, n->in[1], SP_ACCESS_R);
         I->n[0] = M;
         I->n[1] = Nc;
         I->n[2] = K;
-        I->flag[0] = n->ta;
-        I->flag[1] = n->tb;
-        return 2.0 * M * Nc * K;
+        I->flag[0] = P->ta;
+        I->flag[1] = P->tb;
+        return 2.0 * M * Nc * K + (fuse ? (double)n->numel : 0.0);
     }
     sp_loc x0 = n->nin > 0 ? sp_loc_value(p, kp, s, n->in[0], SP_ACCESS_R) : (sp_loc){ 0, 0 };
     sp_loc x1 = n->nin > 1 ? sp_loc_value(p, kp, s, n->in[1], SP_ACCESS_R) : (sp_loc){ 0, 0 };
@@ -222,7 +226,7 @@ static void emit_forward(sp_program *p, int s)
     sp_kprog *kp = sp_prog_of(p, s, SP_TASK_F);
     for (int t = 0; t < g->n; t++) {
         const sp_node *n = &g->node[t];
-        if (n->stage != s || n->op == SP_OP_YIELD) continue;
+        if (n->stage != s || n->op == SP_OP_YIELD || p->fused[t]) continue;
         if (!p->act16[t]) {
             kp->flops += emit_forward_op(p, kp, s, t, sp_loc_value(p, kp, s, t, SP_ACCESS_W));
             continue;
@@ -285,8 +289,28 @@ static sp_status analyze(sp_program *p)
     for (int t = 0; t < g->n; t++)
         p->needs_grad[t] = req[t] && reach[t] && g->node[t].dtype == SP_F32 &&
                            g->node[t].op != SP_OP_YIELD;
+    /* Fusion: a product whose one reader is a bias add of its stage (a linear layer) runs
+     * as one SP_I_MATMUL_BIAS, the bias added as the product is stored: no pass over the
+     * product, and no buffer for it. Nothing else may read it: no other op (a yield is a
+     * marker: its readers name the product themselves, so another stage's reader counts),
+     * not the loss, not a named tensor (sp_reference_value). No backward reads it either:
+     * a product's and a bias add's gradients need only their inputs. */
     free(req);
     free(reach);
+    int *readers = calloc((size_t)g->n, sizeof *readers);
+    if (!readers) return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
+    for (int u = 0; u < g->n; u++)
+        if (g->node[u].op != SP_OP_YIELD)
+            for (int k = 0; k < g->node[u].nin; k++) readers[g->node[u].in[k]]++;
+    for (int u = 0; u < g->n; u++) {
+        const sp_node *n = &g->node[u];
+        if (n->op != SP_OP_BIAS_ADD) continue;
+        const int t = n->in[0];
+        const sp_node *x = &g->node[t];
+        p->fused[t] = x->op == SP_OP_MATMUL && x->stage == n->stage && readers[t] == 1 &&
+                      t != g->loss && !x->name[0];
+    }
+    free(readers);
     return SP_OK;
 }
 
@@ -380,8 +404,9 @@ sp_program *sp_program_build(const sp_graph *g, sp_status *status)
     p->g = g;
     p->nstages = sp_graph_num_stages(g);
     p->needs_grad = calloc((size_t)g->n, 1);
+    p->fused = calloc((size_t)g->n, 1);
     p->prog = calloc((size_t)p->nstages * SP_NUM_TASK_KINDS, sizeof *p->prog);
-    if (!p->needs_grad || !p->prog) {
+    if (!p->needs_grad || !p->fused || !p->prog) {
         st = sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
         goto out;
     }
@@ -428,6 +453,7 @@ void sp_program_free(sp_program *p)
     }
     free(p->edge);
     free(p->needs_grad);
+    free(p->fused);
     free(p->act_off);
     free(p->aux_off);
     free(p->act16);

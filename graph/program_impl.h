@@ -46,6 +46,9 @@ typedef enum {
     /* SwiGLU (n0 rows of n1 = I outputs): o0 = silu(a) b of i0; backward o0 = dx from
      * i0 x and i1 dout */
     SP_I_SWIGLU, SP_I_SWIGLU_DX,
+    /* a matrix product whose only reader is a bias add, fused with it (program.c): o0 =
+     * i0 @ i1 + i2 on each row, sizes and transposes as SP_I_MATMUL's, acc 0 */
+    SP_I_MATMUL_BIAS,
     SP_I_COUNT
 } sp_icode;
 
@@ -84,6 +87,9 @@ struct sp_program {
     int nstages;
     sp_precision precision;  /* of the matrix products (sp_program_set_precision) */
     uint8_t *needs_grad;     /* per tensor: requires grad and the loss depends on it */
+    uint8_t *fused;          /* per tensor: a matrix product whose one reader is a bias add
+                                of its stage; emitted as that add's SP_I_MATMUL_BIAS, it has
+                                no value, so no place (program.c, analyze) */
     /* ACT of a stage: the fp32 values with their auxiliary floats (act_floats), then,
      * 16-byte aligned, the values stored as bf16 (act_half 16-bit elements; see
      * sp_program_set_bf16_activations). */

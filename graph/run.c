@@ -20,7 +20,7 @@ static const char *const icode_names[SP_I_COUNT] = {
     "ln_dparams", "embed_dparams", "attn_dqkv", "ce_dlogits", "sum_dx", "seed", "zero",
     "allreduce", "allreduce_max", "embed_vocab", "add_positions", "vce_max", "vce_exp",
     "vce_loss", "embed_vocab_dwte", "add_positions_dwpe", "rmsnorm", "rms_dx", "rms_dweight",
-    "rope", "swiglu", "swiglu_dx",
+    "rope", "swiglu", "swiglu_dx", "matmul_bias",
 };
 
 #define F32(l) ((float *)bufs[(l).buf] + (l).off)
@@ -44,6 +44,11 @@ static int run_instr(const sp_kinstr *I, void *const *bufs, const sp_run_args *a
         return be->matmul(c, F32(I->o[0]), OPND(I, 0), OPND(I, 1), M, Nc, K, I->flag[0],
                           I->flag[1], acc,
                           prec | (I->half & 1 ? SP_PREC_A16 : 0) | (I->half & 2 ? SP_PREC_B16 : 0));
+    case SP_I_MATMUL_BIAS:
+        return be->matmul_bias(c, F32(I->o[0]), OPND(I, 0), OPND(I, 1), F32(I->i[2]), M, Nc, K,
+                               I->flag[0], I->flag[1],
+                               prec | (I->half & 1 ? SP_PREC_A16 : 0) |
+                                   (I->half & 2 ? SP_PREC_B16 : 0));
     case SP_I_BIAS_ADD:
         return be->bias_add(c, F32(I->o[0]), F32(I->i[0]), F32(I->i[1]), M, Nc);
     case SP_I_ADD:
@@ -171,6 +176,7 @@ static double work_of(const sp_kinstr *I)
     double mn = (double)n[0] * (double)n[1];
     switch (I->code) {
     case SP_I_MATMUL: case SP_I_MATMUL_DA: case SP_I_MATMUL_DB:
+    case SP_I_MATMUL_BIAS: /* (the bias rides on the product's stores) */
         return 2.0 * mn * (double)n[2];
     case SP_I_ATTENTION: return 2.0 * mn * (double)n[1] * (double)n[2];
     case SP_I_ATTN_DX: return 4.0 * mn * (double)n[1] * (double)n[2];

@@ -17,6 +17,16 @@ static int matmul(void *c, float *out, const void *a, const void *b, int M, int 
     return 0;
 }
 
+static int matmul_bias(void *c, float *out, const void *a, const void *b, const float *bias,
+                       int M, int Nc, int K, int ta, int tb, int prec)
+{
+    if (prec & SP_PREC_BF16)
+        return sp_matmul_forward_bias_bf16(out, a, b, bias, M, Nc, K, ta, tb,
+                                           !!(prec & SP_PREC_A16), !!(prec & SP_PREC_B16));
+    sp_matmul_forward_bias(out, a, b, bias, M, Nc, K, ta, tb);
+    return 0;
+}
+
 static int bias_add(void *c, float *out, const float *x, const float *bias, int N, int C)
 {
     sp_bias_add_forward(out, x, bias, N, C);

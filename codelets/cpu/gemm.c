@@ -24,7 +24,7 @@
 #define NR_MAX 32
 
 typedef void (*kernel_fn)(int kc, const float *a, const int64_t *roff, int64_t csa,
-                          const float *bp, float *c, int64_t ldc, int load);
+                          const float *bp, float *c, int64_t ldc, int load, const float *bias);
 
 /* The portable path: fmaf per element (a library call where the CPU has no FMA: slow,
  * but the same bits as the vector paths). */
@@ -335,17 +335,19 @@ static void pack_a(float *restrict d, const gemm_tile *P, const float *restrict 
 
 /* The blocked loops. B comes packed (bpk: panels of depth kp, as sp_gemm_pack writes
  * them) or is packed here, panel by panel, into a buffer (on the stack up to KC_STACK
- * deep). */
+ * deep). bias (n floats, with acc 0) or NULL: added to each row as the last block of k
+ * stores it. */
 static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta, const float *b,
                      int64_t ldb, int tb, const float *bpk, int kp, int np, int m, int n, int k,
-                     int acc, int no_apack)
+                     int acc, int no_apack, const float *bias)
 {
     if (m <= 0 || n <= 0)
         return;
     if (k <= 0) {
         if (!acc)
             for (int i = 0; i < m; i++)
-                memset(c + (int64_t)i * ldc, 0, sizeof(float) * (size_t)n);
+                for (int j = 0; j < n; j++)
+                    c[(int64_t)i * ldc + j] = bias ? 0.0f + bias[j] : 0.0f;
         return;
     }
     const gemm_tile *P = tile_for(bpk ? np : n);
@@ -371,6 +373,7 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
     for (int k0 = 0; k0 < k; k0 += KC) {
         const int kc = k - k0 < KC ? k - k0 : KC;
         const int load = acc || k0 > 0; /* the running sums wait in c between blocks */
+        const float *kbias = k0 + kc >= k ? bias : NULL; /* the last block adds it */
         for (int m0 = 0; m0 < m; m0 += MC) {
             const int mc = m - m0 < MC ? m - m0 : MC;
             if (apack)
@@ -419,15 +422,20 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
                             __builtin_prefetch(cp + (int64_t)(MR + r) * ldc + NR - 1, 1);
                         }
                     if (mr == MR && nr == NR) {
-                        P->kernel(kc, ap, ro, cs, panel, cp, ldc, load);
+                        P->kernel(kc, ap, ro, cs, panel, cp, ldc, load, kbias ? kbias + j0 : NULL);
                         continue;
                     }
                     if (load)
                         for (int r = 0; r < mr; r++)
                             memcpy(ce + r * NR, cp + (int64_t)r * ldc, sizeof(float) * (size_t)nr);
-                    P->kernel(kc, ap, ro, cs, panel, ce, NR, load);
-                    for (int r = 0; r < mr; r++)
-                        memcpy(cp + (int64_t)r * ldc, ce + r * NR, sizeof(float) * (size_t)nr);
+                    P->kernel(kc, ap, ro, cs, panel, ce, NR, load, NULL); /* bias: nr floats */
+                    for (int r = 0; r < mr; r++) {
+                        float *cr = cp + (int64_t)r * ldc;
+                        if (kbias)
+                            for (int j = 0; j < nr; j++) cr[j] = ce[r * NR + j] + kbias[j0 + j];
+                        else
+                            memcpy(cr, ce + r * NR, sizeof(float) * (size_t)nr);
+                    }
                 }
             }
         }
@@ -447,27 +455,41 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
 #define SWAP_MAX_M 96
 
 static int swapped(float *c, int64_t ldc, const float *a, int64_t lda, const float *b,
-                   int64_t ldb, int m, int n, int k, int acc)
+                   int64_t ldb, int m, int n, int k, int acc, const float *bias)
 {
     float *ct = malloc(sizeof(float) * (size_t)n * (size_t)m);
     if (!ct) return 0;
     if (acc)
         for (int i = 0; i < m; i++)
             for (int j = 0; j < n; j++) ct[(int64_t)j * m + i] = c[(int64_t)i * ldc + j];
-    gemm_run(ct, m, b, ldb, 0, a, lda, 1, NULL, 0, 0, n, m, k, acc, 1);
+    gemm_run(ct, m, b, ldb, 0, a, lda, 1, NULL, 0, 0, n, m, k, acc, 1, NULL);
     for (int i = 0; i < m; i++)
-        for (int j = 0; j < n; j++) c[(int64_t)i * ldc + j] = ct[(int64_t)j * m + i];
+        for (int j = 0; j < n; j++)
+            c[(int64_t)i * ldc + j] = bias ? ct[(int64_t)j * m + i] + bias[j]
+                                           : ct[(int64_t)j * m + i];
     free(ct);
     return 1;
+}
+
+static void gemm(float *c, int64_t ldc, const float *a, int64_t lda, int ta, const float *b,
+                 int64_t ldb, int tb, int m, int n, int k, int acc, const float *bias)
+{
+    if (!ta && tb && m > 0 && m <= SWAP_MAX_M && n >= 4 * m && k >= 64 &&
+        swapped(c, ldc, a, lda, b, ldb, m, n, k, acc, bias))
+        return;
+    gemm_run(c, ldc, a, lda, ta, b, ldb, tb, NULL, 0, 0, m, n, k, acc, 0, bias);
 }
 
 void sp_gemm(float *c, int64_t ldc, const float *a, int64_t lda, int ta, const float *b,
              int64_t ldb, int tb, int m, int n, int k, int acc)
 {
-    if (!ta && tb && m > 0 && m <= SWAP_MAX_M && n >= 4 * m && k >= 64 &&
-        swapped(c, ldc, a, lda, b, ldb, m, n, k, acc))
-        return;
-    gemm_run(c, ldc, a, lda, ta, b, ldb, tb, NULL, 0, 0, m, n, k, acc, 0);
+    gemm(c, ldc, a, lda, ta, b, ldb, tb, m, n, k, acc, NULL);
+}
+
+void sp_gemm_bias(float *c, int64_t ldc, const float *a, int64_t lda, int ta, const float *b,
+                  int64_t ldb, int tb, int m, int n, int k, const float *bias)
+{
+    gemm(c, ldc, a, lda, ta, b, ldb, tb, m, n, k, 0, bias);
 }
 
 int64_t sp_gemm_packed_floats(int k, int n)
@@ -492,5 +514,5 @@ const float *sp_gemm_packed_from(const float *bp, int np, int k0)
 void sp_gemm_packed(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
                     const float *bp, int kp, int np, int m, int n, int k, int acc)
 {
-    gemm_run(c, ldc, a, lda, ta, NULL, 0, 0, bp, kp, np, m, n, k, acc, 0);
+    gemm_run(c, ldc, a, lda, ta, NULL, 0, 0, bp, kp, np, m, n, k, acc, 0, NULL);
 }

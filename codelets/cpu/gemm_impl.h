@@ -18,6 +18,11 @@
  * a or b. acc = 0 never reads c; k = 0 gives zeros (acc = 0) or leaves c. */
 void sp_gemm(float *c, int64_t ldc, const float *a, int64_t lda, int ta, const float *b,
              int64_t ldb, int tb, int m, int n, int k, int acc);
+/* c = op(a) @ op(b) with bias (n floats) added to each row: each element sp_gemm's chain
+ * from 0, rounded, then + bias[j], rounded once, as it is stored. The bits of sp_gemm and
+ * then a bias add, without a second pass over c. */
+void sp_gemm_bias(float *c, int64_t ldc, const float *a, int64_t lda, int ta, const float *b,
+                  int64_t ldb, int tb, int m, int n, int k, const float *bias);
 
 /* B packed once, for products that reuse it (attention: every query block against the
  * same keys). sp_gemm_pack writes op(b) (k,n) into bp, sp_gemm_packed_floats(k, n) floats

@@ -10,10 +10,11 @@
 
 /* c (GK_MR, NR) [+]= a (GK_MR, kc) @ bp (kc, NR). a[r][k] is a[roff[r] + k * csa]; bp is
  * a packed panel (row k at bp + k * NR). load: start from c, else 0. One accumulator per
- * element, k ascending: the order sp_gemm promises. */
+ * element, k ascending: the order sp_gemm promises. bias (NR floats) or NULL: added to
+ * each row's sums, rounded, as they are stored (sp_gemm_bias). */
 GK_ATTR static void GK_NAME(int kc, const float *restrict a, const int64_t *restrict roff,
                             int64_t csa, const float *restrict bp, float *restrict c,
-                            int64_t ldc, int load)
+                            int64_t ldc, int load, const float *restrict bias)
 {
     typedef float v __attribute__((vector_size(GK_VB)));
     typedef float vu __attribute__((vector_size(GK_VB), aligned(4))); /* unaligned */
@@ -39,6 +40,14 @@ GK_ATTR static void GK_NAME(int kc, const float *restrict a, const int64_t *rest
             for (int j = 0; j < NV; j++)
                 acc[r][j] = GK_FMA(acc[r][j], ar, b[j]);
         }
+    }
+    if (bias) {
+        v bv[NV];
+        for (int j = 0; j < NV; j++)
+            bv[j] = *(const vu *)(bias + j * VL);
+        for (int r = 0; r < GK_MR; r++)
+            for (int j = 0; j < NV; j++)
+                acc[r][j] += bv[j];
     }
     for (int r = 0; r < GK_MR; r++)
         for (int j = 0; j < NV; j++)

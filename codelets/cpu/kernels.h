@@ -27,6 +27,11 @@
  * Each element is one sequential sum over K, from out (acc) or 0 (see gemm_impl.h). */
 void sp_matmul_forward(float *out, const float *a, const float *b,
                        int M, int Nc, int K, int ta, int tb, int acc);
+/* out (M,Nc) = op(a) @ op(b) + bias (Nc) on each row: the bits of sp_matmul_forward
+ * (acc 0) and then sp_bias_add_forward, in one pass (the bias added as each tile of out is
+ * stored). out may not overlap a, b or bias. */
+void sp_matmul_forward_bias(float *out, const float *a, const float *b, const float *bias,
+                            int M, int Nc, int K, int ta, int tb);
 /* da (shape of a as stored) from dout (M,Nc) and b. */
 void sp_matmul_backward_a(float *da, const float *dout, const float *b,
                           int M, int Nc, int K, int ta, int tb, int acc);
@@ -219,6 +224,8 @@ void sp_round_bf16(float *dst, const float *src, int64_t n);
 void sp_to_bf16(uint16_t *dst, const float *src, int64_t n);
 int sp_matmul_forward_bf16(float *out, const void *a, const void *b, int M, int Nc, int K,
                            int ta, int tb, int acc, int a16, int b16);
+int sp_matmul_forward_bias_bf16(float *out, const void *a, const void *b, const float *bias,
+                                int M, int Nc, int K, int ta, int tb, int a16, int b16);
 int sp_matmul_backward_a_bf16(float *da, const float *dout, const void *b, int M, int Nc,
                               int K, int ta, int tb, int acc, int b16);
 int sp_matmul_backward_b_bf16(float *db, const float *dout, const void *a, int M, int Nc,

@@ -24,6 +24,12 @@ void sp_matmul_forward(float *out, const float *a, const float *b,
     gemm(out, a, ta ? M : K, ta, b, tb ? K : Nc, tb, M, Nc, K, acc);
 }
 
+void sp_matmul_forward_bias(float *out, const float *a, const float *b, const float *bias,
+                            int M, int Nc, int K, int ta, int tb)
+{
+    sp_gemm_bias(out, Nc, a, ta ? M : K, ta, b, tb ? K : Nc, tb, M, Nc, K, bias);
+}
+
 /* d op(a) (M,K) = dout (M,Nc) @ op(b)^T. When a is stored transposed, compute its
  * transpose directly: da (K,M) = op(b) (K,Nc) @ dout^T. */
 void sp_matmul_backward_a(float *da, const float *dout, const float *b,
@@ -135,6 +141,15 @@ int sp_matmul_forward_bf16(float *out, const void *a, const void *b, int M, int 
     const float *ra, *rb;
     int rc = round_both(a, a16, (int64_t)M * K, b, b16, (int64_t)K * Nc, &ra, &rb);
     if (!rc) sp_matmul_forward(out, ra, rb, M, Nc, K, ta, tb, acc);
+    return rc;
+}
+
+int sp_matmul_forward_bias_bf16(float *out, const void *a, const void *b, const float *bias,
+                                int M, int Nc, int K, int ta, int tb, int a16, int b16)
+{
+    const float *ra, *rb;
+    int rc = round_both(a, a16, (int64_t)M * K, b, b16, (int64_t)K * Nc, &ra, &rb);
+    if (!rc) sp_matmul_forward_bias(out, ra, rb, bias, M, Nc, K, ta, tb);
     return rc;
 }
 

@@ -44,6 +44,11 @@ typedef struct sp_backend {
     /* forward. The three matrix products take prec (SP_PREC_*): 0 is fp32 throughout. */
     int (*matmul)(void *ctx, float *out, const void *a, const void *b, int M, int Nc, int K,
                   int ta, int tb, int acc, int prec);
+    /* out = matmul (acc 0) then + bias (Nc) on each row, with the bits of matmul and then
+     * bias_add: a linear layer's forward without a pass over its product (the CPU adds
+     * the bias as each tile is stored) */
+    int (*matmul_bias)(void *ctx, float *out, const void *a, const void *b, const float *bias,
+                       int M, int Nc, int K, int ta, int tb, int prec);
     int (*bias_add)(void *ctx, float *out, const float *x, const float *bias, int N, int C);
     int (*add)(void *ctx, float *out, const float *a, const float *b, int64_t n);
     /* out (n) = b > a ? b : a, in place as out == a: the tensor group's maximum rule
@@ -172,7 +177,8 @@ typedef struct sp_backend {
  * after the field: `{ .name = "x", SP_BACKEND_ENTRIES, .status_string = f }`. A function
  * left out then fails to compile instead of leaving a NULL entry. */
 #define SP_BACKEND_ENTRIES                                                                  \
-    .matmul = matmul, .bias_add = bias_add, .add = add, .scale = scale, .gelu = gelu,      \
+    .matmul = matmul, .matmul_bias = matmul_bias, .bias_add = bias_add, .add = add,       \
+    .scale = scale, .gelu = gelu,                                                          \
     .relu = relu, .layernorm = layernorm, .embed = embed, .attention = attention,          \
     .cross_entropy = cross_entropy, .sum = sum, .matmul_da = matmul_da,                    \
     .matmul_db = matmul_db, .bias_db = bias_db, .gelu_dx = gelu_dx, .relu_dx = relu_dx,    \

@@ -66,7 +66,7 @@ static const struct {
     size_t off;
     const char *name;
 } entries[] = {
-    ENTRY(matmul),        ENTRY(bias_add),          ENTRY(add),           ENTRY(maximum),
+    ENTRY(matmul),        ENTRY(matmul_bias),       ENTRY(bias_add),          ENTRY(add),           ENTRY(maximum),
     ENTRY(scale),         ENTRY(gelu),              ENTRY(relu),          ENTRY(layernorm),
     ENTRY(rmsnorm),       ENTRY(rope),              ENTRY(swiglu),        ENTRY(embed),
     ENTRY(attention),     ENTRY(cross_entropy),     ENTRY(sum),           ENTRY(embed_vocab),
@@ -390,24 +390,25 @@ static const char *prec_name(int prec)
     return names[prec & 7];
 }
 
-/* The operands of the products at one size: a (M,K), b (K,Nc), dout (M,Nc), and a and b in
- * bf16 storage. */
+/* The operands of the products at one size: a (M,K), b (K,Nc), dout (M,Nc), bias (Nc), and
+ * a and b in bf16 storage. */
 typedef struct {
     int M, Nc, K;
-    float *a, *b, *dout;
+    float *a, *b, *dout, *bias;
     uint16_t *a16, *b16;
 } mm_operands;
 
-/* Product `which` (0 matmul, 1 matmul_da, 2 matmul_db) at prec, from init; a stored
+/* Product `which` (0 matmul, 1 matmul_da, 2 matmul_db, 3 matmul_bias: acc 0) at prec, from
+ * init; a stored
  * operand (A16, B16) must give the kind's bits of the same product on the fp32 operand,
  * *plain (the kind's SP_PREC_BF16 result, kept here). */
 static void mm_case(int which, int prec, const mm_operands *p, int ta, int tb, int acc,
                     const float *init, float **plain)
 {
-    static const char *names[] = { "out", "da", "db" };
+    static const char *names[] = { "out", "da", "db", "out" };
     const int M = p->M, Nc = p->Nc, K = p->K;
     const int64_t na = (int64_t)M * K, nb = (int64_t)K * Nc, nd = (int64_t)M * Nc;
-    const int64_t n = which == 0 ? nd : which == 1 ? na : nb;
+    const int64_t n = which == 0 || which == 3 ? nd : which == 1 ? na : nb;
     kcase c[1];
     begin(c, "M=%d Nc=%d K=%d ta=%d tb=%d acc=%d prec=%s", M, Nc, K, ta, tb, acc,
           prec_name(prec));
@@ -416,6 +417,10 @@ static void mm_case(int which, int prec, const mm_operands *p, int ta, int tb, i
     int y = prec & SP_PREC_B16 ? IN_U(c, p->b16, nb) : IN_F(c, p->b, nb);
     if (which == 0)
         RUN(c, matmul, F(c, o), P(c, x), P(c, y), M, Nc, K, ta, tb, acc, prec);
+    else if (which == 3) {
+        int ib = IN_F(c, p->bias, Nc);
+        RUN(c, matmul_bias, F(c, o), P(c, x), P(c, y), F(c, ib), M, Nc, K, ta, tb, prec);
+    }
     else if (which == 1)
         RUN(c, matmul_da, F(c, o), F(c, d), P(c, y), M, Nc, K, ta, tb, acc, prec);
     else
@@ -428,35 +433,38 @@ static void mm_case(int which, int prec, const mm_operands *p, int ta, int tb, i
     end(c);
 }
 
-/* The three products, every transpose and acc, fp32 and bf16 with each operand it reads
- * stored in bf16 or not. */
+/* The three products and matmul_bias (acc 0), every transpose and acc, fp32 and bf16 with
+ * each operand it reads stored in bf16 or not. */
 static void test_matmul(void)
 {
     static const int sz[][3] = { { 7, 13, 33 }, { 37, 7, 13 }, { 33, 37, 64 }, { 1, 5, 1 },
                                  { 5, 7, 0 },   { 1, 1, 1 },   { 3, 1031, 67 }, { 129, 17, 257 } };
-    static const int precs[3][5] = {
+    static const int precs[4][5] = {
         { 0, SP_PREC_BF16, SP_PREC_BF16 | SP_PREC_A16, SP_PREC_BF16 | SP_PREC_B16,
           SP_PREC_BF16 | SP_PREC_A16 | SP_PREC_B16 },
         { 0, SP_PREC_BF16, SP_PREC_BF16 | SP_PREC_B16, -1 },
-        { 0, SP_PREC_BF16, SP_PREC_BF16 | SP_PREC_A16, -1 } };
+        { 0, SP_PREC_BF16, SP_PREC_BF16 | SP_PREC_A16, -1 },
+        { 0, SP_PREC_BF16, SP_PREC_BF16 | SP_PREC_A16, SP_PREC_BF16 | SP_PREC_B16,
+          SP_PREC_BF16 | SP_PREC_A16 | SP_PREC_B16 } };
     for (size_t s = 0; s < sizeof sz / sizeof *sz; s++) {
         mm_operands p = { .M = sz[s][0], .Nc = sz[s][1], .K = sz[s][2] };
         const int64_t na = (int64_t)p.M * p.K, nb = (int64_t)p.K * p.Nc, nd = (int64_t)p.M * p.Nc;
         p.a = rnd(na, -1, 1), p.b = rnd(nb, -1, 1), p.dout = rnd(nd, -1, 1);
+        p.bias = rnd(p.Nc, -1, 1);
         p.a16 = xalloc(2 * (size_t)na), p.b16 = xalloc(2 * (size_t)nb);
         sp_to_bf16(p.a16, p.a, na);
         sp_to_bf16(p.b16, p.b, nb);
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)
                 for (int acc = 0; acc < 2; acc++)
-                    for (int which = 0; which < 3; which++) {
-                        float *init = acc_init(which == 0 ? nd : which == 1 ? na : nb, acc);
+                    for (int which = 0; which < 4 - acc; which++) { /* matmul_bias: acc 0 */
+                        float *init = acc_init(which == 1 ? na : which == 2 ? nb : nd, acc);
                         float *plain = NULL;
                         for (int k = 0; k < 5 && precs[which][k] >= 0; k++)
                             mm_case(which, precs[which][k], &p, ta, tb, acc, init, &plain);
                         free(init), free(plain);
                     }
-        free(p.a), free(p.b), free(p.dout), free(p.a16), free(p.b16);
+        free(p.a), free(p.b), free(p.dout), free(p.bias), free(p.a16), free(p.b16);
     }
 }
 

@@ -1,5 +1,6 @@
 /* sp_matmul_forward / backward_a / backward_b against a float64 reference and central
  * finite differences, for all four transpose combinations, awkward sizes, acc 0 and 1. */
+#include "codelets/cpu/gemm_impl.h"
 #include "codelets/cpu/kernels.h"
 #include "codelets/cpu/vec_impl.h"
 #include "kcheck.h"
@@ -130,6 +131,45 @@ static void exact_bits(int M, int Nc, int K)
     free(a), free(b), free(got), free(want);
 }
 
+/* sp_matmul_forward_bias against the naive chain, then + bias in a second pass, on every
+ * sgemm path this CPU has: the bias is added as each tile is stored (full tiles in the
+ * micro-kernel, edge tiles as they are copied out, the few-rows product as it is
+ * transposed back), only after the last block of k. */
+static SP_NOFMA void add_bias(float *out, const float *bias, int M, int Nc)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < Nc; j++) out[(int64_t)i * Nc + j] = out[(int64_t)i * Nc + j] + bias[j];
+}
+
+static void bias_bits(int M, int Nc, int K)
+{
+    float *a = KC_F((int64_t)M * K + 1), *b = KC_F((int64_t)K * Nc + 1), *bias = KC_F(Nc);
+    float *got = KC_F((int64_t)M * Nc), *want = KC_F((int64_t)M * Nc);
+    kc_seed((uint64_t)(M * 7919 + Nc * 31 + K));
+    kc_fill(a, (int64_t)M * K, -1, 1);
+    kc_fill(b, (int64_t)K * Nc, -1, 1);
+    kc_fill(bias, Nc, -1, 1);
+    bias[0] = -0.0f; /* 0 + -0 is +0: the add happens even on an empty product */
+    const int path = sp_gemm_path();
+    for (int p = 0; p < SP_GEMM_NPATHS; p++) {
+        if (sp_gemm_set_path(p) != 0) continue;
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                char what[160];
+                kc_fill_nan(got, (int64_t)M * Nc);
+                sp_matmul_forward_bias(got, a, b, bias, M, Nc, K, ta, tb);
+                naive(want, a, b, M, Nc, K, ta, tb, 0);
+                add_bias(want, bias, M, Nc);
+                snprintf(what, sizeof what, "matmul + bias %dx%dx%d ta%d tb%d on the %s path: "
+                         "the bits of the product, then the bias add", M, Nc, K, ta, tb,
+                         sp_gemm_path_name(p));
+                kc_expect(memcmp(got, want, sizeof(float) * (size_t)M * Nc) == 0, what);
+            }
+    }
+    sp_gemm_set_path(path);
+    free(a), free(b), free(bias), free(got), free(want);
+}
+
 int main(void)
 {
     kc_start();
@@ -156,6 +196,16 @@ int main(void)
     exact_bits(64, 300, 300);
     exact_bits(13, 520, 129);
     exact_bits(90, 803, 70);
+
+    /* the bias added in the product's last store: edge tiles of every kind, two blocks
+     * of rows and of k, the narrow tile, the few-rows product, an empty one */
+    bias_bits(397, 203, 263);
+    bias_bits(397, 75, 781);
+    bias_bits(397, 13, 781);
+    bias_bits(64, 300, 300);
+    bias_bits(13, 520, 129);
+    bias_bits(37, 45, 30);
+    bias_bits(3, 5, 0);
 
     /* K = 0: the product is empty; acc=0 gives zeros, acc=1 leaves out unchanged. */
     float out[6], keep[6];

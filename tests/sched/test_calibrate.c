@@ -174,8 +174,9 @@ static void check_caches(const char *path, const sp_program *p)
     double half = predict(path, p, "1f1b", 4, NULL, flat);
     r_rest = 2e-8;
     double raw = predict(path, p, "1f1b", 4, NULL, flat);
-    /* (the tied embedding's combine keeps its measured time: 1% of the difference) */
-    CHECK(fabs(twice - half) <= 0.01 * (raw - half) && raw > half * 1.05, "reuse factor 2: "
+    /* (the tied embedding's combine keeps its measured time: 1.2% of the difference, now
+     * that the bias adds ride on the products and the adds' copies are aliases) */
+    CHECK(fabs(twice - half) <= 0.02 * (raw - half) && raw > half * 1.05, "reuse factor 2: "
           "step %.9g, the ops at half their time %.9g (at their time %.9g)", twice, half, raw);
     /* where everything fits, every factor 1; where nothing does, 3 (the bytes' weights
      * sum to one); GPipe's backward reaches further back than 1F1B's */
