@@ -33,7 +33,7 @@ static float *alloc_f(int64_t n, unsigned seed)
 
 /* Per-op timing of the block: each kernel call is wrapped in T0/T1. */
 enum { OP_LN, OP_MATMUL, OP_BIAS, OP_ATTN, OP_GELU, OP_RESID, OP_COUNT };
-static const char *op_name[OP_COUNT] = {"layernorm", "matmul", "bias add/grad",
+static const char *op_name[OP_COUNT] = {"layernorm", "matmul", "bias grad",
                                         "attention", "gelu", "residual/copy"};
 static double op_time[OP_COUNT];
 /* The least bytes each non-matmul group of the block must move per step (each input read
@@ -41,11 +41,11 @@ static double op_time[OP_COUNT];
  * N C floats: the memory-bound ops' ceiling is these bytes at the copy bandwidth.
  *   layernorm: 2 forwards (x in, out: 2 each) 4, 2 backward_x (dln, x in, dx out: 3
  *     each, both adding into dx: + 1 each) 8, 2 backward_params (dln, x in: 2 each) 4 -> 16
- *   bias: forward in place (read + write) of 3 + 1 + 4 + 1 = 9 NC -> 18, backward reads 9
- *     -> 27
+ *   bias: the forward rides on the products' stores (matmul_bias, in "matmul"); the
+ *     backward reads 3 + 1 + 4 + 1 -> 9
  *   gelu: forward 4 in, 4 out; backward 4 + 4 in, 4 out -> 20
  *   residual/copy: 2 adds (2 in, 1 out) 6, 2 copies (1 in, 1 out) 4 -> 10 */
-static const double op_nc_floats[OP_COUNT] = {16, 0, 27, 0, 20, 10};
+static const double op_nc_floats[OP_COUNT] = {16, 0, 9, 0, 20, 10};
 #define TIMED(op, call)                                                                     \
     do {                                                                                    \
         double t0_ = now();                                                                 \
@@ -103,18 +103,15 @@ static void block_step(block *k)
     const int64_t NC = (int64_t)N * C, NC4 = (int64_t)N * C4;
     /* forward */
     TIMED(OP_LN, sp_layernorm_forward(k->ln1, k->m1, k->r1, k->x, k->g1, k->b1, N, C));
-    TIMED(OP_MATMUL, sp_matmul_forward(k->qkv, k->ln1, k->wqkv, N, C3, C, 0, 1, 0));
-    TIMED(OP_BIAS, sp_bias_add_forward(k->qkv, k->qkv, k->bqkv, N, C3));
+    /* each linear layer's forward is one product with its bias (the programs' matmul_bias) */
+    TIMED(OP_MATMUL, sp_matmul_forward_bias(k->qkv, k->ln1, k->wqkv, k->bqkv, N, C3, C, 0, 1));
     TIMED(OP_ATTN, sp_attention_forward(k->atty, k->lse, k->scratch, k->qkv, B, T, C, NH));
-    TIMED(OP_MATMUL, sp_matmul_forward(k->proj, k->atty, k->wproj, N, C, C, 0, 1, 0));
-    TIMED(OP_BIAS, sp_bias_add_forward(k->proj, k->proj, k->bproj, N, C));
+    TIMED(OP_MATMUL, sp_matmul_forward_bias(k->proj, k->atty, k->wproj, k->bproj, N, C, C, 0, 1));
     TIMED(OP_RESID, sp_add_forward(k->res1, k->x, k->proj, NC));
     TIMED(OP_LN, sp_layernorm_forward(k->ln2, k->m2, k->r2, k->res1, k->g2, k->b2, N, C));
-    TIMED(OP_MATMUL, sp_matmul_forward(k->fc, k->ln2, k->wfc, N, C4, C, 0, 1, 0));
-    TIMED(OP_BIAS, sp_bias_add_forward(k->fc, k->fc, k->bfc, N, C4));
+    TIMED(OP_MATMUL, sp_matmul_forward_bias(k->fc, k->ln2, k->wfc, k->bfc, N, C4, C, 0, 1));
     TIMED(OP_GELU, sp_gelu_forward(k->gel, k->fc, NC4));
-    TIMED(OP_MATMUL, sp_matmul_forward(k->fcp, k->gel, k->wfcp, N, C, C4, 0, 1, 0));
-    TIMED(OP_BIAS, sp_bias_add_forward(k->fcp, k->fcp, k->bfcp, N, C));
+    TIMED(OP_MATMUL, sp_matmul_forward_bias(k->fcp, k->gel, k->wfcp, k->bfcp, N, C, C4, 0, 1));
     TIMED(OP_RESID, sp_add_forward(k->res2, k->res1, k->fcp, NC));
     /* backward, from dres2 */
     TIMED(OP_RESID, sp_scale_backward(k->dres1, k->dres2, 1.0f, NC, 0));
