@@ -289,14 +289,14 @@ static sp_status analyze(sp_program *p)
     for (int t = 0; t < g->n; t++)
         p->needs_grad[t] = req[t] && reach[t] && g->node[t].dtype == SP_F32 &&
                            g->node[t].op != SP_OP_YIELD;
+    free(req);
+    free(reach);
     /* Fusion: a product whose one reader is a bias add of its stage (a linear layer) runs
      * as one SP_I_MATMUL_BIAS, the bias added as the product is stored: no pass over the
      * product, and no buffer for it. Nothing else may read it: no other op (a yield is a
      * marker: its readers name the product themselves, so another stage's reader counts),
      * not the loss, not a named tensor (sp_reference_value). No backward reads it either:
      * a product's and a bias add's gradients need only their inputs. */
-    free(req);
-    free(reach);
     int *readers = calloc((size_t)g->n, sizeof *readers);
     if (!readers) return sp_set_error(SP_ERR_NOMEM, "sp_program_build: out of memory");
     for (int u = 0; u < g->n; u++)
