@@ -182,30 +182,20 @@ int main(void)
                 for (uint64_t seed = 1; seed <= 3; seed++)
                     run_case(sizes[s][0], sizes[s][1], sizes[s][2], ta, tb, seed);
 
-    exact_bits(37, 45, 300);
-    exact_bits(50, 13, 61);
-    exact_bits(25, 70, 9);
-    /* large enough for the packed path (gemm.c: a and b packed by 8 x 8 transposes): two
-     * blocks of rows (MC 384) and of k (256 deep, 768 on AVX-512), edges of every kind */
-    exact_bits(397, 203, 263);
-    exact_bits(397, 75, 781);
-    exact_bits(61, 40, 1000);
-    exact_bits(397, 13, 781); /* the narrow tile (24 x 16 on AVX-512) packed, with edges */
-    /* few rows against a wide transposed b: gemm.c runs them as c^T = b a^T (m <= 96,
-     * n >= 4 m, k >= 64), for every tile edge and two blocks of k */
-    exact_bits(64, 300, 300);
-    exact_bits(13, 520, 129);
-    exact_bits(90, 803, 70);
-
-    /* the bias added in the product's last store: edge tiles of every kind, two blocks
-     * of rows and of k, the narrow tile, the few-rows product, an empty one */
-    bias_bits(397, 203, 263);
-    bias_bits(397, 75, 781);
-    bias_bits(397, 13, 781);
-    bias_bits(64, 300, 300);
-    bias_bits(13, 520, 129);
-    bias_bits(37, 45, 30);
-    bias_bits(3, 5, 0);
+    /* Each shape's exact bits, and with a bias added in the product's last store. Large
+     * enough for the packed path (gemm.c: a and b packed by 8 x 8 transposes): two blocks
+     * of rows (MC 384) and of k (256 deep, 768 on AVX-512), edges of every kind, the
+     * narrow tile (24 x 16 on AVX-512) packed; few rows against a wide transposed b,
+     * which gemm.c runs as c^T = b a^T (m <= 96, n >= 4 m, k >= 64), for every tile edge
+     * and two blocks of k; an empty product. */
+    static const int shapes[][3] = {{37, 45, 300}, {50, 13, 61},   {25, 70, 9},
+                                    {397, 203, 263}, {397, 75, 781}, {61, 40, 1000},
+                                    {397, 13, 781}, {64, 300, 300}, {13, 520, 129},
+                                    {90, 803, 70},  {37, 45, 30},   {3, 5, 0}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        exact_bits(shapes[s][0], shapes[s][1], shapes[s][2]);
+        bias_bits(shapes[s][0], shapes[s][1], shapes[s][2]);
+    }
 
     /* K = 0: the product is empty; acc=0 gives zeros, acc=1 leaves out unchanged. */
     float out[6], keep[6];
