@@ -137,7 +137,7 @@ static int group_rows(int T)
  * once and reused by every query block), two (group_rows, LD) strips, LD = T rounded up
  * to 16, a group's q and dout packed, and D; each starts 64-byte aligned. */
 typedef struct {
-    float *kt, *p2, *p3, *s, *ds, *qg, *dg, *D, *pt; /* pt: (hs, BQ) */
+    float *kt, *p2, *p3, *s, *ds, *qg, *dg, *D;
     float *qb, *db; /* bf16 only: a block's q and dout rounded, (BQ, hs) each */
 } att_scratch;
 
@@ -165,8 +165,7 @@ static att_scratch carve(float *scratch, int T, int hs)
     z.qg = z.ds + strip;
     z.dg = z.qg + group_slot(T, hs);
     z.D = z.dg + group_slot(T, hs);
-    z.pt = z.D + up16(BQ);
-    z.qb = z.pt + (int64_t)BQ * hs;
+    z.qb = z.D + up16(BQ);
     z.db = z.qb + (int64_t)BQ * hs;
     return z;
 }
@@ -176,7 +175,7 @@ int64_t sp_attention_scratch_floats(int B, int T, int C, int NH)
     if (T <= 0 || NH <= 0)
         return 1;
     return 16 + 3 * packed_slot(T, C / NH) + 2 * (int64_t)group_rows(T) * up16(T) +
-           2 * group_slot(T, C / NH) + up16(BQ) + (int64_t)BQ * (C / NH);
+           2 * group_slot(T, C / NH) + up16(BQ);
 }
 
 int64_t sp_attention_scratch_floats_bf16(int B, int T, int C, int NH)
@@ -273,24 +272,38 @@ void sp_attention_forward_bf16(float *restrict out, float *restrict lse,
 }
 
 /* D[r] = x_r . y_r for bq rows of hs, ld apart: each a sequential sum in i order of
- * rounded products (no fused multiply-add); D has room for BQ. The products go to pt
- * transposed (hs, BQ), so that the sums run along vectors of rows, their chains side by
- * side: one row's chain at a time was a twelfth of the backward's time (64 dependent
- * adds a row). */
-static SP_VEC_FN void dot_rows(float *restrict D, float *restrict pt, const float *restrict x,
+ * rounded products (no fused multiply-add); D has room for bq rounded up to 16. Sixteen
+ * rows at a time: their products, sixteen columns at a time, transposed in registers
+ * (sp_transpose16), so that lane r sums row r's products one after the other while the
+ * sixteen chains run side by side. One row's chain at a time was a twelfth of the
+ * backward's time; products stored transposed through memory, scalar, still 7%. */
+static SP_VEC_FN void dot_rows(float *restrict D, const float *restrict x,
                                const float *restrict y, int64_t ld, int bq, int hs)
 {
-    for (int r = 0; r < bq; r++)
-        for (int i = 0; i < hs; i++)
-            pt[i * BQ + r] = x[r * ld + i] * y[r * ld + i];
-    for (int r = bq; r < BQ; r++) /* rows past bq: zeros, summed and never read */
-        for (int i = 0; i < hs; i++)
-            pt[i * BQ + r] = 0.0f;
-    for (int r = 0; r < BQ; r++)
-        D[r] = 0.0f;
-    for (int i = 0; i < hs; i++)
-        for (int r = 0; r < BQ; r++)
-            D[r] += pt[i * BQ + r];
+    for (int r0 = 0; r0 < bq; r0 += 16) {
+        const int nr = bq - r0 < 16 ? bq - r0 : 16;
+        v16f sum = { 0 };
+        for (int c0 = 0; c0 < hs; c0 += 16) {
+            const int w = hs - c0 < 16 ? hs - c0 : 16;
+            v16f p[16];
+            for (int r = 0; r < 16; r++) {
+                const float *xr = x + (r0 + r) * ld + c0, *yr = y + (r0 + r) * ld + c0;
+                if (r >= nr) { /* rows past bq: zeros, summed and never read */
+                    p[r] = (v16f){ 0 };
+                } else if (w == 16) {
+                    p[r] = sp_ld16(xr) * sp_ld16(yr);
+                } else {
+                    v16f a = { 0 }, b = { 0 };
+                    for (int i = 0; i < w; i++) a[i] = xr[i], b[i] = yr[i];
+                    p[r] = a * b;
+                }
+            }
+            sp_transpose16(p);
+            for (int i = 0; i < w; i++)
+                sum += p[i];
+        }
+        sp_st16(D + r0, sum);
+    }
 }
 
 /* Per (b, h), block by block: P from the saved lse, dP = dout_i v^T, dS = P (dP - D)
@@ -340,7 +353,7 @@ static SP_NOFMA void attention_backward(float *restrict dqkv, float *restrict sc
                     const int bq = g1 - t0 < BQ ? g1 - t0 : BQ, kend = t0 + bq;
                     const float *qi = q + (int64_t)t0 * C3, *di = d + (int64_t)t0 * C;
                     int64_t lq = C3, ld = C;
-                    dot_rows(z.D, z.pt, di, o + (int64_t)t0 * C, C, bq, hs);
+                    dot_rows(z.D, di, o + (int64_t)t0 * C, C, bq, hs);
                     if (bf16) {
                         round_rows(z.qb, qi, C3, bq, hs);
                         round_rows(z.db, di, C, bq, hs);

@@ -95,6 +95,24 @@ SP_V16_FN v16f sp_exp_le0_16(v16f z)
 #define SP_ADD_(x, y) ((x) + (y))
 #define SP_IMAX_(x, y) sp_imax16((x), (y))
 
+/* v[r] lane i <- v[i] lane r: four rounds of a perfect shuffle, rows j and j + 8 zipped
+ * into rows 2j and 2j + 1 (each round rotates an element's 8-bit address, row then lane,
+ * by one bit: four rotate row and lane into each other's place). Moves bits only. */
+#define SP_ZIP_LO_ 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23
+#define SP_ZIP_HI_ 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31
+SP_V16_FN void sp_transpose16(v16f v[16])
+{
+    for (int round = 0; round < 4; round++) {
+        v16f t[16];
+        for (int j = 0; j < 8; j++) {
+            t[2 * j] = __builtin_shufflevector(v[j], v[j + 8], SP_ZIP_LO_);
+            t[2 * j + 1] = __builtin_shufflevector(v[j], v[j + 8], SP_ZIP_HI_);
+        }
+        for (int r = 0; r < 16; r++)
+            v[r] = t[r];
+    }
+}
+
 SP_V16_FN v16i sp_imax16(v16i x, v16i y)
 {
     const v16i gt = x > y;

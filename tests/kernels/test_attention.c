@@ -235,7 +235,8 @@ static SP_VEC_FN int64_t exp16_mismatches(void)
 
 /* The softmax's sixteen-row reductions (v16_impl.h) against the scalar tree the kernels
  * promise, in the clone this CPU runs, over rows whose sums depend on the order (lanes
- * of magnitudes 2^-20..2^20, both signs). Returns the mismatching lanes. */
+ * of magnitudes 2^-20..2^20, both signs), and sp_transpose16 against its definition.
+ * Returns the mismatching lanes. */
 static SP_VEC_FN int64_t rows16_mismatches(void)
 {
     int64_t bad = 0;
@@ -260,6 +261,15 @@ static SP_VEC_FN int64_t rows16_mismatches(void)
             bad += sp_gelu_f2i(sum[r]) != sp_gelu_f2i(want);
             bad += mx[r] != m;
         }
+        /* the backward's row dot products transpose sixteen rows in registers: every
+         * element must land at (lane, row), bits untouched */
+        v16f t[16];
+        for (int r = 0; r < 16; r++)
+            t[r] = v[r];
+        sp_transpose16(t);
+        for (int r = 0; r < 16; r++)
+            for (int i = 0; i < 16; i++)
+                bad += sp_gelu_f2i(t[i][r]) != sp_gelu_f2i(v[r][i]);
     }
     return bad;
 }
@@ -296,7 +306,8 @@ int main(void)
     if (bad)
         fprintf(stderr, "  %lld floats differ\n", (long long)bad);
     const int64_t bad16 = rows16_mismatches();
-    kc_expect(bad16 == 0, "softmax: sixteen rows' sums and maxes equal the scalar tree's bits");
+    kc_expect(bad16 == 0, "sixteen rows' sums and maxes equal the scalar tree's bits, and "
+                           "their transpose moves every element to its place");
     if (bad16)
         fprintf(stderr, "  %lld lanes differ\n", (long long)bad16);
     return kc_finish("test_kernels_attention");
