@@ -287,10 +287,12 @@ static SP_VEC_FN void dot_rows(float *restrict D, const float *restrict x,
             const int w = hs - c0 < 16 ? hs - c0 : 16;
             v16f p[16];
             for (int r = 0; r < 16; r++) {
-                const float *xr = x + (r0 + r) * ld + c0, *yr = y + (r0 + r) * ld + c0;
                 if (r >= nr) { /* rows past bq: zeros, summed and never read */
                     p[r] = (v16f){ 0 };
-                } else if (w == 16) {
+                    continue;
+                }
+                const float *xr = x + (r0 + r) * ld + c0, *yr = y + (r0 + r) * ld + c0;
+                if (w == 16) {
                     p[r] = sp_ld16(xr) * sp_ld16(yr);
                 } else {
                     v16f a = { 0 }, b = { 0 };
