@@ -18,7 +18,8 @@
 
 static float *alloc_f(int64_t n, unsigned seed)
 {
-    float *p = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    /* on a cache line, as the runtime's buffers are (sp_exec_host_alloc) */
+    float *p = aligned_alloc(64, (sizeof(float) * (size_t)(n > 0 ? n : 1) + 63) & ~(size_t)63);
     if (!p) {
         fprintf(stderr, "bench_kernels: out of memory (%lld floats)\n", (long long)n);
         exit(1);

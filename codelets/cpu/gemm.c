@@ -20,11 +20,13 @@
  * c, about 36 KB), a deeper one on the heap. */
 #define KC_STACK 256
 #define MC 384
+#define PACK_AHEAD 8
 #define MR_MAX 24
 #define NR_MAX 32
 
 typedef void (*kernel_fn)(int kc, const float *a, const int64_t *roff, int64_t csa,
-                          const float *bp, float *c, int64_t ldc, int load, const float *bias);
+                          const float *bp, float *c, int64_t ldc, int load, const float *bias,
+                          const float *cnext);
 
 /* The portable path: fmaf per element (a library call where the CPU has no FMA: slow,
  * but the same bits as the vector paths). */
@@ -77,6 +79,7 @@ static inline v4sf fma_portable(v4sf acc, float x, v4sf b)
 typedef struct {
     kernel_fn kernel;
     int mr, nr, kc; /* kc: the depth of a block of k */
+    int pack_rows;  /* large products pack an untransposed a too (else read in place) */
 } gemm_tile;
 
 /* A path's tile, and optionally a narrow one for products of at most its nr columns. */
@@ -86,17 +89,20 @@ typedef struct {
 } gemm_path;
 
 static const gemm_path paths[SP_GEMM_NPATHS] = {
-    [SP_GEMM_PORTABLE] = { "portable", { kernel_portable, 4, 8, 256 }, { NULL, 0, 0, 0 } },
+    [SP_GEMM_PORTABLE] = { "portable", { kernel_portable, 4, 8, 256, 1 }, { NULL } },
 #ifdef SP_GEMM_X86
-    [SP_GEMM_AVX2] = { "avx2", { kernel_avx2, 6, 16, 256 }, { NULL, 0, 0, 0 } },
+    [SP_GEMM_AVX2] = { "avx2", { kernel_avx2, 6, 16, 256, 1 }, { NULL } },
     /* kc 768, not 256: a GPT-2 width (768) in one block, c loaded and stored once; on a
      * Zen 4 core (1 MB of L2) the block's products +2-3% at 2048 rows, the head's forward
-     * at 64 rows +15% (bench/README.md, "The 8 x 32 tile") */
-    [SP_GEMM_AVX512] = { "avx512f", { kernel_avx512, 8, 32, 768 },
-                         { kernel_avx512_narrow, 24, 16, 256 } },
+     * at 64 rows +15% (bench/README.md, "The 8 x 32 tile"). An untransposed a is read in
+     * place: its eight rows are eight streams the core follows, and packing them cost
+     * 2-3% of the large GPT config's products on a Xeon (bench/README.md, "Aligned
+     * buffers"); on a Zen 4 core it made no difference. */
+    [SP_GEMM_AVX512] = { "avx512f", { kernel_avx512, 8, 32, 768, 0 },
+                         { kernel_avx512_narrow, 24, 16, 256, 1 } },
 #else
-    [SP_GEMM_AVX2] = { "avx2", { NULL, 0, 0, 0 }, { NULL, 0, 0, 0 } },
-    [SP_GEMM_AVX512] = { "avx512f", { NULL, 0, 0, 0 }, { NULL, 0, 0, 0 } },
+    [SP_GEMM_AVX2] = { "avx2", { NULL } },
+    [SP_GEMM_AVX512] = { "avx512f", { NULL } },
 #endif
 };
 
@@ -231,10 +237,18 @@ static void pack_panel(float *restrict bp, int NR, const float *restrict b, int6
 {
     if (!tb) {
         /* a whole panel row is a copy of a size known here: inlined, not a memcpy call
-         * per 32-128 bytes (which took a tenth of the GPT step's products on AVX2) */
+         * per 32-128 bytes (which took a tenth of the GPT step's products on AVX2). The
+         * rows are ldb apart, beyond what the hardware prefetchers follow: the row
+         * PACK_AHEAD on is fetched as each is copied (+1-2% on the products on a Xeon). */
 #define SP_PACK_ROWS(W)                                                               \
-    for (int k = 0; k < kc; k++)                                                      \
-        memcpy(bp + (int64_t)k * (W), b + (int64_t)(k0 + k) * ldb + j0, sizeof(float) * (W))
+    for (int k = 0; k < kc; k++) {                                                    \
+        const float *s_ = b + (int64_t)(k0 + k) * ldb + j0;                           \
+        if (k + PACK_AHEAD < kc) {                                                    \
+            __builtin_prefetch(s_ + PACK_AHEAD * ldb);                                \
+            __builtin_prefetch(s_ + PACK_AHEAD * ldb + (W) - 1);                      \
+        }                                                                             \
+        memcpy(bp + (int64_t)k * (W), s_, sizeof(float) * (W));                      \
+    }
         switch (nr == NR ? NR : 0) {
         case 8: SP_PACK_ROWS(8); return;
         case 16: SP_PACK_ROWS(16); return;
@@ -268,36 +282,6 @@ static void pack_panel(float *restrict bp, int NR, const float *restrict b, int6
         for (int k = 0; k < kc; k++)
             for (int j = nr; j < NR; j++)
                 bp[(int64_t)k * NR + j] = 0.0f;
-}
-
-/* Memory the loops read next (rows of lines `stride` bytes apart: b's next panel),
- * prefetched a few lines before each tile: a weight that one small microbatch uses
- * comes from memory once, in rows too short or too far apart for the hardware
- * prefetchers to follow. +2-5% on GPT-2 124M's products at 64-256 rows (bench/README.md,
- * "The 8 x 32 tile"). */
-typedef struct {
-    const char *row;
-    int64_t stride;
-    int lines_per_row, line, left;
-} prefetch_stream;
-
-static void stream_start(prefetch_stream *s, const float *p, int64_t stride_floats, int rows,
-                         int floats)
-{
-    const uintptr_t a = (uintptr_t)p & ~(uintptr_t)63;
-    const int lines = (int)(((uintptr_t)(p + floats) - a + 63) / 64);
-    *s = (prefetch_stream){ (const char *)a, stride_floats * 4, lines, 0, rows * lines };
-}
-
-static void stream_fetch(prefetch_stream *s, int lines)
-{
-    for (; lines > 0 && s->left > 0; lines--, s->left--) {
-        __builtin_prefetch(s->row + (int64_t)s->line * 64, 0, 2);
-        if (++s->line == s->lines_per_row) {
-            s->line = 0;
-            s->row += s->stride;
-        }
-    }
 }
 
 /* d (kc, MR interleaved) <- a micro-panel of op(a): mr rows (a[r][kk] = src[r * rsa +
@@ -365,17 +349,21 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
     /* Large products pack each block of a into micro-panels (MR rows interleaved, k
      * ascending): the kernel then reads one stream rather than MR rows lda apart (or,
      * transposed, one line per k). +16% on the GPT block's products on an AVX2 core
-     * (bench/README.md); the arithmetic is the same. Small ones are not worth a malloc. */
-    float *apack = !no_apack && (int64_t)m * n * k >= (1 << 21) && m >= 2 * MR
-                       ? aligned_alloc(64, sizeof(float) * (size_t)(MC + MR_MAX) * KC)
+     * (bench/README.md); the arithmetic is the same. Small ones are not worth a malloc,
+     * nor an untransposed a where the tile reads its rows in place (pack_rows 0). */
+    float *apack = !no_apack && (ta || P->pack_rows) && (int64_t)m * n * k >= (1 << 21) &&
+                           m >= 2 * MR
+                       ? aligned_alloc(64, sizeof(float) * (size_t)(MC + MC / 2 + MR_MAX) * KC)
                        : NULL;
     for (int r = 0; r < MR; r++) poff[r] = r;
     for (int k0 = 0; k0 < k; k0 += KC) {
         const int kc = k - k0 < KC ? k - k0 : KC;
         const int load = acc || k0 > 0; /* the running sums wait in c between blocks */
         const float *kbias = k0 + kc >= k ? bias : NULL; /* the last block adds it */
-        for (int m0 = 0; m0 < m; m0 += MC) {
-            const int mc = m - m0 < MC ? m - m0 : MC;
+        /* blocks of MC rows, the last up to 1.5 MC: 512 rows (a microbatch of the large
+         * GPT config) in one block, each panel of b packed once, not twice (+1-2%) */
+        for (int m0 = 0, mc; m0 < m; m0 += mc) {
+            mc = m - m0 < MC + MC / 2 ? m - m0 : MC;
             if (apack)
                 for (int i0 = m0; i0 < m0 + mc; i0 += MR) {
                     float *d = apack + (int64_t)(i0 - m0) * kc;
@@ -386,27 +374,12 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
             for (int j0 = 0; j0 < n; j0 += NR) {
                 const int nr = n - j0 < NR ? n - j0 : NR;
                 const float *panel = bp;
-                prefetch_stream next = { 0 }; /* b's next panel */
                 if (bpk)
                     panel = bpk + (int64_t)(j0 / NR) * kp * NR + (int64_t)k0 * NR;
-                else {
+                else
                     pack_panel(bp, NR, b, ldb, tb, k0, kc, j0, nr);
-                    int jn = j0 + NR, kn = k0, kcn = kc;
-                    if (jn >= n && m0 + MC >= m && k0 + KC < k) { /* the next block's first */
-                        jn = 0;
-                        kn = k0 + KC;
-                        kcn = k - kn < KC ? k - kn : KC;
-                    }
-                    const int nrn = n - jn < NR ? n - jn : NR;
-                    if (jn < n)
-                        stream_start(&next,
-                                     b + (tb ? (int64_t)jn * ldb + kn : (int64_t)kn * ldb + jn),
-                                     ldb, tb ? nrn : kcn, tb ? kcn : nrn);
-                }
-                const int tiles = (mc + MR - 1) / MR, share = (next.left + tiles - 1) / tiles;
                 for (int i0 = m0; i0 < m0 + mc; i0 += MR) {
                     const int mr = m0 + mc - i0 < MR ? m0 + mc - i0 : MR;
-                    stream_fetch(&next, share);
                     const float *ap = apack ? apack + (int64_t)(i0 - m0) * kc
                                             : a + (int64_t)i0 * rsa + (int64_t)k0 * csa;
                     const int64_t *ro = apack ? poff : roff, cs = apack ? MR : csa;
@@ -414,21 +387,18 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
                     /* rows past the edge read the last row again; their sums are dropped */
                     for (int r = 0; !apack && r < MR; r++)
                         roff[r] = (r < mr ? r : mr - 1) * rsa;
-                    /* the next tile of c, while this one computes: its rows are far
-                     * apart, beyond what the hardware prefetchers follow */
-                    if (i0 + 2 * MR <= m0 + mc)
-                        for (int r = 0; r < MR; r++) {
-                            __builtin_prefetch(cp + (int64_t)(MR + r) * ldc, 1);
-                            __builtin_prefetch(cp + (int64_t)(MR + r) * ldc + NR - 1, 1);
-                        }
+                    /* the next tile of c, fetched while this one computes: its rows are
+                     * far apart, beyond what the hardware prefetchers follow */
+                    const float *cnext = i0 + 2 * MR <= m0 + mc ? cp + (int64_t)MR * ldc : NULL;
                     if (mr == MR && nr == NR) {
-                        P->kernel(kc, ap, ro, cs, panel, cp, ldc, load, kbias ? kbias + j0 : NULL);
+                        P->kernel(kc, ap, ro, cs, panel, cp, ldc, load, kbias ? kbias + j0 : NULL,
+                                  cnext);
                         continue;
                     }
                     if (load)
                         for (int r = 0; r < mr; r++)
                             memcpy(ce + r * NR, cp + (int64_t)r * ldc, sizeof(float) * (size_t)nr);
-                    P->kernel(kc, ap, ro, cs, panel, ce, NR, load, NULL); /* bias: nr floats */
+                    P->kernel(kc, ap, ro, cs, panel, ce, NR, load, NULL, NULL); /* bias: nr floats */
                     for (int r = 0; r < mr; r++) {
                         float *cr = cp + (int64_t)r * ldc;
                         if (kbias)

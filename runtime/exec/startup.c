@@ -309,6 +309,12 @@ static sp_status exec_init(int *argc, char ***argv)
 #else
     conf.sched_policy_init = sp_exec_bus_unlock;
 #endif
+    /* Every buffer StarPU allocates for us on the host (sp_exec_host_alloc, its own lazy
+     * allocations) starts on a cache line: glibc's large mallocs start 16 bytes into a
+     * page, so each 64-byte vector the kernels load or store straddled two lines, and the
+     * large GPT config's steps were 7% slower on a Xeon (bench/README.md, "Aligned
+     * buffers"). */
+    starpu_malloc_set_align(64);
     sp_exec_bus_lock();
     int rc = starpu_mpi_init_conf(argc, argv, 0, MPI_COMM_WORLD, &conf);
     sp_exec_bus_unlock(0); /* in case starpu_init failed before creating the context */
