@@ -364,6 +364,23 @@ static void pack_a(float *restrict d, const gemm_tile *P, const float *restrict 
         for (int r = 0; r < MR; r++) d[r] = src[roff[r]];
 }
 
+/* d <- the micro-panels of mc rows of a stored transposed (a[i][kk] = src[i + kk * lda]),
+ * kc deep, as pack_a lays them out tile by tile, but k in chunks of 16: the tiles that
+ * share a line of src (two 8-row tiles) read it back to back, not kc rows apart, when
+ * with rows 4 KB apart it had long left L1. +1-6% on the large GPT config's dW products
+ * on a Xeon (bench/README.md, "Aligned buffers"). */
+static void pack_a_t(float *restrict d, const gemm_tile *P, const float *restrict src,
+                     int64_t lda, int mc, int kc)
+{
+    const int MR = P->mr;
+    for (int kk0 = 0; kk0 < kc; kk0 += 16) {
+        const int kn = kc - kk0 < 16 ? kc - kk0 : 16;
+        for (int i0 = 0; i0 < mc; i0 += MR)
+            pack_a(d + (int64_t)i0 * kc + (int64_t)kk0 * MR, P, src + i0 + (int64_t)kk0 * lda,
+                   1, 1, lda, mc - i0 < MR ? mc - i0 : MR, kn);
+    }
+}
+
 /* The blocked loops. B comes packed (bpk: panels of depth kp, as sp_gemm_pack writes
  * them) or is packed here, panel by panel, into a buffer (on the stack up to KC_STACK
  * deep). bias (n floats, with acc 0) or NULL: added to each row as the last block of k
@@ -411,7 +428,9 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
          * GPT config) in one block, each panel of b packed once, not twice (+1-2%) */
         for (int m0 = 0, mc; m0 < m; m0 += mc) {
             mc = m - m0 < MC + MC / 2 ? m - m0 : MC;
-            if (apack)
+            if (apack && ta)
+                pack_a_t(apack, P, a + (int64_t)m0 + (int64_t)k0 * lda, lda, mc, kc);
+            else if (apack)
                 for (int i0 = m0; i0 < m0 + mc; i0 += MR) {
                     float *d = apack + (int64_t)(i0 - m0) * kc;
                     const int mr = m0 + mc - i0 < MR ? m0 + mc - i0 : MR;
