@@ -12,14 +12,18 @@
 #include <immintrin.h>
 #endif
 
+#include "codelets/cpu/scratch_impl.h"
 #include "codelets/cpu/vec_impl.h"
 
 /* Block sizes: a packed panel of b (kc x NR) stays in L1 (or L2) while the rows of a
  * stream past it; MC rows of a (MC x kc) stay in L2 while the panels go by. kc is the
- * tile's (gemm_tile); a panel of up to KC_STACK rows is on the stack (with an edge tile of
- * c, about 36 KB), a deeper one on the heap. */
+ * tile's (gemm_tile). Products of more than one block of rows pack b's panels once per
+ * block of k, up to NC_SHARED columns of them, for all the row blocks to share. Buffers
+ * are the thread's (sp_scratch); without memory, a panel of up to KC_STACK rows is packed
+ * at a time on the stack (with an edge tile of c, about 36 KB). */
 #define KC_STACK 256
 #define MC 384
+#define NC_SHARED 1024
 #define PACK_AHEAD 8
 #define MR_MAX 24
 #define NR_MAX 32
@@ -382,9 +386,9 @@ static void pack_a_t(float *restrict d, const gemm_tile *P, const float *restric
 }
 
 /* The blocked loops. B comes packed (bpk: panels of depth kp, as sp_gemm_pack writes
- * them) or is packed here, panel by panel, into a buffer (on the stack up to KC_STACK
- * deep). bias (n floats, with acc 0) or NULL: added to each row as the last block of k
- * stores it. */
+ * them) or is packed here into the thread's buffer: the panels of a block of k shared by
+ * all the blocks of rows, or one panel at a time when there is one block of rows. bias (n
+ * floats, with acc 0) or NULL: added to each row as the last block of k stores it. */
 static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta, const float *b,
                      int64_t ldb, int tb, const float *bpk, int kp, int np, int m, int n, int k,
                      int acc, int no_apack, const float *bias)
@@ -402,97 +406,117 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
     const int MR = P->mr, NR = P->nr;
     /* a[i][kk] = a[i * rsa + kk * csa] */
     const int64_t rsa = ta ? 1 : lda, csa = ta ? lda : 1;
-    float bstack[KC_STACK * NR_MAX] __attribute__((aligned(64)));
     int KC = P->kc;
-    float *bheap = !bpk && KC > KC_STACK && k > KC_STACK
-                       ? aligned_alloc(64, sizeof(float) * (size_t)KC * NR) : NULL;
-    if (!bpk && !bheap && KC > KC_STACK) KC = KC_STACK; /* the same bits at any depth */
-    float *bp = bheap ? bheap : bstack;
+    /* Shared panels: each panel of b was packed m / MC times, once per block of rows, and
+     * that packing (a transpose, for the layers' forward) was 5-6% of the GPT block's
+     * products at 2048 rows on a Xeon; packed once, they gained 3-4% (bench/README.md,
+     * "Shared panels"). ncb columns are packed at a time. */
+    int shared = !bpk && m > MC + MC / 2;
+    int ncb = shared ? (n < NC_SHARED ? (n + NR - 1) / NR * NR : NC_SHARED) : NR;
+    float bstack[KC_STACK * NR_MAX] __attribute__((aligned(64)));
+    float *bp = bpk ? NULL : sp_scratch(SP_SCRATCH_GEMM_B, (int64_t)KC * ncb);
+    if (!bpk && !bp) { /* no memory: a panel at a time on the stack, the same bits */
+        shared = 0;
+        ncb = NR;
+        KC = KC < KC_STACK ? KC : KC_STACK;
+        bp = bstack;
+    }
     float ce[MR_MAX * NR_MAX]; /* an edge tile of c */
     int64_t roff[MR_MAX], poff[MR_MAX]; /* a's rows; poff: a packed panel's */
     /* Large products pack each block of a into micro-panels (MR rows interleaved, k
      * ascending): the kernel then reads one stream rather than MR rows lda apart (or,
      * transposed, one line per k). +16% on the GPT block's products on an AVX2 core
-     * (bench/README.md); the arithmetic is the same. Small ones are not worth a malloc,
-     * nor an untransposed a where the tile reads its rows in place (pack_rows 0). */
+     * (bench/README.md); the arithmetic is the same. Not small ones, nor an untransposed a
+     * where the tile reads its rows in place (pack_rows 0). */
     float *apack = !no_apack && (ta || P->pack_rows) && (int64_t)m * n * k >= (1 << 21) &&
                            m >= 2 * MR
-                       ? aligned_alloc(64, sizeof(float) * (size_t)(MC + MC / 2 + MR_MAX) * KC)
+                       ? sp_scratch(SP_SCRATCH_GEMM_A, (int64_t)(MC + MC / 2 + MR_MAX) * KC)
                        : NULL;
     for (int r = 0; r < MR; r++) poff[r] = r;
-    for (int k0 = 0; k0 < k; k0 += KC) {
-        const int kc = k - k0 < KC ? k - k0 : KC;
-        const int load = acc || k0 > 0; /* the running sums wait in c between blocks */
-        const float *kbias = k0 + kc >= k ? bias : NULL; /* the last block adds it */
-        /* blocks of MC rows, the last up to 1.5 MC: 512 rows (a microbatch of the large
-         * GPT config) in one block, each panel of b packed once, not twice (+1-2%) */
-        for (int m0 = 0, mc; m0 < m; m0 += mc) {
-            mc = m - m0 < MC + MC / 2 ? m - m0 : MC;
-            if (apack && ta)
-                pack_a_t(apack, P, a + (int64_t)m0 + (int64_t)k0 * lda, lda, mc, kc);
-            else if (apack)
-                for (int i0 = m0; i0 < m0 + mc; i0 += MR) {
-                    float *d = apack + (int64_t)(i0 - m0) * kc;
-                    const int mr = m0 + mc - i0 < MR ? m0 + mc - i0 : MR;
-                    pack_a(d, P, a + (int64_t)i0 * rsa + (int64_t)k0 * csa, ta, rsa, csa, mr,
-                           kc);
-                }
-            for (int j0 = 0; j0 < n; j0 += NR) {
-                const int nr = n - j0 < NR ? n - j0 : NR;
-                const float *panel = bp;
-                prefetch_stream next = { 0 }; /* b's next panel */
-                if (bpk)
-                    panel = bpk + (int64_t)(j0 / NR) * kp * NR + (int64_t)k0 * NR;
-                else {
-                    pack_panel(bp, NR, b, ldb, tb, k0, kc, j0, nr);
-                    int jn = j0 + NR, kn = k0, kcn = kc;
-                    if (jn >= n && m0 + mc >= m && k0 + KC < k) { /* the next block's first */
-                        jn = 0;
-                        kn = k0 + KC;
-                        kcn = k - kn < KC ? k - kn : KC;
+    for (int jc = 0; jc < n; jc += shared ? ncb : n) {
+        const int jend = shared && n - jc > ncb ? jc + ncb : n; /* columns jc..jend-1 */
+        for (int k0 = 0; k0 < k; k0 += KC) {
+            const int kc = k - k0 < KC ? k - k0 : KC;
+            const int load = acc || k0 > 0; /* the running sums wait in c between blocks */
+            const float *kbias = k0 + kc >= k ? bias : NULL; /* the last block adds it */
+            for (int j0 = jc; shared && j0 < jend; j0 += NR)
+                pack_panel(bp + (int64_t)(j0 - jc) / NR * kc * NR, NR, b, ldb, tb, k0, kc, j0,
+                           jend - j0 < NR ? jend - j0 : NR);
+            /* blocks of MC rows, the last up to 1.5 MC: 512 rows (a microbatch of the large
+             * GPT config) in one block, each panel of b packed once, not twice (+1-2%) */
+            for (int m0 = 0, mc; m0 < m; m0 += mc) {
+                mc = m - m0 < MC + MC / 2 ? m - m0 : MC;
+                if (apack && ta)
+                    pack_a_t(apack, P, a + (int64_t)m0 + (int64_t)k0 * lda, lda, mc, kc);
+                else if (apack)
+                    for (int i0 = m0; i0 < m0 + mc; i0 += MR) {
+                        float *d = apack + (int64_t)(i0 - m0) * kc;
+                        const int mr = m0 + mc - i0 < MR ? m0 + mc - i0 : MR;
+                        pack_a(d, P, a + (int64_t)i0 * rsa + (int64_t)k0 * csa, ta, rsa, csa,
+                               mr, kc);
                     }
-                    const int nrn = n - jn < NR ? n - jn : NR;
-                    if (jn < n && next_panel_prefetch())
-                        stream_start(&next,
-                                     b + (tb ? (int64_t)jn * ldb + kn : (int64_t)kn * ldb + jn),
-                                     ldb, tb ? nrn : kcn, tb ? kcn : nrn);
-                }
-                const int tiles = (mc + MR - 1) / MR, share = (next.left + tiles - 1) / tiles;
-                for (int i0 = m0; i0 < m0 + mc; i0 += MR) {
-                    const int mr = m0 + mc - i0 < MR ? m0 + mc - i0 : MR;
-                    stream_fetch(&next, share);
-                    const float *ap = apack ? apack + (int64_t)(i0 - m0) * kc
-                                            : a + (int64_t)i0 * rsa + (int64_t)k0 * csa;
-                    const int64_t *ro = apack ? poff : roff, cs = apack ? MR : csa;
-                    float *cp = c + (int64_t)i0 * ldc + j0;
-                    /* rows past the edge read the last row again; their sums are dropped */
-                    for (int r = 0; !apack && r < MR; r++)
-                        roff[r] = (r < mr ? r : mr - 1) * rsa;
-                    /* the next tile of c, fetched while this one computes: its rows are
-                     * far apart, beyond what the hardware prefetchers follow */
-                    const float *cnext = i0 + 2 * MR <= m0 + mc ? cp + (int64_t)MR * ldc : NULL;
-                    if (mr == MR && nr == NR) {
-                        P->kernel(kc, ap, ro, cs, panel, cp, ldc, load, kbias ? kbias + j0 : NULL,
-                                  cnext);
-                        continue;
+                for (int j0 = jc; j0 < jend; j0 += NR) {
+                    const int nr = jend - j0 < NR ? jend - j0 : NR;
+                    const float *panel = shared ? bp + (int64_t)(j0 - jc) / NR * kc * NR : bp;
+                    prefetch_stream next = { 0 }; /* b's next panel */
+                    if (bpk)
+                        panel = bpk + (int64_t)(j0 / NR) * kp * NR + (int64_t)k0 * NR;
+                    else if (!shared) {
+                        pack_panel(bp, NR, b, ldb, tb, k0, kc, j0, nr);
+                        int jn = j0 + NR, kn = k0, kcn = kc;
+                        if (jn >= n && m0 + mc >= m && k0 + KC < k) { /* the next block's */
+                            jn = 0;
+                            kn = k0 + KC;
+                            kcn = k - kn < KC ? k - kn : KC;
+                        }
+                        const int nrn = n - jn < NR ? n - jn : NR;
+                        if (jn < n && next_panel_prefetch())
+                            stream_start(&next,
+                                         b + (tb ? (int64_t)jn * ldb + kn
+                                                 : (int64_t)kn * ldb + jn),
+                                         ldb, tb ? nrn : kcn, tb ? kcn : nrn);
                     }
-                    if (load)
-                        for (int r = 0; r < mr; r++)
-                            memcpy(ce + r * NR, cp + (int64_t)r * ldc, sizeof(float) * (size_t)nr);
-                    P->kernel(kc, ap, ro, cs, panel, ce, NR, load, NULL, NULL); /* bias: nr floats */
-                    for (int r = 0; r < mr; r++) {
-                        float *cr = cp + (int64_t)r * ldc;
-                        if (kbias)
-                            for (int j = 0; j < nr; j++) cr[j] = ce[r * NR + j] + kbias[j0 + j];
-                        else
-                            memcpy(cr, ce + r * NR, sizeof(float) * (size_t)nr);
+                    const int tiles = (mc + MR - 1) / MR;
+                    const int share = (next.left + tiles - 1) / tiles;
+                    for (int i0 = m0; i0 < m0 + mc; i0 += MR) {
+                        const int mr = m0 + mc - i0 < MR ? m0 + mc - i0 : MR;
+                        stream_fetch(&next, share);
+                        const float *ap = apack ? apack + (int64_t)(i0 - m0) * kc
+                                                : a + (int64_t)i0 * rsa + (int64_t)k0 * csa;
+                        const int64_t *ro = apack ? poff : roff, cs = apack ? MR : csa;
+                        float *cp = c + (int64_t)i0 * ldc + j0;
+                        /* rows past the edge read the last row again; their sums are
+                         * dropped */
+                        for (int r = 0; !apack && r < MR; r++)
+                            roff[r] = (r < mr ? r : mr - 1) * rsa;
+                        /* the next tile of c, fetched while this one computes: its rows
+                         * are far apart, beyond what the hardware prefetchers follow */
+                        const float *cnext =
+                            i0 + 2 * MR <= m0 + mc ? cp + (int64_t)MR * ldc : NULL;
+                        if (mr == MR && nr == NR) {
+                            P->kernel(kc, ap, ro, cs, panel, cp, ldc, load,
+                                      kbias ? kbias + j0 : NULL, cnext);
+                            continue;
+                        }
+                        if (load)
+                            for (int r = 0; r < mr; r++)
+                                memcpy(ce + r * NR, cp + (int64_t)r * ldc,
+                                       sizeof(float) * (size_t)nr);
+                        /* bias: nr floats, added below */
+                        P->kernel(kc, ap, ro, cs, panel, ce, NR, load, NULL, NULL);
+                        for (int r = 0; r < mr; r++) {
+                            float *cr = cp + (int64_t)r * ldc;
+                            if (kbias)
+                                for (int j = 0; j < nr; j++)
+                                    cr[j] = ce[r * NR + j] + kbias[j0 + j];
+                            else
+                                memcpy(cr, ce + r * NR, sizeof(float) * (size_t)nr);
+                        }
                     }
                 }
             }
         }
     }
-    free(apack);
-    free(bheap);
 }
 
 /* A few rows against a transposed b, x (m, k) @ W^T with W stored (n, k) as every layer's

@@ -3,13 +3,13 @@
  * allocated. */
 #include "codelets/cpu/kernels.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cblas.h>
 
 #include "codelets/cpu/gemm_impl.h"
+#include "codelets/cpu/scratch_impl.h"
 
 /* C (m,n) = opA (m,k) @ opB (k,n) [+ C]. */
 static void gemm(float *c, const float *a, int lda, int ta, const float *b, int ldb, int tb,
@@ -81,48 +81,24 @@ void sp_to_bf16(uint16_t *dst, const float *src, int64_t n)
     }
 }
 
-/* Two rounded operands per product, in buffers each worker thread keeps (freed when the
- * thread ends), so a step allocates nothing after its first products. */
-typedef struct {
-    float *p[2];
-    int64_t cap[2];
-} bf16_bufs;
-static pthread_key_t bf16_key;
-static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
-
-static void bf16_free(void *v)
-{
-    bf16_bufs *b = v;
-    free(b->p[0]), free(b->p[1]), free(b);
-}
-static void bf16_key_init(void) { pthread_key_create(&bf16_key, bf16_free); }
-
 /* Operand k (0 or 1) as the fp32 values of its bfloat16 rounding, n of them: x rounded,
- * or, when is16, x's bf16 storage widened (exact). NULL when memory runs out: the caller
- * fails rather than compute in the wrong precision. */
+ * or, when is16, x's bf16 storage widened (exact), in a buffer the thread keeps
+ * (sp_scratch), so a step allocates nothing after its first products. NULL when memory
+ * runs out: the caller fails rather than compute in the wrong precision. */
 static const float *rounded(int k, const void *x, int is16, int64_t n)
 {
-    pthread_once(&bf16_once, bf16_key_init);
-    bf16_bufs *b = pthread_getspecific(bf16_key);
-    if (!b && (b = calloc(1, sizeof *b))) pthread_setspecific(bf16_key, b);
-    if (!b) return NULL;
-    if (b->cap[k] < n) {
-        size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
-        float *q = (uint64_t)n <= SIZE_MAX / sizeof(float) ? realloc(b->p[k], bytes) : NULL;
-        if (!q) return NULL;
-        b->p[k] = q;
-        b->cap[k] = n;
-    }
+    float *p = sp_scratch(k ? SP_SCRATCH_ROUND_Y : SP_SCRATCH_ROUND_X, n);
+    if (!p) return NULL;
     if (!is16) {
-        sp_round_bf16(b->p[k], x, n);
-        return b->p[k];
+        sp_round_bf16(p, x, n);
+        return p;
     }
     const uint16_t *h = x;
     for (int64_t i = 0; i < n; i++) {
         uint32_t u = (uint32_t)h[i] << 16;
-        memcpy(&b->p[k][i], &u, 4);
+        memcpy(&p[i], &u, 4);
     }
-    return b->p[k];
+    return p;
 }
 
 /* Both operands of a product rounded (x, then y);

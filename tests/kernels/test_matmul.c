@@ -184,14 +184,17 @@ int main(void)
 
     /* Each shape's exact bits, and with a bias added in the product's last store. Large
      * enough for the packed path (gemm.c: a and b packed by 8 x 8 transposes): two blocks
-     * of rows (MC 384) and of k (256 deep, 768 on AVX-512), edges of every kind, the
-     * narrow tile (24 x 16 on AVX-512) packed; few rows against a wide transposed b,
-     * which gemm.c runs as c^T = b a^T (m <= 96, n >= 4 m, k >= 64), for every tile edge
-     * and two blocks of k; an empty product. */
+     * of k (256 deep, 768 on AVX-512), edges of every kind, the narrow tile (24 x 16 on
+     * AVX-512) packed; few rows against a wide transposed b, which gemm.c runs as c^T =
+     * b a^T (m <= 96, n >= 4 m, k >= 64), for every tile edge and two blocks of k; an
+     * empty product. Past 1.5 blocks of rows (MC 384), b's panels are packed once for
+     * all of them, NC_SHARED (1024) columns at a time: two blocks of rows and two such
+     * chunks, the second an edge; two blocks of rows and of k. */
     static const int shapes[][3] = {{37, 45, 300}, {50, 13, 61},   {25, 70, 9},
                                     {397, 203, 263}, {397, 75, 781}, {61, 40, 1000},
                                     {397, 13, 781}, {64, 300, 300}, {13, 520, 129},
-                                    {90, 803, 70},  {37, 45, 30},   {3, 5, 0}};
+                                    {90, 803, 70},  {37, 45, 30},   {3, 5, 0},
+                                    {580, 1060, 40}, {590, 40, 800}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         exact_bits(shapes[s][0], shapes[s][1], shapes[s][2]);
         bias_bits(shapes[s][0], shapes[s][1], shapes[s][2]);
