@@ -54,6 +54,24 @@ static const double op_nc_floats[OP_COUNT] = {16, 0, 9, 0, 20, 10};
         op_time[op] += now() - t0_;                                                         \
     } while (0)
 
+/* The block's products one by one, in call order: each run's time, and the FLOPs of an
+ * (m, k) @ (k, n) product. */
+enum { MM_COUNT = 12 };
+typedef struct {
+    const char *name;
+    double flops, t;
+} product;
+static product mm[MM_COUNT];
+static int mm_n;
+#define TIMED_MM(name, m, n, k, call)                                                       \
+    do {                                                                                    \
+        double t0_ = now();                                                                 \
+        call;                                                                               \
+        double t_ = now() - t0_;                                                            \
+        op_time[OP_MATMUL] += t_;                                                           \
+        if (mm_n < MM_COUNT) mm[mm_n++] = (product){ name, 2.0 * (m) * (n) * (k), t_ };     \
+    } while (0)
+
 typedef struct {
     int B, T, C, NH, N;
     /* parameters (weights stored (OC, C) as in llm.c: out = in @ W^T) and their grads */
@@ -105,36 +123,48 @@ static void block_step(block *k)
     /* forward */
     TIMED(OP_LN, sp_layernorm_forward(k->ln1, k->m1, k->r1, k->x, k->g1, k->b1, N, C));
     /* each linear layer's forward is one product with its bias (the programs' matmul_bias) */
-    TIMED(OP_MATMUL, sp_matmul_forward_bias(k->qkv, k->ln1, k->wqkv, k->bqkv, N, C3, C, 0, 1));
+    TIMED_MM("qkv forward", N, C3, C,
+             sp_matmul_forward_bias(k->qkv, k->ln1, k->wqkv, k->bqkv, N, C3, C, 0, 1));
     TIMED(OP_ATTN, sp_attention_forward(k->atty, k->lse, k->scratch, k->qkv, B, T, C, NH));
-    TIMED(OP_MATMUL, sp_matmul_forward_bias(k->proj, k->atty, k->wproj, k->bproj, N, C, C, 0, 1));
+    TIMED_MM("attn proj forward", N, C, C,
+             sp_matmul_forward_bias(k->proj, k->atty, k->wproj, k->bproj, N, C, C, 0, 1));
     TIMED(OP_RESID, sp_add_forward(k->res1, k->x, k->proj, NC));
     TIMED(OP_LN, sp_layernorm_forward(k->ln2, k->m2, k->r2, k->res1, k->g2, k->b2, N, C));
-    TIMED(OP_MATMUL, sp_matmul_forward_bias(k->fc, k->ln2, k->wfc, k->bfc, N, C4, C, 0, 1));
+    TIMED_MM("fc forward", N, C4, C,
+             sp_matmul_forward_bias(k->fc, k->ln2, k->wfc, k->bfc, N, C4, C, 0, 1));
     TIMED(OP_GELU, sp_gelu_forward(k->gel, k->fc, NC4));
-    TIMED(OP_MATMUL, sp_matmul_forward_bias(k->fcp, k->gel, k->wfcp, k->bfcp, N, C, C4, 0, 1));
+    TIMED_MM("fc proj forward", N, C, C4,
+             sp_matmul_forward_bias(k->fcp, k->gel, k->wfcp, k->bfcp, N, C, C4, 0, 1));
     TIMED(OP_RESID, sp_add_forward(k->res2, k->res1, k->fcp, NC));
     /* backward, from dres2 */
     TIMED(OP_RESID, sp_scale_backward(k->dres1, k->dres2, 1.0f, NC, 0));
-    TIMED(OP_MATMUL, sp_matmul_backward_b(k->dwfcp, k->dres2, k->gel, N, C, C4, 0, 1, 1));
+    TIMED_MM("fc proj dW", N, C, C4,
+             sp_matmul_backward_b(k->dwfcp, k->dres2, k->gel, N, C, C4, 0, 1, 1));
     TIMED(OP_BIAS, sp_bias_add_backward_bias(k->dbfcp, k->dres2, N, C, 1));
-    TIMED(OP_MATMUL, sp_matmul_backward_a(k->dgel, k->dres2, k->wfcp, N, C, C4, 0, 1, 0));
+    TIMED_MM("fc proj dx", N, C, C4,
+             sp_matmul_backward_a(k->dgel, k->dres2, k->wfcp, N, C, C4, 0, 1, 0));
     TIMED(OP_GELU, sp_gelu_backward(k->dfc, k->fc, k->dgel, NC4, 0));
-    TIMED(OP_MATMUL, sp_matmul_backward_b(k->dwfc, k->dfc, k->ln2, N, C4, C, 0, 1, 1));
+    TIMED_MM("fc dW", N, C4, C,
+             sp_matmul_backward_b(k->dwfc, k->dfc, k->ln2, N, C4, C, 0, 1, 1));
     TIMED(OP_BIAS, sp_bias_add_backward_bias(k->dbfc, k->dfc, N, C4, 1));
-    TIMED(OP_MATMUL, sp_matmul_backward_a(k->dln, k->dfc, k->wfc, N, C4, C, 0, 1, 0));
+    TIMED_MM("fc dx", N, C4, C,
+             sp_matmul_backward_a(k->dln, k->dfc, k->wfc, N, C4, C, 0, 1, 0));
     TIMED(OP_LN, sp_layernorm_backward_x(k->dres1, k->dln, k->res1, k->m2, k->r2, k->g2, N,
                                          C, 1));
     TIMED(OP_LN, sp_layernorm_backward_params(k->dg2, k->db2, k->dln, k->res1, k->m2, k->r2,
                                               N, C, 1));
-    TIMED(OP_MATMUL, sp_matmul_backward_b(k->dwproj, k->dres1, k->atty, N, C, C, 0, 1, 1));
+    TIMED_MM("attn proj dW", N, C, C,
+             sp_matmul_backward_b(k->dwproj, k->dres1, k->atty, N, C, C, 0, 1, 1));
     TIMED(OP_BIAS, sp_bias_add_backward_bias(k->dbproj, k->dres1, N, C, 1));
-    TIMED(OP_MATMUL, sp_matmul_backward_a(k->datty, k->dres1, k->wproj, N, C, C, 0, 1, 0));
+    TIMED_MM("attn proj dx", N, C, C,
+             sp_matmul_backward_a(k->datty, k->dres1, k->wproj, N, C, C, 0, 1, 0));
     TIMED(OP_ATTN, sp_attention_backward(k->dqkv, k->scratch, k->datty, k->qkv, k->atty,
                                          k->lse, B, T, C, NH, 0));
-    TIMED(OP_MATMUL, sp_matmul_backward_b(k->dwqkv, k->dqkv, k->ln1, N, C3, C, 0, 1, 1));
+    TIMED_MM("qkv dW", N, C3, C,
+             sp_matmul_backward_b(k->dwqkv, k->dqkv, k->ln1, N, C3, C, 0, 1, 1));
     TIMED(OP_BIAS, sp_bias_add_backward_bias(k->dbqkv, k->dqkv, N, C3, 1));
-    TIMED(OP_MATMUL, sp_matmul_backward_a(k->dln, k->dqkv, k->wqkv, N, C3, C, 0, 1, 0));
+    TIMED_MM("qkv dx", N, C3, C,
+             sp_matmul_backward_a(k->dln, k->dqkv, k->wqkv, N, C3, C, 0, 1, 0));
     TIMED(OP_RESID, sp_scale_backward(k->dx, k->dres1, 1.0f, NC, 0));
     TIMED(OP_LN, sp_layernorm_backward_x(k->dx, k->dln, k->x, k->m1, k->r1, k->g1, N, C, 1));
     TIMED(OP_LN, sp_layernorm_backward_params(k->dg1, k->db1, k->dln, k->x, k->m1, k->r1, N,
@@ -259,12 +289,16 @@ int main(int argc, char **argv)
         block_init(&k, B, T, C, NH);
         double pairs = (double)B * T * (T + 1) / 2.0;
         double fl_mm = 6.0 * N * 12.0 * C * C, fl_att = 12.0 * C * pairs;
-        double best = 1e30, best_gemm = 1e30, best_ops[OP_COUNT];
+        double best = 1e30, best_gemm = 1e30, best_ops[OP_COUNT], best_mm[MM_COUNT];
+        for (int i = 0; i < MM_COUNT; i++) best_mm[i] = 1e30;
         for (int r = 0; r < reps + 1; r++) {
             memset(op_time, 0, sizeof op_time);
+            mm_n = 0;
             double t0 = now();
             block_step(&k);
             double t1 = now();
+            for (int i = 0; r && i < mm_n; i++)
+                if (mm[i].t < best_mm[i]) best_mm[i] = mm[i].t;
             block_sgemm_only(&k);
             double t2 = now();
             if (r && t1 - t0 < best) {
@@ -293,6 +327,18 @@ int main(int argc, char **argv)
                fl_mm / best_gemm * 1e-9);
         printf("  outside matmul: %.1f%% of the block's time\n",
                100.0 * (best - best_ops[OP_MATMUL]) / best);
+        /* Each product at its best run: on a shared core a burst of noise then spoils one
+         * product's time, not the whole block's (the rates above are of one run). */
+        printf("\n  the block's products, each the best of %d runs\n", reps);
+        printf("  %-28s %10s %10s %8s\n", "", "ms", "GFLOP/s", "% peak");
+        double t_all = 0, f_all = 0;
+        for (int i = 0; i < mm_n; i++) {
+            printf("    %-26s %10.2f %10.1f %8.1f\n", mm[i].name, best_mm[i] * 1e3,
+                   mm[i].flops / best_mm[i] * 1e-9, 100 * mm[i].flops / best_mm[i] * 1e-9 / peak);
+            t_all += best_mm[i], f_all += mm[i].flops;
+        }
+        printf("    %-26s %10.2f %10.1f %8.1f\n", "all twelve", t_all * 1e3, f_all / t_all * 1e-9,
+               100 * f_all / t_all * 1e-9 / peak);
         /* The memory-bound ops against this core's copy bandwidth at the block's sizes (a
          * memcpy of 4 N C floats, best of reps): how far each is from it (issue 41). */
         const int64_t nc = (int64_t)N * C, nbuf = 4 * nc;
