@@ -65,11 +65,10 @@ static product mm[MM_COUNT];
 static int mm_n;
 #define TIMED_MM(name, m, n, k, call)                                                       \
     do {                                                                                    \
-        double t0_ = now();                                                                 \
-        call;                                                                               \
-        double t_ = now() - t0_;                                                            \
-        op_time[OP_MATMUL] += t_;                                                           \
-        if (mm_n < MM_COUNT) mm[mm_n++] = (product){ name, 2.0 * (m) * (n) * (k), t_ };     \
+        const double before_ = op_time[OP_MATMUL];                                          \
+        TIMED(OP_MATMUL, call);                                                             \
+        if (mm_n < MM_COUNT)                                                                \
+            mm[mm_n++] = (product){ name, 2.0 * (m) * (n) * (k), op_time[OP_MATMUL] - before_ }; \
     } while (0)
 
 typedef struct {
