@@ -23,6 +23,7 @@
  * at a time on the stack (with an edge tile of c, about 36 KB). */
 #define KC_STACK 256
 #define MC 384
+#define MC_LAST (MC + MC / 2) /* the last block of rows takes up to this many */
 #define NC_SHARED 1024
 #define PACK_AHEAD 8
 #define MR_MAX 24
@@ -411,7 +412,7 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
      * the layers' forward, a transpose each time); packed once, the GPT block's products
      * at 2048 rows went from 81.6% to 83.7% of a Xeon core's peak (bench/README.md,
      * "Shared panels"). ncb columns are packed at a time. */
-    int shared = !bpk && m > MC + MC / 2;
+    int shared = !bpk && m > MC_LAST;
     int ncb = shared ? (n < NC_SHARED ? (n + NR - 1) / NR * NR : NC_SHARED) : NR;
     float bstack[KC_STACK * NR_MAX] __attribute__((aligned(64)));
     float *bp = bpk ? NULL : sp_scratch(SP_SCRATCH_GEMM_B, (int64_t)KC * ncb);
@@ -430,7 +431,7 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
      * where the tile reads its rows in place (pack_rows 0). */
     float *apack = !no_apack && (ta || P->pack_rows) && (int64_t)m * n * k >= (1 << 21) &&
                            m >= 2 * MR
-                       ? sp_scratch(SP_SCRATCH_GEMM_A, (int64_t)(MC + MC / 2 + MR_MAX) * KC)
+                       ? sp_scratch(SP_SCRATCH_GEMM_A, (int64_t)(MC_LAST + MR_MAX) * KC)
                        : NULL;
     for (int r = 0; r < MR; r++) poff[r] = r;
     for (int jc = 0; jc < n; jc += shared ? ncb : n) {
@@ -445,7 +446,7 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
             /* blocks of MC rows, the last up to 1.5 MC: 512 rows (a microbatch of the large
              * GPT config) in one block, each panel of b packed once, not twice (+1-2%) */
             for (int m0 = 0, mc; m0 < m; m0 += mc) {
-                mc = m - m0 < MC + MC / 2 ? m - m0 : MC;
+                mc = m - m0 < MC_LAST ? m - m0 : MC;
                 if (apack && ta)
                     pack_a_t(apack, P, a + (int64_t)m0 + (int64_t)k0 * lda, lda, mc, kc);
                 else if (apack)
