@@ -1,11 +1,13 @@
 /* How much memory a job may still take on this host (base/hostmem.h): MemAvailable, the
- * cgroup limits up this process's hierarchy, RLIMIT_AS. */
+ * cgroup limits up this process's hierarchy, RLIMIT_AS; and huge pages for large buffers. */
 #include "base/hostmem.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -148,4 +150,16 @@ double sp_mem_process_left(void)
     if (f) fclose(f);
     double left = (double)rl.rlim_cur - kb * 1024;
     return left > 0 ? left : 0;
+}
+
+void sp_mem_want_huge_pages(void *p, size_t bytes)
+{
+#ifdef MADV_HUGEPAGE
+    const uintptr_t lo = ((uintptr_t)p + SP_MEM_HUGE_PAGE - 1) & ~(SP_MEM_HUGE_PAGE - 1);
+    const uintptr_t hi = ((uintptr_t)p + bytes) & ~(SP_MEM_HUGE_PAGE - 1);
+    if (p && bytes >= SP_MEM_HUGE_MIN && hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+#else
+    (void)p, (void)bytes;
+#endif
 }

@@ -22,4 +22,17 @@ double sp_mem_cgroup_left(const char *cgroup_file, const char *mountinfo_file, c
  * unlimited. */
 double sp_mem_process_left(void);
 
+/* Large host buffers on transparent huge pages. Weights and activations of megabytes are
+ * read a panel at a time across rows a few KB apart: on 4 KB pages each row is a TLB
+ * miss. A buffer of SP_MEM_HUGE_MIN bytes or more starts on a 2 MB boundary
+ * (SP_MEM_HUGE_PAGE) and asks for huge pages over its whole length before its first
+ * touch: the runtime's host buffers (sp_exec_host_alloc) and bench_kernels' alike. */
+#define SP_MEM_HUGE_PAGE ((size_t)2 << 20)
+#define SP_MEM_HUGE_MIN ((size_t)4 << 20)
+
+/* madvise(MADV_HUGEPAGE) on the 2 MB pages inside [p, p + bytes), for bytes >=
+ * SP_MEM_HUGE_MIN. Where THP is "never", or the memory is a driver's pinned memory, the
+ * call fails and nothing changes. */
+void sp_mem_want_huge_pages(void *p, size_t bytes);
+
 #endif

@@ -14,12 +14,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hostmem.h"
 #include "bench/bench_util.h"
 
 static float *alloc_f(int64_t n, unsigned seed)
 {
-    /* on a cache line, as the runtime's buffers are (sp_exec_host_alloc) */
-    float *p = aligned_alloc(64, (sizeof(float) * (size_t)(n > 0 ? n : 1) + 63) & ~(size_t)63);
+    /* as the runtime's host buffers are (sp_exec_host_alloc): on a cache line, and from
+     * 4 MB on, from a 2 MB boundary on transparent huge pages */
+    const size_t bytes = sizeof(float) * (size_t)(n > 0 ? n : 1);
+    const size_t align = bytes >= SP_MEM_HUGE_MIN ? SP_MEM_HUGE_PAGE : 64;
+    float *p = aligned_alloc(align, (bytes + align - 1) & ~(align - 1));
+    if (p) sp_mem_want_huge_pages(p, bytes);
     if (!p) {
         fprintf(stderr, "bench_kernels: out of memory (%lld floats)\n", (long long)n);
         exit(1);

@@ -4,8 +4,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
+#include "base/hostmem.h"
 #include "runtime/exec/device.h"
 #include "runtime/exec/exec_int.h"
 
@@ -41,34 +41,55 @@ sp_status sp_exec_buf_register(sp_exec_buf **out, void *ptr, size_t count, size_
     return st ? st : wrap_handle(out, STARPU_MAIN_RAM, ptr, count, elemsize);
 }
 
-/* A large host buffer asks for transparent huge pages before its first touch. Weights of
- * hundreds of MB are read a panel at a time, across rows a few KB apart: on 4 KB pages
- * each row is a TLB miss. Where THP is "never", or the memory is the driver's pinned
- * memory, the call fails and nothing changes. */
-static void want_huge_pages(void *p, size_t bytes)
+/* Host buffers of SP_MEM_HUGE_MIN (4 MB) and more go on transparent huge pages
+ * (base/hostmem.h), from a 2 MB boundary to their end: on their 2 MB-aligned interior
+ * alone, a 4 MB activation had half its rows on 4 KB pages (the GPT block's products on
+ * huge pages: +2% on a Xeon core, bench/README.md, "Huge pages, whole"). StarPU's memory
+ * is 64-byte aligned, so such a buffer takes 2 MB more and starts at the first boundary
+ * inside, the block's own start kept just below it for the free. Not where StarPU pins
+ * host memory for CUDA workers: the driver's pinned memory takes no advice, and 2 MB more
+ * of it a buffer would be waste. Decided once a process, so that a free undoes its alloc. */
+static int huge_aligned(size_t bytes)
 {
-#ifdef MADV_HUGEPAGE
-    const uintptr_t huge = (uintptr_t)2 << 20;
-    uintptr_t lo = ((uintptr_t)p + huge - 1) & ~(huge - 1);
-    uintptr_t hi = ((uintptr_t)p + bytes) & ~(huge - 1);
-    if (bytes >= 2 * huge && hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
-#else
-    (void)p, (void)bytes;
-#endif
+    static int on = -1;
+    int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+    if (v < 0) {
+        v = starpu_cuda_worker_get_count() == 0;
+        int expect = -1;
+        if (!__atomic_compare_exchange_n(&on, &expect, v, 0, __ATOMIC_RELAXED,
+                                         __ATOMIC_RELAXED))
+            v = expect;
+    }
+    return v && bytes >= SP_MEM_HUGE_MIN;
 }
 
 void *sp_exec_host_alloc(size_t bytes)
 {
-    void *p = NULL;
-    if (starpu_malloc_flags(&p, bytes ? bytes : 1, STARPU_MALLOC_PINNED) != 0 || !p) return NULL;
-    want_huge_pages(p, bytes);
+    const int huge = huge_aligned(bytes);
+    const size_t extra = huge ? SP_MEM_HUGE_PAGE + 64 : 0;
+    void *raw = NULL;
+    if (bytes > SIZE_MAX - extra ||
+        starpu_malloc_flags(&raw, (bytes ? bytes : 1) + extra, STARPU_MALLOC_PINNED) != 0 ||
+        !raw)
+        return NULL;
+    void *p = raw;
+    if (huge) { /* raw is 64-byte aligned: the boundary is 8 to 2 MB + 56 bytes on */
+        p = (void *)(((uintptr_t)raw + sizeof(void *) + SP_MEM_HUGE_PAGE - 1) &
+                     ~(uintptr_t)(SP_MEM_HUGE_PAGE - 1));
+        ((void **)p)[-1] = raw;
+    }
+    sp_mem_want_huge_pages(p, bytes);
     memset(p, 0, bytes);
     return p;
 }
 
 void sp_exec_host_free(void *ptr, size_t bytes)
 {
-    if (ptr) starpu_free_flags(ptr, bytes ? bytes : 1, STARPU_MALLOC_PINNED);
+    if (!ptr) return;
+    const int huge = huge_aligned(bytes);
+    starpu_free_flags(huge ? ((void **)ptr)[-1] : ptr,
+                      (bytes ? bytes : 1) + (huge ? SP_MEM_HUGE_PAGE + 64 : 0),
+                      STARPU_MALLOC_PINNED);
 }
 
 sp_status sp_exec_buf_create(sp_exec_buf **out, size_t count, size_t elemsize)

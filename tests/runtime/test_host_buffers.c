@@ -3,10 +3,12 @@
  *   16 bytes into a page, and the kernels' vectors then straddle two lines (7% of the
  *   large GPT config's step on a Xeon). Without starpu_malloc_set_align(64) in
  *   sp_exec_init, the sizes past glibc's mmap threshold fail here;
- * - large ones get transparent huge pages: a 16 MB buffer's mapping must hold some in
+ * - those of 4 MB and more start on a 2 MB boundary and lie on transparent huge pages
+ *   from end to end: a 4 MB buffer's mapping must hold 4096 kB of them in
  *   /proc/self/smaps wherever THP is not "never". Without the madvise, a machine whose THP
- *   is "madvise" (these VMs) gives none, and the test fails. That part is skipped where
- *   THP is off or absent; the whole test (77) on a rank with a GPU, whose host buffers
+ *   is "madvise" (these VMs) gives none; with it on the buffer's 2 MB-aligned interior
+ *   alone (as before), 2048 kB; either fails. The huge pages are not checked where THP is
+ *   off or absent; the whole test is skipped (77) on a rank with a GPU, whose host buffers
  *   are the CUDA driver's pinned memory. */
 #include <inttypes.h>
 #include <string.h>
@@ -14,7 +16,7 @@
 #include "rt_check.h"
 
 /* AnonHugePages (kB) of the mappings that overlap [p, p + bytes): the madvise splits the
- * buffer's mapping at its 2 MB-aligned interior. -1 if none is found. */
+ * buffer's mapping at its 2 MB pages. -1 if none is found. */
 static long huge_kb(const void *p, size_t bytes)
 {
     FILE *f = fopen("/proc/self/smaps", "r");
@@ -67,6 +69,7 @@ int main(int argc, char **argv)
     FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
     if (f) {
         if (!fgets(mode, sizeof mode, f)) mode[0] = '\0';
+        mode[strcspn(mode, "\n")] = '\0';
         fclose(f);
     }
     if (!mode[0] || strstr(mode, "[never]")) {
@@ -75,13 +78,22 @@ int main(int argc, char **argv)
         sp_exec_shutdown();
         return 0;
     }
-    const size_t bytes = (size_t)16 << 20;
-    float *p = sp_exec_host_alloc(bytes);
-    RT_CHECK(p != NULL, "no 16 MB buffer");
-    const long kb = huge_kb(p, bytes);
-    printf("THP %s16 MB host buffer: AnonHugePages %ld kB\n", mode, kb);
-    RT_CHECK(kb >= 2048, "a 16 MB host buffer has %ld kB in huge pages (THP: %s)", kb, mode);
-    sp_exec_host_free(p, bytes);
+    static const size_t large[] = { (size_t)4 << 20, ((size_t)6 << 20) + 64 };
+    for (size_t i = 0; i < sizeof large / sizeof *large; i++) {
+        const size_t bytes = large[i], whole = bytes >> 21 << 11; /* kB in whole 2 MB pages */
+        float *p = sp_exec_host_alloc(bytes);
+        RT_CHECK(p != NULL, "no host buffer of %zu bytes", bytes);
+        RT_CHECK((uintptr_t)p % ((uintptr_t)2 << 20) == 0,
+                 "a host buffer of %zu bytes starts %zu bytes past a 2 MB boundary", bytes,
+                 (size_t)((uintptr_t)p % ((uintptr_t)2 << 20)));
+        p[bytes / 4 - 1] = 1.0f; /* its last float is its own */
+        const long kb = huge_kb(p, bytes);
+        printf("THP %s: host buffer of %zu bytes: AnonHugePages %ld kB (its 2 MB pages: %zu)\n",
+               mode, bytes, kb, whole);
+        RT_CHECK(kb >= (long)whole, "a host buffer of %zu bytes has %ld kB in huge pages, not "
+                 "%zu (THP: %s)", bytes, kb, whole, mode);
+        sp_exec_host_free(p, bytes);
+    }
     sp_exec_shutdown();
     return 0;
 }
