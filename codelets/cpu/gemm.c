@@ -18,13 +18,16 @@
 /* Block sizes: a packed panel of b (kc x NR) stays in L1 (or L2) while the rows of a
  * stream past it; MC rows of a (MC x kc) stay in L2 while the panels go by. kc is the
  * tile's (gemm_tile). Products of more than one block of rows pack b's panels once per
- * block of k, up to NC_SHARED columns of them, for all the row blocks to share. Buffers
+ * block of k, up to NC_SHARED_BYTES of them, for all the row blocks to share. Buffers
  * are the thread's (sp_scratch); without memory, a panel of up to KC_STACK rows is packed
  * at a time on the stack (with an edge tile of c, about 36 KB). */
 #define KC_STACK 256
 #define MC 384
 #define MC_LAST (MC + MC / 2) /* the last block of rows takes up to this many */
-#define NC_SHARED 1024
+/* 1 MB, not 1024 columns: 512 deep, those were 2 MB, a Xeon core's whole L2, beside a
+ * block of rows of a read in place; the block's forward products +1% (bench/README.md,
+ * "Huge pages, whole") */
+#define NC_SHARED_BYTES ((int64_t)1 << 20)
 #define PACK_AHEAD 8
 #define MR_MAX 24
 #define NR_MAX 32
@@ -85,6 +88,7 @@ typedef struct {
     kernel_fn kernel;
     int mr, nr, kc; /* kc: the depth of a block of k */
     int pack_rows;  /* large products pack an untransposed a too (else read in place) */
+    int kc_packed;  /* the depth of a block of k when a is packed */
 } gemm_tile;
 
 /* A path's tile, and optionally a narrow one for products of at most its nr columns. */
@@ -94,17 +98,20 @@ typedef struct {
 } gemm_path;
 
 static const gemm_path paths[SP_GEMM_NPATHS] = {
-    [SP_GEMM_PORTABLE] = { "portable", { kernel_portable, 4, 8, 256, 1 }, { NULL } },
+    [SP_GEMM_PORTABLE] = { "portable", { kernel_portable, 4, 8, 256, 1, 256 }, { NULL } },
 #ifdef SP_GEMM_X86
-    [SP_GEMM_AVX2] = { "avx2", { kernel_avx2, 6, 16, 256, 1 }, { NULL } },
+    [SP_GEMM_AVX2] = { "avx2", { kernel_avx2, 6, 16, 256, 1, 256 }, { NULL } },
     /* kc 768, not 256: a GPT-2 width (768) in one block, c loaded and stored once; on a
      * Zen 4 core (1 MB of L2) the block's products +2-3% at 2048 rows, the head's forward
      * at 64 rows +15% (bench/README.md, "The 8 x 32 tile"). An untransposed a is read in
      * place: its eight rows are eight streams the core follows, and packing them cost
      * 2-3% of the large GPT config's products on a Xeon (bench/README.md, "Aligned
-     * buffers"); on a Zen 4 core it made no difference. */
-    [SP_GEMM_AVX512] = { "avx512f", { kernel_avx512, 8, 32, 768, 0 },
-                         { kernel_avx512_narrow, 24, 16, 256, 1 } },
+     * buffers"); on a Zen 4 core it made no difference. A transposed a (the dW products)
+     * is packed, 256 deep: a block of up to 576 rows 768 deep (1.8 MB) filled a Xeon
+     * core's 2 MB of L2 beside c and b's panels; at 256 (0.6 MB) the block's dW products
+     * ran 1.5-2% faster (bench/README.md, "Huge pages, whole"). */
+    [SP_GEMM_AVX512] = { "avx512f", { kernel_avx512, 8, 32, 768, 0, 256 },
+                         { kernel_avx512_narrow, 24, 16, 256, 1, 256 } },
 #else
     [SP_GEMM_AVX2] = { "avx2", { NULL } },
     [SP_GEMM_AVX512] = { "avx512f", { NULL } },
@@ -407,13 +414,25 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
     const int MR = P->mr, NR = P->nr;
     /* a[i][kk] = a[i * rsa + kk * csa] */
     const int64_t rsa = ta ? 1 : lda, csa = ta ? lda : 1;
-    int KC = P->kc;
+    /* Large products pack each block of a into micro-panels (MR rows interleaved, k
+     * ascending): the kernel then reads one stream rather than MR rows lda apart (or,
+     * transposed, one line per k). +16% on the GPT block's products on an AVX2 core
+     * (bench/README.md); the arithmetic is the same. Not small ones, nor an untransposed a
+     * where the tile reads its rows in place (pack_rows 0). */
+    const int pack_a_block = !no_apack && (ta || P->pack_rows) &&
+                             (int64_t)m * n * k >= (1 << 21) && m >= 2 * MR;
+    int KC = pack_a_block ? P->kc_packed : P->kc;
     /* Shared panels: each panel of b was packed m / MC times, once per block of rows (for
      * the layers' forward, a transpose each time); packed once, the GPT block's products
      * at 2048 rows went from 81.6% to 83.7% of a Xeon core's peak (bench/README.md,
      * "Shared panels"). ncb columns are packed at a time. */
     int shared = !bpk && m > MC_LAST;
-    int ncb = shared ? (n < NC_SHARED ? (n + NR - 1) / NR * NR : NC_SHARED) : NR;
+    int ncb = NR;
+    if (shared) {
+        const int64_t depth = k < KC ? k : KC;
+        const int64_t most = NC_SHARED_BYTES / ((int64_t)sizeof(float) * depth) / NR * NR;
+        ncb = n < most ? (n + NR - 1) / NR * NR : most > NR ? (int)most : NR;
+    }
     float bstack[KC_STACK * NR_MAX] __attribute__((aligned(64)));
     float *bp = bpk ? NULL : sp_scratch(SP_SCRATCH_GEMM_B, (int64_t)KC * ncb);
     if (!bpk && !bp) { /* no memory: a panel at a time on the stack, the same bits */
@@ -424,15 +443,8 @@ static void gemm_run(float *c, int64_t ldc, const float *a, int64_t lda, int ta,
     }
     float ce[MR_MAX * NR_MAX]; /* an edge tile of c */
     int64_t roff[MR_MAX], poff[MR_MAX]; /* a's rows; poff: a packed panel's */
-    /* Large products pack each block of a into micro-panels (MR rows interleaved, k
-     * ascending): the kernel then reads one stream rather than MR rows lda apart (or,
-     * transposed, one line per k). +16% on the GPT block's products on an AVX2 core
-     * (bench/README.md); the arithmetic is the same. Not small ones, nor an untransposed a
-     * where the tile reads its rows in place (pack_rows 0). */
-    float *apack = !no_apack && (ta || P->pack_rows) && (int64_t)m * n * k >= (1 << 21) &&
-                           m >= 2 * MR
-                       ? sp_scratch(SP_SCRATCH_GEMM_A, (int64_t)(MC_LAST + MR_MAX) * KC)
-                       : NULL;
+    float *apack =
+        pack_a_block ? sp_scratch(SP_SCRATCH_GEMM_A, (int64_t)(MC_LAST + MR_MAX) * KC) : NULL;
     for (int r = 0; r < MR; r++) poff[r] = r;
     for (int jc = 0; jc < n; jc += shared ? ncb : n) {
         const int jend = shared && n - jc > ncb ? jc + ncb : n; /* columns jc..jend-1 */

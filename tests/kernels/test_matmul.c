@@ -109,7 +109,8 @@ static SP_NOFMA void naive(float *out, const float *a, const float *b, int M, in
         }
 }
 
-static void exact_bits(int M, int Nc, int K)
+/* combos: bit ta * 4 + tb * 2 + acc set for each layout checked */
+static void exact_bits_of(int M, int Nc, int K, unsigned combos)
 {
     float *a = KC_F((int64_t)M * K), *b = KC_F((int64_t)K * Nc);
     float *got = KC_F((int64_t)M * Nc), *want = KC_F((int64_t)M * Nc);
@@ -119,6 +120,7 @@ static void exact_bits(int M, int Nc, int K)
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++)
             for (int acc = 0; acc < 2; acc++) {
+                if (!(combos >> (ta * 4 + tb * 2 + acc) & 1)) continue;
                 char what[128];
                 kc_fill(got, (int64_t)M * Nc, -1, 1);
                 memcpy(want, got, sizeof(float) * (size_t)M * Nc);
@@ -130,6 +132,8 @@ static void exact_bits(int M, int Nc, int K)
             }
     free(a), free(b), free(got), free(want);
 }
+
+static void exact_bits(int M, int Nc, int K) { exact_bits_of(M, Nc, K, 0xffu); }
 
 /* sp_matmul_forward_bias against the naive chain, then + bias in a second pass, on every
  * sgemm path this CPU has: the bias is added as each tile is stored (full tiles in the
@@ -184,12 +188,14 @@ int main(void)
 
     /* Each shape's exact bits, and with a bias added in the product's last store. Large
      * enough for the packed path (gemm.c: a and b packed by 8 x 8 transposes): two blocks
-     * of k (256 deep, 768 on AVX-512), edges of every kind, the narrow tile (24 x 16 on
+     * of k (256 deep; 768 on AVX-512 where a is not packed), edges of every kind, the narrow tile (24 x 16 on
      * AVX-512) packed; few rows against a wide transposed b, which gemm.c runs as c^T =
      * b a^T (m <= 96, n >= 4 m, k >= 64), for every tile edge and two blocks of k; an
      * empty product. Past 1.5 blocks of rows (MC 384), b's panels are packed once for
-     * all of them, NC_SHARED (1024) columns at a time: two blocks of rows and two such
-     * chunks, the second an edge; two blocks of rows and of k. */
+     * all of them, NC_SHARED_BYTES (1 MB) of them at a time: two blocks of rows; two blocks
+     * of rows and of k. Two such chunks, the second an edge, take 150M multiply-adds:
+     * only the layers' forward (tb) and dW (ta, acc) layouts there, 1060 columns 260 deep
+     * (992, then 68; with a packed 256 deep, 1024, then 36). */
     static const int shapes[][3] = {{37, 45, 300}, {50, 13, 61},   {25, 70, 9},
                                     {397, 203, 263}, {397, 75, 781}, {61, 40, 1000},
                                     {397, 13, 781}, {64, 300, 300}, {13, 520, 129},
@@ -199,6 +205,7 @@ int main(void)
         exact_bits(shapes[s][0], shapes[s][1], shapes[s][2]);
         bias_bits(shapes[s][0], shapes[s][1], shapes[s][2]);
     }
+    exact_bits_of(580, 1060, 260, 1u << 2 | 1u << 5);
 
     /* K = 0: the product is empty; acc=0 gives zeros, acc=1 leaves out unchanged. */
     float out[6], keep[6];
