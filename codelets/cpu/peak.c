@@ -73,19 +73,33 @@ double sp_cpu_fma_peak(double seconds, char *what, size_t len)
         run = chains_avx2, isa = "12 chains of 256-bit FMAs";
 #endif
     volatile float sink = 0;
-    double per = 0, best = 0;
-    const long iters = 20000; /* ~0.1-1 ms a run */
+    double per = 0;
+    const long iters = 20000; /* ~60 us a run on AVX-512 */
     sink += run(iters / 10, &per); /* clocks up, code in cache */
+    /* The runs' rates, highest first: the peak is the KEEP-th. A neighbour on the core
+     * only slows a run, but a VM's clock now and then makes one look faster than the
+     * core: runs of 2.79 GHz times 64 FLOPs a cycle (178.8 GFLOP/s, every run in quiet
+     * minutes) were once in a few hundred timed at 182-192. */
+    enum { KEEP = 5 };
+    double top[KEEP] = { 0 };
     int reps = 0;
     const double stop = now() + (seconds > 0 ? seconds : 0.02);
     do {
         double t0 = now();
         sink += run(iters, &per);
-        double dt = now() - t0;
-        if (dt > 0 && per * (double)iters / dt > best) best = per * (double)iters / dt;
+        double dt = now() - t0, rate = dt > 0 ? per * (double)iters / dt : 0;
+        for (int i = 0; i < KEEP; i++)
+            if (rate > top[i]) { /* insert, the rest move down */
+                double t = top[i];
+                top[i] = rate;
+                rate = t;
+            }
         reps++;
     } while (reps < 3 || (now() < stop && reps < 1000));
     (void)sink;
-    if (what && len) snprintf(what, len, "one core's FMA peak (%s), best of %d runs", isa, reps);
-    return best;
+    const int kth = reps < KEEP ? reps : KEEP;
+    if (what && len)
+        snprintf(what, len, "one core's FMA peak (%s), the %s best of %d runs", isa,
+                 kth == 5 ? "5th" : kth == 4 ? "4th" : "3rd", reps);
+    return top[kth - 1];
 }
