@@ -107,7 +107,8 @@ typedef struct sp_exec_buf sp_exec_buf;
 sp_status sp_exec_buf_register(sp_exec_buf **out, void *ptr, size_t count, size_t elemsize);
 /* Zeroed host memory for buffers: page-locked when StarPU drives a GPU, so that copies
  * between host and device are asynchronous DMA rather than staged through a bounce
- * buffer. Free with sp_exec_host_free and the same size. Call after sp_exec_init. */
+ * buffer; otherwise, from 4 MB on, starting on a 2 MB boundary on transparent huge pages.
+ * Free with sp_exec_host_free and the same size. Call after sp_exec_init. */
 void *sp_exec_host_alloc(size_t bytes);
 void sp_exec_host_free(void *ptr, size_t bytes);
 
