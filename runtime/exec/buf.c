@@ -48,8 +48,9 @@ sp_status sp_exec_buf_register(sp_exec_buf **out, void *ptr, size_t count, size_
  * is 64-byte aligned, so such a buffer takes 2 MB more and starts at the first boundary
  * inside, the block's own start kept just below it for the free. Not where StarPU pins
  * host memory for CUDA workers: the driver's pinned memory takes no advice, and 2 MB more
- * of it a buffer would be waste. Decided once a process, so that a free undoes its alloc. */
-static int huge_aligned(size_t bytes)
+ * of it a buffer would be waste. Decided once a process, so that a free undoes its alloc.
+ * The bytes such a buffer takes beyond its own: 0 for the others. */
+static size_t huge_extra(size_t bytes)
 {
     static int on = -1;
     int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
@@ -60,20 +61,19 @@ static int huge_aligned(size_t bytes)
                                          __ATOMIC_RELAXED))
             v = expect;
     }
-    return v && bytes >= SP_MEM_HUGE_MIN;
+    return v && bytes >= SP_MEM_HUGE_MIN ? SP_MEM_HUGE_PAGE + 64 : 0;
 }
 
 void *sp_exec_host_alloc(size_t bytes)
 {
-    const int huge = huge_aligned(bytes);
-    const size_t extra = huge ? SP_MEM_HUGE_PAGE + 64 : 0;
+    const size_t extra = huge_extra(bytes);
     void *raw = NULL;
     if (bytes > SIZE_MAX - extra ||
         starpu_malloc_flags(&raw, (bytes ? bytes : 1) + extra, STARPU_MALLOC_PINNED) != 0 ||
         !raw)
         return NULL;
     void *p = raw;
-    if (huge) { /* raw is 64-byte aligned: the boundary is 8 to 2 MB + 56 bytes on */
+    if (extra) { /* raw is 64-byte aligned: the boundary is 8 to 2 MB + 56 bytes on */
         p = (void *)(((uintptr_t)raw + sizeof(void *) + SP_MEM_HUGE_PAGE - 1) &
                      ~(uintptr_t)(SP_MEM_HUGE_PAGE - 1));
         ((void **)p)[-1] = raw;
@@ -86,9 +86,8 @@ void *sp_exec_host_alloc(size_t bytes)
 void sp_exec_host_free(void *ptr, size_t bytes)
 {
     if (!ptr) return;
-    const int huge = huge_aligned(bytes);
-    starpu_free_flags(huge ? ((void **)ptr)[-1] : ptr,
-                      (bytes ? bytes : 1) + (huge ? SP_MEM_HUGE_PAGE + 64 : 0),
+    const size_t extra = huge_extra(bytes);
+    starpu_free_flags(extra ? ((void **)ptr)[-1] : ptr, (bytes ? bytes : 1) + extra,
                       STARPU_MALLOC_PINNED);
 }
 
