@@ -1,6 +1,6 @@
 /* LayerNorm over the last dim (eps 1e-5): forward saving mean and rstd, backward for x,
  * backward for gamma and beta; and RMSNorm (eps 1e-5, Llama's): the same without the
- * centering and the bias. Row reductions use 8 fixed partial sums (see sum8). */
+ * centering and the bias. Row reductions use 8 fixed partial sums (see row_sums). */
 #include "codelets/cpu/kernels.h"
 
 #include <math.h>
@@ -15,103 +15,150 @@
  * in a fixed tree, then the tail in order: the bits do not depend on the vector width.
  * The lanes are an explicit 8-float vector: left to itself, GCC's AVX-512 clone
  * vectorized the 8 scalar sums two iterations at a time with shuffles, and layernorm's
- * rows of 512 ran at half the baseline's speed. */
+ * rows of 512 ran at half the baseline's speed. One row's sum is one chain of dependent
+ * adds (64 over 512 floats) that waits on the add's latency, so the sums of several rows
+ * run side by side (LN_ROWS, LN_BWD_ROWS), each in its own row's order. */
 typedef float v8f __attribute__((vector_size(32)));
 typedef float v8f_un __attribute__((vector_size(32), aligned(4)));
 #define LD8(p) (*(const v8f_un *)(p))
+#define LN_ROWS 8     /* rows summed side by side: 8 chains cover the add's latency */
+#define LN_BWD_ROWS 4 /* the backward has two sums a row */
 
 SP_V16_FN float tree8(v8f s)
 {
     return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
-/* Sum of x (n). */
-SP_V16_FN float sum8(const float *restrict x, int n)
+/* What a row sum adds up: x, (x - m)^2 (m the row's mean) or x^2. */
+enum { SUM_X, SUM_SQDEV, SUM_SQ };
+SP_V16_FN v8f term8(v8f v, float m, int term)
 {
-    v8f s = { 0 };
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        s += LD8(x + i);
-    float r = tree8(s);
-    for (; i < n; i++)
-        r += x[i];
-    return r;
+    const v8f d = v - m;
+    return term == SUM_X ? v : term == SUM_SQ ? v * v : d * d;
+}
+SP_V16_FN float term1(float v, float m, int term)
+{
+    return term == SUM_X ? v : term == SUM_SQ ? v * v : (v - m) * (v - m);
 }
 
-/* Sum of (x - m)^2 and of a*b, same pattern as sum8. */
-SP_V16_FN float sumsqdev8(const float *restrict x, float m, int n)
+/* out[r] = the sum of row r's terms, R <= LN_ROWS rows of n, ld apart; m: the rows' means
+ * (SUM_SQDEV). */
+SP_V16_FN void row_sums(float *restrict out, const float *restrict x, int64_t ld,
+                        const float *restrict m, int R, int n, int term)
 {
-    v8f s = { 0 };
+    v8f s[LN_ROWS];
+    float mr[LN_ROWS];
+    for (int r = 0; r < R; r++)
+        s[r] = (v8f){ 0 }, mr[r] = term == SUM_SQDEV ? m[r] : 0.0f;
     int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const v8f d = LD8(x + i) - m;
-        s += d * d;
+    for (; i + 8 <= n; i += 8)
+        for (int r = 0; r < R; r++)
+            s[r] += term8(LD8(x + r * ld + i), mr[r], term);
+    for (int r = 0; r < R; r++) {
+        float t = tree8(s[r]);
+        for (int j = i; j < n; j++)
+            t += term1(x[r * ld + j], mr[r], term);
+        out[r] = t;
     }
-    float r = tree8(s);
-    for (; i < n; i++)
-        r += (x[i] - m) * (x[i] - m);
-    return r;
 }
 
-SP_V16_FN float dot8(const float *restrict a, const float *restrict b, int n)
+/* R <= LN_ROWS rows of x (C wide, from row 0 of every pointer): two passes (mean, then
+ * squared deviations) rather than E[x^2] - E[x]^2, no cancellation when |mean| >> std. */
+SP_V16_FN void ln_forward_rows(float *restrict out, float *restrict mean, float *restrict rstd,
+                               const float *restrict x, const float *restrict gamma,
+                               const float *restrict beta, int R, int C)
 {
-    v8f s = { 0 };
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        s += LD8(a + i) * LD8(b + i);
-    float r = tree8(s);
-    for (; i < n; i++)
-        r += a[i] * b[i];
-    return r;
+    float m[LN_ROWS], var[LN_ROWS];
+    row_sums(m, x, C, NULL, R, C, SUM_X);
+    for (int r = 0; r < R; r++)
+        m[r] = m[r] / (float)C;
+    row_sums(var, x, C, m, R, C, SUM_SQDEV);
+    for (int r = 0; r < R; r++) {
+        const float *xr = x + (int64_t)r * C;
+        float *o = out + (int64_t)r * C;
+        const float s = 1.0f / sqrtf(var[r] / (float)C + LN_EPS);
+        for (int c = 0; c < C; c++)
+            o[c] = (xr[c] - m[r]) * s * gamma[c] + beta[c];
+        mean[r] = m[r];
+        rstd[r] = s;
+    }
 }
 
-/* Two passes (mean, then squared deviations) rather than E[x^2] - E[x]^2: no
- * cancellation when |mean| >> std. */
 SP_VEC_FN void sp_layernorm_forward(float *restrict out, float *restrict mean,
                                     float *restrict rstd, const float *restrict x,
                                     const float *restrict gamma, const float *restrict beta,
                                     int N, int C)
 {
-    for (int n = 0; n < N; n++) {
-        const float *xr = x + (int64_t)n * C;
-        float *o = out + (int64_t)n * C;
-        float m = sum8(xr, C) / (float)C;
-        float var = sumsqdev8(xr, m, C) / (float)C;
-        float s = 1.0f / sqrtf(var + LN_EPS);
-        for (int c = 0; c < C; c++)
-            o[c] = (xr[c] - m) * s * gamma[c] + beta[c];
-        mean[n] = m;
-        rstd[n] = s;
+    int n = 0;
+    for (; n + LN_ROWS <= N; n += LN_ROWS)
+        ln_forward_rows(out + (int64_t)n * C, mean + n, rstd + n, x + (int64_t)n * C, gamma,
+                        beta, LN_ROWS, C);
+    for (; n < N; n++)
+        ln_forward_rows(out + (int64_t)n * C, mean + n, rstd + n, x + (int64_t)n * C, gamma,
+                        beta, 1, C);
+}
+
+/* The backward's two row means, sum(g) and sum(g xhat) with g = gamma dout and xhat =
+ * (x - mean) rstd (RMSNorm: x rstd, no sum(g)), over R <= LN_BWD_ROWS rows C wide: by
+ * chunks of LN_CHUNK floats (each summed in row_sums' order), added in order. */
+#define LN_CHUNK 512
+SP_V16_FN void norm_bwd_sums(float *restrict sg, float *restrict sgx, const float *restrict d,
+                             const float *restrict x, const float *restrict mean,
+                             const float *restrict rstd, const float *restrict gamma, int R,
+                             int C, int rms)
+{
+    float m[LN_BWD_ROWS], s[LN_BWD_ROWS];
+    for (int r = 0; r < R; r++)
+        sg[r] = 0.0f, sgx[r] = 0.0f, m[r] = rms ? 0.0f : mean[r], s[r] = rstd[r];
+    for (int c0 = 0; c0 < C; c0 += LN_CHUNK) {
+        const int len = C - c0 < LN_CHUNK ? C - c0 : LN_CHUNK;
+        v8f a[LN_BWD_ROWS], b[LN_BWD_ROWS];
+        for (int r = 0; r < R; r++)
+            a[r] = (v8f){ 0 }, b[r] = (v8f){ 0 };
+        int i = c0;
+        for (; i + 8 <= c0 + len; i += 8) {
+            const v8f gm = LD8(gamma + i);
+            for (int r = 0; r < R; r++) {
+                const v8f g = gm * LD8(d + (int64_t)r * C + i), xv = LD8(x + (int64_t)r * C + i);
+                const v8f xh = rms ? xv * s[r] : (xv - m[r]) * s[r];
+                a[r] += g;
+                b[r] += g * xh;
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            float ta = tree8(a[r]), tb = tree8(b[r]);
+            for (int j = i; j < c0 + len; j++) {
+                const float g = gamma[j] * d[(int64_t)r * C + j], xv = x[(int64_t)r * C + j];
+                ta += g;
+                tb += g * (rms ? xv * s[r] : (xv - m[r]) * s[r]);
+            }
+            sg[r] += ta;
+            sgx[r] += tb;
+        }
     }
 }
 
-/* dx = rstd (g - mean(g) - xhat mean(g xhat)), g = gamma * dout, xhat = (x - mean) rstd.
- * g and xhat are staged in stack chunks so the row sums use the helpers above without
- * any allocation. */
-#define LN_CHUNK 512
-SP_VEC_FN void sp_layernorm_backward_x(float *restrict dx, const float *restrict dout,
-                                       const float *restrict x, const float *restrict mean,
-                                       const float *restrict rstd, const float *restrict gamma,
-                                       int N, int C, int acc)
+/* dx = rstd (g - mean(g) - xhat mean(g xhat)); RMSNorm: dx = rstd (g - xhat mean(g xhat)).
+ * R <= LN_BWD_ROWS rows from row 0 of every pointer. */
+SP_V16_FN void norm_backward_x_rows(float *restrict dx, const float *restrict dout,
+                                    const float *restrict x, const float *restrict mean,
+                                    const float *restrict rstd, const float *restrict gamma,
+                                    int R, int C, int acc, int rms)
 {
-    float g[LN_CHUNK], xh[LN_CHUNK];
-    for (int n = 0; n < N; n++) {
-        const float *d = dout + (int64_t)n * C;
-        const float *xr = x + (int64_t)n * C;
-        float *o = dx + (int64_t)n * C;
-        float m = mean[n], s = rstd[n];
-        /* Both means are sums over the row, accumulated chunk by chunk in order. */
-        float sg = 0.0f, sgx = 0.0f;
-        for (int c0 = 0; c0 < C; c0 += LN_CHUNK) {
-            int len = C - c0 < LN_CHUNK ? C - c0 : LN_CHUNK;
-            for (int c = 0; c < len; c++) {
-                g[c] = gamma[c0 + c] * d[c0 + c];
-                xh[c] = (xr[c0 + c] - m) * s;
+    float sg[LN_BWD_ROWS], sgx[LN_BWD_ROWS];
+    norm_bwd_sums(sg, sgx, dout, x, mean, rstd, gamma, R, C, rms);
+    for (int r = 0; r < R; r++) {
+        const float *d = dout + (int64_t)r * C, *xr = x + (int64_t)r * C;
+        float *o = dx + (int64_t)r * C;
+        const float s = rstd[r], mgx = sgx[r] / (float)C;
+        if (rms) {
+            for (int c = 0; c < C; c++) {
+                const float v = s * (gamma[c] * d[c] - xr[c] * s * mgx);
+                o[c] = acc ? o[c] + v : v;
             }
-            sg += sum8(g, len);
-            sgx += dot8(g, xh, len);
+            continue;
         }
-        float mg = sg / (float)C, mgx = sgx / (float)C;
+        const float m = mean[r], mg = sg[r] / (float)C;
         if (acc) {
             for (int c = 0; c < C; c++)
                 o[c] += s * (gamma[c] * d[c] - mg - (xr[c] - m) * s * mgx);
@@ -120,6 +167,33 @@ SP_VEC_FN void sp_layernorm_backward_x(float *restrict dx, const float *restrict
                 o[c] = s * (gamma[c] * d[c] - mg - (xr[c] - m) * s * mgx);
         }
     }
+}
+
+/* LayerNorm (rms 0, mean given) or RMSNorm (rms 1) backward for x, rows in groups. */
+SP_V16_FN void norm_backward_x(float *restrict dx, const float *restrict dout,
+                               const float *restrict x, const float *restrict mean,
+                               const float *restrict rstd, const float *restrict gamma, int N,
+                               int C, int acc, int rms)
+{
+    int n = 0;
+    for (; n + LN_BWD_ROWS <= N; n += LN_BWD_ROWS) {
+        const int64_t o = (int64_t)n * C;
+        norm_backward_x_rows(dx + o, dout + o, x + o, rms ? NULL : mean + n, rstd + n, gamma,
+                             LN_BWD_ROWS, C, acc, rms);
+    }
+    for (; n < N; n++) {
+        const int64_t o = (int64_t)n * C;
+        norm_backward_x_rows(dx + o, dout + o, x + o, rms ? NULL : mean + n, rstd + n, gamma,
+                             1, C, acc, rms);
+    }
+}
+
+SP_VEC_FN void sp_layernorm_backward_x(float *restrict dx, const float *restrict dout,
+                                       const float *restrict x, const float *restrict mean,
+                                       const float *restrict rstd, const float *restrict gamma,
+                                       int N, int C, int acc)
+{
+    norm_backward_x(dx, dout, x, mean, rstd, gamma, N, C, acc, 0);
 }
 
 SP_VEC_FN void sp_layernorm_backward_params(float *restrict dgamma, float *restrict dbeta,
@@ -145,18 +219,31 @@ SP_VEC_FN void sp_layernorm_backward_params(float *restrict dgamma, float *restr
 
 /* RMSNorm: out = x rstd weight, rstd = 1/sqrt(mean(x^2) + eps); saves rstd (N). */
 #define RMS_EPS 1e-5f
+SP_V16_FN void rms_forward_rows(float *restrict out, float *restrict rstd,
+                                const float *restrict x, const float *restrict weight, int R,
+                                int C)
+{
+    float sq[LN_ROWS];
+    row_sums(sq, x, C, NULL, R, C, SUM_SQ);
+    for (int r = 0; r < R; r++) {
+        const float *xr = x + (int64_t)r * C;
+        float *o = out + (int64_t)r * C;
+        const float s = 1.0f / sqrtf(sq[r] / (float)C + RMS_EPS);
+        for (int c = 0; c < C; c++)
+            o[c] = xr[c] * s * weight[c];
+        rstd[r] = s;
+    }
+}
+
 SP_VEC_FN void sp_rmsnorm_forward(float *restrict out, float *restrict rstd,
                                   const float *restrict x, const float *restrict weight, int N,
                                   int C)
 {
-    for (int n = 0; n < N; n++) {
-        const float *xr = x + (int64_t)n * C;
-        float *o = out + (int64_t)n * C;
-        float s = 1.0f / sqrtf(dot8(xr, xr, C) / (float)C + RMS_EPS);
-        for (int c = 0; c < C; c++)
-            o[c] = xr[c] * s * weight[c];
-        rstd[n] = s;
-    }
+    int n = 0;
+    for (; n + LN_ROWS <= N; n += LN_ROWS)
+        rms_forward_rows(out + (int64_t)n * C, rstd + n, x + (int64_t)n * C, weight, LN_ROWS, C);
+    for (; n < N; n++)
+        rms_forward_rows(out + (int64_t)n * C, rstd + n, x + (int64_t)n * C, weight, 1, C);
 }
 
 /* dx = rstd (g - xhat mean(g xhat)), g = weight * dout, xhat = x rstd: layernorm's with no
@@ -165,26 +252,7 @@ SP_VEC_FN void sp_rmsnorm_backward_x(float *restrict dx, const float *restrict d
                                      const float *restrict x, const float *restrict rstd,
                                      const float *restrict weight, int N, int C, int acc)
 {
-    float g[LN_CHUNK], xh[LN_CHUNK];
-    for (int n = 0; n < N; n++) {
-        const float *d = dout + (int64_t)n * C;
-        const float *xr = x + (int64_t)n * C;
-        float *o = dx + (int64_t)n * C;
-        float s = rstd[n], sgx = 0.0f;
-        for (int c0 = 0; c0 < C; c0 += LN_CHUNK) {
-            int len = C - c0 < LN_CHUNK ? C - c0 : LN_CHUNK;
-            for (int c = 0; c < len; c++) {
-                g[c] = weight[c0 + c] * d[c0 + c];
-                xh[c] = xr[c0 + c] * s;
-            }
-            sgx += dot8(g, xh, len);
-        }
-        float mgx = sgx / (float)C;
-        for (int c = 0; c < C; c++) {
-            float v = s * (weight[c] * d[c] - xr[c] * s * mgx);
-            o[c] = acc ? o[c] + v : v;
-        }
-    }
+    norm_backward_x(dx, dout, x, NULL, rstd, weight, N, C, acc, 1);
 }
 
 /* dweight (C) += sum over rows of x rstd dout, rows in order (= with acc 0). */
