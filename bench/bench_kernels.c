@@ -429,7 +429,7 @@ int main(int argc, char **argv)
             if (op_nc_floats[i] <= 0) continue;
             const double bytes = op_nc_floats[i] * (double)nc * sizeof(float);
             const double t = op_best[0][i], ts = op_best[1][i];
-            printf("    %-26s %10.2f %10.1f %10.1f %8.1f %10.2f %8.1f\n", op_name[i], t * 1e3,
+            printf("    %-26s %10.3f %10.1f %10.1f %8.1f %10.3f %8.1f\n", op_name[i], t * 1e3,
                    bytes * 1e-6, bytes / t * 1e-9, 100.0 * bytes / t * 1e-9 / copy_gbs, ts * 1e3,
                    100.0 * ts / t);
         }
