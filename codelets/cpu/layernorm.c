@@ -24,22 +24,14 @@ typedef float v8f_un __attribute__((vector_size(32), aligned(4)));
 #define LN_ROWS 8     /* rows summed side by side: 8 chains cover the add's latency */
 #define LN_BWD_ROWS 4 /* the backward has two sums a row */
 
-SP_V16_FN float tree8(v8f s)
-{
-    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-}
+/* The 8 lanes' fixed tree. Macros, not functions: an 8-float vector passed by value
+ * makes GCC print an ABI note for the baseline clone. */
+#define TREE8(s) ((((s)[0] + (s)[4]) + ((s)[1] + (s)[5])) + (((s)[2] + (s)[6]) + ((s)[3] + (s)[7])))
 
 /* What a row sum adds up: x, (x - m)^2 (m the row's mean) or x^2. */
 enum { SUM_X, SUM_SQDEV, SUM_SQ };
-SP_V16_FN v8f term8(v8f v, float m, int term)
-{
-    const v8f d = v - m;
-    return term == SUM_X ? v : term == SUM_SQ ? v * v : d * d;
-}
-SP_V16_FN float term1(float v, float m, int term)
-{
-    return term == SUM_X ? v : term == SUM_SQ ? v * v : (v - m) * (v - m);
-}
+#define ROW_TERM(v, m, term) \
+    ((term) == SUM_X ? (v) : (term) == SUM_SQ ? (v) * (v) : ((v) - (m)) * ((v) - (m)))
 
 /* out[r] = the sum of row r's terms, R <= LN_ROWS rows of n, ld apart; m: the rows' means
  * (SUM_SQDEV). */
@@ -52,12 +44,14 @@ SP_V16_FN void row_sums(float *restrict out, const float *restrict x, int64_t ld
         s[r] = (v8f){ 0 }, mr[r] = term == SUM_SQDEV ? m[r] : 0.0f;
     int i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int r = 0; r < R; r++)
-            s[r] += term8(LD8(x + r * ld + i), mr[r], term);
+        for (int r = 0; r < R; r++) {
+            const v8f v = LD8(x + r * ld + i);
+            s[r] += ROW_TERM(v, mr[r], term);
+        }
     for (int r = 0; r < R; r++) {
-        float t = tree8(s[r]);
+        float t = TREE8(s[r]);
         for (int j = i; j < n; j++)
-            t += term1(x[r * ld + j], mr[r], term);
+            t += ROW_TERM(x[r * ld + j], mr[r], term);
         out[r] = t;
     }
 }
@@ -126,7 +120,7 @@ SP_V16_FN void norm_bwd_sums(float *restrict sg, float *restrict sgx, const floa
             }
         }
         for (int r = 0; r < R; r++) {
-            float ta = tree8(a[r]), tb = tree8(b[r]);
+            float ta = TREE8(a[r]), tb = TREE8(b[r]);
             for (int j = i; j < c0 + len; j++) {
                 const float g = gamma[j] * d[(int64_t)r * C + j], xv = x[(int64_t)r * C + j];
                 ta += g;
