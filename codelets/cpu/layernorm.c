@@ -10,6 +10,7 @@
 #include "codelets/cpu/vec_impl.h"
 
 #define LN_EPS 1e-5f
+#define RMS_EPS 1e-5f /* Llama's */
 
 /* Row sums with 8 interleaved partial sums (lane j adds elements j, j + 8, ...) combined
  * in a fixed tree, then the tail in order: the bits do not depend on the vector width.
@@ -56,26 +57,48 @@ SP_V16_FN void row_sums(float *restrict out, const float *restrict x, int64_t ld
     }
 }
 
-/* R <= LN_ROWS rows of x (C wide, from row 0 of every pointer): two passes (mean, then
- * squared deviations) rather than E[x^2] - E[x]^2, no cancellation when |mean| >> std. */
-SP_V16_FN void ln_forward_rows(float *restrict out, float *restrict mean, float *restrict rstd,
-                               const float *restrict x, const float *restrict gamma,
-                               const float *restrict beta, int R, int C)
+/* LayerNorm (rms 0) or RMSNorm (rms 1, no mean, beta NULL) on R <= LN_ROWS rows of x (C
+ * wide, from row 0 of every pointer). LayerNorm takes two passes (mean, then squared
+ * deviations) rather than E[x^2] - E[x]^2: no cancellation when |mean| >> std. */
+SP_V16_FN void norm_forward_rows(float *restrict out, float *restrict mean, float *restrict rstd,
+                                 const float *restrict x, const float *restrict gamma,
+                                 const float *restrict beta, int R, int C, int rms)
 {
-    float m[LN_ROWS], var[LN_ROWS];
-    row_sums(m, x, C, NULL, R, C, SUM_X);
-    for (int r = 0; r < R; r++)
-        m[r] = m[r] / (float)C;
-    row_sums(var, x, C, m, R, C, SUM_SQDEV);
+    float m[LN_ROWS] = { 0 }, var[LN_ROWS];
+    if (!rms) {
+        row_sums(m, x, C, NULL, R, C, SUM_X);
+        for (int r = 0; r < R; r++)
+            m[r] = m[r] / (float)C;
+    }
+    row_sums(var, x, C, m, R, C, rms ? SUM_SQ : SUM_SQDEV);
     for (int r = 0; r < R; r++) {
         const float *xr = x + (int64_t)r * C;
         float *o = out + (int64_t)r * C;
-        const float s = 1.0f / sqrtf(var[r] / (float)C + LN_EPS);
-        for (int c = 0; c < C; c++)
-            o[c] = (xr[c] - m[r]) * s * gamma[c] + beta[c];
-        mean[r] = m[r];
+        const float s = 1.0f / sqrtf(var[r] / (float)C + (rms ? RMS_EPS : LN_EPS));
+        if (rms) {
+            for (int c = 0; c < C; c++)
+                o[c] = xr[c] * s * gamma[c];
+        } else {
+            for (int c = 0; c < C; c++)
+                o[c] = (xr[c] - m[r]) * s * gamma[c] + beta[c];
+            mean[r] = m[r];
+        }
         rstd[r] = s;
     }
+}
+
+/* Rows in groups of LN_ROWS, then one at a time. */
+SP_V16_FN void norm_forward(float *restrict out, float *restrict mean, float *restrict rstd,
+                            const float *restrict x, const float *restrict gamma,
+                            const float *restrict beta, int N, int C, int rms)
+{
+    int n = 0;
+    for (; n + LN_ROWS <= N; n += LN_ROWS)
+        norm_forward_rows(out + (int64_t)n * C, rms ? NULL : mean + n, rstd + n,
+                          x + (int64_t)n * C, gamma, beta, LN_ROWS, C, rms);
+    for (; n < N; n++)
+        norm_forward_rows(out + (int64_t)n * C, rms ? NULL : mean + n, rstd + n,
+                          x + (int64_t)n * C, gamma, beta, 1, C, rms);
 }
 
 SP_VEC_FN void sp_layernorm_forward(float *restrict out, float *restrict mean,
@@ -83,13 +106,7 @@ SP_VEC_FN void sp_layernorm_forward(float *restrict out, float *restrict mean,
                                     const float *restrict gamma, const float *restrict beta,
                                     int N, int C)
 {
-    int n = 0;
-    for (; n + LN_ROWS <= N; n += LN_ROWS)
-        ln_forward_rows(out + (int64_t)n * C, mean + n, rstd + n, x + (int64_t)n * C, gamma,
-                        beta, LN_ROWS, C);
-    for (; n < N; n++)
-        ln_forward_rows(out + (int64_t)n * C, mean + n, rstd + n, x + (int64_t)n * C, gamma,
-                        beta, 1, C);
+    norm_forward(out, mean, rstd, x, gamma, beta, N, C, 0);
 }
 
 /* The backward's two row means, sum(g) and sum(g xhat) with g = gamma dout and xhat =
@@ -212,32 +229,11 @@ SP_VEC_FN void sp_layernorm_backward_params(float *restrict dgamma, float *restr
 }
 
 /* RMSNorm: out = x rstd weight, rstd = 1/sqrt(mean(x^2) + eps); saves rstd (N). */
-#define RMS_EPS 1e-5f
-SP_V16_FN void rms_forward_rows(float *restrict out, float *restrict rstd,
-                                const float *restrict x, const float *restrict weight, int R,
-                                int C)
-{
-    float sq[LN_ROWS];
-    row_sums(sq, x, C, NULL, R, C, SUM_SQ);
-    for (int r = 0; r < R; r++) {
-        const float *xr = x + (int64_t)r * C;
-        float *o = out + (int64_t)r * C;
-        const float s = 1.0f / sqrtf(sq[r] / (float)C + RMS_EPS);
-        for (int c = 0; c < C; c++)
-            o[c] = xr[c] * s * weight[c];
-        rstd[r] = s;
-    }
-}
-
 SP_VEC_FN void sp_rmsnorm_forward(float *restrict out, float *restrict rstd,
                                   const float *restrict x, const float *restrict weight, int N,
                                   int C)
 {
-    int n = 0;
-    for (; n + LN_ROWS <= N; n += LN_ROWS)
-        rms_forward_rows(out + (int64_t)n * C, rstd + n, x + (int64_t)n * C, weight, LN_ROWS, C);
-    for (; n < N; n++)
-        rms_forward_rows(out + (int64_t)n * C, rstd + n, x + (int64_t)n * C, weight, 1, C);
+    norm_forward(out, NULL, rstd, x, weight, NULL, N, C, 1);
 }
 
 /* dx = rstd (g - xhat mean(g xhat)), g = weight * dout, xhat = x rstd: layernorm's with no
