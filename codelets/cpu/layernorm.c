@@ -113,6 +113,7 @@ SP_VEC_FN void sp_layernorm_forward(float *restrict out, float *restrict mean,
  * (x - mean) rstd (RMSNorm: x rstd, no sum(g)), over R <= LN_BWD_ROWS rows C wide: by
  * chunks of LN_CHUNK floats (each summed in row_sums' order), added in order. */
 #define LN_CHUNK 512
+#define XHAT(xv, m, s, rms) ((rms) ? (xv) * (s) : ((xv) - (m)) * (s)) /* x normalized */
 SP_V16_FN void norm_bwd_sums(float *restrict sg, float *restrict sgx, const float *restrict d,
                              const float *restrict x, const float *restrict mean,
                              const float *restrict rstd, const float *restrict gamma, int R,
@@ -131,9 +132,8 @@ SP_V16_FN void norm_bwd_sums(float *restrict sg, float *restrict sgx, const floa
             const v8f gm = LD8(gamma + i);
             for (int r = 0; r < R; r++) {
                 const v8f g = gm * LD8(d + (int64_t)r * C + i), xv = LD8(x + (int64_t)r * C + i);
-                const v8f xh = rms ? xv * s[r] : (xv - m[r]) * s[r];
                 a[r] += g;
-                b[r] += g * xh;
+                b[r] += g * XHAT(xv, m[r], s[r], rms);
             }
         }
         for (int r = 0; r < R; r++) {
@@ -141,7 +141,7 @@ SP_V16_FN void norm_bwd_sums(float *restrict sg, float *restrict sgx, const floa
             for (int j = i; j < c0 + len; j++) {
                 const float g = gamma[j] * d[(int64_t)r * C + j], xv = x[(int64_t)r * C + j];
                 ta += g;
-                tb += g * (rms ? xv * s[r] : (xv - m[r]) * s[r]);
+                tb += g * XHAT(xv, m[r], s[r], rms);
             }
             sg[r] += ta;
             sgx[r] += tb;
